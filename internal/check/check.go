@@ -3,6 +3,7 @@ package check
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -68,9 +69,4 @@ func prefix(context []any) string {
 	return b.String() + ": "
 }
 
-func toString(v any) string {
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return strings.TrimSpace(strings.ReplaceAll(reflect.ValueOf(v).String(), "\n", " "))
-}
+func toString(v any) string { return fmt.Sprint(v) }
