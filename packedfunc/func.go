@@ -28,9 +28,9 @@ func (f *Func) Name() string { return f.name }
 func (f *Func) Call(args ...Value) (Value, error) { return f.impl(args) }
 
 // ArgError builds the error for a bad argument: it names the function, the
-// argument's position and what was wrong.
+// argument's position and what was wrong; format may use %w.
 func ArgError(fn string, i int, format string, a ...any) error {
-	return fmt.Errorf("%s: argument %d: %s", fn, i, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%s: argument %d: "+format, append([]any{fn, i}, a...)...)
 }
 
 // Sentinel errors of the registry and modules.

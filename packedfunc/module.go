@@ -23,28 +23,28 @@ type Module interface {
 	Close() error
 }
 
-// Imports is an embeddable, concurrency-safe list of imported modules.
-type Imports struct {
+// ImportList is an embeddable, concurrency-safe list of imported modules.
+type ImportList struct {
 	mu  sync.Mutex
 	mod []Module
 }
 
 // Import appends a module.
-func (im *Imports) Import(m Module) {
+func (im *ImportList) Import(m Module) {
 	im.mu.Lock()
 	im.mod = append(im.mod, m)
 	im.mu.Unlock()
 }
 
 // Imports returns a copy of the list.
-func (im *Imports) Imports() []Module {
+func (im *ImportList) Imports() []Module {
 	im.mu.Lock()
 	defer im.mu.Unlock()
 	return append([]Module(nil), im.mod...)
 }
 
 // Lookup searches the imports for a function.
-func (im *Imports) Lookup(name string) (*Func, error) {
+func (im *ImportList) Lookup(name string) (*Func, error) {
 	for _, m := range im.Imports() {
 		if f, err := m.GetFunction(name); err == nil {
 			return f, nil
