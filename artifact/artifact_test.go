@@ -1,0 +1,113 @@
+package artifact_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+func sample(t *testing.T) *artifact.Artifact {
+	a := artifact.New("cpu", "gcc 12")
+	a.Manifest.Functions = []abi.FuncInfo{{Name: "f", Params: []abi.ParamInfo{{Name: "A", Kind: abi.ParamTensor, DType: "float32", Shape: []abi.Dim{{Name: "n"}, {Value: 4}}}}}}
+	check.NoError(t, a.Add(artifact.HostLib, []byte("\x7fELF fake")))
+	check.NoError(t, a.Add("device/k.ptx", []byte(".version 8.0")))
+	return a
+}
+
+func TestRoundTrip(t *testing.T) {
+	a := sample(t)
+	p := filepath.Join(t.TempDir(), "out.kiln")
+	check.NoError(t, a.Save(p))
+	b, err := artifact.Load(p)
+	check.NoError(t, err)
+	check.Equal(t, b.Names(), []string{"device/k.ptx", "host.so"})
+	check.Equal(t, b.Files[artifact.HostLib], []byte("\x7fELF fake"))
+	f, ok := b.Function("f")
+	check.True(t, ok)
+	check.Equal(t, f.Params[0].Shape, []abi.Dim{{Name: "n"}, {Value: 4}})
+	paths, err := b.Extract(t.TempDir())
+	check.NoError(t, err)
+	got, err := os.ReadFile(paths["device/k.ptx"])
+	check.NoError(t, err)
+	check.Equal(t, string(got), ".version 8.0")
+}
+
+func TestBadNames(t *testing.T) {
+	a := artifact.New("cpu", "")
+	for _, n := range []string{"", "../x", "/etc/x", "a/../../b", "manifest.json", `a\b`} {
+		check.Error(t, a.Add(n, nil), "not a clean relative name")
+	}
+}
+
+// rezip rewrites a zip, letting edit change entries.
+func rezip(t *testing.T, src []byte, edit func(name string, b []byte) []byte) []byte {
+	zr, err := zip.NewReader(bytes.NewReader(src), int64(len(src)))
+	check.NoError(t, err)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		check.NoError(t, err)
+		var b bytes.Buffer
+		_, err = b.ReadFrom(rc)
+		check.NoError(t, err)
+		nb := edit(f.Name, b.Bytes())
+		if nb == nil {
+			continue
+		}
+		w, err := zw.Create(f.Name)
+		check.NoError(t, err)
+		_, err = w.Write(nb)
+		check.NoError(t, err)
+	}
+	check.NoError(t, zw.Close())
+	return buf.Bytes()
+}
+
+func TestCorrupt(t *testing.T) {
+	good, err := sample(t).Bytes()
+	check.NoError(t, err)
+	cases := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"not zip", []byte("hello"), "not a .kiln file"},
+		{"tampered", rezip(t, good, func(n string, b []byte) []byte {
+			if n == artifact.HostLib {
+				return []byte("evil")
+			}
+			return b
+		}), `entry "host.so" has sha256`},
+		{"missing entry", rezip(t, good, func(n string, b []byte) []byte {
+			if n == "device/k.ptx" {
+				return nil
+			}
+			return b
+		}), `lists "device/k.ptx"`},
+		{"no manifest", rezip(t, good, func(n string, b []byte) []byte {
+			if n == artifact.ManifestName {
+				return nil
+			}
+			return b
+		}), "no manifest.json"},
+		{"bad version", rezip(t, good, func(n string, b []byte) []byte {
+			if n == artifact.ManifestName {
+				return bytes.Replace(b, []byte(`"format_version": 1`), []byte(`"format_version": 9`), 1)
+			}
+			return b
+		}), "format version 9"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := artifact.Read(bytes.NewReader(tc.data), int64(len(tc.data)))
+			check.Error(t, err, tc.want)
+		})
+	}
+}
