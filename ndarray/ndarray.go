@@ -29,6 +29,8 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -78,6 +80,16 @@ type NDArray struct {
 
 type dlBox struct{ p *C.DLTensor }
 
+// byteSize is the storage an array of shape and dtype needs, or an error
+// when that does not fit in an int64.
+func byteSize(shape Shape, dtype DType) (int64, error) {
+	n, sz := shape.NumElements(), int64(dtype.Size())
+	if sz > 0 && n > math.MaxInt64/sz {
+		return 0, fmt.Errorf("shape %s of %s needs more than %d bytes", shape, dtype, int64(math.MaxInt64))
+	}
+	return n * sz, nil
+}
+
 func freeDL(b dlBox) { C.free(unsafe.Pointer(b.p)) }
 
 // Empty allocates an uninitialized array on dev in the default memory scope.
@@ -97,7 +109,10 @@ func EmptyScoped(shape Shape, dtype DType, dev devices.Device, scope string) (*N
 	if err != nil {
 		return nil, err
 	}
-	nbytes := shape.NumElements() * int64(dtype.Size())
+	nbytes, err := byteSize(shape, dtype)
+	if err != nil {
+		return nil, err
+	}
 	ptr, err := api.Alloc(dev, max(nbytes, 1), Alignment, scope)
 	if err != nil {
 		return nil, fmt.Errorf("allocate %s %s on %s: %w", shape, dtype, dev, err)
@@ -258,8 +273,14 @@ func (a *NDArray) View(shape Shape, dtype DType) (*NDArray, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	need := shape.NumElements() * int64(dtype.Size())
-	if a.offset+need > a.st.a.nbytes {
+	if !dtype.valid() || dtype.Lanes == 0 {
+		return nil, fmt.Errorf("view: %w %s", ErrBadDType, dtype)
+	}
+	need, err := byteSize(shape, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if need > a.st.a.nbytes-a.offset {
 		return nil, fmt.Errorf("view %s %s needs %d bytes, storage has %d from offset %d", shape, dtype, need, a.st.a.nbytes-a.offset, a.offset)
 	}
 	return newView(a.st, shape, dtype, nil, a.offset)
@@ -281,18 +302,25 @@ func (a *NDArray) StridedView(shape Shape, dtype DType, strides []int64, byteOff
 	if byteOffset < 0 {
 		return nil, fmt.Errorf("strided view: negative byte offset %d", byteOffset)
 	}
-	lo, hi := int64(0), int64(0)
+	if !dtype.valid() || dtype.Lanes == 0 {
+		return nil, fmt.Errorf("strided view: %w %s", ErrBadDType, dtype)
+	}
 	if shape.NumElements() > 0 {
+		// Work in big integers: hostile strides must not wrap around.
+		lo, hi := new(big.Int), new(big.Int)
 		for i, s := range strides {
-			ext := (shape[i] - 1) * s
-			if ext < 0 {
-				lo += ext
+			ext := new(big.Int).Mul(big.NewInt(shape[i]-1), big.NewInt(s))
+			if ext.Sign() < 0 {
+				lo.Add(lo, ext)
 			} else {
-				hi += ext
+				hi.Add(hi, ext)
 			}
 		}
-		es := int64(dtype.Size())
-		if byteOffset+lo*es < 0 || byteOffset+(hi+1)*es > a.st.a.nbytes {
+		es := big.NewInt(int64(dtype.Size()))
+		off := big.NewInt(byteOffset)
+		first := new(big.Int).Add(off, new(big.Int).Mul(lo, es))
+		end := new(big.Int).Add(off, new(big.Int).Mul(new(big.Int).Add(hi, big.NewInt(1)), es))
+		if first.Sign() < 0 || end.Cmp(big.NewInt(a.st.a.nbytes)) > 0 {
 			return nil, fmt.Errorf("strided view: shape %s strides %v at offset %d reaches outside %d bytes of storage", shape, strides, byteOffset, a.st.a.nbytes)
 		}
 	}

@@ -2,6 +2,7 @@ package ndarray
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -32,7 +33,7 @@ func (s Shape) Equal(o Shape) bool {
 }
 
 // Clone returns a copy that does not share storage.
-func (s Shape) Clone() Shape { return append(Shape(nil), s...) }
+func (s Shape) Clone() Shape { return slices.Clone(s) }
 
 // String prints the shape as (2, 3).
 func (s Shape) String() string {
