@@ -1,0 +1,119 @@
+package ir
+
+import (
+	"fmt"
+	"slices"
+)
+
+// OpCallExtern is the Op of a Call to an external function: Args[0] is a
+// StringImm naming it, the rest are its arguments.
+const OpCallExtern = "call_extern"
+
+// OpIfThenElse is the Op of the lazy conditional call if_then_else(cond, t, f):
+// unlike Select only the taken branch is evaluated.
+const OpIfThenElse = "if_then_else"
+
+// Intrinsic describes a built-in math function callable with Call.
+type Intrinsic struct {
+	// Name is the Op string ("exp", "pow"…), also the TVMScript name T.<Name>.
+	Name string
+	// Arity is the number of arguments.
+	Arity int
+	// FloatOnly reports that the arguments must be floats.
+	FloatOnly bool
+}
+
+// Intrinsics lists the built-in functions by name.
+var Intrinsics = map[string]Intrinsic{}
+
+func init() {
+	for _, n := range []string{"exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+		"tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+		"floor", "ceil", "round", "trunc", "nearbyint"} {
+		Intrinsics[n] = Intrinsic{Name: n, Arity: 1, FloatOnly: true}
+	}
+	Intrinsics["fabs"] = Intrinsic{Name: "fabs", Arity: 1}
+	Intrinsics["abs"] = Intrinsic{Name: "abs", Arity: 1}
+	for _, n := range []string{"pow", "atan2", "fmod", "hypot", "copysign"} {
+		Intrinsics[n] = Intrinsic{Name: n, Arity: 2, FloatOnly: true}
+	}
+}
+
+// IntrinsicNames returns the names of Intrinsics, sorted.
+func IntrinsicNames() []string {
+	names := make([]string, 0, len(Intrinsics))
+	for n := range Intrinsics {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// CallIntrin calls intrinsic op on args; the result has the (promoted) type
+// of the arguments. It panics on an unknown op or a wrong argument count
+// (internal misuse); the parser checks both before calling it.
+func CallIntrin(op string, args ...Expr) Expr {
+	in, ok := Intrinsics[op]
+	if !ok {
+		panic(fmt.Sprintf("ir: unknown intrinsic %q", op))
+	}
+	if len(args) != in.Arity {
+		panic(fmt.Sprintf("ir: intrinsic %q takes %d arguments, got %d", op, in.Arity, len(args)))
+	}
+	for _, a := range args {
+		if a == nil {
+			panic(fmt.Sprintf("ir: intrinsic %q with a nil argument", op))
+		}
+	}
+	if len(args) == 2 {
+		args[0], args[1] = Promote(args[0], args[1])
+	}
+	return &Call{Type: args[0].DType(), Op: op, Args: args}
+}
+
+// Exp returns exp(x).
+func Exp(x Expr) Expr { return CallIntrin("exp", x) }
+
+// Log returns log(x).
+func Log(x Expr) Expr { return CallIntrin("log", x) }
+
+// Sqrt returns sqrt(x).
+func Sqrt(x Expr) Expr { return CallIntrin("sqrt", x) }
+
+// Rsqrt returns 1/sqrt(x).
+func Rsqrt(x Expr) Expr { return CallIntrin("rsqrt", x) }
+
+// Tanh returns tanh(x).
+func Tanh(x Expr) Expr { return CallIntrin("tanh", x) }
+
+// Sigmoid returns 1/(1+exp(-x)).
+func Sigmoid(x Expr) Expr { return CallIntrin("sigmoid", x) }
+
+// Erf returns erf(x).
+func Erf(x Expr) Expr { return CallIntrin("erf", x) }
+
+// Pow returns x**y.
+func Pow(x, y Expr) Expr { return CallIntrin("pow", x, y) }
+
+// Fabs returns |x|.
+func Fabs(x Expr) Expr { return CallIntrin("fabs", x) }
+
+// Floor returns floor(x).
+func Floor(x Expr) Expr { return CallIntrin("floor", x) }
+
+// Ceil returns ceil(x).
+func Ceil(x Expr) Expr { return CallIntrin("ceil", x) }
+
+// Round returns x rounded to the nearest integer, halves away from zero.
+func Round(x Expr) Expr { return CallIntrin("round", x) }
+
+// NewCallExtern calls the external function name, returning type t.
+func NewCallExtern(t DType, name string, args ...Expr) *Call {
+	return &Call{Type: t, Op: OpCallExtern, Args: append([]Expr{Str(name)}, args...)}
+}
+
+// NewIfThenElse returns the lazy conditional if_then_else(cond, t, f).
+func NewIfThenElse(cond, t, f Expr) *Call {
+	t, f = Promote(t, f)
+	return &Call{Type: t.DType(), Op: OpIfThenElse, Args: []Expr{toBool(cond), t, f}}
+}
