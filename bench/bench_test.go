@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// headline is the figure each benchmark must report, besides its name.
+var headline = map[string]string{
+	"copy":   "ratio",
+	"callov": "ns_per_call",
+}
+
+// TestQuickJSON runs every registered benchmark in quick mode and checks it
+// prints one JSON object naming itself. It asserts nothing about timings.
+func TestQuickJSON(t *testing.T) {
+	for _, name := range names() {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), []string{name, "--json", "--quick"}, &out, &errOut)
+			check.NoError(t, err, "stderr:", errOut.String())
+			dec := json.NewDecoder(&out)
+			var obj map[string]any
+			check.NoError(t, dec.Decode(&obj), "output:", out.String())
+			check.True(t, !dec.More(), "more than one JSON value in", out.String())
+			check.Equal(t, obj["name"], any(name))
+			key, ok := headline[name]
+			check.True(t, ok, "benchmark", name, "has no headline figure in the test table")
+			v, ok := obj[key].(float64)
+			check.True(t, ok, "field", key, "missing or not a number in", out.String())
+			check.True(t, v > 0, "field", key, "is", v)
+		})
+	}
+}
+
+func TestQuickLine(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"--quick", "copy"}, &out, &errOut)
+	check.NoError(t, err)
+	check.True(t, strings.HasPrefix(out.String(), "copy: "), "line:", out.String())
+	check.Equal(t, strings.Count(out.String(), "\n"), 1)
+}
+
+func TestBadArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"none", nil, "no benchmark named"},
+		{"unknown", []string{"nope"}, `unknown benchmark "nope"`},
+		{"extra", []string{"copy", "more"}, `unexpected argument "more"`},
+		{"bad flag", []string{"copy", "--fast"}, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), tc.args, &out, &errOut)
+			check.Error(t, err, tc.want)
+			check.Equal(t, out.String(), "")
+		})
+	}
+}
