@@ -74,11 +74,21 @@ func (api) Free(dev devices.Device, p devices.Ptr) error {
 	return nil
 }
 
+// largeCopy is the size from which host copies use Go's memmove rather
+// than the C library's memcpy (faster below it).
+const largeCopy = 4 << 20
+
 func (api) Copy(dst devices.Ptr, dstDev devices.Device, src devices.Ptr, srcDev devices.Device, nbytes int64, s devices.Stream) error {
 	if dstDev.Type != devices.CPU || srcDev.Type != devices.CPU {
 		return fmt.Errorf("cpu copy %s -> %s: not a host-to-host copy", srcDev, dstDev)
 	}
-	if nbytes > 0 {
+	switch {
+	case nbytes >= largeCopy:
+		// Go's memmove keeps large copies in regular stores; glibc's memcpy
+		// switches to non-temporal stores past the cache size, which ran at
+		// three quarters of the speed on the machines we measured (bench copy).
+		copy(dst.HostBytes(nbytes), src.HostBytes(nbytes))
+	case nbytes > 0:
 		C.kiln_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(nbytes))
 	}
 	return nil

@@ -17,7 +17,10 @@ import (
 )
 
 // buildSO compiles a C file from testdata into a shared object.
-func buildSO(t *testing.T, name string) string {
+func buildSO(t *testing.T, name string) string { return buildSOB(t, name) }
+
+// buildSOB is buildSO for tests and benchmarks.
+func buildSOB(t testing.TB, name string) string {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
