@@ -43,6 +43,8 @@ Examples:
 		Commands: []*ucli.Command{
 			versionCommand(),
 			devicesCommand(),
+			runCommand(),
+			printCommand(),
 		},
 		Writer:    os.Stdout,
 		ErrWriter: os.Stderr,

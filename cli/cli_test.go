@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"runtime"
 	"strings"
@@ -16,7 +17,7 @@ func runApp(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	app := App()
 	app.Writer, app.ErrWriter = &out, &errOut
-	err = app.Run(append([]string{"kiln"}, args...))
+	err = Run(context.Background(), app, append([]string{"kiln"}, args...))
 	return out.String(), errOut.String(), err
 }
 

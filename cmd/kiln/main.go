@@ -14,7 +14,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := cli.App().RunContext(ctx, os.Args)
+	err := cli.Run(ctx, cli.App(), os.Args)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kiln: %v\n", err)

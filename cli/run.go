@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+)
+
+func runCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "run",
+		Usage:     "run one function of a .kiln artifact on .npy inputs",
+		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--output DIR]",
+		Description: `Loads the artifact on this machine's CPU, reads each --input from a .npy file
+and passes it as the parameter of that name, passes each --arg as a scalar
+parameter, allocates every other tensor parameter (its shape from the
+function's signature, symbolic dimensions taken from the inputs) zero-filled,
+calls the function once, and writes every parameter that was not an input to
+DIR/NAME.npy.
+
+Examples:
+   kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --output out/
+   kiln run scale.kiln --func scale --input X=x.npy --arg alpha=0.5 --output out/`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "func", Usage: "the function to call (may be left out when the artifact has one)"},
+			&ucli.StringSliceFlag{Name: "input", Usage: "NAME=FILE.npy: a tensor argument (repeatable)"},
+			&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
+			&ucli.StringFlag{Name: "output", Value: ".", Usage: "directory for the outputs (created if missing)"},
+		},
+		OnUsageError: usageError,
+		Action:       runRun,
+	}
+}
+
+func runRun(c *ucli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("run: want one artifact file, got %d arguments (see \"kiln run --help\")", c.NArg())
+	}
+	path := c.Args().First()
+	a, err := artifact.Load(path)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	fi, err := pickFunction(a, c.String("func"))
+	if err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	call, err := prepareCall(fi, c.StringSlice("input"), c.StringSlice("arg"))
+	if err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	tmp, err := os.MkdirTemp("", "kiln-run-")
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	mod, err := cpu.LoadArtifact(a, tmp)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	defer mod.Close()
+	f, err := mod.GetFunction(fi.Name)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	if _, err := f.Call(call.args...); err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	return writeOutputs(c, c.String("output"), call)
+}
+
+// pickFunction finds the function to call: the one named, or the only one.
+func pickFunction(a *artifact.Artifact, name string) (abi.FuncInfo, error) {
+	var names []string
+	for _, f := range a.Manifest.Functions {
+		names = append(names, f.Name)
+	}
+	if name == "" {
+		if len(names) == 1 {
+			return a.Manifest.Functions[0], nil
+		}
+		return abi.FuncInfo{}, fmt.Errorf("name the function with --func (the artifact has %s)", strings.Join(names, ", "))
+	}
+	fi, ok := a.Function(name)
+	if !ok {
+		return abi.FuncInfo{}, fmt.Errorf("no function %q in the artifact (it has %s)", name, strings.Join(names, ", "))
+	}
+	return fi, nil
+}
+
+// preparedCall is a call's arguments, in parameter order, and which tensor
+// parameters are outputs (not given as inputs).
+type preparedCall struct {
+	fn      abi.FuncInfo
+	args    []packedfunc.Value
+	arrays  map[string]*ndarray.NDArray
+	outputs []string
+}
+
+// prepareCall reads the inputs, binds shapes and allocates the rest.
+func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, error) {
+	arrays := map[string]*ndarray.NDArray{}
+	shapes := map[string][]int64{}
+	for _, in := range inputs {
+		name, file, ok := strings.Cut(in, "=")
+		if !ok || name == "" || file == "" {
+			return nil, fmt.Errorf("--input %q: want NAME=FILE.npy", in)
+		}
+		if _, dup := arrays[name]; dup {
+			return nil, fmt.Errorf("--input %q: %s given twice", in, name)
+		}
+		arr, err := ndarray.LoadNPY(file)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", name, err)
+		}
+		arrays[name], shapes[name] = arr, arr.Shape()
+	}
+	ints, floats := map[string]int64{}, map[string]float64{}
+	kinds := map[string]string{}
+	for _, p := range fi.Params {
+		kinds[p.Name] = p.Kind
+	}
+	for _, s := range scalars {
+		name, val, ok := strings.Cut(s, "=")
+		if !ok || name == "" || val == "" {
+			return nil, fmt.Errorf("--arg %q: want NAME=VALUE", s)
+		}
+		switch kinds[name] {
+		case abi.ParamInt:
+			n, err := strconv.ParseInt(val, 0, 64)
+			if err != nil {
+				return nil, fmt.Errorf("--arg %s: %q is not an integer", name, val)
+			}
+			ints[name] = n
+		case abi.ParamFloat:
+			x, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return nil, fmt.Errorf("--arg %s: %q is not a number", name, val)
+			}
+			floats[name] = x
+		case "":
+			return nil, fmt.Errorf("--arg %s: %s has no parameter of that name", name, fi.Name)
+		default:
+			return nil, fmt.Errorf("--arg %s: parameter %s is a %s; pass tensors with --input", name, name, kinds[name])
+		}
+	}
+	all, err := fi.Bind(shapes, ints)
+	if err != nil {
+		return nil, err
+	}
+	call := &preparedCall{fn: fi, arrays: arrays}
+	for _, p := range fi.Params {
+		switch p.Kind {
+		case abi.ParamTensor:
+			arr, given := arrays[p.Name]
+			if given {
+				if p.DType != "" && arr.DType().String() != p.DType {
+					return nil, fmt.Errorf("input %s: dtype %s, %s wants %s", p.Name, arr.DType(), fi.Name, p.DType)
+				}
+			} else {
+				if p.DType == "" {
+					return nil, fmt.Errorf("parameter %s has no declared dtype; give it with --input", p.Name)
+				}
+				dt, err := ndarray.ParseDType(p.DType)
+				if err != nil {
+					return nil, fmt.Errorf("parameter %s: %w", p.Name, err)
+				}
+				arr, err = ndarray.Zeros(all[p.Name], dt, devices.CPUDevice)
+				if err != nil {
+					return nil, fmt.Errorf("allocate %s: %w", p.Name, err)
+				}
+				arrays[p.Name] = arr
+				call.outputs = append(call.outputs, p.Name)
+			}
+			call.args = append(call.args, packedfunc.Array(arr))
+		case abi.ParamInt:
+			n, ok := ints[p.Name]
+			if !ok {
+				return nil, fmt.Errorf("parameter %s (int) not given: pass --arg %s=VALUE", p.Name, p.Name)
+			}
+			call.args = append(call.args, packedfunc.Int(n))
+		case abi.ParamFloat:
+			x, ok := floats[p.Name]
+			if !ok {
+				return nil, fmt.Errorf("parameter %s (float) not given: pass --arg %s=VALUE", p.Name, p.Name)
+			}
+			call.args = append(call.args, packedfunc.Float(x))
+		default:
+			call.args = append(call.args, packedfunc.Nil)
+		}
+	}
+	return call, nil
+}
+
+// writeOutputs saves every output array as DIR/NAME.npy and lists them.
+func writeOutputs(c *ucli.Context, dir string, call *preparedCall) error {
+	if len(call.outputs) == 0 {
+		fmt.Fprintf(c.App.Writer, "%s: no outputs (every tensor parameter was an input)\n", call.fn.Name)
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "OUTPUT\tDTYPE\tSHAPE\tFILE")
+	var errs []error
+	for _, name := range slices.Sorted(slices.Values(call.outputs)) {
+		arr := call.arrays[name]
+		p := filepath.Join(dir, name+".npy")
+		if err := ndarray.SaveNPY(p, arr); err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", name, err))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, arr.DType(), arr.Shape(), p)
+	}
+	tw.Flush()
+	return errors.Join(errs...)
+}
