@@ -72,12 +72,12 @@ const maxStackArgs = 16
 // Module is a loaded CPU shared object.
 type Module struct {
 	packedfunc.ImportList
-	path     string
-	handle   unsafe.Pointer
-	lastErr  unsafe.Pointer
-	meta     *abi.Metadata
-	funcs    map[string]*packedfunc.Func
-	closed   atomic.Bool
+	path    string
+	handle  unsafe.Pointer
+	lastErr unsafe.Pointer
+	meta    *abi.Metadata
+	funcs   map[string]*packedfunc.Func
+	closed  atomic.Bool
 }
 
 // Load opens a shared object that follows the kernel ABI, reads its
@@ -184,7 +184,7 @@ func (m *Module) Close() error {
 // callPlan is the precomputed argument check of one function.
 type callPlan struct {
 	info  abi.FuncInfo
-	kinds []paramKind // per param, for the hot path
+	kinds []paramKind     // per param, for the hot path
 	dtype []ndarray.DType // per tensor param
 	syms  []string        // symbolic dimension names, indexed by symIdx
 	dims  [][]dimCheck    // per param
