@@ -104,7 +104,7 @@ func Floor(x Expr) Expr { return CallIntrin("floor", x) }
 // Ceil returns ceil(x).
 func Ceil(x Expr) Expr { return CallIntrin("ceil", x) }
 
-// Round returns x rounded to the nearest integer, halves away from zero.
+// Round returns x rounded to the nearest integer, halves to even (C nearbyint).
 func Round(x Expr) Expr { return CallIntrin("round", x) }
 
 // NewCallExtern calls the external function name, returning type t.
