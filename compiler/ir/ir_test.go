@@ -220,3 +220,12 @@ func TestModuleOrder(t *testing.T) {
 	check.True(t, m2.GlobalVar("a") == m.GlobalVar("a"), "replacing keeps the GlobalVar")
 	check.True(t, m2.GlobalVar("b") == nil)
 }
+
+func TestRewriteFirstOfSeq(t *testing.T) {
+	x := ir.NewVar("x", ir.Int32)
+	b := ir.NewBuffer("A", ir.Int32, []ir.Expr{ir.I32(2)}, "")
+	s := ir.Seq(b.Store(x, ir.I32(0)), b.Store(ir.I32(1), ir.I32(1)))
+	got := ir.Substitute(s, map[*ir.Var]ir.Expr{x: ir.I32(7)})
+	first := got.(*ir.SeqStmt).Seq[0].(*ir.BufferStore)
+	check.Equal(t, first.Value.String(), "7")
+}

@@ -347,7 +347,8 @@ func (w *rewrite) stmt(s Stmt) Stmt {
 		for i, c := range n.Seq {
 			nc := w.stmt(c)
 			if nc != c && seq == nil {
-				seq = append([]Stmt(nil), n.Seq[:i]...)
+				seq = make([]Stmt, i, len(n.Seq))
+				copy(seq, n.Seq[:i])
 			}
 			if seq != nil {
 				seq = append(seq, nc)

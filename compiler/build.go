@@ -1,0 +1,243 @@
+// Package compiler owns Build: it lowers an IRModule's PrimFuncs
+// (compiler/transform), prints them as C (compiler/codegen/c), compiles
+// the C with the system compiler (compiler/toolchain) into host.so and
+// packs a .kiln artifact (package artifact), with a build cache keyed by
+// the IR's structural hash, the target, the toolchain's identity and the
+// flags.
+//
+// Sub-packages hold the phases: ir, script, te, schedule, transform,
+// arith, interp, codegen/c, toolchain. This package must not import
+// devices, packedfunc or cli: it produces artifacts, it does not run them.
+package compiler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/compiler/codegen/c"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/toolchain"
+	"github.com/kiln-ml/kiln/compiler/transform"
+)
+
+// codegenVersion changes whenever generated code changes for the same IR,
+// so cached builds of older generators are not reused.
+const codegenVersion = "kiln-c-1"
+
+// SourceName is the name of the generated C file (in KeepSource).
+const SourceName = "host.c"
+
+// BuildOptions control Build.
+type BuildOptions struct {
+	// CC is the C compiler; "" means $CC, then cc (TRIPLE-gcc when the
+	// target has a triple).
+	CC string
+	// CFlags replace the target's default flags (-O3 -march=native, or
+	// -O3 -march=MCPU, or -O3 when cross-compiling).
+	CFlags []string
+	// KeepSource, when not empty, is a directory that receives the
+	// generated C source and kiln_abi.h.
+	KeepSource string
+	// DumpIR names passes after which the IR is printed to Dump ("all"
+	// for every pass); see transform.ParseDumpIR.
+	DumpIR []string
+	// Dump receives IR dumps; nil means os.Stderr when DumpIR is set.
+	Dump io.Writer
+	// Cache stores built artifacts; nil means toolchain.DefaultCache()
+	// unless NoCache is set.
+	Cache *toolchain.Cache
+	// NoCache disables the build cache.
+	NoCache bool
+	// VerifyIR runs ir.Verify before lowering and after every pass.
+	VerifyIR bool
+}
+
+// Result is a build's artifact and how it was made.
+type Result struct {
+	Artifact *artifact.Artifact
+	// Cached reports that the artifact came from the build cache.
+	Cached bool
+	// Source is the generated C ("" when Cached).
+	Source string
+	// Lower is the time spent lowering and generating C; Compile the
+	// time in the C compiler (both zero when Cached).
+	Lower, Compile time.Duration
+	// Key is the build cache key.
+	Key string
+}
+
+// Build compiles every PrimFunc of mod for target into a .kiln artifact.
+// A C compiler failure returns an error wrapping *toolchain.CompileError
+// (its stderr with the generated source line).
+func Build(ctx context.Context, mod *ir.IRModule, target Target, opts BuildOptions) (*artifact.Artifact, error) {
+	r, err := BuildWithResult(ctx, mod, target, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.Artifact, nil
+}
+
+// BuildWithResult is Build, also reporting whether the build cache
+// answered and how long the phases took.
+func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts BuildOptions) (*Result, error) {
+	if mod == nil {
+		return nil, errors.New("build: nil module")
+	}
+	if target.Kind == "" {
+		target.Kind = "cpu"
+	}
+	if target.Kind != "cpu" {
+		return nil, fmt.Errorf("build: target %q is not supported (want cpu)", target)
+	}
+	n := 0
+	for range mod.PrimFuncs() {
+		n++
+	}
+	if n == 0 {
+		return nil, errors.New("build: the module has no PrimFuncs")
+	}
+	if opts.DumpIR != nil {
+		for _, p := range opts.DumpIR {
+			if p != "all" && !contains(transform.PassNames(), p) {
+				return nil, fmt.Errorf("build: --dump-ir: unknown pass %q (passes: %s)", p, strings.Join(transform.PassNames(), ", "))
+			}
+		}
+	}
+	flags := opts.CFlags
+	if flags == nil {
+		flags = target.cflags()
+	}
+	tc, err := findToolchain(ctx, toolchain.Options{CC: opts.CC, Flags: flags, Triple: target.Triple})
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	cache := opts.Cache
+	if cache == nil && !opts.NoCache {
+		if cache, err = toolchain.DefaultCache(); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
+	if opts.NoCache {
+		cache = nil
+	}
+	key := cacheKey(mod, target, tc)
+	res := &Result{Key: key}
+	if cache != nil && len(opts.DumpIR) == 0 && opts.KeepSource == "" {
+		if data, ok := cache.Get(key); ok {
+			if a, err := artifact.Read(bytes.NewReader(data), int64(len(data))); err == nil {
+				res.Artifact, res.Cached = a, true
+				return res, nil
+			}
+		}
+	}
+
+	start := time.Now()
+	if opts.VerifyIR {
+		if err := ir.VerifyModule(mod); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
+	dump := opts.Dump
+	if dump == nil && len(opts.DumpIR) > 0 {
+		dump = os.Stderr
+	}
+	lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	src, meta, err := c.Generate(onlyPrimFuncs(lowered), c.Options{Target: target.String()})
+	if err != nil {
+		return nil, fmt.Errorf("build: codegen: %w", err)
+	}
+	res.Source = src
+	res.Lower = time.Since(start)
+
+	start = time.Now()
+	dir, err := os.MkdirTemp("", "kiln-build-")
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	so := filepath.Join(dir, artifact.HostLib)
+	if err := tc.BuildShared(ctx, []toolchain.Source{{Name: SourceName, Text: src}}, so, opts.KeepSource); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	res.Compile = time.Since(start)
+	lib, err := os.ReadFile(so)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	a := artifact.New(target.String(), tc.Identity())
+	if err := a.Add(artifact.HostLib, lib); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	a.Manifest.Functions = meta.Functions
+	res.Artifact = a
+	if cache != nil {
+		data, err := a.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		if err := cache.Put(key, data); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyPrimFuncs drops graph-level functions, which the C generator does
+// not print.
+func onlyPrimFuncs(m *ir.IRModule) *ir.IRModule {
+	out := ir.NewIRModule()
+	for name, f := range m.PrimFuncs() {
+		out = out.With(name, f)
+	}
+	return out
+}
+
+// cacheKey hashes what decides the output: the generator's version, the
+// target, the toolchain (compiler, version, flags, OpenMP) and each
+// PrimFunc's name, structural hash and text.
+func cacheKey(mod *ir.IRModule, target Target, tc *toolchain.Toolchain) string {
+	parts := []string{codegenVersion, target.String(), tc.Identity(), tc.CC, strconv.FormatBool(tc.OpenMP)}
+	for name, f := range mod.PrimFuncs() {
+		parts = append(parts, name, strconv.FormatUint(ir.StructuralHash(f), 16), script.Print(f))
+	}
+	return toolchain.Key(parts...)
+}
+
+var toolchains sync.Map // key string → *toolchain.Toolchain
+
+// findToolchain finds a toolchain once per process and options.
+func findToolchain(ctx context.Context, o toolchain.Options) (*toolchain.Toolchain, error) {
+	key := o.CC + "\x00" + o.Triple + "\x00" + strings.Join(o.Flags, "\x00") + "\x00" + os.Getenv("CC")
+	if tc, ok := toolchains.Load(key); ok {
+		return tc.(*toolchain.Toolchain), nil
+	}
+	tc, err := toolchain.Find(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	toolchains.Store(key, tc)
+	return tc, nil
+}

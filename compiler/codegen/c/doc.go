@@ -1,0 +1,24 @@
+// Package c owns kiln's C code generator: it prints lowered PrimFuncs (the
+// output of compiler/transform, with the packed API) as one C source file
+// for the kernel ABI of abi/kiln_abi.h. Each function becomes an exported
+// packed function; the file also defines kiln_last_error() and
+// kiln_module_metadata() (the abi.Metadata JSON).
+//
+// Parallel loops become OpenMP `#pragma omp parallel for` loops. Vector
+// expressions (Ramp and Broadcast from the vectorize pass) use GCC vector
+// types (`typedef float float32x16 __attribute__((vector_size(64)))`),
+// with unaligned loads and stores through __builtin_memcpy, so a
+// register-blocked micro-kernel keeps its accumulators in vector
+// registers. Unrolled loops that the unroll pass left in place get
+// `#pragma GCC unroll`. Buffer pointers are `restrict` when the function
+// has tir.noalias. Math intrinsics map to libm (expf, …); T.round is
+// nearbyint, as the reference interpreter computes it.
+//
+// The printer is one Renderer parameterised by a Dialect: C is the
+// default dialect, and a CUDA generator overrides a few hooks (prelude,
+// signature, loop headers, intrinsics) instead of copying the renderer.
+//
+// c is pure text generation: it imports compiler/ir, compiler/transform
+// (for the packed API's attribute names) and abi, and must not import the
+// toolchain, devices or artifacts.
+package c

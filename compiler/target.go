@@ -1,0 +1,88 @@
+package compiler
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Target is what Build compiles for. Only "cpu" (the host, or a CPU named
+// by -mcpu, or a cross-compilation triple) is supported; "cuda" is
+// reserved.
+type Target struct {
+	// Kind is "cpu".
+	Kind string
+	// MCPU is the CPU to tune for (-march for GCC); "" means the host
+	// (-march=native) unless a triple is set.
+	MCPU string
+	// Triple is the target triple for cross-compilation; "" is the host.
+	Triple string
+}
+
+// ParseTarget parses a target string: a kind ("cpu"; "llvm" and "c" are
+// accepted as aliases) followed by options "-mcpu=NAME" and
+// "-mtriple=TRIPLE", e.g. "cpu -mcpu=znver4".
+func ParseTarget(s string) (Target, error) {
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return Target{}, fmt.Errorf("target %q: empty (want cpu)", s)
+	}
+	var t Target
+	switch fields[0] {
+	case "cpu", "llvm", "c":
+		t.Kind = "cpu"
+	case "cuda", "nvptx":
+		return Target{}, fmt.Errorf("target %q: CUDA is not supported by this build yet (use cpu)", s)
+	default:
+		return Target{}, fmt.Errorf("target %q: unknown kind %q (want cpu)", s, fields[0])
+	}
+	for _, f := range fields[1:] {
+		key, val, ok := strings.Cut(f, "=")
+		if !ok || val == "" {
+			return Target{}, fmt.Errorf("target %q: option %q: want -mcpu=NAME or -mtriple=TRIPLE", s, f)
+		}
+		switch key {
+		case "-mcpu":
+			t.MCPU = val
+		case "-mtriple":
+			t.Triple = val
+		default:
+			return Target{}, fmt.Errorf("target %q: unknown option %q (want -mcpu or -mtriple)", s, key)
+		}
+	}
+	return t, nil
+}
+
+// MustParseTarget is ParseTarget for constants; it panics on error.
+func MustParseTarget(s string) Target {
+	t, err := ParseTarget(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// String is the canonical form ParseTarget reads.
+func (t Target) String() string {
+	s := t.Kind
+	if s == "" {
+		s = "cpu"
+	}
+	if t.MCPU != "" {
+		s += " -mcpu=" + t.MCPU
+	}
+	if t.Triple != "" {
+		s += " -mtriple=" + t.Triple
+	}
+	return s
+}
+
+// cflags are the default C compiler flags for the target.
+func (t Target) cflags() []string {
+	switch {
+	case t.MCPU != "":
+		return []string{"-O3", "-march=" + t.MCPU}
+	case t.Triple != "":
+		return []string{"-O3"}
+	}
+	return []string{"-O3", "-march=native"}
+}

@@ -1,0 +1,230 @@
+package transform
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+)
+
+// maxVectorBytes bounds the size of one vector value the C code generator
+// is asked to handle (GCC splits wide generic vectors into native ones).
+const maxVectorBytes = 512
+
+// Vectorize replaces each vectorized loop of constant extent L by its body
+// computed on L-lane vectors: the loop variable becomes Ramp(min, 1, L),
+// loop-invariant operands are broadcast, and loads and stores indexed by a
+// ramp become vector loads and stores. The code generators print such
+// expressions with explicit vector types.
+//
+// A loop whose body is not a sequence of stores built from arithmetic,
+// min/max, casts and loads, or whose lane count is not a power of two or
+// makes vectors wider than 512 bytes, or whose stores would need a
+// gather of computed indices, stays a serial loop (the C compiler may
+// still vectorize it). A vectorized loop whose extent is not a constant is
+// an error naming the loop.
+func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
+	var err error
+	r := &ir.Rewriter{Stmt: func(s ir.Stmt) ir.Stmt {
+		fr, ok := s.(*ir.For)
+		if !ok || fr.Kind != ir.ForVectorized {
+			return s
+		}
+		ext, ok := ir.IsConstInt(foldExpr(fr.Extent))
+		if !ok {
+			if err == nil {
+				err = fmt.Errorf("vectorized loop %q has extent %s, which is not a constant", fr.Var.Name, fr.Extent)
+			}
+			return s
+		}
+		switch {
+		case ext <= 0:
+			return &ir.SeqStmt{}
+		case ext == 1:
+			return substitute(fr.Body, map[*ir.Var]ir.Expr{fr.Var: fr.Min})
+		}
+		if out, ok := vectorizeLoop(fr, int(ext)); ok {
+			return out
+		}
+		c := *fr
+		c.Kind = ir.ForSerial
+		return &c
+	}}
+	g := f.WithBody(seqSafe(r).RewriteStmt(f.Body))
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+type vectorizer struct {
+	v     *ir.Var
+	ramp  *ir.Ramp
+	lanes int
+}
+
+func vectorizeLoop(fr *ir.For, lanes int) (ir.Stmt, bool) {
+	if lanes&(lanes-1) != 0 {
+		return nil, false
+	}
+	vz := &vectorizer{v: fr.Var, lanes: lanes,
+		ramp: &ir.Ramp{Base: fr.Min, Stride: ir.NewIntImm(fr.Var.Type, 1), Lanes: lanes}}
+	out, ok := vz.stmt(fr.Body)
+	if !ok {
+		return nil, false
+	}
+	fits := true
+	ir.Visit(out, func(n ir.Node) bool {
+		if e, ok := n.(ir.Expr); ok {
+			t := e.DType()
+			if t.Lanes > 1 && int(t.Lanes)*int(t.Bits)/8 > maxVectorBytes {
+				fits = false
+			}
+		}
+		return fits
+	})
+	return out, fits
+}
+
+func (vz *vectorizer) stmt(s ir.Stmt) (ir.Stmt, bool) {
+	switch s := s.(type) {
+	case *ir.SeqStmt:
+		out := make([]ir.Stmt, len(s.Seq))
+		for i, c := range s.Seq {
+			var ok bool
+			if out[i], ok = vz.stmt(c); !ok {
+				return nil, false
+			}
+		}
+		return &ir.SeqStmt{Seq: out}, true
+	case *ir.IfThenElse:
+		// A condition that does not depend on the loop variable stays a
+		// scalar if around vectorized branches.
+		if c, ok := vz.expr(s.Cond); !ok || c.DType().Lanes != 1 {
+			return nil, false
+		}
+		then, ok := vz.stmt(s.Then)
+		if !ok {
+			return nil, false
+		}
+		var els ir.Stmt
+		if s.Else != nil {
+			if els, ok = vz.stmt(s.Else); !ok {
+				return nil, false
+			}
+		}
+		return &ir.IfThenElse{Cond: s.Cond, Then: then, Else: els}, true
+	case *ir.BufferStore:
+		if len(s.Indices) != 1 {
+			return nil, false
+		}
+		idx, ok := vz.expr(s.Indices[0])
+		if !ok {
+			return nil, false
+		}
+		val, ok := vz.expr(s.Value)
+		if !ok {
+			return nil, false
+		}
+		il, vl := idx.DType().Lanes, val.DType().Lanes
+		switch {
+		case il == 1 && vl == 1:
+			return s, true // loop invariant
+		case il == 1:
+			return nil, false // every lane stores to one place: a reduction
+		}
+		if _, ok := idx.(*ir.Ramp); !ok {
+			return nil, false
+		}
+		if vl == 1 {
+			val = &ir.Broadcast{Value: val, Lanes: vz.lanes}
+		}
+		if val.DType().Lanes != idx.DType().Lanes {
+			return nil, false
+		}
+		return &ir.BufferStore{Buffer: s.Buffer, Value: val, Indices: []ir.Expr{idx}}, true
+	}
+	return nil, false
+}
+
+// expr returns e computed on vectors (or e itself when it does not depend
+// on the loop variable), or false when it cannot be vectorized.
+func (vz *vectorizer) expr(e ir.Expr) (ir.Expr, bool) {
+	switch e := e.(type) {
+	case *ir.Var:
+		if e == vz.v {
+			return vz.ramp, true
+		}
+		return e, true
+	case *ir.IntImm, *ir.FloatImm, *ir.StringImm:
+		return e, true
+	case *ir.Binary:
+		a, ok := vz.expr(e.A)
+		if !ok {
+			return nil, false
+		}
+		b, ok := vz.expr(e.B)
+		if !ok {
+			return nil, false
+		}
+		if a == e.A && b == e.B {
+			return e, true
+		}
+		out := binary(e.Op, a, b)
+		if out.DType().Lanes > 1 {
+			if bin, ok := out.(*ir.Binary); ok && !vectorOpOK(bin.Op, bin.A.DType()) {
+				return nil, false
+			}
+		}
+		return out, true
+	case *ir.Cast:
+		v, ok := vz.expr(e.Value)
+		if !ok {
+			return nil, false
+		}
+		if v == e.Value {
+			return e, true
+		}
+		if b, ok := v.(*ir.Broadcast); ok {
+			return &ir.Broadcast{Value: foldNode(&ir.Cast{Type: e.Type, Value: b.Value}), Lanes: b.Lanes}, true
+		}
+		return &ir.Cast{Type: e.Type.WithLanes(int(v.DType().Lanes)), Value: v}, true
+	case *ir.BufferLoad:
+		if len(e.Indices) != 1 {
+			return nil, false
+		}
+		idx, ok := vz.expr(e.Indices[0])
+		if !ok {
+			return nil, false
+		}
+		if idx == e.Indices[0] {
+			return e, true
+		}
+		if idx.DType().Lanes > 1 {
+			if _, ok := idx.(*ir.Ramp); !ok {
+				return nil, false
+			}
+		}
+		return &ir.BufferLoad{Buffer: e.Buffer, Indices: []ir.Expr{idx}}, true
+	}
+	// Anything else vectorizes only when it does not use the loop variable.
+	uses := false
+	ir.Visit(e, func(n ir.Node) bool {
+		if v, ok := n.(*ir.Var); ok && v == vz.v {
+			uses = true
+		}
+		return !uses
+	})
+	return e, !uses
+}
+
+// vectorOpOK reports the operations the code generators support on vectors
+// of type t.
+func vectorOpOK(op ir.BinaryOp, t ir.DType) bool {
+	switch op {
+	case ir.OpAdd, ir.OpSub, ir.OpMul, ir.OpMin, ir.OpMax:
+		return t.IsInt() || t.IsFloat()
+	case ir.OpDiv:
+		return t.IsFloat()
+	}
+	return false
+}
