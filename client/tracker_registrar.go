@@ -1,0 +1,316 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Registrar keeps a device daemon or compiler node registered with a
+// tracker: it dials, registers, sends heartbeats, registers again when the
+// tracker answers a heartbeat with not_found (it restarted) and redials
+// with backoff when the connection drops. Run drives it until its context
+// ends. The methods a daemon or compiler node needs (VerifyLease, Report,
+// TakeJob, …) run on its current connection.
+type Registrar struct {
+	// OnHealthCheck, when set, runs when the tracker asks a quarantined
+	// device for a health check; its result is reported. Set it before Run.
+	OnHealthCheck func(ctx context.Context) error
+
+	addr string
+	opts TrackerOptions
+	role proto.Role
+	log  *slog.Logger
+
+	mu          sync.Mutex
+	args        proto.RegisterArgs
+	c           *proto.Client
+	interval    time.Duration
+	activeLease string
+	load        string
+	state       proto.NodeState
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	kick      chan struct{}
+}
+
+// NewRegistrar returns a Registrar for args (Role device or compiler). An
+// empty args.NodeID is chosen by the tracker at the first registration and
+// kept afterwards.
+func NewRegistrar(addr string, opts TrackerOptions, args proto.RegisterArgs) *Registrar {
+	role := proto.RoleDevice
+	if args.Role == proto.NodeCompiler {
+		role = proto.RoleCompiler
+	}
+	return &Registrar{
+		addr: addr, opts: opts, role: role, log: opts.logger().With("tracker", addr),
+		args: args, ready: make(chan struct{}), kick: make(chan struct{}, 1),
+	}
+}
+
+// Ready is closed once the first registration succeeded and the methods
+// below have a connection to use.
+func (r *Registrar) Ready() <-chan struct{} { return r.ready }
+
+// NodeID returns the node's id ("" before the first registration when the
+// tracker chooses it).
+func (r *Registrar) NodeID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.args.NodeID
+}
+
+// State returns the node's state from the last heartbeat reply.
+func (r *Registrar) State() proto.NodeState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// SetActiveLease records the lease of the session the daemon serves ("" when
+// idle) and sends a heartbeat at once, so the tracker learns of it.
+func (r *Registrar) SetActiveLease(id string) {
+	r.mu.Lock()
+	r.activeLease = id
+	r.args.ActiveLease = id
+	r.mu.Unlock()
+	r.Kick()
+}
+
+// SetLoad sets the free-form load text sent with heartbeats.
+func (r *Registrar) SetLoad(load string) {
+	r.mu.Lock()
+	r.load = load
+	r.mu.Unlock()
+}
+
+// Kick sends a heartbeat now.
+func (r *Registrar) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the node registered until ctx ends, then deregisters (best
+// effort) and returns nil. It returns an error only for a registration the
+// tracker refuses outright (a wrong token, bad arguments).
+func (r *Registrar) Run(ctx context.Context) error {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for {
+		registered, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, proto.ErrUnauthorized) || errors.Is(err, proto.ErrBadRequest) || errors.Is(err, proto.ErrVersion) {
+			return fmt.Errorf("tracker registration: %w", err)
+		}
+		if registered {
+			backoff = minBackoff
+		}
+		r.log.Warn("tracker connection lost; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session runs one connection: dial, register, heartbeat until it fails
+// or ctx ends. registered says whether registration got through.
+func (r *Registrar) session(ctx context.Context) (registered bool, err error) {
+	c, err := r.opts.dial(ctx, r.addr, r.role)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	if err := r.register(ctx, c); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	r.c = c
+	r.mu.Unlock()
+	r.readyOnce.Do(func() { close(r.ready) })
+	defer func() {
+		r.mu.Lock()
+		r.c = nil
+		r.mu.Unlock()
+	}()
+	for {
+		r.mu.Lock()
+		interval := r.interval
+		r.mu.Unlock()
+		timer := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			c.Call(dctx, proto.MethodTrackerDeregister, proto.DeregisterArgs{NodeID: r.NodeID()}, nil)
+			cancel()
+			return true, ctx.Err()
+		case <-c.Done():
+			timer.Stop()
+			return true, c.Err()
+		case <-r.kick:
+			timer.Stop()
+		case <-timer.C:
+		}
+		if err := r.heartbeat(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			if !errors.Is(err, proto.ErrNotFound) {
+				return true, err
+			}
+			r.log.Info("tracker forgot this node; registering again", "node", r.NodeID())
+			if err := r.register(ctx, c); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+func (r *Registrar) register(ctx context.Context, c *proto.Client) error {
+	r.mu.Lock()
+	args := r.args
+	r.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var rep proto.RegisterReply
+	if err := c.Call(cctx, proto.MethodTrackerRegister, args, &rep); err != nil {
+		return fmt.Errorf("register with tracker: %w", err)
+	}
+	r.mu.Lock()
+	r.args.NodeID = rep.NodeID
+	r.interval = max(rep.HeartbeatInterval, 10*time.Millisecond)
+	r.mu.Unlock()
+	r.log.Debug("registered with tracker", "node", rep.NodeID, "addr", rep.Addr, "heartbeat", rep.HeartbeatInterval)
+	return nil
+}
+
+func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
+	r.mu.Lock()
+	args := proto.HeartbeatArgs{NodeID: r.args.NodeID, ActiveLease: r.activeLease, Load: r.load}
+	timeout := max(r.interval, time.Second)
+	r.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rep proto.HeartbeatReply
+	if err := c.Call(cctx, proto.MethodTrackerHeartbeat, args, &rep); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.state = rep.State
+	if rep.HeartbeatInterval > 0 {
+		r.interval = rep.HeartbeatInterval
+	}
+	r.mu.Unlock()
+	if rep.HealthCheck && r.OnHealthCheck != nil {
+		herr := r.OnHealthCheck(ctx)
+		rep := proto.ReportArgs{NodeID: args.NodeID, Kind: proto.ReportHealth, OK: herr == nil}
+		if herr != nil {
+			rep.Message = herr.Error()
+		}
+		if err := c.Call(cctx, proto.MethodTrackerReport, rep, nil); err != nil {
+			r.log.Warn("report health check", "err", err)
+		}
+	}
+	return nil
+}
+
+// conn returns the current connection or an error wrapping ErrUnavailable.
+func (r *Registrar) conn() (*proto.Client, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c == nil {
+		return nil, "", fmt.Errorf("not connected to tracker %s: %w", r.addr, proto.ErrUnavailable)
+	}
+	return r.c, r.args.NodeID, nil
+}
+
+func (r *Registrar) call(ctx context.Context, method string, args, result any) error {
+	c, _, err := r.conn()
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, method, args, result)
+}
+
+// VerifyLease asks the tracker whether token is a live lease on this
+// device: it fails with an error wrapping proto.ErrNotFound (unknown
+// token), proto.ErrSessionExpired (expired) or proto.ErrBadRequest (a lease
+// on another device).
+func (r *Registrar) VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error) {
+	var info proto.LeaseInfo
+	err := r.call(ctx, proto.MethodLeaseVerify, proto.LeaseVerifyArgs{NodeID: r.NodeID(), Token: token}, &info)
+	if err != nil {
+		return info, fmt.Errorf("verify lease: %w", err)
+	}
+	return info, nil
+}
+
+// ReportFailure reports a failure of this device (a crashed worker).
+func (r *Registrar) ReportFailure(ctx context.Context, message string) error {
+	args := proto.ReportArgs{NodeID: r.NodeID(), Kind: proto.ReportFailure, Message: message}
+	if err := r.call(ctx, proto.MethodTrackerReport, args, nil); err != nil {
+		return fmt.Errorf("report device failure: %w", err)
+	}
+	return nil
+}
+
+// TakeJob waits up to wait for a build job matching this compiler node's
+// targets; it returns nil, nil when none came.
+func (r *Registrar) TakeJob(ctx context.Context, wait time.Duration) (*proto.BuildJob, error) {
+	var rep proto.BuildTakeReply
+	if err := r.call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: r.NodeID(), Wait: wait}, &rep); err != nil {
+		return nil, fmt.Errorf("take build job: %w", err)
+	}
+	return rep.Job, nil
+}
+
+// JobProgress reports a running job's progress. An error wrapping
+// proto.ErrCancelled means the job is no longer this node's: stop it.
+func (r *Registrar) JobProgress(ctx context.Context, id string, fraction float64, message string) error {
+	args := proto.BuildProgressArgs{ID: id, NodeID: r.NodeID(), Fraction: fraction, Message: message}
+	if err := r.call(ctx, proto.MethodBuildProgress, args, nil); err != nil {
+		return fmt.Errorf("report progress of build job %s: %w", id, err)
+	}
+	return nil
+}
+
+// UploadArtifact stores size bytes of r on the tracker under sha (their sha256).
+func (r *Registrar) UploadArtifact(ctx context.Context, sha string, size int64, body io.Reader) error {
+	c, _, err := r.conn()
+	if err != nil {
+		return err
+	}
+	return uploadArtifact(ctx, c, sha, size, body)
+}
+
+// CompleteJob marks a job succeeded with its (uploaded) artifact.
+func (r *Registrar) CompleteJob(ctx context.Context, id, sha, log string) error {
+	args := proto.BuildCompleteArgs{ID: id, NodeID: r.NodeID(), Artifact: sha, Log: log}
+	if err := r.call(ctx, proto.MethodBuildComplete, args, nil); err != nil {
+		return fmt.Errorf("complete build job %s: %w", id, err)
+	}
+	return nil
+}
+
+// FailJob marks a job failed with the compiler's message.
+func (r *Registrar) FailJob(ctx context.Context, id, message, log string) error {
+	args := proto.BuildFailArgs{ID: id, NodeID: r.NodeID(), Message: message, Log: log}
+	if err := r.call(ctx, proto.MethodBuildFail, args, nil); err != nil {
+		return fmt.Errorf("fail build job %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,595 @@
+package proto
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Tracker methods. A device daemon or compiler node dials the tracker with
+// RoleDevice or RoleCompiler, registers, and keeps one connection open for
+// its heartbeats; clients (the CLI, the Go SDK) dial with RoleClient.
+// Durations travel as int64 nanoseconds and times as msgpack timestamps.
+//
+// Registration and health (device daemons and compiler nodes):
+//
+//	tracker.register    RegisterArgs   → RegisterReply
+//	tracker.heartbeat   HeartbeatArgs  → HeartbeatReply
+//	tracker.deregister  DeregisterArgs → nil
+//	tracker.report      ReportArgs     → nil
+//
+// A heartbeat for a node the tracker does not know (it restarted and lost
+// its registry, or marked the node lost and forgot it) fails with
+// ErrNotFound: the node registers again with the same NodeID and carries on.
+// A node whose connection drops dials again and registers again. A
+// HeartbeatReply with HealthCheck set asks a quarantined device to run its
+// self-check and send a ReportArgs of kind ReportHealth with the result; an
+// OK result lifts the quarantine.
+//
+// Leases (clients; tracker.lease.verify is called by device daemons):
+//
+//	tracker.lease.request  LeaseRequestArgs → LeaseTicket
+//	tracker.lease.wait     LeaseWaitArgs    → LeaseTicket
+//	tracker.lease.cancel   LeaseWaitArgs    → nil
+//	tracker.lease.renew    LeaseRenewArgs   → Lease
+//	tracker.lease.release  LeaseRenewArgs   → nil
+//	tracker.lease.verify   LeaseVerifyArgs  → LeaseInfo
+//
+// tracker.lease.request queues the request and waits up to its Wait for a
+// device; it answers a LeaseTicket that holds the Lease when one was granted,
+// else the ticket id and the request's queue position. The client then calls
+// tracker.lease.wait with the ticket until it gets a Lease; each answer
+// carries the current position (the SDK passes it to a callback). At the
+// request's Deadline the tracker drops it and answers an error wrapping
+// ErrDeadline that names the key and says whether any device serves it. A
+// ticket belongs to the connection that made it: it is dropped (and a lease
+// granted to it but not yet delivered is released) when that connection ends.
+// A Lease expires at Expires unless renewed; a daemon asked to open a session
+// with a lease token checks it with tracker.lease.verify, which fails with
+// ErrNotFound for an unknown token, ErrSessionExpired for an expired one, and
+// ErrBadRequest for a token issued for another node.
+//
+// Queries:
+//
+//	tracker.query  QueryArgs → TrackerSummary
+//
+// Build jobs (clients submit; compiler nodes take and complete):
+//
+//	tracker.build.submit    BuildSubmitArgs   → BuildJob
+//	tracker.build.status    BuildJobArgs      → BuildJob
+//	tracker.build.wait      BuildWaitArgs     → BuildJob
+//	tracker.build.cancel    BuildJobArgs      → BuildJob
+//	tracker.build.take      BuildTakeArgs     → BuildTakeReply
+//	tracker.build.progress  BuildProgressArgs → nil
+//	tracker.build.complete  BuildCompleteArgs → nil
+//	tracker.build.fail      BuildFailArgs     → nil
+//
+// tracker.build.wait long-polls: it answers as soon as the job's Seq is
+// greater than the caller's Seq (any change: state, progress) or its Wait
+// passes. tracker.build.take long-polls likewise and answers a nil Job when
+// nothing matched within Wait. A progress, complete or fail call for a job
+// that is no longer the caller's (cancelled, timed out, requeued) fails with
+// ErrCancelled: the compiler node stops working on it.
+//
+// Artifacts move on bulk streams, named by the lowercase hex sha256 of their
+// bytes:
+//
+//	tracker.artifact.upload    bulk, name = sha256, Size bytes up, nothing back
+//	tracker.artifact.download  bulk, name = sha256, nothing up, the bytes back
+//
+// The tracker checks an upload's hash and refuses a mismatch (ErrBadRequest).
+// A compiler node uploads the artifact, then calls tracker.build.complete
+// with its sha256.
+const (
+	MethodTrackerRegister   = "tracker.register"
+	MethodTrackerHeartbeat  = "tracker.heartbeat"
+	MethodTrackerDeregister = "tracker.deregister"
+	MethodTrackerReport     = "tracker.report"
+
+	MethodLeaseRequest = "tracker.lease.request"
+	MethodLeaseWait    = "tracker.lease.wait"
+	MethodLeaseCancel  = "tracker.lease.cancel"
+	MethodLeaseRenew   = "tracker.lease.renew"
+	MethodLeaseRelease = "tracker.lease.release"
+	MethodLeaseVerify  = "tracker.lease.verify"
+
+	MethodTrackerQuery = "tracker.query"
+
+	MethodBuildSubmit   = "tracker.build.submit"
+	MethodBuildStatus   = "tracker.build.status"
+	MethodBuildWait     = "tracker.build.wait"
+	MethodBuildCancel   = "tracker.build.cancel"
+	MethodBuildTake     = "tracker.build.take"
+	MethodBuildProgress = "tracker.build.progress"
+	MethodBuildComplete = "tracker.build.complete"
+	MethodBuildFail     = "tracker.build.fail"
+
+	BulkArtifactUpload   = "tracker.artifact.upload"
+	BulkArtifactDownload = "tracker.artifact.download"
+)
+
+// NodeRole says what a registered node is.
+type NodeRole string
+
+// The node roles.
+const (
+	NodeDevice   NodeRole = "device"
+	NodeCompiler NodeRole = "compiler"
+)
+
+// NodeAttrs describes a node. Selectors see it flattened (Flatten): every
+// field below has the selector name given in its comment.
+type NodeAttrs struct {
+	// DeviceTypes lists the device kinds served ("cpu", "cuda"): selector
+	// "device.<type>" is "true" for each.
+	DeviceTypes []string `msgpack:"device_types,omitempty" json:"device_types,omitempty"`
+	// DeviceNames are the devices' product names: "device.name" (joined by ", ").
+	DeviceNames []string `msgpack:"device_names,omitempty" json:"device_names,omitempty"`
+	// MemoryBytes is the device memory (host memory for CPU-only nodes): "memory" and "memory.gib".
+	MemoryBytes int64 `msgpack:"memory_bytes,omitempty" json:"memory_bytes,omitempty"`
+	// CUDACompute is the CUDA compute capability, "8.0": "cuda.compute".
+	CUDACompute string `msgpack:"cuda_compute,omitempty" json:"cuda_compute,omitempty"`
+	// CPUModel is the CPU's model name: "cpu.model".
+	CPUModel string `msgpack:"cpu_model,omitempty" json:"cpu_model,omitempty"`
+	// CPUFeatures lists CPU flags ("avx2", "avx512f"): "cpu.<flag>" is "true" for
+	// each; "cpu.avx512" is "true" when any avx512 flag is present.
+	CPUFeatures []string `msgpack:"cpu_features,omitempty" json:"cpu_features,omitempty"`
+	// CPUCores is the number of logical CPUs: "cpu.cores".
+	CPUCores int `msgpack:"cpu_cores,omitempty" json:"cpu_cores,omitempty"`
+	// Triple is the target triple, "x86_64-linux-gnu": "target".
+	Triple string `msgpack:"triple,omitempty" json:"triple,omitempty"`
+	// KilnVersion is the node's kiln version: "kiln.version".
+	KilnVersion string `msgpack:"kiln_version,omitempty" json:"kiln_version,omitempty"`
+	// Targets lists what a compiler node builds ("cpu", "cuda", "c -mtriple=…"):
+	// "target.<kind>" is "true" for each kind (the first word).
+	Targets []string `msgpack:"targets,omitempty" json:"targets,omitempty"`
+	// Compiler is a compiler node's C compiler identity: "compiler".
+	Compiler string `msgpack:"compiler,omitempty" json:"compiler,omitempty"`
+	// CrossCompilers lists cross compilers found: "cross.<triple>" is "true".
+	CrossCompilers []string `msgpack:"cross_compilers,omitempty" json:"cross_compilers,omitempty"`
+	// NVRTC and NVCC say whether CUDA compilation is available: "nvrtc", "nvcc".
+	NVRTC bool `msgpack:"nvrtc,omitempty" json:"nvrtc,omitempty"`
+	NVCC  bool `msgpack:"nvcc,omitempty" json:"nvcc,omitempty"`
+	// Extra holds free-form attributes, seen by selectors under their own names.
+	Extra map[string]string `msgpack:"extra,omitempty" json:"extra,omitempty"`
+}
+
+// Flatten returns the attributes as the selector names listed on NodeAttrs.
+// Booleans are "true"; absent attributes are absent.
+func (a NodeAttrs) Flatten() map[string]string {
+	m := make(map[string]string)
+	for _, t := range a.DeviceTypes {
+		m["device."+strings.ToLower(t)] = "true"
+	}
+	if len(a.DeviceNames) > 0 {
+		m["device.name"] = strings.Join(a.DeviceNames, ", ")
+	}
+	if a.MemoryBytes > 0 {
+		m["memory"] = strconv.FormatInt(a.MemoryBytes, 10)
+		m["memory.gib"] = strconv.FormatFloat(float64(a.MemoryBytes)/(1<<30), 'f', -1, 64)
+	}
+	if a.CUDACompute != "" {
+		m["cuda.compute"] = a.CUDACompute
+	}
+	if a.CPUModel != "" {
+		m["cpu.model"] = a.CPUModel
+	}
+	for _, f := range a.CPUFeatures {
+		f = strings.ToLower(f)
+		m["cpu."+f] = "true"
+		if strings.HasPrefix(f, "avx512") {
+			m["cpu.avx512"] = "true"
+		}
+	}
+	if a.CPUCores > 0 {
+		m["cpu.cores"] = strconv.Itoa(a.CPUCores)
+	}
+	if a.Triple != "" {
+		m["target"] = a.Triple
+	}
+	if a.KilnVersion != "" {
+		m["kiln.version"] = a.KilnVersion
+	}
+	for _, t := range a.Targets {
+		m["target."+TargetKind(t)] = "true"
+	}
+	if a.Compiler != "" {
+		m["compiler"] = a.Compiler
+	}
+	for _, c := range a.CrossCompilers {
+		m["cross."+c] = "true"
+	}
+	if a.NVRTC {
+		m["nvrtc"] = "true"
+	}
+	if a.NVCC {
+		m["nvcc"] = "true"
+	}
+	for k, v := range a.Extra {
+		m[k] = v
+	}
+	return m
+}
+
+// TargetKind returns a target string's kind: its first word ("cuda" for
+// "cuda -arch=sm_80"). Compiler nodes take the jobs whose target kind is
+// one of their Targets' kinds.
+func TargetKind(target string) string {
+	f := strings.Fields(target)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// RegisterArgs registers a device daemon or compiler node.
+type RegisterArgs struct {
+	// NodeID names the node; it stays the same across the node's
+	// re-registrations (after a dropped connection or a tracker restart).
+	// Empty asks the tracker to choose one, returned in RegisterReply.
+	NodeID string `msgpack:"node_id"`
+	// Role is device or compiler; it must agree with the hello's role.
+	Role NodeRole `msgpack:"role"`
+	// Key is the device key clients ask for ("rtx4090", "rpi4"); compiler
+	// nodes may leave it empty.
+	Key string `msgpack:"key"`
+	// Addr is where clients reach the daemon (host:port). A host left empty
+	// ("":9091) is filled with the address the tracker sees the node at.
+	Addr string `msgpack:"addr"`
+	// Attrs describes the node.
+	Attrs NodeAttrs `msgpack:"attrs"`
+	// ActiveLease is the lease id of a session the daemon is serving when it
+	// (re-)registers, empty when idle.
+	ActiveLease string `msgpack:"active_lease,omitempty"`
+}
+
+// RegisterReply answers tracker.register.
+type RegisterReply struct {
+	// NodeID is the node's id (the one asked for, or a new one).
+	NodeID string `msgpack:"node_id"`
+	// HeartbeatInterval is how often the node must send tracker.heartbeat;
+	// a node silent for LostAfter is marked lost.
+	HeartbeatInterval time.Duration `msgpack:"heartbeat_interval"`
+	// LostAfter is how long the tracker waits before it marks a silent node lost.
+	LostAfter time.Duration `msgpack:"lost_after"`
+	// Addr is the address the tracker will hand to clients.
+	Addr string `msgpack:"addr"`
+}
+
+// HeartbeatArgs keeps a node alive.
+type HeartbeatArgs struct {
+	NodeID string `msgpack:"node_id"`
+	// ActiveLease is the lease the daemon is serving now, empty when idle.
+	ActiveLease string `msgpack:"active_lease,omitempty"`
+	// Load is free-form load information shown by query (running jobs, sessions).
+	Load string `msgpack:"load,omitempty"`
+}
+
+// HeartbeatReply answers tracker.heartbeat.
+type HeartbeatReply struct {
+	// State is the node's state as the tracker sees it.
+	State NodeState `msgpack:"state"`
+	// HeartbeatInterval may change between heartbeats.
+	HeartbeatInterval time.Duration `msgpack:"heartbeat_interval"`
+	// HealthCheck asks a quarantined device to run its self-check and
+	// report the result (ReportArgs, Kind ReportHealth).
+	HealthCheck bool `msgpack:"health_check,omitempty"`
+}
+
+// DeregisterArgs removes a node (a daemon that shuts down cleanly).
+type DeregisterArgs struct {
+	NodeID string `msgpack:"node_id"`
+}
+
+// ReportKind says what a ReportArgs reports.
+type ReportKind string
+
+// The report kinds.
+const (
+	// ReportFailure: a device failed (a crashed worker, a kernel error
+	// that points at the device, a session that could not be opened). Sent
+	// by the daemon or by a client holding a lease on it. QuarantineAfter
+	// failures within the tracker's failure window quarantine the device.
+	ReportFailure ReportKind = "failure"
+	// ReportHealth: the result of a device's self-check (OK says whether it
+	// passed). A pass lifts a quarantine and clears the failure count.
+	ReportHealth ReportKind = "health"
+)
+
+// ReportArgs reports a device failure or a health check result. A client
+// names the device by LeaseID (with its Token), a daemon by NodeID.
+type ReportArgs struct {
+	NodeID  string     `msgpack:"node_id,omitempty"`
+	LeaseID string     `msgpack:"lease_id,omitempty"`
+	Token   string     `msgpack:"token,omitempty"`
+	Kind    ReportKind `msgpack:"kind"`
+	OK      bool       `msgpack:"ok,omitempty"`
+	Message string     `msgpack:"message,omitempty"`
+}
+
+// NodeState is a node's state in the registry.
+type NodeState string
+
+// The node states.
+const (
+	StateFree        NodeState = "free"        // registered, heartbeating, not leased
+	StateBusy        NodeState = "busy"        // a lease is out on it (a compiler running a job)
+	StateLost        NodeState = "lost"        // silent for longer than LostAfter
+	StateQuarantined NodeState = "quarantined" // failed repeatedly; waits for a health check
+)
+
+// LeaseRequestArgs asks for a device.
+type LeaseRequestArgs struct {
+	// Key asks for a device registered under this key; empty means any key.
+	Key string `msgpack:"key,omitempty"`
+	// Selector filters devices by attributes: comma-separated terms
+	// "name OP value", OP one of = != > >= < <=, compared as numbers when
+	// both sides parse as numbers, else as strings (only = and != then);
+	// "cuda.compute>=8.0,cpu.avx512=true". A bare name means "name=true".
+	Selector string `msgpack:"selector,omitempty"`
+	// Priority orders requests: higher first, FIFO within a priority.
+	Priority int `msgpack:"priority,omitempty"`
+	// Deadline is when the request gives up (zero: the call's own deadline,
+	// else it waits until cancelled).
+	Deadline time.Time `msgpack:"deadline,omitempty"`
+	// SessionTimeout is how long the session on the device may last; the
+	// daemon reads it from tracker.lease.verify (0: the daemon's default).
+	SessionTimeout time.Duration `msgpack:"session_timeout,omitempty"`
+	// TTL is how long the lease lasts without renewal (0: the tracker's default).
+	TTL time.Duration `msgpack:"ttl,omitempty"`
+	// Wait bounds how long this call waits before answering with the
+	// queue position (0: the tracker's default, about a second).
+	Wait time.Duration `msgpack:"wait,omitempty"`
+	// User names the requester in query output.
+	User string `msgpack:"user,omitempty"`
+}
+
+// LeaseWaitArgs names a queued request (tracker.lease.wait, tracker.lease.cancel).
+type LeaseWaitArgs struct {
+	Ticket string        `msgpack:"ticket"`
+	Wait   time.Duration `msgpack:"wait,omitempty"`
+}
+
+// LeaseTicket answers tracker.lease.request and tracker.lease.wait: Lease is
+// set once granted, else Position is the request's place in its queue
+// (1 = next) and Served says whether any live device could ever match it.
+type LeaseTicket struct {
+	Ticket   string `msgpack:"ticket"`
+	Position int    `msgpack:"position"`
+	Queue    string `msgpack:"queue"`
+	Served   bool   `msgpack:"served"`
+	Lease    *Lease `msgpack:"lease,omitempty"`
+}
+
+// Lease is a client's exclusive right to a device until Expires.
+type Lease struct {
+	ID string `msgpack:"id"`
+	// Token is presented to the daemon when opening a session; the daemon
+	// checks it with tracker.lease.verify.
+	Token  string `msgpack:"token"`
+	NodeID string `msgpack:"node_id"`
+	Key    string `msgpack:"key"`
+	// Addr is the device daemon's address.
+	Addr           string        `msgpack:"addr"`
+	Expires        time.Time     `msgpack:"expires"`
+	TTL            time.Duration `msgpack:"ttl"`
+	SessionTimeout time.Duration `msgpack:"session_timeout,omitempty"`
+	Attrs          NodeAttrs     `msgpack:"attrs"`
+}
+
+// LeaseRenewArgs names a lease by id and token (renew, release).
+type LeaseRenewArgs struct {
+	ID    string `msgpack:"id"`
+	Token string `msgpack:"token"`
+}
+
+// LeaseVerifyArgs is a daemon's question: is this token a live lease on me?
+type LeaseVerifyArgs struct {
+	NodeID string `msgpack:"node_id"`
+	Token  string `msgpack:"token"`
+}
+
+// LeaseInfo answers tracker.lease.verify.
+type LeaseInfo struct {
+	ID             string        `msgpack:"id"`
+	Key            string        `msgpack:"key"`
+	User           string        `msgpack:"user,omitempty"`
+	Expires        time.Time     `msgpack:"expires"`
+	SessionTimeout time.Duration `msgpack:"session_timeout,omitempty"`
+}
+
+// QueryArgs asks for the tracker's summary.
+type QueryArgs struct {
+	// Jobs bounds the recent jobs listed (0: the tracker's default, 20).
+	Jobs int `msgpack:"jobs,omitempty"`
+}
+
+// TrackerSummary answers tracker.query.
+type TrackerSummary struct {
+	Now      time.Time      `msgpack:"now" json:"now"`
+	Keys     []KeySummary   `msgpack:"keys" json:"keys"`
+	Devices  []NodeSummary  `msgpack:"devices" json:"devices"`
+	Compiler []NodeSummary  `msgpack:"compilers" json:"compilers"`
+	Queues   []QueueSummary `msgpack:"queues" json:"queues"`
+	Jobs     []BuildJob     `msgpack:"jobs" json:"jobs"`
+	// JobCounts counts all jobs by state.
+	JobCounts map[JobState]int `msgpack:"job_counts" json:"job_counts"`
+	// TVMServers lists servers registered through the TVM tracker protocol.
+	TVMServers []TVMServerSummary `msgpack:"tvm_servers,omitempty" json:"tvm_servers,omitempty"`
+	Leases     int                `msgpack:"leases" json:"leases"`
+}
+
+// KeySummary counts a key's devices by state and its waiting requests.
+type KeySummary struct {
+	Key         string `msgpack:"key" json:"key"`
+	Free        int    `msgpack:"free" json:"free"`
+	Busy        int    `msgpack:"busy" json:"busy"`
+	Lost        int    `msgpack:"lost" json:"lost"`
+	Quarantined int    `msgpack:"quarantined" json:"quarantined"`
+	Pending     int    `msgpack:"pending" json:"pending"`
+}
+
+// NodeSummary is one registered node.
+type NodeSummary struct {
+	NodeID     string    `msgpack:"node_id" json:"node_id"`
+	Role       NodeRole  `msgpack:"role" json:"role"`
+	Key        string    `msgpack:"key,omitempty" json:"key,omitempty"`
+	Addr       string    `msgpack:"addr" json:"addr"`
+	State      NodeState `msgpack:"state" json:"state"`
+	LastSeen   time.Time `msgpack:"last_seen" json:"last_seen"`
+	Failures   int       `msgpack:"failures,omitempty" json:"failures,omitempty"`
+	LastError  string    `msgpack:"last_error,omitempty" json:"last_error,omitempty"`
+	Lease      string    `msgpack:"lease,omitempty" json:"lease,omitempty"`
+	Job        string    `msgpack:"job,omitempty" json:"job,omitempty"`
+	Load       string    `msgpack:"load,omitempty" json:"load,omitempty"`
+	Attrs      NodeAttrs `msgpack:"attrs" json:"attrs"`
+	Registered time.Time `msgpack:"registered" json:"registered"`
+}
+
+// QueueSummary is one request queue (a key, or a selector across keys).
+type QueueSummary struct {
+	Queue   string          `msgpack:"queue" json:"queue"`
+	Waiting []WaitingTicket `msgpack:"waiting" json:"waiting"`
+}
+
+// WaitingTicket is one queued lease request, in queue order.
+type WaitingTicket struct {
+	Ticket   string    `msgpack:"ticket" json:"ticket"`
+	Position int       `msgpack:"position" json:"position"`
+	Priority int       `msgpack:"priority" json:"priority"`
+	User     string    `msgpack:"user,omitempty" json:"user,omitempty"`
+	Selector string    `msgpack:"selector,omitempty" json:"selector,omitempty"`
+	Since    time.Time `msgpack:"since" json:"since"`
+	Deadline time.Time `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
+}
+
+// TVMServerSummary is an RPC server registered with the TVM tracker protocol.
+type TVMServerSummary struct {
+	Key     string `msgpack:"key" json:"key"`
+	Addr    string `msgpack:"addr" json:"addr"`
+	Free    int    `msgpack:"free" json:"free"`
+	Pending int    `msgpack:"pending" json:"pending"`
+}
+
+// JobState is a build job's state.
+type JobState string
+
+// The job states. Succeeded, failed and cancelled are final.
+const (
+	JobQueued    JobState = "queued"
+	JobRunning   JobState = "running"
+	JobSucceeded JobState = "succeeded"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+)
+
+// Final reports whether s is a final state.
+func (s JobState) Final() bool {
+	return s == JobSucceeded || s == JobFailed || s == JobCancelled
+}
+
+// BuildSubmitArgs submits a build job.
+type BuildSubmitArgs struct {
+	// Name labels the job in query output (a file name).
+	Name string `msgpack:"name,omitempty"`
+	// Module is the IRModule in TVMScript text form.
+	Module string `msgpack:"module"`
+	// Format says what Module holds: "tvmscript" (default) or "onnx-base64".
+	Format string `msgpack:"format,omitempty"`
+	// Target is the target string ("cpu", "cuda -arch=sm_80").
+	Target string `msgpack:"target"`
+	// Options are compiler options passed through to the compiler node.
+	Options map[string]string `msgpack:"options,omitempty"`
+	// QueueTimeout bounds the time queued (0: the tracker's default).
+	QueueTimeout time.Duration `msgpack:"queue_timeout,omitempty"`
+	// RunTimeout bounds the time running on a compiler node (0: the tracker's default).
+	RunTimeout time.Duration `msgpack:"run_timeout,omitempty"`
+}
+
+// BuildJob is a build job as the tracker reports it. Module is only filled
+// in by tracker.build.take.
+type BuildJob struct {
+	ID           string            `msgpack:"id" json:"id"`
+	Name         string            `msgpack:"name,omitempty" json:"name,omitempty"`
+	Target       string            `msgpack:"target" json:"target"`
+	Format       string            `msgpack:"format,omitempty" json:"format,omitempty"`
+	Options      map[string]string `msgpack:"options,omitempty" json:"options,omitempty"`
+	Module       string            `msgpack:"module,omitempty" json:"-"`
+	State        JobState          `msgpack:"state" json:"state"`
+	Seq          uint64            `msgpack:"seq" json:"seq"`
+	Attempt      int               `msgpack:"attempt" json:"attempt"`
+	Node         string            `msgpack:"node,omitempty" json:"node,omitempty"`
+	Submitted    time.Time         `msgpack:"submitted" json:"submitted"`
+	Started      time.Time         `msgpack:"started,omitempty" json:"started,omitempty"`
+	Finished     time.Time         `msgpack:"finished,omitempty" json:"finished,omitempty"`
+	QueueTimeout time.Duration     `msgpack:"queue_timeout" json:"queue_timeout"`
+	RunTimeout   time.Duration     `msgpack:"run_timeout" json:"run_timeout"`
+	Progress     float64           `msgpack:"progress,omitempty" json:"progress,omitempty"`
+	Message      string            `msgpack:"message,omitempty" json:"message,omitempty"`
+	Error        string            `msgpack:"error,omitempty" json:"error,omitempty"`
+	Artifact     string            `msgpack:"artifact,omitempty" json:"artifact,omitempty"`
+	ArtifactSize int64             `msgpack:"artifact_size,omitempty" json:"artifact_size,omitempty"`
+	Log          string            `msgpack:"log,omitempty" json:"log,omitempty"`
+}
+
+// BuildJobArgs names a job.
+type BuildJobArgs struct {
+	ID string `msgpack:"id"`
+}
+
+// BuildWaitArgs long-polls a job: the answer comes once the job's Seq is
+// greater than Seq, or after Wait (0: the tracker's default, about 10 s).
+type BuildWaitArgs struct {
+	ID   string        `msgpack:"id"`
+	Seq  uint64        `msgpack:"seq"`
+	Wait time.Duration `msgpack:"wait,omitempty"`
+}
+
+// BuildTakeArgs is a compiler node asking for a job matching its targets.
+type BuildTakeArgs struct {
+	NodeID string        `msgpack:"node_id"`
+	Wait   time.Duration `msgpack:"wait,omitempty"`
+}
+
+// BuildTakeReply carries the job taken (Module filled in), or nil.
+type BuildTakeReply struct {
+	Job *BuildJob `msgpack:"job,omitempty"`
+}
+
+// BuildProgressArgs reports a running job's progress (Fraction in [0, 1]).
+type BuildProgressArgs struct {
+	ID       string  `msgpack:"id"`
+	NodeID   string  `msgpack:"node_id"`
+	Fraction float64 `msgpack:"fraction"`
+	Message  string  `msgpack:"message,omitempty"`
+}
+
+// BuildCompleteArgs finishes a job: the artifact (already uploaded) by sha256.
+type BuildCompleteArgs struct {
+	ID       string `msgpack:"id"`
+	NodeID   string `msgpack:"node_id"`
+	Artifact string `msgpack:"artifact"`
+	Log      string `msgpack:"log,omitempty"`
+}
+
+// BuildFailArgs fails a job with the compiler's message.
+type BuildFailArgs struct {
+	ID      string `msgpack:"id"`
+	NodeID  string `msgpack:"node_id"`
+	Message string `msgpack:"message"`
+	Log     string `msgpack:"log,omitempty"`
+}
+
+// ValidSHA256 checks that s is a lowercase hex sha256 (an artifact name).
+func ValidSHA256(s string) error {
+	if len(s) != 64 {
+		return fmt.Errorf("artifact name %q: want 64 hex digits of sha256: %w", s, ErrBadRequest)
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("artifact name %q: want lowercase hex sha256: %w", s, ErrBadRequest)
+		}
+	}
+	return nil
+}

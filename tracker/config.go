@@ -1,0 +1,99 @@
+package tracker
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Config configures a tracker. Zero fields take the defaults named.
+type Config struct {
+	// Listen is the kiln protocol address (default "127.0.0.1:9190").
+	Listen string
+	// DataDir holds tracker.db and the artifacts; required.
+	DataDir string
+	// TVMListen, when set, is the address of the Apache TVM tracker-protocol listener.
+	TVMListen string
+	// TVMStopKey, when set, lets a TVM STOP message carrying it stop the tracker.
+	TVMStopKey string
+	// Token, when set, is required in every kiln hello.
+	Token string
+	// TLS, when set, wraps the kiln listener (see proto.TLSConfig.Server).
+	TLS *tls.Config
+	// MetricsListen, when set, serves Prometheus text on /metrics there.
+	MetricsListen string
+
+	// HeartbeatInterval is what nodes are told to keep (default 2s).
+	HeartbeatInterval time.Duration
+	// LostAfter marks a silent node lost (default 3×HeartbeatInterval).
+	LostAfter time.Duration
+	// ForgetAfter removes a node lost for that long from the registry (default 1h).
+	ForgetAfter time.Duration
+	// LeaseTTL is a lease's life without renewal (default 60s); MaxLeaseTTL
+	// bounds what a request may ask for (default 1h).
+	LeaseTTL, MaxLeaseTTL time.Duration
+	// LeaseWait bounds one lease.request or lease.wait call (default 1s).
+	LeaseWait time.Duration
+	// QuarantineAfter failures within FailureWindow quarantine a device
+	// (defaults 3 and 10m).
+	QuarantineAfter int
+	FailureWindow   time.Duration
+	// JobQueueTimeout and JobRunTimeout are the default limits on a build
+	// job's time in the queue and running (defaults 1h and 10m).
+	JobQueueTimeout, JobRunTimeout time.Duration
+	// JobMaxAttempts bounds how often a job is requeued after its compiler
+	// node was lost (default 3).
+	JobMaxAttempts int
+	// MaxModuleSize bounds a submitted module's text (default 32 MiB).
+	MaxModuleSize int
+	// RecentJobs is how many jobs a query lists by default (20).
+	RecentJobs int
+	// Tick is how often expiries are checked (default HeartbeatInterval/4,
+	// within [10ms, 1s]).
+	Tick time.Duration
+	// Logger receives the tracker's logs (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		return errors.New("tracker config: DataDir is required")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:9190"
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatInterval, 2*time.Second)
+	def(&c.LostAfter, 3*c.HeartbeatInterval)
+	def(&c.ForgetAfter, time.Hour)
+	def(&c.LeaseTTL, time.Minute)
+	def(&c.MaxLeaseTTL, time.Hour)
+	def(&c.LeaseWait, time.Second)
+	def(&c.FailureWindow, 10*time.Minute)
+	def(&c.JobQueueTimeout, time.Hour)
+	def(&c.JobRunTimeout, 10*time.Minute)
+	if c.Tick <= 0 {
+		c.Tick = min(max(c.HeartbeatInterval/4, 10*time.Millisecond), time.Second)
+	}
+	if c.QuarantineAfter <= 0 {
+		c.QuarantineAfter = 3
+	}
+	if c.JobMaxAttempts <= 0 {
+		c.JobMaxAttempts = 3
+	}
+	if c.MaxModuleSize <= 0 {
+		c.MaxModuleSize = 32 << 20
+	}
+	if c.RecentJobs <= 0 {
+		c.RecentJobs = 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,397 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// job is a build job. Its BuildJob never holds the module: module does,
+// while the job is queued or running.
+type job struct {
+	proto.BuildJob
+	module   string
+	queuedAt time.Time
+	changed  chan struct{} // closed and replaced on every change
+}
+
+// jobRecord is a job as stored (the module lives in its own bucket).
+type jobRecord struct {
+	Job      proto.BuildJob `msgpack:"job"`
+	QueuedAt time.Time      `msgpack:"queued_at"`
+}
+
+const (
+	defaultBuildWait = 10 * time.Second
+	maxBuildWait     = time.Minute
+)
+
+func (s *Server) persistJobLocked(j *job) <-chan error {
+	rec := jobRecord{Job: j.BuildJob, QueuedAt: j.queuedAt}
+	rec.Job.Module = ""
+	final := j.State.Final()
+	return s.st.write(func(tx *bolt.Tx) error {
+		if final {
+			if err := del(tx, bucketModules, rec.Job.ID); err != nil {
+				return err
+			}
+		}
+		return put(tx, bucketJobs, rec.Job.ID, rec)
+	})
+}
+
+// changeJobLocked bumps j's Seq, persists it and wakes its waiters.
+func (s *Server) changeJobLocked(j *job) <-chan error {
+	j.Seq++
+	notify(&j.changed)
+	if j.State.Final() {
+		j.module = ""
+		if !j.Finished.IsZero() && !j.Started.IsZero() {
+			s.m.jobRun.observe(j.Finished.Sub(j.Started).Seconds())
+		}
+	}
+	return s.persistJobLocked(j)
+}
+
+func (s *Server) queueJobLocked(j *job) {
+	i, _ := slices.BinarySearchFunc(s.queued, j, func(a, b *job) int { return strings.Compare(a.ID, b.ID) })
+	s.queued = slices.Insert(s.queued, i, j)
+	notify(&s.jobAvail)
+}
+
+func (s *Server) unqueueJobLocked(j *job) {
+	if i := slices.Index(s.queued, j); i >= 0 {
+		s.queued = slices.Delete(s.queued, i, i+1)
+	}
+}
+
+func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs) (any, error) {
+	switch {
+	case strings.TrimSpace(a.Module) == "":
+		return nil, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
+	case proto.TargetKind(a.Target) == "":
+		return nil, fmt.Errorf("submit build: empty target: %w", proto.ErrBadRequest)
+	case len(a.Module) > s.cfg.MaxModuleSize:
+		return nil, fmt.Errorf("submit build: module of %d bytes exceeds the tracker's limit of %d: %w", len(a.Module), s.cfg.MaxModuleSize, proto.ErrTooLarge)
+	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64":
+		return nil, fmt.Errorf("submit build: unknown module format %q (want tvmscript or onnx-base64): %w", a.Format, proto.ErrBadRequest)
+	case a.QueueTimeout < 0 || a.RunTimeout < 0:
+		return nil, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
+	}
+	if a.QueueTimeout == 0 {
+		a.QueueTimeout = s.cfg.JobQueueTimeout
+	}
+	if a.RunTimeout == 0 {
+		a.RunTimeout = s.cfg.JobRunTimeout
+	}
+	now := time.Now()
+	s.mu.Lock()
+	s.nextJob++
+	next := s.nextJob
+	j := &job{
+		BuildJob: proto.BuildJob{
+			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options,
+			State: proto.JobQueued, Submitted: now, QueueTimeout: a.QueueTimeout, RunTimeout: a.RunTimeout,
+		},
+		module: a.Module, queuedAt: now, changed: make(chan struct{}),
+	}
+	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
+	module := a.Module
+	durable := s.st.write(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketModules).Put([]byte(rec.Job.ID), []byte(module)); err != nil {
+			return err
+		}
+		nb, _ := msgpack.Marshal(next)
+		if err := tx.Bucket(bucketMeta).Put(keyNextJob, nb); err != nil {
+			return err
+		}
+		return put(tx, bucketJobs, rec.Job.ID, rec)
+	})
+	s.mu.Unlock()
+	if err := <-durable; err != nil {
+		return nil, fmt.Errorf("submit build: persist job: %w", err)
+	}
+	s.mu.Lock()
+	s.jobs[j.ID] = j
+	s.queueJobLocked(j)
+	out := j.BuildJob
+	s.mu.Unlock()
+	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target)
+	return out, nil
+}
+
+func (s *Server) jobLocked(id string) (*job, error) {
+	j := s.jobs[id]
+	if j == nil {
+		return nil, fmt.Errorf("build job %q: %w", id, proto.ErrNotFound)
+	}
+	return j, nil
+}
+
+func (s *Server) handleBuildStatus(ctx context.Context, c *proto.Conn, a proto.BuildJobArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.jobLocked(a.ID)
+	if err != nil {
+		return nil, err
+	}
+	return j.BuildJob, nil
+}
+
+func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.BuildWaitArgs) (any, error) {
+	wait := a.Wait
+	if wait <= 0 {
+		wait = defaultBuildWait
+	}
+	timer := time.NewTimer(min(wait, maxBuildWait))
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		j, err := s.jobLocked(a.ID)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if j.Seq > a.Seq || j.State.Final() {
+			out := j.BuildJob
+			s.mu.Unlock()
+			return out, nil
+		}
+		changed := j.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			a.Seq = 0 // answer with the job as it is
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for build job %q: %w", a.ID, ctx.Err())
+		}
+	}
+}
+
+func (s *Server) handleBuildCancel(ctx context.Context, c *proto.Conn, a proto.BuildJobArgs) (any, error) {
+	s.mu.Lock()
+	j, err := s.jobLocked(a.ID)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if j.State.Final() {
+		out := j.BuildJob
+		s.mu.Unlock()
+		return out, nil
+	}
+	durable := s.finishJobLocked(j, proto.JobCancelled, "cancelled by the client", time.Now())
+	out := j.BuildJob
+	s.mu.Unlock()
+	if err := <-durable; err != nil {
+		return nil, fmt.Errorf("cancel build job %q: %w", a.ID, err)
+	}
+	s.log.Info("build job cancelled", "job", a.ID)
+	return out, nil
+}
+
+// finishJobLocked moves j to a final state (without waiting for the store).
+// It returns the persist's result channel.
+func (s *Server) finishJobLocked(j *job, state proto.JobState, msg string, now time.Time) <-chan error {
+	if j.State == proto.JobQueued {
+		s.unqueueJobLocked(j)
+	}
+	if n := s.nodes[j.Node]; n != nil {
+		delete(n.jobs, j.ID)
+		if len(n.jobs) == 0 {
+			s.nodeChangedLocked(n)
+		}
+	}
+	j.State, j.Finished = state, now
+	if state == proto.JobFailed || state == proto.JobCancelled {
+		j.Error = msg
+	}
+	return s.changeJobLocked(j)
+}
+
+func (s *Server) compilerLocked(id string, c *proto.Conn, what string) (*node, error) {
+	if c.Role() != proto.RoleCompiler {
+		return nil, fmt.Errorf("%s: only compiler nodes may: %w", what, proto.ErrBadRequest)
+	}
+	n := s.nodes[id]
+	if n == nil || n.role != proto.NodeCompiler {
+		return nil, fmt.Errorf("%s: compiler node %q is not registered (register again): %w", what, id, proto.ErrNotFound)
+	}
+	return n, nil
+}
+
+func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.BuildTakeArgs) (any, error) {
+	wait := a.Wait
+	if wait <= 0 {
+		wait = defaultBuildWait
+	}
+	timer := time.NewTimer(min(wait, maxBuildWait))
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		n, err := s.compilerLocked(a.NodeID, c, "take build job")
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if j := s.pickJobLocked(n); j != nil {
+			now := time.Now()
+			s.unqueueJobLocked(j)
+			j.State, j.Node, j.Started = proto.JobRunning, n.id, now
+			j.Attempt++
+			j.Progress, j.Message = 0, ""
+			n.jobs[j.ID] = j
+			s.m.jobQueueWait.observe(now.Sub(j.queuedAt).Seconds())
+			s.changeJobLocked(j)
+			s.nodeChangedLocked(n)
+			out := j.BuildJob
+			out.Module = j.module
+			s.mu.Unlock()
+			s.log.Info("build job started", "job", j.ID, "node", n.id, "attempt", j.Attempt)
+			return proto.BuildTakeReply{Job: &out}, nil
+		}
+		avail := s.jobAvail
+		s.mu.Unlock()
+		select {
+		case <-avail:
+		case <-timer.C:
+			return proto.BuildTakeReply{}, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("take build job: %w", ctx.Err())
+		}
+	}
+}
+
+// pickJobLocked returns the oldest queued job whose target kind n builds.
+func (s *Server) pickJobLocked(n *node) *job {
+	if n.lost || n.quarantine {
+		return nil
+	}
+	for _, j := range s.queued {
+		kind := proto.TargetKind(j.Target)
+		for _, t := range n.attrs.Targets {
+			if proto.TargetKind(t) == kind {
+				return j
+			}
+		}
+	}
+	return nil
+}
+
+// runningJobLocked returns the job id if node runs it, else an error
+// wrapping ErrCancelled (the node must stop) or ErrNotFound.
+func (s *Server) runningJobLocked(id, nodeID string, c *proto.Conn, what string) (*job, error) {
+	if _, err := s.compilerLocked(nodeID, c, what); err != nil {
+		return nil, err
+	}
+	j, err := s.jobLocked(id)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if j.State != proto.JobRunning || j.Node != nodeID {
+		return nil, fmt.Errorf("%s: build job %q is %s (node %q), no longer this node's: stop working on it: %w", what, id, j.State, j.Node, proto.ErrCancelled)
+	}
+	return j, nil
+}
+
+func (s *Server) handleBuildProgress(ctx context.Context, c *proto.Conn, a proto.BuildProgressArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.runningJobLocked(a.ID, a.NodeID, c, "build progress")
+	if err != nil {
+		return nil, err
+	}
+	j.Progress, j.Message = min(max(a.Fraction, 0), 1), a.Message
+	j.Seq++
+	notify(&j.changed)
+	return nil, nil
+}
+
+func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto.BuildCompleteArgs) (any, error) {
+	if err := proto.ValidSHA256(a.Artifact); err != nil {
+		return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
+	}
+	size, err := s.artifactSize(a.Artifact)
+	if err != nil {
+		return nil, fmt.Errorf("complete build job %q: upload the artifact first: %w", a.ID, err)
+	}
+	s.mu.Lock()
+	j, err := s.runningJobLocked(a.ID, a.NodeID, c, "complete build job")
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
+	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
+	s.mu.Unlock()
+	if err := <-durable; err != nil {
+		return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
+	}
+	s.log.Info("build job succeeded", "job", a.ID, "node", a.NodeID, "artifact", a.Artifact)
+	return nil, nil
+}
+
+func (s *Server) handleBuildFail(ctx context.Context, c *proto.Conn, a proto.BuildFailArgs) (any, error) {
+	s.mu.Lock()
+	j, err := s.runningJobLocked(a.ID, a.NodeID, c, "fail build job")
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	msg := a.Message
+	if msg == "" {
+		msg = "the compiler node gave no message"
+	}
+	j.Log = a.Log
+	durable := s.finishJobLocked(j, proto.JobFailed, msg, time.Now())
+	s.mu.Unlock()
+	if err := <-durable; err != nil {
+		return nil, fmt.Errorf("fail build job %q: %w", a.ID, err)
+	}
+	s.log.Info("build job failed", "job", a.ID, "node", a.NodeID, "error", msg)
+	return nil, nil
+}
+
+// requeueNodeJobsLocked puts the jobs running on n back in the queue, or
+// fails those out of attempts.
+func (s *Server) requeueNodeJobsLocked(n *node, why string) {
+	now := time.Now()
+	for id, j := range n.jobs {
+		delete(n.jobs, id)
+		if j.Attempt >= s.cfg.JobMaxAttempts {
+			s.finishJobLocked(j, proto.JobFailed, fmt.Sprintf("%s; gave up after %d attempts", why, j.Attempt), now)
+			continue
+		}
+		s.requeueLocked(j, why, now)
+	}
+}
+
+func (s *Server) requeueLocked(j *job, why string, now time.Time) {
+	j.State, j.Node, j.Started, j.Progress = proto.JobQueued, "", time.Time{}, 0
+	j.Message = "requeued: " + why
+	j.queuedAt = now
+	s.log.Warn("build job requeued", "job", j.ID, "why", why)
+	s.changeJobLocked(j)
+	s.queueJobLocked(j)
+}
+
+func (s *Server) expireJobsLocked(now time.Time) {
+	for _, j := range s.jobs {
+		switch {
+		case j.State == proto.JobQueued && now.Sub(j.queuedAt) > j.QueueTimeout:
+			s.finishJobLocked(j, proto.JobFailed, fmt.Sprintf("waited %s in the queue, over its queue limit of %s (no compiler node for target %q took it)",
+				now.Sub(j.queuedAt).Round(time.Millisecond), j.QueueTimeout, j.Target), now)
+		case j.State == proto.JobRunning && now.Sub(j.Started) > j.RunTimeout:
+			s.finishJobLocked(j, proto.JobFailed, fmt.Sprintf("ran %s on compiler node %q, over its run limit of %s",
+				now.Sub(j.Started).Round(time.Millisecond), j.Node, j.RunTimeout), now)
+		}
+	}
+}

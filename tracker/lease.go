@@ -1,0 +1,454 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// lease is a granted lease.
+type lease struct {
+	proto.Lease
+	User    string `msgpack:"user"`
+	Granted time.Time
+	// durable receives the result of persisting the grant; nil once read.
+	durable <-chan error `msgpack:"-"`
+}
+
+// ticket is a queued lease request.
+type ticket struct {
+	id             string
+	key            string
+	sel            *Selector
+	queue          *queue
+	priority       int
+	seq            uint64
+	user           string
+	since          time.Time
+	deadline       time.Time
+	ttl            time.Duration
+	sessionTimeout time.Duration
+	conn           *proto.Conn // nil for in-process requests
+
+	lease *lease        // set when granted
+	err   error         // set when dropped
+	done  chan struct{} // closed when granted or dropped
+}
+
+// queue is the waiting requests for one key (and selector), ordered by
+// priority (higher first) and then arrival.
+type queue struct {
+	name    string
+	key     string
+	tickets []*ticket
+	changed chan struct{} // closed and replaced when positions change
+}
+
+func queueName(key, sel string) string {
+	if key == "" {
+		key = "*"
+	}
+	if sel == "" {
+		return key
+	}
+	return key + " [" + sel + "]"
+}
+
+func (q *queue) insert(t *ticket) {
+	i, _ := slices.BinarySearchFunc(q.tickets, t, func(a, b *ticket) int {
+		if a.priority != b.priority {
+			return b.priority - a.priority
+		}
+		return int(a.seq) - int(b.seq)
+	})
+	q.tickets = slices.Insert(q.tickets, i, t)
+}
+
+func (q *queue) position(t *ticket) int {
+	for i, x := range q.tickets {
+		if x == t {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func (q *queue) remove(t *ticket) {
+	if i := slices.Index(q.tickets, t); i >= 0 {
+		q.tickets = slices.Delete(q.tickets, i, i+1)
+		notify(&q.changed)
+	}
+}
+
+// leaseRecord is a lease as stored.
+type leaseRecord struct {
+	Lease   proto.Lease `msgpack:"lease"`
+	User    string      `msgpack:"user"`
+	Granted time.Time   `msgpack:"granted"`
+}
+
+func (s *Server) persistLeaseLocked(l *lease) <-chan error {
+	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted}
+	return s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketLeases, rec.Lease.ID, rec) })
+}
+
+func (s *Server) deleteLeaseLocked(id string) {
+	s.st.write(func(tx *bolt.Tx) error { return del(tx, bucketLeases, id) })
+}
+
+// enqueueLocked creates a ticket for a and tries to grant it at once.
+func (s *Server) enqueueLocked(a proto.LeaseRequestArgs, sel *Selector, conn *proto.Conn, now time.Time) *ticket {
+	ttl := a.TTL
+	if ttl <= 0 {
+		ttl = s.cfg.LeaseTTL
+	}
+	ttl = min(ttl, s.cfg.MaxLeaseTTL)
+	s.seq++
+	t := &ticket{
+		id: randomID("t-", 8), key: a.Key, sel: sel, priority: a.Priority, seq: s.seq,
+		user: a.User, since: now, deadline: a.Deadline, ttl: ttl, sessionTimeout: a.SessionTimeout,
+		conn: conn, done: make(chan struct{}),
+	}
+	s.m.leaseRequests++
+	s.tickets[t.id] = t
+	if n := s.findDeviceLocked(t); n != nil {
+		s.grantLocked(t, n, now)
+		return t
+	}
+	name := queueName(a.Key, sel.String())
+	q := s.queues[name]
+	if q == nil {
+		q = &queue{name: name, key: a.Key, changed: make(chan struct{})}
+		s.queues[name] = q
+	}
+	t.queue = q
+	q.insert(t)
+	notify(&q.changed)
+	return t
+}
+
+// findDeviceLocked returns a free device for t, or nil.
+func (s *Server) findDeviceLocked(t *ticket) *node {
+	pick := func(m map[string]*node) *node {
+		for _, n := range m {
+			if n.free() && t.sel.Match(n.flat) {
+				return n
+			}
+		}
+		return nil
+	}
+	if t.key != "" {
+		return pick(s.byKey[t.key])
+	}
+	return pick(s.nodes)
+}
+
+// offerLocked grants free device n to the best waiting ticket it matches.
+func (s *Server) offerLocked(n *node) {
+	var best *ticket
+	for _, q := range s.queues {
+		if q.key != "" && q.key != n.key {
+			continue
+		}
+		for _, t := range q.tickets {
+			if t.sel.Match(n.flat) {
+				if best == nil || t.priority > best.priority || (t.priority == best.priority && t.seq < best.seq) {
+					best = t
+				}
+				break
+			}
+		}
+	}
+	if best != nil {
+		s.grantLocked(best, n, time.Now())
+	}
+}
+
+func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
+	l := &lease{
+		Lease: proto.Lease{
+			ID: randomID("l-", 8), Token: randomID("", 16), NodeID: n.id, Key: n.key, Addr: n.addr,
+			Expires: now.Add(t.ttl), TTL: t.ttl, SessionTimeout: t.sessionTimeout, Attrs: n.attrs,
+		},
+		User: t.user, Granted: now,
+	}
+	l.durable = s.persistLeaseLocked(l)
+	s.leases[l.ID] = l
+	s.byToken[l.Token] = l
+	n.lease = l
+	t.lease = l
+	if t.queue != nil {
+		t.queue.remove(t)
+		s.dropQueueIfEmptyLocked(t.queue)
+	}
+	close(t.done)
+	s.m.leasesGranted++
+	s.m.leaseWait.observe(now.Sub(t.since).Seconds())
+	s.log.Debug("lease granted", "lease", l.ID, "node", n.id, "key", n.key, "ticket", t.id, "waited", now.Sub(t.since))
+}
+
+func (s *Server) dropQueueIfEmptyLocked(q *queue) {
+	if len(q.tickets) == 0 && s.queues[q.name] == q {
+		delete(s.queues, q.name)
+	}
+}
+
+// dropTicketLocked ends a waiting ticket with err; a lease granted to it
+// but never delivered is released.
+func (s *Server) dropTicketLocked(t *ticket, err error) {
+	delete(s.tickets, t.id)
+	if t.lease != nil {
+		if l := s.leases[t.lease.ID]; l != nil {
+			s.log.Debug("releasing a lease granted to a dropped request", "lease", l.ID, "ticket", t.id)
+			s.releaseLocked(l)
+		}
+		return
+	}
+	if t.queue != nil {
+		t.queue.remove(t)
+		s.dropQueueIfEmptyLocked(t.queue)
+	}
+	if t.err == nil {
+		t.err = err
+		close(t.done)
+	}
+}
+
+// releaseLocked ends l and offers its device again.
+func (s *Server) releaseLocked(l *lease) {
+	delete(s.leases, l.ID)
+	delete(s.byToken, l.Token)
+	s.deleteLeaseLocked(l.ID)
+	s.m.leasesReleased++
+	if n := s.nodes[l.NodeID]; n != nil && n.lease == l {
+		n.lease = nil
+		if n.activeLease == l.ID {
+			n.activeLease = ""
+		}
+		s.nodeChangedLocked(n)
+	}
+}
+
+// changedQueuesLocked wakes every waiter, since positions or the set of
+// serving devices may have changed.
+func (s *Server) changedQueuesLocked() {
+	for _, q := range s.queues {
+		notify(&q.changed)
+	}
+}
+
+func (s *Server) expireLeasesLocked(now time.Time) {
+	for _, l := range s.leases {
+		if now.After(l.Expires) {
+			s.log.Info("lease expired", "lease", l.ID, "node", l.NodeID, "key", l.Key)
+			s.m.leasesExpired++
+			s.releaseLocked(l)
+		}
+	}
+}
+
+func (s *Server) expireTicketsLocked(now time.Time) {
+	for _, t := range s.tickets {
+		if !t.deadline.IsZero() && now.After(t.deadline) && t.lease == nil {
+			s.dropTicketLocked(t, s.deadlineErrLocked(t, now))
+		}
+	}
+}
+
+func (s *Server) deadlineErrLocked(t *ticket, now time.Time) error {
+	served := "no live device serves it"
+	if s.servedLocked(t.key, t.sel) {
+		served = "every matching device stayed busy"
+	}
+	pos := 0
+	if t.queue != nil {
+		pos = t.queue.position(t)
+	}
+	return fmt.Errorf("lease request for %s: gave up at its deadline after waiting %s at queue position %d (%s): %w",
+		describe(t.key, t.sel), now.Sub(t.since).Round(time.Millisecond), pos, served, proto.ErrDeadline)
+}
+
+func describe(key string, sel *Selector) string {
+	switch {
+	case key != "" && !sel.Empty():
+		return fmt.Sprintf("key %q with selector %q", key, sel.String())
+	case key != "":
+		return fmt.Sprintf("key %q", key)
+	case !sel.Empty():
+		return fmt.Sprintf("selector %q", sel.String())
+	}
+	return "any device"
+}
+
+// ticketReply reports t's state; for a granted ticket it waits until the
+// lease is durable and marks it delivered.
+func (s *Server) ticketReply(ctx context.Context, t *ticket) (any, error) {
+	s.mu.Lock()
+	if t.err != nil {
+		s.mu.Unlock()
+		return nil, t.err
+	}
+	if l := t.lease; l != nil {
+		durable := l.durable
+		l.durable = nil
+		delete(s.tickets, t.id)
+		rep := proto.LeaseTicket{Ticket: t.id, Served: true, Lease: new(l.Lease)}
+		s.mu.Unlock()
+		if durable != nil {
+			if err := <-durable; err != nil {
+				s.mu.Lock()
+				if s.leases[l.ID] == l {
+					s.releaseLocked(l)
+				}
+				s.mu.Unlock()
+				return nil, fmt.Errorf("lease request %s: persist lease: %w", t.id, err)
+			}
+		}
+		return rep, nil
+	}
+	rep := proto.LeaseTicket{Ticket: t.id, Position: t.queue.position(t), Queue: t.queue.name, Served: s.servedLocked(t.key, t.sel)}
+	s.mu.Unlock()
+	return rep, nil
+}
+
+// waitTicket waits up to wait for t to be granted or dropped or its queue
+// to change, then reports it.
+func (s *Server) waitTicket(ctx context.Context, t *ticket, wait time.Duration) (any, error) {
+	if wait <= 0 || wait > s.cfg.LeaseWait {
+		wait = s.cfg.LeaseWait
+	}
+	s.mu.Lock()
+	var changed chan struct{}
+	if t.queue != nil {
+		changed = t.queue.changed
+	}
+	deadline := t.deadline
+	s.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var dl <-chan time.Time
+	if !deadline.IsZero() {
+		dt := time.NewTimer(time.Until(deadline))
+		defer dt.Stop()
+		dl = dt.C
+	}
+	select {
+	case <-t.done:
+	case <-changed:
+	case <-timer.C:
+	case now := <-dl:
+		s.mu.Lock()
+		if t.lease == nil && t.err == nil {
+			s.dropTicketLocked(t, s.deadlineErrLocked(t, now))
+		}
+		s.mu.Unlock()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("lease request %s: %w", t.id, ctx.Err())
+	}
+	return s.ticketReply(ctx, t)
+}
+
+func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.LeaseRequestArgs) (any, error) {
+	sel, err := ParseSelector(a.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("lease request: %w", err)
+	}
+	if a.Deadline.IsZero() {
+		if d, ok := ctx.Deadline(); ok {
+			a.Deadline = d
+		}
+	}
+	s.mu.Lock()
+	t := s.enqueueLocked(a, sel, c, time.Now())
+	s.mu.Unlock()
+	return s.waitTicket(ctx, t, a.Wait)
+}
+
+func (s *Server) lookupTicket(id string, c *proto.Conn) (*ticket, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tickets[id]
+	if t == nil || (t.conn != nil && t.conn != c) {
+		return nil, fmt.Errorf("lease request %q: no such waiting request on this connection: %w", id, proto.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (s *Server) handleLeaseWait(ctx context.Context, c *proto.Conn, a proto.LeaseWaitArgs) (any, error) {
+	t, err := s.lookupTicket(a.Ticket, c)
+	if err != nil {
+		return nil, err
+	}
+	return s.waitTicket(ctx, t, a.Wait)
+}
+
+func (s *Server) handleLeaseCancel(ctx context.Context, c *proto.Conn, a proto.LeaseWaitArgs) (any, error) {
+	t, err := s.lookupTicket(a.Ticket, c)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.dropTicketLocked(t, fmt.Errorf("lease request %s: cancelled by the client: %w", t.id, proto.ErrCancelled))
+	s.mu.Unlock()
+	return nil, nil
+}
+
+func (s *Server) leaseByIDLocked(what string, a proto.LeaseRenewArgs) (*lease, error) {
+	l := s.leases[a.ID]
+	if l == nil || l.Token != a.Token {
+		return nil, fmt.Errorf("%s lease %q: no such lease (expired, released or wrong token): %w", what, a.ID, proto.ErrSessionExpired)
+	}
+	return l, nil
+}
+
+func (s *Server) handleLeaseRenew(ctx context.Context, c *proto.Conn, a proto.LeaseRenewArgs) (any, error) {
+	s.mu.Lock()
+	l, err := s.leaseByIDLocked("renew", a)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	l.Expires = time.Now().Add(l.TTL)
+	durable := s.persistLeaseLocked(l)
+	out := l.Lease
+	s.mu.Unlock()
+	if err := <-durable; err != nil {
+		return nil, fmt.Errorf("renew lease %q: %w", a.ID, err)
+	}
+	return out, nil
+}
+
+func (s *Server) handleLeaseRelease(ctx context.Context, c *proto.Conn, a proto.LeaseRenewArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, err := s.leaseByIDLocked("release", a)
+	if err != nil {
+		return nil, err
+	}
+	s.releaseLocked(l)
+	return nil, nil
+}
+
+func (s *Server) handleLeaseVerify(ctx context.Context, c *proto.Conn, a proto.LeaseVerifyArgs) (any, error) {
+	if c.Role() != proto.RoleDevice {
+		return nil, fmt.Errorf("verify lease: only device daemons verify leases: %w", proto.ErrBadRequest)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.byToken[a.Token]
+	if l == nil {
+		return nil, fmt.Errorf("verify lease: unknown token (never issued, released or expired): %w", proto.ErrNotFound)
+	}
+	if l.NodeID != a.NodeID {
+		return nil, fmt.Errorf("verify lease %s: issued for node %q, not %q: %w", l.ID, l.NodeID, a.NodeID, proto.ErrBadRequest)
+	}
+	if time.Now().After(l.Expires) {
+		return nil, fmt.Errorf("verify lease %s: expired at %s: %w", l.ID, l.Expires.Format(time.RFC3339), proto.ErrSessionExpired)
+	}
+	return proto.LeaseInfo{ID: l.ID, Key: l.Key, User: l.User, Expires: l.Expires, SessionTimeout: l.SessionTimeout}, nil
+}

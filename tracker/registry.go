@@ -1,0 +1,285 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// connNodeKey is the proto.Conn value naming the node registered on it.
+type connNodeKey struct{}
+
+// node is a registered device daemon or compiler node.
+type node struct {
+	id         string
+	role       proto.NodeRole
+	key, addr  string
+	attrs      proto.NodeAttrs
+	flat       map[string]string
+	conn       *proto.Conn
+	registered time.Time
+	lastSeen   time.Time
+	lost       bool
+	lostSince  time.Time
+	quarantine bool
+	failures   []time.Time
+	lastErr    string
+	load       string
+	// activeLease is the lease the daemon says it serves; a value the
+	// tracker does not hold as a live lease on this node keeps it busy.
+	activeLease string
+	lease       *lease          // the lease out on this device
+	jobs        map[string]*job // jobs running on this compiler node
+}
+
+func (n *node) state() proto.NodeState {
+	switch {
+	case n.lost:
+		return proto.StateLost
+	case n.quarantine:
+		return proto.StateQuarantined
+	case n.lease != nil || len(n.jobs) > 0 || (n.activeLease != "" && n.lease == nil):
+		return proto.StateBusy
+	}
+	return proto.StateFree
+}
+
+// free reports whether a lease may be granted on n.
+func (n *node) free() bool { return n.role == proto.NodeDevice && n.state() == proto.StateFree }
+
+func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.RegisterArgs) (any, error) {
+	switch {
+	case a.Role == proto.NodeDevice && c.Role() == proto.RoleDevice:
+	case a.Role == proto.NodeCompiler && c.Role() == proto.RoleCompiler:
+	default:
+		return nil, fmt.Errorf("register: role %q on a %s connection: want device on a device connection or compiler on a compiler connection: %w", a.Role, c.Role(), proto.ErrBadRequest)
+	}
+	if a.Role == proto.NodeDevice && a.Key == "" {
+		return nil, fmt.Errorf("register: a device needs a key: %w", proto.ErrBadRequest)
+	}
+	addr, err := fillHost(a.Addr, c.RemoteAddr())
+	if a.Role == proto.NodeDevice && err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	if a.NodeID == "" {
+		a.NodeID = randomID(string(a.Role)+"-", 6)
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[a.NodeID]
+	if n != nil && n.conn != nil && n.conn != c && !n.lost {
+		// The same node on a new connection: the old one is stale.
+		s.log.Info("node re-registered on a new connection", "node", a.NodeID)
+	}
+	if n == nil {
+		n = &node{id: a.NodeID, registered: now, jobs: make(map[string]*job)}
+		s.nodes[n.id] = n
+	} else if n.key != a.Key {
+		s.unindexLocked(n)
+	}
+	n.role, n.key, n.addr, n.attrs = a.Role, a.Key, addr, a.Attrs
+	n.flat = a.Attrs.Flatten()
+	n.flat["key"] = a.Key
+	n.conn, n.lastSeen, n.lost = c, now, false
+	n.activeLease = a.ActiveLease
+	if n.role == proto.NodeDevice {
+		if s.byKey[n.key] == nil {
+			s.byKey[n.key] = make(map[string]*node)
+		}
+		s.byKey[n.key][n.id] = n
+		// A lease restored from the store, or granted before a reconnect.
+		for _, l := range s.leases {
+			if l.NodeID == n.id {
+				n.lease = l
+				l.Addr = addr
+			}
+		}
+	}
+	c.SetValue(connNodeKey{}, n.id)
+	s.log.Info("node registered", "node", n.id, "role", n.role, "key", n.key, "addr", addr)
+	s.nodeChangedLocked(n)
+	return proto.RegisterReply{NodeID: n.id, HeartbeatInterval: s.cfg.HeartbeatInterval, LostAfter: s.cfg.LostAfter, Addr: addr}, nil
+}
+
+// fillHost fills an empty host in addr with the host the peer connects from.
+func fillHost(addr string, remote net.Addr) (string, error) {
+	if addr == "" {
+		return "", fmt.Errorf("empty listen address: %w", proto.ErrBadRequest)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("listen address %q: %v: %w", addr, err, proto.ErrBadRequest)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		if rh, _, err := net.SplitHostPort(remote.String()); err == nil {
+			host = rh
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func (s *Server) unindexLocked(n *node) {
+	if m := s.byKey[n.key]; m != nil {
+		delete(m, n.id)
+		if len(m) == 0 {
+			delete(s.byKey, n.key)
+		}
+	}
+}
+
+func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.HeartbeatArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[a.NodeID]
+	if n == nil {
+		return nil, fmt.Errorf("heartbeat: node %q is not registered (register again): %w", a.NodeID, proto.ErrNotFound)
+	}
+	was := n.state()
+	n.lastSeen, n.load, n.activeLease = time.Now(), a.Load, a.ActiveLease
+	if n.conn == nil || n.lost {
+		n.conn = c
+		c.SetValue(connNodeKey{}, n.id)
+	}
+	if n.lost {
+		n.lost = false
+		s.log.Info("node back", "node", n.id)
+	}
+	if n.state() != was {
+		s.nodeChangedLocked(n)
+	}
+	return proto.HeartbeatReply{State: n.state(), HeartbeatInterval: s.cfg.HeartbeatInterval, HealthCheck: n.quarantine && !n.lost}, nil
+}
+
+func (s *Server) handleDeregister(ctx context.Context, c *proto.Conn, a proto.DeregisterArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[a.NodeID]
+	if n == nil {
+		return nil, fmt.Errorf("deregister: node %q: %w", a.NodeID, proto.ErrNotFound)
+	}
+	s.log.Info("node deregistered", "node", n.id)
+	s.forgetLocked(n, "deregistered")
+	return nil, nil
+}
+
+// forgetLocked removes n from the registry, requeueing its jobs.
+func (s *Server) forgetLocked(n *node, why string) {
+	s.requeueNodeJobsLocked(n, why)
+	s.unindexLocked(n)
+	delete(s.nodes, n.id)
+	s.changedQueuesLocked()
+}
+
+func (s *Server) handleReport(ctx context.Context, c *proto.Conn, a proto.ReportArgs) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n *node
+	switch {
+	case a.NodeID != "":
+		if c.Role() != proto.RoleDevice {
+			return nil, fmt.Errorf("report: only a device daemon names itself by node id; a client names the device by its lease: %w", proto.ErrBadRequest)
+		}
+		n = s.nodes[a.NodeID]
+	case a.LeaseID != "":
+		l := s.leases[a.LeaseID]
+		if l == nil || l.Token != a.Token {
+			return nil, fmt.Errorf("report: lease %q: unknown lease or wrong token: %w", a.LeaseID, proto.ErrNotFound)
+		}
+		n = s.nodes[l.NodeID]
+	default:
+		return nil, fmt.Errorf("report: name a node or a lease: %w", proto.ErrBadRequest)
+	}
+	if n == nil {
+		return nil, fmt.Errorf("report: node %q is not registered: %w", a.NodeID, proto.ErrNotFound)
+	}
+	now := time.Now()
+	switch a.Kind {
+	case proto.ReportFailure:
+		n.failures = append(n.failures, now)
+		n.lastErr = a.Message
+		s.m.failures++
+		s.pruneFailuresLocked(n, now)
+		s.log.Warn("device failure reported", "node", n.id, "key", n.key, "failures", len(n.failures), "message", a.Message)
+		if !n.quarantine && len(n.failures) >= s.cfg.QuarantineAfter {
+			n.quarantine = true
+			s.log.Warn("device quarantined", "node", n.id, "key", n.key, "failures", len(n.failures), "window", s.cfg.FailureWindow)
+			s.nodeChangedLocked(n)
+		}
+	case proto.ReportHealth:
+		if c.Role() != proto.RoleDevice {
+			return nil, fmt.Errorf("report: only the device daemon reports its health check: %w", proto.ErrBadRequest)
+		}
+		if !a.OK {
+			n.lastErr = "health check failed: " + a.Message
+			s.log.Warn("device failed its health check", "node", n.id, "message", a.Message)
+			return nil, nil
+		}
+		if n.quarantine {
+			s.log.Info("device passed its health check: quarantine lifted", "node", n.id)
+		}
+		n.quarantine, n.failures, n.lastErr = false, nil, ""
+		s.nodeChangedLocked(n)
+	default:
+		return nil, fmt.Errorf("report: unknown kind %q: %w", a.Kind, proto.ErrBadRequest)
+	}
+	return nil, nil
+}
+
+func (s *Server) pruneFailuresLocked(n *node, now time.Time) {
+	i := 0
+	for i < len(n.failures) && now.Sub(n.failures[i]) > s.cfg.FailureWindow {
+		i++
+	}
+	n.failures = n.failures[i:]
+}
+
+func (s *Server) markLostLocked(n *node, why string, now time.Time) {
+	if n.lost {
+		return
+	}
+	n.lost, n.lostSince = true, now
+	s.log.Warn("node lost", "node", n.id, "role", n.role, "key", n.key, "why", why)
+	s.requeueNodeJobsLocked(n, "compiler node "+n.id+" lost: "+why)
+	s.changedQueuesLocked()
+}
+
+func (s *Server) expireNodesLocked(now time.Time) {
+	for _, n := range s.nodes {
+		if !n.lost && now.Sub(n.lastSeen) > s.cfg.LostAfter {
+			s.markLostLocked(n, fmt.Sprintf("no heartbeat for %s", now.Sub(n.lastSeen).Round(time.Millisecond)), now)
+		}
+		if n.lost && now.Sub(n.lostSince) > s.cfg.ForgetAfter {
+			s.log.Info("forgetting lost node", "node", n.id)
+			s.forgetLocked(n, "lost")
+		}
+	}
+}
+
+// nodeChangedLocked runs after n's state may have changed: a free device is
+// offered to the queues, and queue positions are refreshed.
+func (s *Server) nodeChangedLocked(n *node) {
+	if n.free() {
+		s.offerLocked(n)
+	}
+	s.changedQueuesLocked()
+}
+
+// served reports whether some live device matches key and sel.
+func (s *Server) servedLocked(key string, sel *Selector) bool {
+	match := func(m map[string]*node) bool {
+		for _, n := range m {
+			if n.role == proto.NodeDevice && !n.lost && sel.Match(n.flat) {
+				return true
+			}
+		}
+		return false
+	}
+	if key != "" {
+		return match(s.byKey[key])
+	}
+	return match(s.nodes)
+}

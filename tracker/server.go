@@ -1,0 +1,354 @@
+package tracker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Server is a tracker. New opens its store and listeners; Run serves until
+// its context is cancelled; Close (or the end of Run) stops it.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	st   *store
+	arts string // artifact directory
+	rpc  *proto.Server
+
+	ln, tvmLn, metricsLn net.Listener
+	httpSrv              *http.Server
+
+	mu       sync.Mutex
+	nodes    map[string]*node
+	byKey    map[string]map[string]*node // devices by key
+	queues   map[string]*queue
+	tickets  map[string]*ticket
+	leases   map[string]*lease // by id
+	byToken  map[string]*lease
+	jobs     map[string]*job
+	queued   []*job // FIFO of queued jobs
+	jobAvail chan struct{}
+	nextJob  uint64
+	seq      uint64 // ticket order
+	stopping bool   // set when shutdown starts: dropped connections no longer mark nodes lost
+	m        metrics
+
+	tvm tvmState
+
+	runMu     sync.Mutex
+	running   bool
+	runCancel context.CancelFunc
+	runDone   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens DataDir/tracker.db and binds the configured listeners, so
+// Addr, TVMAddr and MetricsAddr are known before Run.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		arts:     filepath.Join(cfg.DataDir, "artifacts"),
+		nodes:    make(map[string]*node),
+		byKey:    make(map[string]map[string]*node),
+		queues:   make(map[string]*queue),
+		tickets:  make(map[string]*ticket),
+		leases:   make(map[string]*lease),
+		byToken:  make(map[string]*lease),
+		jobs:     make(map[string]*job),
+		jobAvail: make(chan struct{}),
+		runDone:  make(chan struct{}),
+	}
+	s.m.init()
+	s.tvm.init()
+	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
+		return nil, fmt.Errorf("create tracker data dir: %w", err)
+	}
+	st, err := openStore(filepath.Join(cfg.DataDir, "tracker.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open tracker store: %w", err)
+	}
+	s.st = st
+	if err := s.load(); err != nil {
+		st.close()
+		return nil, fmt.Errorf("load tracker state: %w", err)
+	}
+	if err := s.listen(); err != nil {
+		s.closeListeners()
+		st.close()
+		return nil, err
+	}
+	s.rpc = proto.NewServer(proto.ServerConfig{
+		Token:        cfg.Token,
+		Roles:        []proto.Role{proto.RoleClient, proto.RoleDevice, proto.RoleCompiler},
+		Logger:       s.log,
+		OnDisconnect: s.disconnected,
+	})
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) listen() error {
+	var err error
+	if s.ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+		return fmt.Errorf("tracker listen %s: %w", s.cfg.Listen, err)
+	}
+	if s.cfg.TVMListen != "" {
+		if s.tvmLn, err = net.Listen("tcp", s.cfg.TVMListen); err != nil {
+			return fmt.Errorf("tracker tvm listen %s: %w", s.cfg.TVMListen, err)
+		}
+		if s.cfg.Token != "" {
+			s.log.Warn("the TVM tracker protocol carries no token: its listener is unauthenticated", "addr", s.tvmLn.Addr().String())
+		}
+	}
+	if s.cfg.MetricsListen != "" {
+		if s.metricsLn, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
+			return fmt.Errorf("tracker metrics listen %s: %w", s.cfg.MetricsListen, err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	for _, ln := range []net.Listener{s.ln, s.tvmLn, s.metricsLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// Addr returns the kiln protocol listener's address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// TVMAddr returns the TVM protocol listener's address, "" when off.
+func (s *Server) TVMAddr() string {
+	if s.tvmLn == nil {
+		return ""
+	}
+	return s.tvmLn.Addr().String()
+}
+
+// MetricsAddr returns the metrics listener's address, "" when off.
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
+}
+
+// Run serves until ctx is cancelled (or Close is called, or a TVM STOP
+// with the stop key arrives), then stops the parts in order: the
+// listeners and their connections (waiting for running handlers), the
+// expiry loop, and last the store, after flushing its queued writes. It
+// returns nil after a clean stop. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	s.runMu.Lock()
+	if s.running {
+		s.runMu.Unlock()
+		return errors.New("tracker: Run called after Close or a second time")
+	}
+	s.running = true
+	ctx, cancel := context.WithCancel(ctx)
+	s.runCancel = cancel
+	s.runMu.Unlock()
+	defer close(s.runDone)
+	defer cancel()
+
+	s.log.Info("tracker serving", "addr", s.Addr(), "tvm", s.TVMAddr(), "metrics", s.MetricsAddr(), "data", s.cfg.DataDir)
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if first == nil {
+			first = err
+		}
+		errMu.Unlock()
+		cancel()
+	}
+	var ln net.Listener = s.ln
+	if s.cfg.TLS != nil {
+		ln = tlsListener(ln, s.cfg.TLS)
+	}
+	wg.Go(func() {
+		if err := s.rpc.Serve(ctx, ln); err != nil {
+			fail(fmt.Errorf("tracker serve: %w", err))
+		}
+	})
+	if s.tvmLn != nil {
+		wg.Go(func() { s.serveTVM(ctx) })
+	}
+	if s.metricsLn != nil {
+		s.httpSrv = &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fail(fmt.Errorf("tracker metrics: %w", err))
+			}
+		})
+		wg.Go(func() {
+			<-ctx.Done()
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			s.httpSrv.Shutdown(sctx)
+		})
+	}
+	wg.Go(func() { s.expiryLoop(ctx) })
+	<-ctx.Done()
+	s.log.Info("tracker stopping")
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	wg.Wait()
+	err := s.shutdown()
+	if first == nil && err != nil {
+		first = err
+	}
+	s.log.Info("tracker stopped")
+	return first
+}
+
+// Close stops the tracker: it cancels a running Run and waits for it, or,
+// when Run was never called, closes the listeners and the store. It is
+// idempotent.
+func (s *Server) Close() error {
+	s.runMu.Lock()
+	running, cancel := s.running, s.runCancel
+	if !running {
+		s.running = true // a later Run fails
+		close(s.runDone)
+	}
+	s.runMu.Unlock()
+	if running {
+		cancel()
+		<-s.runDone
+		return s.closeErr
+	}
+	return s.shutdown()
+}
+
+// shutdown closes what Run does not: listeners not yet closed and the store.
+func (s *Server) shutdown() error {
+	s.closeOnce.Do(func() {
+		s.rpc.Close()
+		s.closeListeners()
+		s.tvm.closeAll()
+		s.mu.Lock()
+		for _, t := range s.tickets {
+			s.dropTicketLocked(t, fmt.Errorf("lease request %s: tracker is shutting down: %w", t.id, proto.ErrUnavailable))
+		}
+		s.mu.Unlock()
+		s.closeErr = s.st.close()
+	})
+	return s.closeErr
+}
+
+// handle registers a method whose arguments decode into A.
+func handle[A any](s *Server, method string, fn func(ctx context.Context, c *proto.Conn, a A) (any, error)) {
+	s.rpc.Handle(method, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+		var a A
+		if len(raw) > 0 {
+			if err := msgpack.Unmarshal(raw, &a); err != nil {
+				return nil, fmt.Errorf("%s: decode arguments: %v: %w", method, err, proto.ErrBadRequest)
+			}
+		}
+		return fn(ctx, c, a)
+	})
+}
+
+func (s *Server) routes() {
+	handle(s, proto.MethodTrackerRegister, s.handleRegister)
+	handle(s, proto.MethodTrackerHeartbeat, s.handleHeartbeat)
+	handle(s, proto.MethodTrackerDeregister, s.handleDeregister)
+	handle(s, proto.MethodTrackerReport, s.handleReport)
+	handle(s, proto.MethodLeaseRequest, s.handleLeaseRequest)
+	handle(s, proto.MethodLeaseWait, s.handleLeaseWait)
+	handle(s, proto.MethodLeaseCancel, s.handleLeaseCancel)
+	handle(s, proto.MethodLeaseRenew, s.handleLeaseRenew)
+	handle(s, proto.MethodLeaseRelease, s.handleLeaseRelease)
+	handle(s, proto.MethodLeaseVerify, s.handleLeaseVerify)
+	handle(s, proto.MethodTrackerQuery, s.handleQuery)
+	handle(s, proto.MethodBuildSubmit, s.handleBuildSubmit)
+	handle(s, proto.MethodBuildStatus, s.handleBuildStatus)
+	handle(s, proto.MethodBuildWait, s.handleBuildWait)
+	handle(s, proto.MethodBuildCancel, s.handleBuildCancel)
+	handle(s, proto.MethodBuildTake, s.handleBuildTake)
+	handle(s, proto.MethodBuildProgress, s.handleBuildProgress)
+	handle(s, proto.MethodBuildComplete, s.handleBuildComplete)
+	handle(s, proto.MethodBuildFail, s.handleBuildFail)
+	s.rpc.HandleBulk(proto.BulkArtifactUpload, s.handleArtifactUpload)
+	s.rpc.HandleBulk(proto.BulkArtifactDownload, s.handleArtifactDownload)
+}
+
+// disconnected drops what a connection owned: its queued lease requests
+// (and leases granted to them but never delivered), and the node it
+// registered, which is marked lost.
+func (s *Server) disconnected(c *proto.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tickets {
+		if t.conn == c {
+			s.dropTicketLocked(t, fmt.Errorf("lease request %s: client connection closed: %w", t.id, proto.ErrCancelled))
+		}
+	}
+	if id, ok := c.Value(connNodeKey{}).(string); ok && !s.stopping {
+		if n := s.nodes[id]; n != nil && n.conn == c {
+			n.conn = nil
+			s.markLostLocked(n, "connection closed", time.Now())
+		}
+	}
+}
+
+// expiryLoop runs the periodic checks until ctx ends.
+func (s *Server) expiryLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			if s.stopping {
+				s.mu.Unlock()
+				return
+			}
+			s.expireNodesLocked(now)
+			s.expireLeasesLocked(now)
+			s.expireTicketsLocked(now)
+			s.expireJobsLocked(now)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// randomID returns prefix followed by n random bytes in hex.
+func randomID(prefix string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// notify closes *ch and replaces it: a broadcast to everyone waiting on it.
+func notify(ch *chan struct{}) {
+	close(*ch)
+	*ch = make(chan struct{})
+}

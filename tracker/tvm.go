@@ -1,0 +1,365 @@
+package tracker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// tvmState is the TVM-protocol side: TVM rpc servers and their requests,
+// kept apart from kiln's devices (they speak another protocol).
+type tvmState struct {
+	mu     sync.Mutex
+	conns  map[*tvmConn]struct{}
+	queues map[string]*tvmQueue
+	seq    uint64
+	closed bool
+}
+
+type tvmConn struct {
+	nc   net.Conn
+	host string
+	wmu  sync.Mutex
+
+	// Guarded by tvmState.mu.
+	info    map[string]any
+	pending map[string]bool // match keys put and not yet handed out
+	puts    []*tvmValue
+	closed  bool
+}
+
+type tvmValue struct {
+	conn     *tvmConn
+	key      string
+	addr     string
+	port     int
+	matchKey string
+}
+
+type tvmReq struct {
+	conn     *tvmConn
+	priority int
+	seq      uint64
+}
+
+type tvmQueue struct {
+	values   []*tvmValue
+	requests []*tvmReq // priority high first, then arrival
+}
+
+func (t *tvmState) init() {
+	t.conns = make(map[*tvmConn]struct{})
+	t.queues = make(map[string]*tvmQueue)
+}
+
+func (t *tvmState) queue(key string) *tvmQueue {
+	q := t.queues[key]
+	if q == nil {
+		q = &tvmQueue{}
+		t.queues[key] = q
+	}
+	return q
+}
+
+// closeAll closes every TVM connection and refuses new ones.
+func (t *tvmState) closeAll() {
+	t.mu.Lock()
+	t.closed = true
+	conns := make([]*tvmConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.nc.Close()
+	}
+}
+
+func (t *tvmState) counts() (servers, pending int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, q := range t.queues {
+		servers += len(q.values)
+		pending += len(q.requests)
+	}
+	return servers, pending
+}
+
+func (t *tvmState) servers() []proto.TVMServerSummary {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []proto.TVMServerSummary
+	for c := range t.conns {
+		for _, v := range c.puts {
+			free := 0
+			if c.pending[v.matchKey] {
+				free = 1
+			}
+			pending := 0
+			if q := t.queues[v.key]; q != nil {
+				pending = len(q.requests)
+			}
+			out = append(out, proto.TVMServerSummary{Key: v.key, Addr: net.JoinHostPort(v.addr, strconv.Itoa(v.port)), Free: free, Pending: pending})
+		}
+	}
+	slices.SortFunc(out, func(a, b proto.TVMServerSummary) int { return strings.Compare(a.Key+a.Addr, b.Key+b.Addr) })
+	return out
+}
+
+// serveTVM accepts TVM-protocol connections until ctx ends, then closes
+// them all and waits for their goroutines.
+func (s *Server) serveTVM(ctx context.Context) {
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, func() {
+		s.tvmLn.Close()
+		s.tvm.closeAll()
+	})
+	defer stop()
+	for {
+		nc, err := s.tvmLn.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Error("tvm tracker accept", "err", err)
+			}
+			break
+		}
+		wg.Go(func() { s.serveTVMConn(ctx, nc) })
+	}
+	s.tvm.closeAll()
+	wg.Wait()
+}
+
+func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
+	log := s.log.With("tvm_peer", nc.RemoteAddr().String())
+	host, _, _ := net.SplitHostPort(nc.RemoteAddr().String())
+	c := &tvmConn{nc: nc, host: host, info: map[string]any{"addr": []any{host, 0}}, pending: map[string]bool{}}
+	s.tvm.mu.Lock()
+	if s.tvm.closed {
+		s.tvm.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.tvm.conns[c] = struct{}{}
+	s.tvm.mu.Unlock()
+	defer s.tvmConnClosed(c)
+
+	nc.SetDeadline(time.Now().Add(proto.DefaultHandshakeTimeout))
+	var hdr [4]byte
+	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+		log.Warn("tvm tracker handshake", "err", err)
+		return
+	}
+	if magic := int32(binary.LittleEndian.Uint32(hdr[:])); magic != tvmMagic {
+		log.Warn("tvm tracker handshake: wrong magic, closing", "magic", magic)
+		return
+	}
+	if _, err := nc.Write(hdr[:]); err != nil {
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	for {
+		b, err := readTVMFrame(nc)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+				log.Warn("tvm tracker: closing connection", "err", err)
+			}
+			return
+		}
+		m, err := decodeTVMMessage(b)
+		if err != nil {
+			log.Warn("tvm tracker: closing connection", "err", err)
+			return
+		}
+		if !s.tvmHandle(c, m) {
+			return
+		}
+	}
+}
+
+// tvmReply writes one frame to c; it reports whether that worked.
+func (c *tvmConn) reply(v any) bool {
+	b, err := encodeTVMFrame(v)
+	if err != nil {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err = c.nc.Write(b)
+	return err == nil
+}
+
+// tvmHandle serves one message; false closes the connection.
+func (s *Server) tvmHandle(c *tvmConn, m tvmMessage) bool {
+	switch m.Code {
+	case tvmPing:
+		return c.reply(tvmSuccess)
+	case tvmPut:
+		addr := m.Addr
+		if addr == "" {
+			addr = c.host
+		}
+		v := &tvmValue{conn: c, key: m.Key, addr: addr, port: m.Port, matchKey: m.MatchKey}
+		s.tvm.mu.Lock()
+		c.pending[m.MatchKey] = true
+		c.puts = append(c.puts, v)
+		s.tvm.queue(m.Key).values = append(s.tvm.queue(m.Key).values, v)
+		s.tvm.mu.Unlock()
+		if !c.reply(tvmSuccess) {
+			return false
+		}
+		s.tvmSchedule(m.Key)
+		return true
+	case tvmRequest:
+		s.tvm.mu.Lock()
+		s.tvm.seq++
+		q := s.tvm.queue(m.Key)
+		r := &tvmReq{conn: c, priority: m.Priority, seq: s.tvm.seq}
+		i := sort.Search(len(q.requests), func(i int) bool {
+			x := q.requests[i]
+			return x.priority < r.priority || (x.priority == r.priority && x.seq > r.seq)
+		})
+		q.requests = slices.Insert(q.requests, i, r)
+		s.tvm.mu.Unlock()
+		s.tvmSchedule(m.Key)
+		return true
+	case tvmGetPendingMatchkeys:
+		s.tvm.mu.Lock()
+		keys := make([]string, 0, len(c.pending))
+		for k := range c.pending {
+			keys = append(keys, k)
+		}
+		s.tvm.mu.Unlock()
+		slices.Sort(keys)
+		return c.reply(keys)
+	case tvmStop:
+		if s.cfg.TVMStopKey == "" || m.StopKey != s.cfg.TVMStopKey {
+			return c.reply(tvmFail)
+		}
+		c.reply(tvmSuccess)
+		s.log.Info("stop requested over the TVM tracker protocol")
+		s.runMu.Lock()
+		if s.runCancel != nil {
+			s.runCancel()
+		}
+		s.runMu.Unlock()
+		return true
+	case tvmUpdateInfo:
+		if a, ok := m.Info["addr"].([]any); ok && len(a) > 0 && a[0] == nil {
+			a[0] = c.host
+		}
+		s.tvm.mu.Lock()
+		for k, v := range m.Info {
+			c.info[k] = v
+		}
+		s.tvm.mu.Unlock()
+		return c.reply(tvmSuccess)
+	case tvmSummary:
+		return c.reply([]any{tvmSuccess, s.tvmSummary()})
+	}
+	return false
+}
+
+// tvmSchedule hands free TVM servers of key to waiting requests, like TVM's
+// PriorityScheduler: a request whose connection is gone does not consume
+// the server.
+func (s *Server) tvmSchedule(key string) {
+	for {
+		s.tvm.mu.Lock()
+		q := s.tvm.queues[key]
+		if q == nil || len(q.values) == 0 || len(q.requests) == 0 {
+			s.tvm.mu.Unlock()
+			return
+		}
+		v, r := q.values[0], q.requests[0]
+		q.values, q.requests = q.values[1:], q.requests[1:]
+		closed := r.conn.closed
+		s.tvm.mu.Unlock()
+		if !closed && r.conn.reply([]any{tvmSuccess, []any{v.addr, v.port, v.matchKey}}) {
+			s.tvm.mu.Lock()
+			delete(v.conn.pending, v.matchKey)
+			s.tvm.mu.Unlock()
+			continue
+		}
+		s.tvm.mu.Lock()
+		if !v.conn.closed {
+			q.values = append(q.values, v)
+		}
+		s.tvm.mu.Unlock()
+	}
+}
+
+// tvmConnClosed forgets a connection's servers and requests.
+func (s *Server) tvmConnClosed(c *tvmConn) {
+	c.nc.Close()
+	s.tvm.mu.Lock()
+	defer s.tvm.mu.Unlock()
+	c.closed = true
+	delete(s.tvm.conns, c)
+	for key, q := range s.tvm.queues {
+		q.values = slices.DeleteFunc(q.values, func(v *tvmValue) bool { return v.conn == c })
+		q.requests = slices.DeleteFunc(q.requests, func(r *tvmReq) bool { return r.conn == c })
+		if len(q.values) == 0 && len(q.requests) == 0 {
+			delete(s.tvm.queues, key)
+		}
+	}
+}
+
+// tvmSummary is SUMMARY's answer: {"queue_info": {key: {"free", "pending"}},
+// "server_info": [info of every connection whose key starts with "server"]},
+// with kiln's devices added under their keys ("kiln": true).
+func (s *Server) tvmSummary() map[string]any {
+	qinfo := map[string]map[string]int{}
+	var sinfo []any
+	s.tvm.mu.Lock()
+	for key, q := range s.tvm.queues {
+		qinfo[key] = map[string]int{"free": len(q.values), "pending": len(q.requests)}
+	}
+	for c := range s.tvm.conns {
+		if k, _ := c.info["key"].(string); strings.HasPrefix(k, "server") {
+			info := make(map[string]any, len(c.info))
+			for k, v := range c.info {
+				info[k] = v
+			}
+			sinfo = append(sinfo, info)
+		}
+	}
+	s.tvm.mu.Unlock()
+	s.mu.Lock()
+	for _, n := range s.nodes {
+		if n.role != proto.NodeDevice {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(n.addr)
+		p, _ := strconv.Atoi(port)
+		sinfo = append(sinfo, map[string]any{"key": "server:" + n.key, "addr": []any{host, p}, "kiln": true, "node_id": n.id, "state": string(n.state())})
+		qi := qinfo[n.key]
+		if qi == nil {
+			qi = map[string]int{"free": 0, "pending": 0}
+			qinfo[n.key] = qi
+		}
+		if n.free() {
+			qi["free"]++
+		}
+	}
+	for _, q := range s.queues {
+		if q.key != "" && qinfo[q.key] != nil {
+			qinfo[q.key]["pending"] += len(q.tickets)
+		}
+	}
+	s.mu.Unlock()
+	if sinfo == nil {
+		sinfo = []any{}
+	}
+	return map[string]any{"queue_info": qinfo, "server_info": sinfo}
+}
