@@ -33,6 +33,17 @@
 // IRModule is an ordered, immutable map from names to BaseFuncs: PrimFunc
 // here, graph-level kinds from other packages.
 //
+// # Graph level
+//
+// Files relax*.go hold the Relax-style graph IR: Function (a BaseFunc
+// with parameters carrying StructInfo, a SeqExpr body of BindingBlocks,
+// dataflow or not, and a result), graph expressions (RVar, RCall of an
+// Op, a GlobalVar or a variable, RTuple, TupleGetItem, Constant,
+// ShapeExpr, PrimValue, RIf…), StructInfo (tensor shape and dtype with
+// symbolic dimensions, tuple, shape, scalar, function, object), a
+// registry of operators (OpDef, filled by compiler/relax/op, which owns
+// shape inference) and VerifyFunction.
+//
 // # Rules
 //
 // Nodes are immutable once built: passes build new nodes (Rewriter copies

@@ -38,7 +38,7 @@ func StructuralHash(n Node) uint64 {
 // and buffers (compared by identity, not renamed): x+1 equals x+1 only for
 // the same x. Simplifiers use it to match patterns like (a + b) - a.
 func Equal(a, b Node) bool {
-	shared := &identity{vars: map[*Var]int{}, bufs: map[*Buffer]int{}}
+	shared := &identity{vars: map[*Var]int{}, bufs: map[*Buffer]int{}, rvars: map[*RVar]int{}}
 	wa := &StructuralWriter{id: shared}
 	wa.Node(a)
 	wb := &StructuralWriter{id: shared}
@@ -48,8 +48,9 @@ func Equal(a, b Node) bool {
 
 // identity numbers variables and buffers by pointer across writers.
 type identity struct {
-	vars map[*Var]int
-	bufs map[*Buffer]int
+	vars  map[*Var]int
+	bufs  map[*Buffer]int
+	rvars map[*RVar]int
 }
 
 func structuralBytes(n Node) []byte {
@@ -67,10 +68,11 @@ type Structural interface {
 
 // StructuralWriter accumulates the canonical form of a node.
 type StructuralWriter struct {
-	id   *identity // set by Equal: variables and buffers by identity
-	buf  []byte
-	vars map[*Var]int
-	bufs map[*Buffer]int
+	id    *identity // set by Equal: variables and buffers by identity
+	buf   []byte
+	vars  map[*Var]int
+	bufs  map[*Buffer]int
+	rvars map[*RVar]int // graph-level variables (relax_structural.go)
 }
 
 // Tag writes a string (a node kind, a name or a key).

@@ -54,11 +54,19 @@ func Verify(f *PrimFunc) error {
 	return verifyFunc(name, f)
 }
 
-// VerifyModule verifies every PrimFunc of m under its name in m.
+// VerifyModule verifies every PrimFunc of m under its name in m, and
+// every graph-level Function with VerifyFunction in the context of m.
 func VerifyModule(m *IRModule) error {
 	var errs []error
-	for name, f := range m.PrimFuncs() {
-		if err := verifyFunc(name, f); err != nil {
+	for name, f := range m.Funcs() {
+		var err error
+		switch f := f.(type) {
+		case *PrimFunc:
+			err = verifyFunc(name, f)
+		case *Function:
+			err = VerifyFunction(name, f, m)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -27,6 +27,8 @@ func TestParseErrors(t *testing.T) {
 			"bad.py:4:9: buffer \"A\" has 2 dimensions, indexed with 1\n    A[i] = T.float32(0)\n    ^"},
 		{"bad indentation", header + "    for i in range(4):\n            A[i, i] = T.float32(0)\n          A[i, i] = T.float32(1)\n",
 			"bad.py:5:11: unindent does not match any outer indentation level\n    A[i, i] = T.float32(1)\n    ^"},
+		{"tabs that depend on the tab size", header + "    for i in range(4):\n        A[i, i] = T.float32(0)\n   \t A[i, 0] = T.float32(1)\n",
+			"bad.py:5:6: inconsistent use of tabs and spaces in indentation"},
 		{"missing block", header + "    for i in range(4):\n    A[0, 0] = T.float32(0)\n",
 			"bad.py:4:5: expected an indented block after for header\n    A[0, 0] = T.float32(0)\n    ^"},
 		{"unknown dtype", "@T.prim_func\ndef f(A: T.Buffer((4,), \"float33\")):\n    pass\n",

@@ -11,15 +11,16 @@ import (
 // Parse reads TVMScript text and returns the module it defines. A file
 // holds either one `@I.ir_module class …:` whose body is decorated
 // functions, or any number of bare decorated functions (`@T.prim_func def
-// …`), which form a module keyed by their names. Imports, comments and
-// docstrings are ignored; the names T, I and R are assumed to be tvm.script's
-// tir, ir and relax.
+// …`, `@R.function def …`), which form a module keyed by their names.
+// Imports, comments and docstrings are ignored; the names T, I and R are
+// assumed to be tvm.script's tir, ir and relax.
 //
-// @T.prim_func functions become *ir.PrimFunc (a function not marked
-// private=True gets the "global_symbol" attribute, as in TVM) and are
-// verified with ir.Verify. @R.function functions (graph level) are not
-// converted yet: each becomes an *Unparsed holding its source text, in
-// module order; Unsupported lists them.
+// @T.prim_func functions become *ir.PrimFunc and @R.function functions
+// (graph level) *ir.Function; a function not marked private=True gets the
+// "global_symbol" attribute, as in TVM. Graph-level operator calls are
+// checked against compiler/relax/op (arguments, attributes, shape
+// inference) as they are read, and every function is verified (ir.Verify,
+// ir.VerifyFunction) in the context of the whole module.
 //
 // Errors are *Error values naming the file, line and column.
 func Parse(filename, src string) (*ir.IRModule, error) {
@@ -28,47 +29,6 @@ func Parse(filename, src string) (*ir.IRModule, error) {
 		return nil, err
 	}
 	return m, nil
-}
-
-// Unparsed is a function of a kind this package does not convert yet (a
-// graph-level @R.function). It keeps the function's source text, from its
-// first decorator to the end of its body with the common indentation
-// removed, so that printing gives it back and the module keeps its order.
-type Unparsed struct {
-	// Kind is "relax".
-	Kind string
-	// Name is the function's name.
-	Name string
-	// Source is the function's text.
-	Source string
-	// Line is where the function started in the parsed file.
-	Line int
-}
-
-// FuncAttrs returns nil: the attributes are inside the source text.
-func (u *Unparsed) FuncAttrs() map[string]any { return nil }
-
-// WriteStructure makes Unparsed functions equal when their text is.
-func (u *Unparsed) WriteStructure(w *ir.StructuralWriter) {
-	w.Tag(u.Kind)
-	w.Tag(u.Source)
-}
-
-// Note says why the function is not converted.
-func (u *Unparsed) Note() string {
-	return fmt.Sprintf("unsupported: Relax function %q (graph level)", u.Name)
-}
-
-// Unsupported returns one note per function of m that Parse kept as text:
-// `unsupported: Relax function "main" (graph level)`.
-func Unsupported(m *ir.IRModule) []string {
-	var notes []string
-	for _, f := range m.Funcs() {
-		if u, ok := f.(*Unparsed); ok {
-			notes = append(notes, u.Note())
-		}
-	}
-	return notes
 }
 
 type fileParser struct {
@@ -82,8 +42,9 @@ func parse(file, src string) (*ir.IRModule, error) {
 		return nil, err
 	}
 	fp := &fileParser{file: file, src: src, lines: strings.Split(src, "\n")}
-	m := ir.NewIRModule()
+	var funcs []*pyFuncDef
 	sawClass, sawFunc := false, false
+	var class *pyClassDef
 	for _, s := range stmts {
 		switch s := s.(type) {
 		case *pyImport, *pyPass:
@@ -99,24 +60,21 @@ func parse(file, src string) (*ir.IRModule, error) {
 				return nil, fp.errorf(s.P, "a file holds either an @I.ir_module class or bare functions, not both")
 			}
 			sawClass = true
-			var err error
-			if m, err = fp.module(s); err != nil {
-				return nil, err
-			}
+			class = s
 		case *pyFuncDef:
 			if sawClass {
 				return nil, fp.errorf(s.P, "a file holds either an @I.ir_module class or bare functions, not both")
 			}
 			sawFunc = true
-			var err error
-			if m, err = fp.function(m, s); err != nil {
-				return nil, err
-			}
+			funcs = append(funcs, s)
 		default:
 			return nil, fp.errorf(s.at(), "unexpected statement at the top level (want @I.ir_module class or @T.prim_func def)")
 		}
 	}
-	return m, nil
+	if class != nil {
+		return fp.module(class)
+	}
+	return fp.functions(ir.NewIRModule(), "", funcs)
 }
 
 func (fp *fileParser) errorf(p pos, format string, args ...any) *Error {
@@ -131,6 +89,7 @@ func (fp *fileParser) module(c *pyClassDef) (*ir.IRModule, error) {
 		return nil, fp.errorf(c.Bases[0].at(), "an ir_module class has no base classes")
 	}
 	m := ir.NewIRModule()
+	var funcs []*pyFuncDef
 	for _, s := range c.Body {
 		switch s := s.(type) {
 		case *pyPass:
@@ -149,15 +108,12 @@ func (fp *fileParser) module(c *pyClassDef) (*ir.IRModule, error) {
 				return nil, fp.errorf(s.P, "unexpected statement in an ir_module class (want decorated functions)")
 			}
 		case *pyFuncDef:
-			var err error
-			if m, err = fp.function(m, s); err != nil {
-				return nil, err
-			}
+			funcs = append(funcs, s)
 		default:
 			return nil, fp.errorf(s.at(), "unexpected statement in an ir_module class (want decorated functions)")
 		}
 	}
-	return m, nil
+	return fp.functions(m, c.Name, funcs)
 }
 
 func (fp *fileParser) moduleAttrs(c *pyCall) (attrs map[string]any, err error) {
@@ -190,17 +146,42 @@ func isDecorator(d pyExpr, names ...string) bool {
 	return slices.Contains(names, dotted(d))
 }
 
-func (fp *fileParser) function(m *ir.IRModule, fd *pyFuncDef) (*ir.IRModule, error) {
-	if _, dup := m.Lookup(fd.Name); dup {
-		return nil, fp.errorf(fd.P, "function %q defined twice", fd.Name)
+// functions converts the functions of one module: the TensorIR ones
+// first, then the graph-level ones (which call them), and adds them to m
+// in source order. class is the ir_module class's name, "" for a file of
+// bare functions.
+func (fp *fileParser) functions(m *ir.IRModule, class string, fds []*pyFuncDef) (*ir.IRModule, error) {
+	info := &moduleInfo{class: class, funcs: map[string]calleeInfo{}}
+	kinds := make([]string, len(fds))
+	for i, fd := range fds {
+		if _, dup := info.funcs[fd.Name]; dup {
+			return nil, fp.errorf(fd.P, "function %q defined twice", fd.Name)
+		}
+		if len(fd.Decorators) != 1 {
+			return nil, fp.errorf(fd.P, "function %q needs one decorator: @T.prim_func or @R.function", fd.Name)
+		}
+		d := fd.Decorators[0]
+		switch {
+		case isDecorator(d, "T.prim_func"):
+			kinds[i] = "tir"
+			info.funcs[fd.Name] = calleeInfo{}
+		case isDecorator(d, "R.function"):
+			kinds[i] = "relax"
+			pure, _, err := fp.relaxFlags(d)
+			if err != nil {
+				return nil, err
+			}
+			info.funcs[fd.Name] = calleeInfo{relax: true, pure: pure, ret: relaxSignature(fp.file, fp.src, fd)}
+		default:
+			return nil, fp.errorf(d.at(), "unsupported decorator %q (want @T.prim_func or @R.function)", dotted(d))
+		}
 	}
-	if len(fd.Decorators) != 1 {
-		return nil, fp.errorf(fd.P, "function %q needs one decorator: @T.prim_func or @R.function", fd.Name)
-	}
-	d := fd.Decorators[0]
-	switch {
-	case isDecorator(d, "T.prim_func"):
-		private, err := fp.decoratorFlag(d, "private", "check_well_formed")
+	done := make([]ir.BaseFunc, len(fds))
+	for i, fd := range fds {
+		if kinds[i] != "tir" {
+			continue
+		}
+		private, err := fp.decoratorFlag(fd.Decorators[0], "private", "check_well_formed")
 		if err != nil {
 			return nil, err
 		}
@@ -208,11 +189,35 @@ func (fp *fileParser) function(m *ir.IRModule, fd *pyFuncDef) (*ir.IRModule, err
 		if perr != nil {
 			return nil, perr
 		}
-		return m.With(fd.Name, f), nil
-	case isDecorator(d, "R.function"):
-		return m.With(fd.Name, &Unparsed{Kind: "relax", Name: fd.Name, Source: fp.sourceOf(fd), Line: fd.FirstLine}), nil
+		done[i] = f
+		info.funcs[fd.Name] = calleeInfo{prim: f}
 	}
-	return nil, fp.errorf(d.at(), "unsupported decorator %q (want @T.prim_func or @R.function)", dotted(d))
+	for i, fd := range fds {
+		if kinds[i] != "relax" {
+			continue
+		}
+		pure, private, err := fp.relaxFlags(fd.Decorators[0])
+		if err != nil {
+			return nil, err
+		}
+		f, perr := parseRelaxFunc(fp.file, fp.src, fd, pure, private, info)
+		if perr != nil {
+			return nil, perr
+		}
+		done[i] = f
+	}
+	for i, fd := range fds {
+		m = m.With(fd.Name, done[i])
+	}
+	for i, fd := range fds {
+		if f, ok := done[i].(*ir.Function); ok {
+			if err := ir.VerifyFunction(fd.Name, f, m); err != nil {
+				msg := strings.ReplaceAll(err.Error(), fmt.Sprintf("function %q: ", fd.Name), "")
+				return nil, fp.errorf(fd.P, "function %q is ill-formed: %s", fd.Name, msg)
+			}
+		}
+	}
+	return m, nil
 }
 
 // decoratorFlag reads private=True from @T.prim_func(private=True); other
@@ -240,49 +245,4 @@ func (fp *fileParser) decoratorFlag(d pyExpr, flag string, ignored ...string) (b
 		}
 	}
 	return val, nil
-}
-
-// sourceOf returns the lines of fd with their common indentation removed.
-func (fp *fileParser) sourceOf(fd *pyFuncDef) string {
-	lo, hi := fd.FirstLine-1, fd.LastLine
-	if lo < 0 {
-		lo = 0
-	}
-	if hi > len(fp.lines) {
-		hi = len(fp.lines)
-	}
-	lines := slices.Clone(fp.lines[lo:hi])
-	for i, l := range lines {
-		lines[i] = strings.TrimRight(expandTabs(l), " \r")
-	}
-	indent := -1
-	if len(lines) > 0 {
-		indent = len(lines[0]) - len(strings.TrimLeft(lines[0], " "))
-	}
-	for i, l := range lines {
-		n := len(l) - len(strings.TrimLeft(l, " "))
-		lines[i] = l[min(n, max(indent, 0)):]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// expandTabs replaces tabs with spaces to the next multiple of 8, as
-// Python's tokenizer counts them.
-func expandTabs(l string) string {
-	if !strings.Contains(l, "\t") {
-		return l
-	}
-	var b strings.Builder
-	col := 0
-	for _, r := range l {
-		if r == '\t' {
-			n := 8 - col%8
-			b.WriteString(strings.Repeat(" ", n))
-			col += n
-			continue
-		}
-		b.WriteRune(r)
-		col++
-	}
-	return b.String()
 }

@@ -13,9 +13,9 @@ import (
 
 // Print returns the TVMScript text of n: an *ir.IRModule (as an
 // `@I.ir_module class Module:`), an *ir.PrimFunc (a bare `@T.prim_func`),
-// an *Unparsed function, or an ir.Stmt or ir.Expr (a fragment, for
-// messages and tests). The text parses back with Parse to a structurally
-// equal node.
+// an *ir.Function (a bare `@R.function`), an ir.StructInfo, an ir.RExpr,
+// or an ir.Stmt or ir.Expr (fragments, for messages and tests). Modules
+// and functions parse back with Parse to structurally equal nodes.
 func Print(n ir.Node) string {
 	p := newPrinter()
 	switch n := n.(type) {
@@ -29,8 +29,18 @@ func Print(n ir.Node) string {
 			name = "main"
 		}
 		p.primFunc(name, n)
-	case *Unparsed:
-		p.unparsed(n)
+	case *ir.Function:
+		p.line("# from tvm.script import relax as R")
+		p.line("")
+		name, _ := n.Attrs[ir.AttrGlobalSymbol].(string)
+		if name == "" {
+			name = "main"
+		}
+		p.relaxFunc(name, n, "Module")
+	case ir.StructInfo:
+		return p.sinfo(n, false)
+	case ir.RExpr:
+		return p.rexpr(n)
 	case ir.Stmt:
 		p.stmt(n)
 	case ir.Expr:
@@ -48,6 +58,8 @@ type printer struct {
 	used   map[string]bool
 	data   map[*ir.Var]*ir.Buffer // data variables printed as B.data
 	loops  map[*ir.Var]*ir.For
+	uses   map[*ir.RVar]bool // graph variables that are used (relax_print.go)
+	cls    string            // the name bound to the module in a graph function
 }
 
 func newPrinter() *printer {
@@ -65,7 +77,7 @@ func (p *printer) line(s string) {
 func (p *printer) module(m *ir.IRModule) {
 	relax := false
 	for _, f := range m.Funcs() {
-		if _, ok := f.(*Unparsed); ok {
+		if _, ok := f.(*ir.Function); ok {
 			relax = true
 		}
 	}
@@ -93,8 +105,11 @@ func (p *printer) module(m *ir.IRModule) {
 			fp.indent = p.indent
 			fp.primFunc(name, f)
 			p.b.WriteString(fp.b.String())
-		case *Unparsed:
-			p.unparsed(f)
+		case *ir.Function:
+			fp := newPrinter()
+			fp.indent = p.indent
+			fp.relaxFunc(name, f, "Module")
+			p.b.WriteString(fp.b.String())
 		default:
 			p.line(fmt.Sprintf("# unprintable function %q of kind %T", name, f))
 		}
@@ -103,12 +118,6 @@ func (p *printer) module(m *ir.IRModule) {
 		p.line("pass")
 	}
 	p.indent--
-}
-
-func (p *printer) unparsed(u *Unparsed) {
-	for _, l := range strings.Split(u.Source, "\n") {
-		p.line(l)
-	}
 }
 
 var printReserved = map[string]bool{"T": true, "I": true, "R": true, "range": true, "print": true}
@@ -139,6 +148,8 @@ func (p *printer) release(objs ...any) {
 		}
 	}
 }
+
+func sortStrings(s []string) { sort.Strings(s) }
 
 func sanitize(s string) string {
 	var b strings.Builder

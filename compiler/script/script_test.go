@@ -49,6 +49,7 @@ func TestSeedsParse(t *testing.T) {
 		"001_tvmscript_source.py":    {nil, []string{"main"}},
 		"features.py":                {[]string{"vecadd", "features"}, nil},
 		"lowered.py":                 {[]string{"lowered"}, nil},
+		"relax_features.py":          {[]string{"scale"}, []string{"helper", "main", "stateful"}},
 	}
 	for _, path := range inputs(t) {
 		name := filepath.Base(path)
@@ -60,20 +61,16 @@ func TestSeedsParse(t *testing.T) {
 				case *ir.PrimFunc:
 					prim = append(prim, n)
 					check.NoError(t, ir.Verify(f))
-				case *Unparsed:
+				case *ir.Function:
 					relax = append(relax, n)
-					check.True(t, strings.HasPrefix(f.Source, "@R.function"), f.Source)
+					check.NoError(t, ir.VerifyFunction(n, f, m))
 				}
 			}
 			w, ok := want[name]
 			check.True(t, ok, "expectations for", name)
 			check.Equal(t, prim, w.prim)
 			check.Equal(t, relax, w.relax)
-			notes := Unsupported(m)
-			check.Equal(t, len(notes), len(w.relax))
-			for i, n := range notes {
-				check.Equal(t, n, `unsupported: Relax function "`+w.relax[i]+`" (graph level)`)
-			}
+			check.NoError(t, ir.VerifyModule(m))
 		})
 	}
 }

@@ -1344,7 +1344,7 @@ func (p *tirParser) expr(e pyExpr) ir.Expr {
 				return &ir.FloatImm{Type: c.Type, Value: -c.Value}
 			}
 			p.numeric(e.X, x, "-")
-			return ir.Sub(ir.NewIntImm(x.DType(), 0), x)
+			return ir.Sub(ir.Const(x.DType(), 0), x)
 		case "not":
 			return ir.LogicalNot(x)
 		}

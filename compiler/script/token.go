@@ -65,16 +65,20 @@ type lexer struct {
 	col     int
 	depth   int // bracket depth
 	indents []int
-	toks    []token
-	atBOL   bool
-	err     *Error
-	file    string
+	// altIndents are the same levels measured with tabs as one column,
+	// to reject indentation whose meaning depends on the tab size (as
+	// Python's TabError does).
+	altIndents []int
+	toks       []token
+	atBOL      bool
+	err        *Error
+	file       string
 }
 
 // tokenize splits src into tokens, with NEWLINE, INDENT and DEDENT tokens
 // for Python's layout rules. Comments and blank lines are dropped.
 func tokenize(file, src string) ([]token, *Error) {
-	lx := &lexer{src: src, line: 1, col: 1, indents: []int{0}, atBOL: true, file: file}
+	lx := &lexer{src: src, line: 1, col: 1, indents: []int{0}, altIndents: []int{0}, atBOL: true, file: file}
 	lx.run()
 	if lx.err != nil {
 		return nil, lx.err
@@ -149,6 +153,7 @@ func (lx *lexer) run() {
 			}
 			for len(lx.indents) > 1 {
 				lx.indents = lx.indents[:len(lx.indents)-1]
+				lx.altIndents = lx.altIndents[:len(lx.altIndents)-1]
 				lx.emit(tDedent, "", p)
 			}
 			lx.emit(tEOF, "", p)
@@ -198,14 +203,16 @@ func (lx *lexer) run() {
 // indentation measures the indentation of a new line. It returns false when
 // the line is blank or a comment (and has been consumed).
 func (lx *lexer) indentation() bool {
-	width := 0
+	width, alt := 0, 0
 	start := lx.here()
 	for {
 		switch lx.peek() {
 		case ' ':
 			width++
+			alt++
 		case '\t':
 			width = (width/8 + 1) * 8
+			alt++
 		case '\f', '\r':
 		default:
 			goto done
@@ -230,7 +237,11 @@ done:
 	}
 	lx.atBOL = false
 	p := lx.here()
-	cur := lx.indents[len(lx.indents)-1]
+	cur, curAlt := lx.indents[len(lx.indents)-1], lx.altIndents[len(lx.altIndents)-1]
+	if (width > cur) != (alt > curAlt) || (width == cur) != (alt == curAlt) {
+		lx.errorf(p, "inconsistent use of tabs and spaces in indentation")
+		return true
+	}
 	switch {
 	case width > cur:
 		if len(lx.indents) > maxIndentDepth {
@@ -242,14 +253,18 @@ done:
 			return true
 		}
 		lx.indents = append(lx.indents, width)
+		lx.altIndents = append(lx.altIndents, alt)
 		lx.emit(tIndent, "", p)
 	case width < cur:
 		for width < lx.indents[len(lx.indents)-1] {
 			lx.indents = lx.indents[:len(lx.indents)-1]
+			lx.altIndents = lx.altIndents[:len(lx.altIndents)-1]
 			lx.emit(tDedent, "", p)
 		}
 		if width != lx.indents[len(lx.indents)-1] {
 			lx.errorf(p, "unindent does not match any outer indentation level")
+		} else if alt != lx.altIndents[len(lx.altIndents)-1] {
+			lx.errorf(p, "inconsistent use of tabs and spaces in indentation")
 		}
 	}
 	return true
