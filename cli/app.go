@@ -45,6 +45,7 @@ Examples:
 			devicesCommand(),
 			runCommand(),
 			printCommand(),
+			buildCommand(),
 		},
 		Writer:    os.Stdout,
 		ErrWriter: os.Stderr,

@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+func buildCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "build",
+		Usage:     "compile an IRModule (TVMScript text) into a .kiln artifact, here or on the fleet",
+		UsageText: "kiln build FILE [--target cpu] [-o out.kiln] [--tracker HOST:PORT] [--cc CC] [--cflags FLAGS] [--dump-ir after:PASS]",
+		Description: `Parses FILE (TVMScript: an @I.ir_module class or @T.prim_func definitions),
+lowers every PrimFunc, generates C for the kernel ABI, compiles it with the
+system C compiler and writes a .kiln artifact (a zip: manifest.json, host.so).
+Builds are cached by the IR's structural hash, the target, the C compiler's
+identity and the flags (in $XDG_CACHE_HOME/kiln); --no-cache skips the cache.
+
+With --tracker the build goes through the fleet: the module is queued at the
+tracker, a compiler node builds it, and the artifact is downloaded to -o,
+with the job's progress shown as it changes.
+
+Targets: cpu (aliases llvm, c), with -mcpu=NAME and -mtriple=TRIPLE for
+cross-compilation, e.g. --target "cpu -mtriple=aarch64-linux-gnu".
+
+Examples:
+   kiln build matmul.py -o matmul.kiln
+   kiln build matmul.py --dump-ir after:lower_blocks,after:make_packed_api
+   kiln build matmul.py --cc clang --cflags "-O2 -march=x86-64-v3"
+   kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE]"},
+			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
+			&ucli.StringFlag{Name: "cc", Usage: "C compiler (default: $CC, then cc)"},
+			&ucli.StringFlag{Name: "cflags", Usage: "C compiler flags replacing the defaults (-O3 -march=native), space separated"},
+			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after these passes: after:PASS[,after:PASS…] or all (" + strings.Join(transform.PassNames(), ", ") + ")"},
+			&ucli.StringFlag{Name: "keep-source", Usage: "directory to keep the generated C source in"},
+			&ucli.BoolFlag{Name: "no-cache", Usage: "do not read or write the build cache"},
+			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
+			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
+		}, connFlags()...),
+		OnUsageError: usageError,
+		Action:       runBuild,
+	}
+}
+
+func runBuild(c *ucli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("build: want one file, got %d arguments (see \"kiln build --help\")", c.NArg())
+	}
+	path := c.Args().First()
+	out := c.String("output")
+	if out == "" {
+		out = strings.TrimSuffix(path, filepath.Ext(path)) + ".kiln"
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	if c.String("tracker") != "" {
+		return buildRemote(c, path, string(src), out)
+	}
+	target, err := compiler.ParseTarget(c.String("target"))
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	mod, err := script.Parse(path, string(src))
+	if err != nil {
+		return err
+	}
+	opts := compiler.BuildOptions{
+		CC:         c.String("cc"),
+		KeepSource: c.String("keep-source"),
+		NoCache:    c.Bool("no-cache"),
+		Dump:       c.App.Writer,
+	}
+	if f := c.String("cflags"); f != "" {
+		opts.CFlags = strings.Fields(f)
+	}
+	if d := c.String("dump-ir"); d != "" {
+		if opts.DumpIR, err = transform.ParseDumpIR(d); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+	}
+	res, err := compiler.BuildWithResult(c.Context, mod, target, opts)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", path, err)
+	}
+	if err := res.Artifact.Save(out); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	how := fmt.Sprintf("lowered in %s, compiled in %s", res.Lower.Round(time.Millisecond), res.Compile.Round(time.Millisecond))
+	if res.Cached {
+		how = "from the build cache"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "built %s: %d function(s) for %s, %s\n", out, len(res.Artifact.Manifest.Functions), target, how)
+	return nil
+}
+
+// buildRemote queues the module at the tracker, shows the job's progress
+// and downloads the artifact.
+func buildRemote(c *ucli.Context, path, src, out string) error {
+	ctx := c.Context
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := clientTLS(c)
+	if err != nil {
+		return err
+	}
+	tr, err := client.DialTracker(ctx, c.String("tracker"), client.TrackerOptions{Token: tok, TLS: tlsCfg})
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	defer tr.Close()
+	opts := map[string]string{}
+	for _, k := range []string{"cc", "cflags"} {
+		if v := c.String(k); v != "" {
+			opts[k] = v
+		}
+	}
+	job, err := tr.SubmitBuild(ctx, proto.BuildSubmitArgs{
+		Name: filepath.Base(path), Module: src, Target: c.String("target"), Options: opts,
+		RunTimeout: c.Duration("timeout"),
+	})
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	w := c.App.ErrWriter
+	fmt.Fprintf(w, "build job %s queued\n", job.ID)
+	job, err = tr.WaitBuild(ctx, job.ID, func(j proto.BuildJob) {
+		line := fmt.Sprintf("build job %s: %s", j.ID, j.State)
+		if j.Node != "" {
+			line += " on " + j.Node
+		}
+		if j.Progress > 0 {
+			line += fmt.Sprintf(" %3.0f%%", 100*j.Progress)
+		}
+		if j.Message != "" {
+			line += ": " + j.Message
+		}
+		fmt.Fprintln(w, line)
+	})
+	if err != nil {
+		return fmt.Errorf("build %s: %w", path, err)
+	}
+	var buf bytes.Buffer
+	if _, err := tr.DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
+		return fmt.Errorf("build: download artifact: %w", err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	if hex.EncodeToString(sum[:]) != job.Artifact {
+		return fmt.Errorf("build: downloaded artifact does not match its sha256 %s", job.Artifact)
+	}
+	if _, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+		return fmt.Errorf("build: downloaded artifact: %w", err)
+	}
+	if err := writeFileAtomic(out, buf.Bytes()); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	fmt.Fprintf(w, "built %s on %s (%d bytes)\n", out, job.Node, buf.Len())
+	return nil
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so a crash
+// never leaves half a file under the name.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}

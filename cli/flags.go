@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"crypto/tls"
+	"fmt"
+	"os"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// connFlags are the flags of every command that talks to a tracker or a
+// device daemon: the token and TLS as a client.
+func connFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "token-file", Usage: "file holding the auth token (surrounding whitespace ignored)", EnvVars: []string{"KILN_TOKEN_FILE"}},
+		&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the server's certificate (turns TLS on)"},
+		&ucli.StringFlag{Name: "tls-cert", Usage: "client certificate (PEM) for mutual TLS"},
+		&ucli.StringFlag{Name: "tls-key", Usage: "client key (PEM) for mutual TLS"},
+		&ucli.StringFlag{Name: "tls-server-name", Usage: "name to check in the server's certificate (default: the address's host)"},
+		&ucli.BoolFlag{Name: "tls-insecure", Usage: "TLS without verifying the server's certificate (testing only)"},
+	}
+}
+
+// listenFlags are the flags of every daemon: its token and TLS as a server.
+func listenFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "token-file", Usage: "file holding the token every peer must present (none: no authentication)", EnvVars: []string{"KILN_TOKEN_FILE"}},
+		&ucli.StringFlag{Name: "tls-cert", Usage: "server certificate (PEM); with --tls-key turns TLS on"},
+		&ucli.StringFlag{Name: "tls-key", Usage: "server key (PEM)"},
+		&ucli.StringFlag{Name: "tls-client-ca", Usage: "PEM bundle of CAs for client certificates (turns on mutual TLS)"},
+	}
+}
+
+// readToken reads --token-file ("" when the flag is not set).
+func readToken(c *ucli.Context) (string, error) {
+	p := c.String("token-file")
+	if p == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s: the file is empty", p)
+	}
+	return tok, nil
+}
+
+// clientTLS builds the client TLS config from connFlags (nil: plain TCP).
+func clientTLS(c *ucli.Context) (*tls.Config, error) {
+	if c.String("tls-ca") == "" && c.String("tls-cert") == "" && !c.Bool("tls-insecure") {
+		return nil, nil
+	}
+	cfg, err := proto.TLSConfig{
+		CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"), CAFile: c.String("tls-ca"),
+		ServerName: c.String("tls-server-name"), Insecure: c.Bool("tls-insecure"),
+	}.Client()
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	return cfg, nil
+}
+
+// serverTLS builds a daemon's TLS config from listenFlags (nil: plain TCP).
+func serverTLS(c *ucli.Context) (*tls.Config, error) {
+	if c.String("tls-cert") == "" && c.String("tls-key") == "" {
+		if c.String("tls-client-ca") != "" {
+			return nil, fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+		}
+		return nil, nil
+	}
+	cfg, err := proto.TLSConfig{CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"), CAFile: c.String("tls-client-ca")}.Server()
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	return cfg, nil
+}
