@@ -1,0 +1,25 @@
+// Package client is kiln's Go SDK: the device half talks to a device daemon
+// (kiln rpcserver) in a Session — upload files, load modules, allocate and
+// copy arrays, call and time functions — and the tracker half talks to a
+// tracker (request a device, submit builds, query the fleet).
+//
+// A device session:
+//
+//	s, err := client.Connect(ctx, "10.0.0.7:9090", client.Options{Token: tok})
+//	if err != nil { … }
+//	defer s.Close()
+//	err = s.UploadFile(ctx, "matmul.kiln", "out/matmul.kiln")
+//	mod, err := s.LoadModule(ctx, "matmul.kiln")
+//	f, err := mod.GetFunction(ctx, "matmul")
+//	a, err := s.Empty(ctx, ndarray.Shape{128, 128}, ndarray.Float32, devices.CPUDevice)
+//	…
+//	res, err := s.TimeEvaluator(ctx, f, client.TimeOptions{Number: 10, Repeat: 3}, a, b, c)
+//
+// Errors keep their class across the wire: errors.Is(err, proto.ErrCrashed)
+// holds when a kernel crashed the daemon's worker, proto.ErrSessionExpired
+// when the session passed its deadline, proto.ErrBusy when the device is in
+// another exclusive session.
+//
+// client imports rpcserver/proto, ndarray and devices; it must not import
+// the daemons' internals (rpcserver, tracker) nor cli.
+package client

@@ -1,0 +1,544 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Wire types the session API uses as they are.
+type (
+	// TimeOptions are the time evaluator's parameters (TVM's names).
+	TimeOptions = proto.TimeOptions
+	// TimeResult is what the time evaluator measured, in seconds per call.
+	TimeResult = proto.TimeResult
+	// FileInfo describes a file of the session's directory.
+	FileInfo = proto.FileInfo
+	// DeviceAttrs describes a daemon's host and devices.
+	DeviceAttrs = proto.DeviceAttrsResult
+	// SessionInfo describes an open session.
+	SessionInfo = proto.SessionInfo
+)
+
+// SessionOptions configures Connect.
+type SessionOptions struct {
+	// Token is the daemon's listener token.
+	Token string
+	// TLS, when set, dials with TLS (see proto.TLSConfig.Client).
+	TLS *tls.Config
+	// LeaseToken is the token of the tracker lease on this device
+	// (Lease.Token), when the daemon is registered with a tracker.
+	LeaseToken string
+	// HandshakeTimeout bounds the hello (proto's default when 0).
+	HandshakeTimeout time.Duration
+	// Logger receives debug logs (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// Session is an open session on a device daemon. Its methods are safe for
+// concurrent use. Handles (Module, Func, Array) belong to their session.
+type Session struct {
+	c    *proto.Client
+	info SessionInfo
+
+	mu     sync.Mutex
+	endErr error // set once the daemon said the session ended
+}
+
+// Connect dials the device daemon at addr and opens a session. A device in
+// another exclusive session refuses with an error wrapping proto.ErrBusy; a
+// wrong token gives proto.ErrUnauthorized.
+func Connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
+	c, err := proto.Dial(ctx, addr, proto.DialOptions{
+		Role: proto.RoleClient, Token: opts.Token, TLS: opts.TLS,
+		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to device %s: %w", addr, err)
+	}
+	s := &Session{c: c}
+	if err := c.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: opts.LeaseToken}, &s.info); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("open session on %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+// Info describes the session (id, worker pid, expiry).
+func (s *Session) Info() SessionInfo { return s.info }
+
+// Expires is when the daemon ends the session.
+func (s *Session) Expires() time.Time { return time.Unix(0, s.info.ExpiresAt) }
+
+// Close ends the session: the daemon stops its worker and removes its
+// files. It is idempotent.
+func (s *Session) Close() error { return s.c.Close() }
+
+// Err returns why the session ended (crashed, expired, connection lost), or
+// nil while it is usable.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	err := s.endErr
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if cerr := s.c.Err(); cerr != nil {
+		return s.explain(cerr)
+	}
+	return nil
+}
+
+// explain records an error that ends the session and turns a lost
+// connection past the deadline into ErrSessionExpired.
+func (s *Session) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case errors.Is(err, proto.ErrCrashed) || errors.Is(err, proto.ErrSessionExpired):
+		if s.endErr == nil {
+			s.endErr = err
+		}
+	case errors.Is(err, proto.ErrUnavailable):
+		if s.endErr != nil {
+			return fmt.Errorf("%w (then the daemon closed the connection)", s.endErr)
+		}
+		if s.info.ExpiresAt != 0 && time.Now().UnixNano() >= s.info.ExpiresAt {
+			return fmt.Errorf("session %s expired at %s: %w (%w)", s.info.ID, s.Expires().Format(time.RFC3339), proto.ErrSessionExpired, err)
+		}
+	}
+	return err
+}
+
+// ended returns the recorded end of the session, for calls made after it.
+func (s *Session) ended() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr
+}
+
+// call runs a method, keeping the session's end in mind.
+func (s *Session) call(ctx context.Context, method string, args, result any) error {
+	if err := s.ended(); err != nil {
+		return err
+	}
+	return s.explain(s.c.Call(ctx, method, args, result))
+}
+
+// bulk runs a bulk method.
+func (s *Session) bulk(ctx context.Context, method string, in proto.Bulk, w io.Writer) (int64, error) {
+	if err := s.ended(); err != nil {
+		return 0, err
+	}
+	n, err := s.c.Bulk(ctx, method, in, w)
+	return n, s.explain(err)
+}
+
+// Upload stores data as the file name in the session's directory.
+func (s *Session) Upload(ctx context.Context, name string, data []byte) error {
+	return s.UploadFrom(ctx, name, int64(len(data)), bytesReader(data))
+}
+
+// UploadFrom stores size bytes of r as the file name.
+func (s *Session) UploadFrom(ctx context.Context, name string, size int64, r io.Reader) error {
+	if _, err := s.bulk(ctx, proto.FileUpload, proto.Bulk{Name: name, Size: size, Body: r}, nil); err != nil {
+		return fmt.Errorf("upload %q: %w", name, err)
+	}
+	return nil
+}
+
+// UploadFile stores the local file path as the file name.
+func (s *Session) UploadFile(ctx context.Context, name, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("upload %q: %w", name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("upload %q: %w", name, err)
+	}
+	return s.UploadFrom(ctx, name, fi.Size(), f)
+}
+
+// Download copies the file name to w.
+func (s *Session) Download(ctx context.Context, name string, w io.Writer) (int64, error) {
+	n, err := s.bulk(ctx, proto.FileDownload, proto.Bulk{Name: name}, w)
+	if err != nil {
+		return n, fmt.Errorf("download %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// Remove removes the file name.
+func (s *Session) Remove(ctx context.Context, name string) error {
+	if err := s.call(ctx, proto.FileRemove, proto.FileArgs{Name: name}, nil); err != nil {
+		return fmt.Errorf("remove %q: %w", name, err)
+	}
+	return nil
+}
+
+// List lists the session's files.
+func (s *Session) List(ctx context.Context) ([]FileInfo, error) {
+	var out []FileInfo
+	if err := s.call(ctx, proto.FileList, nil, &out); err != nil {
+		return nil, fmt.Errorf("list files: %w", err)
+	}
+	return out, nil
+}
+
+// Module is a module loaded in the session.
+type Module struct {
+	s         *Session
+	Handle    uint64
+	Type      string
+	Functions []string
+}
+
+// LoadModule loads the file name (uploaded before: a .kiln artifact or a
+// shared object) in the session's worker.
+func (s *Session) LoadModule(ctx context.Context, name string) (*Module, error) {
+	var mi proto.ModuleInfo
+	if err := s.call(ctx, proto.ModuleLoad, proto.ModuleLoadArgs{Name: name}, &mi); err != nil {
+		return nil, fmt.Errorf("load module %q: %w", name, err)
+	}
+	return &Module{s: s, Handle: mi.Handle, Type: mi.Type, Functions: mi.Functions}, nil
+}
+
+// GetFunction looks a function of the module up.
+func (m *Module) GetFunction(ctx context.Context, name string) (*Func, error) {
+	return m.s.getFunction(ctx, proto.ModuleGetFunction, m.Handle, name)
+}
+
+// Free unloads the module once its functions' calls in flight return.
+func (m *Module) Free(ctx context.Context) error { return m.s.free(ctx, m.Handle) }
+
+// Func is a remote function.
+type Func struct {
+	s      *Session
+	Handle uint64
+	Name   string
+}
+
+// GetGlobal looks a global function of the worker's registry up.
+func (s *Session) GetGlobal(ctx context.Context, name string) (*Func, error) {
+	return s.getFunction(ctx, proto.GlobalGet, 0, name)
+}
+
+func (s *Session) getFunction(ctx context.Context, method string, module uint64, name string) (*Func, error) {
+	var fi proto.FuncInfo
+	if err := s.call(ctx, method, proto.GetFunctionArgs{Module: module, Name: name}, &fi); err != nil {
+		return nil, fmt.Errorf("get function %q: %w", name, err)
+	}
+	return &Func{s: s, Handle: fi.Handle, Name: fi.Name}, nil
+}
+
+// ListGlobals lists the worker's global functions.
+func (s *Session) ListGlobals(ctx context.Context) ([]string, error) {
+	var out []string
+	if err := s.call(ctx, proto.GlobalList, nil, &out); err != nil {
+		return nil, fmt.Errorf("list global functions: %w", err)
+	}
+	return out, nil
+}
+
+// Call calls f with args; see Session.Call.
+func (f *Func) Call(ctx context.Context, args ...any) (any, error) { return f.s.Call(ctx, f, args...) }
+
+// Free releases the function handle.
+func (f *Func) Free(ctx context.Context) error { return f.s.free(ctx, f.Handle) }
+
+// Call calls f remotely. Arguments may be *Array, *Func, *Module, integers,
+// floats, bools (as 0 or 1), strings, []byte, ndarray.Shape, ndarray.DType,
+// devices.Device, or nil. The result is nil, int64, float64, string, []byte,
+// ndarray.Shape, ndarray.DType, devices.Device, *Array, *Func or *Module.
+func (s *Session) Call(ctx context.Context, f *Func, args ...any) (any, error) {
+	wargs, err := toWire(args)
+	if err != nil {
+		return nil, fmt.Errorf("call %q: %w", f.Name, err)
+	}
+	var out proto.Value
+	if err := s.call(ctx, proto.FuncCall, proto.CallArgs{Func: f.Handle, Args: wargs}, &out); err != nil {
+		return nil, fmt.Errorf("call %q: %w", f.Name, err)
+	}
+	return s.fromWire(out)
+}
+
+// TimeEvaluator times f called with args on the device, following TVM's
+// time_evaluator (one warm-up call; Number grows until a measurement lasts
+// MinRepeatMS; Repeat results in seconds per call).
+func (s *Session) TimeEvaluator(ctx context.Context, f *Func, o TimeOptions, args ...any) (TimeResult, error) {
+	wargs, err := toWire(args)
+	if err != nil {
+		return TimeResult{}, fmt.Errorf("time %q: %w", f.Name, err)
+	}
+	var r TimeResult
+	if err := s.call(ctx, proto.FuncTime, proto.TimeArgs{Func: f.Handle, Args: wargs, Options: o}, &r); err != nil {
+		return TimeResult{}, fmt.Errorf("time %q: %w", f.Name, err)
+	}
+	return r, nil
+}
+
+// DeviceAttrs describes the daemon's host and devices.
+func (s *Session) DeviceAttrs(ctx context.Context) (DeviceAttrs, error) {
+	var r DeviceAttrs
+	if err := s.call(ctx, proto.DeviceAttrs, nil, &r); err != nil {
+		return DeviceAttrs{}, fmt.Errorf("device attributes: %w", err)
+	}
+	return r, nil
+}
+
+func (s *Session) free(ctx context.Context, h uint64) error {
+	if err := s.call(ctx, proto.HandleFree, proto.HandleArgs{Handle: h}, nil); err != nil {
+		return fmt.Errorf("free handle %d: %w", h, err)
+	}
+	return nil
+}
+
+// Array is an array in the session's worker.
+type Array struct {
+	s      *Session
+	Handle uint64
+	Shape  ndarray.Shape
+	DType  ndarray.DType
+	Device devices.Device
+	// Bytes is the size of its compact contents.
+	Bytes int64
+}
+
+// Empty allocates an uninitialized array on the device.
+func (s *Session) Empty(ctx context.Context, shape ndarray.Shape, dtype ndarray.DType, dev devices.Device) (*Array, error) {
+	var ai proto.ArrayInfo
+	args := proto.EmptyArgs{Shape: shape, DType: dtype.String(), Device: dev.String()}
+	if err := s.call(ctx, proto.ArrayEmpty, args, &ai); err != nil {
+		return nil, fmt.Errorf("empty %v %s on %s: %w", shape, dtype, dev, err)
+	}
+	return s.array(ai)
+}
+
+func (s *Session) array(ai proto.ArrayInfo) (*Array, error) {
+	dt, err := ndarray.ParseDType(ai.DType)
+	if err != nil {
+		return nil, fmt.Errorf("array %d: %v: %w", ai.Handle, err, proto.ErrBadRequest)
+	}
+	dev, err := devices.ParseDevice(ai.Device)
+	if err != nil {
+		return nil, fmt.Errorf("array %d: %v: %w", ai.Handle, err, proto.ErrBadRequest)
+	}
+	return &Array{s: s, Handle: ai.Handle, Shape: ndarray.Shape(ai.Shape), DType: dt, Device: dev, Bytes: ai.Bytes}, nil
+}
+
+// CopyFrom fills the remote array from src (same shape and dtype).
+func (s *Session) CopyFrom(ctx context.Context, dst *Array, src *ndarray.NDArray) error {
+	if !src.Shape().Equal(dst.Shape) || src.DType() != dst.DType {
+		return fmt.Errorf("copy to array %d: source is %v %s, the array is %v %s: %w", dst.Handle, src.Shape(), src.DType(), dst.Shape, dst.DType, proto.ErrBadRequest)
+	}
+	b, err := src.Bytes()
+	if err != nil {
+		return fmt.Errorf("copy to array %d: %w", dst.Handle, err)
+	}
+	return dst.CopyFromBytes(ctx, b)
+}
+
+// CopyTo returns a CPU copy of the remote array.
+func (s *Session) CopyTo(ctx context.Context, src *Array) (*ndarray.NDArray, error) {
+	b, err := src.ReadBytes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ndarray.FromBytes(b, src.Shape, src.DType, devices.CPUDevice)
+	if err != nil {
+		return nil, fmt.Errorf("copy from array %d: %w", src.Handle, err)
+	}
+	return out, nil
+}
+
+// CopyFromBytes fills the array with exactly a.Bytes compact row-major bytes.
+func (a *Array) CopyFromBytes(ctx context.Context, b []byte) error {
+	if int64(len(b)) != a.Bytes {
+		return fmt.Errorf("copy to array %d: %d bytes given, the array holds %d: %w", a.Handle, len(b), a.Bytes, proto.ErrBadRequest)
+	}
+	return a.CopyFromReader(ctx, bytesReader(b))
+}
+
+// CopyFromReader fills the array with a.Bytes bytes read from r.
+func (a *Array) CopyFromReader(ctx context.Context, r io.Reader) error {
+	name := strconv.FormatUint(a.Handle, 10)
+	if _, err := a.s.bulk(ctx, proto.ArrayCopyFrom, proto.Bulk{Name: name, Size: a.Bytes, Body: r}, nil); err != nil {
+		return fmt.Errorf("copy to array %d: %w", a.Handle, err)
+	}
+	return nil
+}
+
+// CopyTo writes the array's compact row-major bytes to w.
+func (a *Array) CopyTo(ctx context.Context, w io.Writer) (int64, error) {
+	name := strconv.FormatUint(a.Handle, 10)
+	n, err := a.s.bulk(ctx, proto.ArrayCopyTo, proto.Bulk{Name: name}, w)
+	if err != nil {
+		return n, fmt.Errorf("copy from array %d: %w", a.Handle, err)
+	}
+	return n, nil
+}
+
+// ReadBytes returns the array's compact row-major bytes.
+func (a *Array) ReadBytes(ctx context.Context) ([]byte, error) {
+	buf := &fixedBuffer{b: make([]byte, 0, a.Bytes)}
+	if _, err := a.CopyTo(ctx, buf); err != nil {
+		return nil, err
+	}
+	return buf.b, nil
+}
+
+// Free releases the array once calls in flight that use it return.
+func (a *Array) Free(ctx context.Context) error { return a.s.free(ctx, a.Handle) }
+
+// String describes the array.
+func (a *Array) String() string {
+	return fmt.Sprintf("remote array %d %v %s on %s", a.Handle, a.Shape, a.DType, a.Device)
+}
+
+// fixedBuffer appends to a preallocated slice.
+type fixedBuffer struct{ b []byte }
+
+func (f *fixedBuffer) Write(p []byte) (int, error) {
+	f.b = append(f.b, p...)
+	return len(p), nil
+}
+
+// bytesReader reads a byte slice (nil for an empty one, as proto wants).
+func bytesReader(b []byte) io.Reader {
+	if len(b) == 0 {
+		return nil
+	}
+	return &sliceReader{b: b}
+}
+
+type sliceReader struct{ b []byte }
+
+func (r *sliceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// toWire converts call arguments.
+func toWire(args []any) ([]proto.Value, error) {
+	out := make([]proto.Value, len(args))
+	for i, a := range args {
+		v, err := valueOf(a)
+		if err != nil {
+			return nil, fmt.Errorf("argument %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func valueOf(a any) (proto.Value, error) {
+	switch v := a.(type) {
+	case nil:
+		return proto.Value{Kind: proto.KindNil}, nil
+	case proto.Value:
+		return v, nil
+	case *Array:
+		return proto.Value{Kind: proto.KindArray, Handle: v.Handle}, nil
+	case *Func:
+		return proto.Value{Kind: proto.KindFunc, Handle: v.Handle}, nil
+	case *Module:
+		return proto.Value{Kind: proto.KindModule, Handle: v.Handle}, nil
+	case bool:
+		n := int64(0)
+		if v {
+			n = 1
+		}
+		return proto.Value{Kind: proto.KindInt, Int: n}, nil
+	case int:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case int8:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case int16:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case int32:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case int64:
+		return proto.Value{Kind: proto.KindInt, Int: v}, nil
+	case uint8:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case uint16:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case uint32:
+		return proto.Value{Kind: proto.KindInt, Int: int64(v)}, nil
+	case float32:
+		return proto.Value{Kind: proto.KindFloat, Float: float64(v)}, nil
+	case float64:
+		return proto.Value{Kind: proto.KindFloat, Float: v}, nil
+	case string:
+		return proto.Value{Kind: proto.KindString, Str: v}, nil
+	case []byte:
+		return proto.Value{Kind: proto.KindBytes, Bytes: v}, nil
+	case ndarray.Shape:
+		return proto.Value{Kind: proto.KindShape, Shape: v}, nil
+	case ndarray.DType:
+		return proto.Value{Kind: proto.KindDType, Str: v.String()}, nil
+	case devices.Device:
+		return proto.Value{Kind: proto.KindDevice, Str: v.String()}, nil
+	}
+	return proto.Value{}, fmt.Errorf("cannot pass a %T to a remote function: %w", a, proto.ErrBadRequest)
+}
+
+// fromWire converts a call's result.
+func (s *Session) fromWire(v proto.Value) (any, error) {
+	switch v.Kind {
+	case proto.KindNil, "":
+		return nil, nil
+	case proto.KindInt:
+		return v.Int, nil
+	case proto.KindFloat:
+		return v.Float, nil
+	case proto.KindString:
+		return v.Str, nil
+	case proto.KindBytes:
+		return v.Bytes, nil
+	case proto.KindShape:
+		return ndarray.Shape(v.Shape), nil
+	case proto.KindDType:
+		return ndarray.ParseDType(v.Str)
+	case proto.KindDevice:
+		return devices.ParseDevice(v.Str)
+	case proto.KindArray:
+		if v.Array == nil {
+			return nil, fmt.Errorf("array result without its description: %w", proto.ErrBadRequest)
+		}
+		return s.array(*v.Array)
+	case proto.KindFunc:
+		name := ""
+		if v.Func != nil {
+			name = v.Func.Name
+		}
+		return &Func{s: s, Handle: v.Handle, Name: name}, nil
+	case proto.KindModule:
+		m := &Module{s: s, Handle: v.Handle}
+		if v.Module != nil {
+			m.Type, m.Functions = v.Module.Type, v.Module.Functions
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("unknown result kind %q: %w", v.Kind, proto.ErrBadRequest)
+}

@@ -1,0 +1,351 @@
+package rpcserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen         = ":9090"
+	DefaultSessionTimeout = 30 * time.Minute
+	DefaultDrainTimeout   = 10 * time.Second
+	// DefaultSessionQuota bounds the files of one session: 16 GiB.
+	DefaultSessionQuota = 16 << 30
+)
+
+// endGrace is how long the daemon keeps a session's connection open after
+// the session ended (expired, crashed), so that calls in flight and the
+// next call hear why; then it closes the connection.
+const endGrace = 2 * time.Second
+
+// Tracker plugs a daemon into a tracker. client.Registrar implements it;
+// the CLI builds one and passes it in Config.Tracker (rpcserver must not
+// import client).
+type Tracker interface {
+	// VerifyLease checks that token is a live lease on this daemon.
+	VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error)
+	// SetActiveLease tells the tracker which lease the daemon serves now
+	// ("" when idle); it travels with the next heartbeat.
+	SetActiveLease(id string)
+}
+
+// FailureReporter is implemented by a Tracker that can report a device
+// failure (a crashed worker) to the tracker.
+type FailureReporter interface {
+	ReportFailure(ctx context.Context, message string) error
+}
+
+// Runner is implemented by a Tracker with a life of its own (registration
+// and heartbeats): the daemon runs it for as long as it runs.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Config configures a Daemon. The zero value serves one exclusive session
+// at a time on DefaultListen without a token.
+type Config struct {
+	// Listen is the address to listen on (DefaultListen when empty;
+	// "127.0.0.1:0" in tests).
+	Listen string
+	// Key is the device key the daemon registers under.
+	Key string
+	// Token, when not empty, is the token every client's hello must carry.
+	Token string
+	// TLS, when set, serves TLS (see proto.TLSConfig.Server).
+	TLS *tls.Config
+	// SessionTimeout bounds a session's life from its connection
+	// (DefaultSessionTimeout when 0); a lease's session timeout overrides it.
+	SessionTimeout time.Duration
+	// MaxSessions is the number of sessions served at once (1 when 0: one
+	// exclusive session per device); later clients are refused with ErrBusy.
+	MaxSessions int
+	// Dir holds the session directories (a kiln-rpcserver directory in the
+	// system's temporary directory when empty).
+	Dir string
+	// SessionQuota bounds the bytes of one session's files
+	// (DefaultSessionQuota when 0, none when negative).
+	SessionQuota int64
+	// Worker says how to start worker processes.
+	Worker WorkerSpec
+	// Tracker, when set, verifies the lease token of every session.
+	Tracker Tracker
+	// AllowWithoutLease lets clients without a lease token open sessions
+	// when Tracker is set.
+	AllowWithoutLease bool
+	// DrainTimeout bounds how long Run waits for open sessions to end once
+	// its context is cancelled, before it cuts them (DefaultDrainTimeout when 0).
+	DrainTimeout time.Duration
+	// MetricsListen, when set, serves /metrics on this HTTP address.
+	MetricsListen string
+	// Version is the kiln version the daemon reports.
+	Version string
+	// MaxFrameSize bounds one request or response frame (proto's default when 0).
+	MaxFrameSize int
+	// Logger receives the daemon's logs (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// Daemon is a device daemon: it accepts client sessions and serves each in
+// a worker process. Create it with New, run it with Run.
+type Daemon struct {
+	cfg Config
+	log *slog.Logger
+	ln  net.Listener
+	srv *proto.Server
+	reg *metrics.Registry
+	m   daemonMetrics
+
+	wg sync.WaitGroup // worker waiters, stderr readers, download pipes
+
+	mu       sync.Mutex
+	sessions map[*session]bool // sessions holding a slot
+	draining bool
+	idle     chan struct{} // closed when the last slot is released while draining
+	nextID   atomic.Uint64
+	ran      atomic.Bool
+}
+
+// daemonMetrics are the daemon's Prometheus metrics.
+type daemonMetrics struct {
+	active   *metrics.Gauge
+	total    *metrics.Counter
+	refused  *metrics.Counter
+	ended    *metrics.Counter
+	crashes  *metrics.Counter
+	calls    *metrics.Counter
+	inflight *metrics.Gauge
+	latency  *metrics.Histogram
+	bulkByte *metrics.Counter
+}
+
+// New checks cfg and binds the listener; Addr is valid at once. Run
+// serves it and closes it when it returns.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 1
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	switch {
+	case cfg.SessionQuota == 0:
+		cfg.SessionQuota = DefaultSessionQuota
+	case cfg.SessionQuota < 0:
+		cfg.SessionQuota = 0
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(os.TempDir(), "kiln-rpcserver")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("rpcserver: listen: %w", err)
+	}
+	if cfg.TLS != nil {
+		ln = tls.NewListener(ln, cfg.TLS)
+	}
+	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(),
+		sessions: map[*session]bool{}}
+	d.m = daemonMetrics{
+		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
+		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
+		refused:  d.reg.Counter("kiln_rpcserver_sessions_refused_total", "Connections refused, by reason.", "reason"),
+		ended:    d.reg.Counter("kiln_rpcserver_sessions_ended_total", "Sessions ended, by how.", "how"),
+		crashes:  d.reg.Counter("kiln_rpcserver_worker_crashes_total", "Worker processes that crashed or were killed."),
+		calls:    d.reg.Counter("kiln_rpcserver_calls_total", "Requests served, by method and result code.", "method", "code"),
+		inflight: d.reg.Gauge("kiln_rpcserver_worker_calls_in_flight", "Requests forwarded to workers and not yet answered."),
+		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
+		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
+	}
+	d.m.active.Set(0)
+	d.m.inflight.Set(0)
+	d.srv = proto.NewServer(proto.ServerConfig{
+		Token:        cfg.Token,
+		Roles:        []proto.Role{proto.RoleClient},
+		MaxFrameSize: cfg.MaxFrameSize,
+		Logger:       d.log,
+		OnConnect:    d.admit,
+		OnDisconnect: d.disconnect,
+	})
+	d.registerHandlers()
+	return d, nil
+}
+
+// Addr is the address the daemon listens on.
+func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
+
+// MetricsHandler serves the daemon's metrics in Prometheus's text format.
+func (d *Daemon) MetricsHandler() http.Handler { return d.reg.Handler() }
+
+// Run serves until ctx is cancelled, then stops in order: it refuses new
+// sessions, lets open ones end for up to DrainTimeout, cuts the rest (their
+// workers are stopped and their directories removed), and returns nil.
+// Run may be called once.
+func (d *Daemon) Run(ctx context.Context) error {
+	if d.ran.Swap(true) {
+		return errors.New("rpcserver: Run called twice")
+	}
+	d.log.Info("device daemon listening", "addr", d.ln.Addr().String(), "key", d.cfg.Key,
+		"max_sessions", d.cfg.MaxSessions, "session_timeout", d.cfg.SessionTimeout, "tls", d.cfg.TLS != nil)
+	serveCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+
+	var parts sync.WaitGroup
+	var serveErr error
+	parts.Go(func() { serveErr = d.srv.Serve(serveCtx, d.ln) })
+	if r, ok := d.cfg.Tracker.(Runner); ok {
+		parts.Go(func() {
+			if err := r.Run(serveCtx); err != nil && serveCtx.Err() == nil {
+				d.log.Error("tracker registration stopped", "err", err)
+			}
+		})
+	}
+	var hs *http.Server
+	if d.cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", d.MetricsHandler())
+		hs = &http.Server{Addr: d.cfg.MetricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		parts.Go(func() {
+			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics listener", "err", err)
+			}
+		})
+	}
+
+	select {
+	case <-ctx.Done():
+	case <-serveCtx.Done():
+	}
+	d.drain()
+	cut()
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	parts.Wait()
+	d.wg.Wait()
+	d.log.Info("device daemon stopped")
+	if serveErr != nil && ctx.Err() == nil {
+		return fmt.Errorf("rpcserver: %w", serveErr)
+	}
+	return nil
+}
+
+// drain refuses new sessions and waits up to DrainTimeout for open ones.
+func (d *Daemon) drain() {
+	d.mu.Lock()
+	d.draining = true
+	n := len(d.sessions)
+	var idle chan struct{}
+	if n > 0 {
+		d.idle = make(chan struct{})
+		idle = d.idle
+	}
+	d.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	d.log.Info("draining sessions", "open", n, "timeout", d.cfg.DrainTimeout)
+	t := time.NewTimer(d.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+		d.log.Warn("drain timeout: cutting open sessions")
+	}
+}
+
+// sessionKey is the proto.Conn value key of a connection's session.
+type sessionKey struct{}
+
+// admit runs at a client's hello: it takes a session slot or refuses the
+// client with ErrBusy.
+func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.draining {
+		d.m.refused.Inc("shutting_down")
+		return fmt.Errorf("device daemon is shutting down: %w", proto.ErrUnavailable)
+	}
+	if len(d.sessions) >= d.cfg.MaxSessions {
+		d.m.refused.Inc("busy")
+		var holder *session
+		for s := range d.sessions {
+			if holder == nil || s.started.Before(holder.started) {
+				holder = s
+			}
+		}
+		what := "an exclusive session"
+		if d.cfg.MaxSessions > 1 {
+			what = fmt.Sprintf("%d sessions (its limit)", len(d.sessions))
+		}
+		key := d.cfg.Key
+		if key == "" {
+			key = d.ln.Addr().String()
+		}
+		return fmt.Errorf("device %s is busy: it is in %s (session %s from %s since %s); try again later or ask the tracker for another device: %w",
+			key, what, holder.id, holder.remote, holder.started.Format(time.RFC3339), proto.ErrBusy)
+	}
+	s := newSession(d, c, fmt.Sprintf("s%d", d.nextID.Add(1)))
+	d.sessions[s] = true
+	c.SetValue(sessionKey{}, s)
+	d.m.total.Inc()
+	d.m.active.Set(float64(len(d.sessions)))
+	s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout)
+	return nil
+}
+
+// release gives s's slot back (idempotent).
+func (d *Daemon) release(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.sessions[s] {
+		return
+	}
+	delete(d.sessions, s)
+	d.m.active.Set(float64(len(d.sessions)))
+	if len(d.sessions) == 0 && d.idle != nil {
+		close(d.idle)
+		d.idle = nil
+	}
+}
+
+// disconnect runs once a client's connection has ended.
+func (d *Daemon) disconnect(c *proto.Conn) {
+	if s, ok := c.Value(sessionKey{}).(*session); ok {
+		s.close()
+	}
+}
+
+// sessionOf returns the connection's session.
+func sessionOf(c *proto.Conn) *session {
+	s, _ := c.Value(sessionKey{}).(*session)
+	return s
+}

@@ -1,0 +1,49 @@
+// Package rpcserver owns the device daemon (kiln rpcserver): it accepts client
+// sessions over the kiln wire protocol (package proto), serves each session
+// in a worker subprocess of the same binary, and runs the session's remote
+// functions there — files in a per-session directory, modules, functions,
+// arrays, device attributes and the time evaluator (package
+// rpcserver/timer).
+//
+// rpcserver imports the runtime (devices, devices/cpu, ndarray, packedfunc,
+// artifact) and proto; it must not import the compiler, the tracker, the
+// client SDK or cli. The tracker is plugged in through the Tracker interface
+// (client.Registrar implements it).
+//
+// # Process model
+//
+// The daemon process holds the listener, the sessions' directories and
+// their deadlines; it never runs a kernel. A client's hello takes the
+// device's session slot (one exclusive session by default: a second client
+// is refused with ErrBusy and a message naming the holder). session.open
+// verifies the client's lease with the tracker (when one is configured),
+// creates the session directory and starts the worker: the daemon's own
+// executable with Config.Worker.Args (DefaultWorkerArgs,
+// "rpcserver-worker"), connected by an AF_UNIX socket pair passed as file
+// descriptor 3. The daemon serves the file methods itself and forwards every
+// other request, and the array bulk transfers, to the worker over that
+// socket (a proto connection with role worker).
+//
+// A kernel that crashes kills the worker, not the daemon: the daemon reads
+// the worker's exit status (or, for a fatal signal the Go runtime caught,
+// the "[signal SIGSEGV: …]" line of its stderr), answers the calls in
+// flight with ErrCrashed naming the signal and the function, ends the
+// session and frees the device at once. A session past its deadline has its
+// worker killed; its calls get ErrSessionExpired. In both cases the daemon
+// closes the client's connection a little later (2 s), and a new session
+// can start at once.
+//
+// # Wiring the CLI
+//
+// The CLI's hidden subcommand named DefaultWorkerArgs[0] must do nothing
+// but os.Exit(rpcserver.WorkerMain()). `kiln rpcserver` builds a Config
+// from its flags (--listen, --key, --token-file, TLS flags through
+// proto.TLSConfig.Server, --session-timeout, --metrics-listen) and calls
+// New and Run with a context cancelled on SIGINT/SIGTERM. With --tracker it
+// builds a client.Registrar (its RegisterArgs.Attrs from NodeAttrs) and
+// passes it as Config.Tracker; the daemon runs it.
+//
+// Tests re-exec their own binary: TestMain calls WorkerMain when an
+// environment variable of its choosing is set, and Config.Worker points at
+// os.Args[0] with that variable in Env.
+package rpcserver

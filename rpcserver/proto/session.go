@@ -1,0 +1,271 @@
+package proto
+
+// This file holds the device session's wire types: the methods a client
+// calls on a device daemon (kiln rpcserver) once its hello has passed, their
+// arguments and their results. The daemon serves the file methods itself and
+// forwards the rest to the session's worker process, which owns the loaded
+// modules, the functions and the arrays; handles name those objects and are
+// only meaningful within one session.
+//
+// A session starts with SessionOpen (every other method, files included, is
+// refused with ErrUnauthorized until it has succeeded) and ends when the
+// client closes its connection. Handles are uint64s, never 0.
+
+// Device session methods (Client.Call unless marked bulk).
+const (
+	// SessionOpen opens the session: OpenArgs → SessionInfo.
+	SessionOpen = "session.open"
+
+	// FileUpload (bulk upload) stores the body as the file Bulk.Name in the
+	// session's directory, replacing any file of that name.
+	FileUpload = "file.upload"
+	// FileDownload (bulk download) sends the file Bulk.Name back.
+	FileDownload = "file.download"
+	// FileRemove removes a file: FileArgs → nil.
+	FileRemove = "file.remove"
+	// FileList lists the session's directory: nil → []FileInfo.
+	FileList = "file.list"
+	// FileStat describes one file: FileArgs → FileInfo.
+	FileStat = "file.stat"
+
+	// ModuleLoad loads a module from a file of the session's directory
+	// (a .kiln artifact, or a bare shared object): ModuleLoadArgs → ModuleInfo.
+	ModuleLoad = "module.load"
+	// ModuleGetFunction looks a function up in a module: GetFunctionArgs → FuncInfo.
+	ModuleGetFunction = "module.get_function"
+	// GlobalGet looks a global function up in the worker's registry:
+	// GetFunctionArgs (Module 0) → FuncInfo.
+	GlobalGet = "global.get"
+	// GlobalList lists the worker's global functions: nil → []string.
+	GlobalList = "global.list"
+	// FuncCall calls a function: CallArgs → Value.
+	FuncCall = "func.call"
+	// FuncTime runs the time evaluator on a function: TimeArgs → TimeResult.
+	FuncTime = "func.time_evaluator"
+
+	// ArrayEmpty allocates an array: EmptyArgs → ArrayInfo.
+	ArrayEmpty = "array.empty"
+	// ArrayCopyFrom (bulk upload) fills the array whose handle is
+	// Bulk.Name (decimal) with exactly its byte size of compact row-major bytes.
+	ArrayCopyFrom = "array.copy_from"
+	// ArrayCopyTo (bulk download) sends the array whose handle is Bulk.Name
+	// (decimal) as compact row-major bytes.
+	ArrayCopyTo = "array.copy_to"
+
+	// HandleFree releases a handle (module, function or array): HandleArgs → nil.
+	// An array is freed once calls in flight that use it have returned.
+	HandleFree = "handle.free"
+
+	// DeviceAttrs describes the devices the daemon serves: nil → DeviceAttrsResult.
+	DeviceAttrs = "device.attrs"
+
+	// WorkerBulkSize is internal to the daemon: the size of what a bulk
+	// download method of the worker will send (BulkSizeArgs → int64).
+	WorkerBulkSize = "worker.bulk_size"
+)
+
+// OpenArgs opens a session.
+type OpenArgs struct {
+	// LeaseToken is the token of a tracker lease for this daemon; required
+	// when the daemon verifies leases, ignored otherwise.
+	LeaseToken string `msgpack:"lease_token,omitempty"`
+}
+
+// SessionInfo describes an open session.
+type SessionInfo struct {
+	// ID names the session in the daemon's logs.
+	ID string `msgpack:"id"`
+	// Key is the daemon's device key ("" when it has none).
+	Key string `msgpack:"key"`
+	// ExpiresAt is when the daemon ends the session, in Unix nanoseconds.
+	ExpiresAt int64 `msgpack:"expires_at"`
+	// WorkerPID is the process id of the session's worker.
+	WorkerPID int `msgpack:"worker_pid"`
+	// Version is the daemon's kiln version.
+	Version string `msgpack:"version"`
+}
+
+// FileArgs names one file of the session's directory: a relative,
+// slash-separated path that stays inside it.
+type FileArgs struct {
+	Name string `msgpack:"name"`
+}
+
+// FileInfo describes one file of the session's directory.
+type FileInfo struct {
+	Name string `msgpack:"name"`
+	Size int64  `msgpack:"size"`
+	// ModTime is the modification time in Unix nanoseconds.
+	ModTime int64 `msgpack:"mod_time"`
+}
+
+// ModuleLoadArgs names the file to load.
+type ModuleLoadArgs struct {
+	Name string `msgpack:"name"`
+}
+
+// ModuleInfo describes a loaded module.
+type ModuleInfo struct {
+	Handle uint64 `msgpack:"handle"`
+	// Type is the module kind ("cpu").
+	Type string `msgpack:"type"`
+	// Functions lists the functions the module defines.
+	Functions []string `msgpack:"functions"`
+}
+
+// GetFunctionArgs looks a function up by name, in a module (Module is its
+// handle) or in the global registry (Module 0).
+type GetFunctionArgs struct {
+	Module uint64 `msgpack:"module,omitempty"`
+	Name   string `msgpack:"name"`
+}
+
+// FuncInfo is a function handle and the function's name.
+type FuncInfo struct {
+	Handle uint64 `msgpack:"handle"`
+	Name   string `msgpack:"name"`
+}
+
+// Value kinds.
+const (
+	KindNil    = "nil"
+	KindInt    = "int"
+	KindFloat  = "float"
+	KindString = "str"
+	KindBytes  = "bytes"
+	KindArray  = "array"  // Handle, and Array in results
+	KindFunc   = "func"   // Handle, and Func in results
+	KindModule = "module" // Handle, and Module in results
+	KindDType  = "dtype"  // Str: "float32"
+	KindDevice = "device" // Str: "cpu:0"
+	KindShape  = "shape"  // Shape
+)
+
+// Value is one argument or result of a remote call: a tagged union whose
+// Kind says which field holds it.
+type Value struct {
+	Kind   string  `msgpack:"k"`
+	Int    int64   `msgpack:"i,omitempty"`
+	Float  float64 `msgpack:"f,omitempty"`
+	Str    string  `msgpack:"s,omitempty"`
+	Bytes  []byte  `msgpack:"b,omitempty"`
+	Handle uint64  `msgpack:"h,omitempty"`
+	Shape  []int64 `msgpack:"shape,omitempty"`
+	// In results only: a new array, function or module the call returned,
+	// registered under Handle.
+	Array  *ArrayInfo  `msgpack:"array,omitempty"`
+	Func   *FuncInfo   `msgpack:"func,omitempty"`
+	Module *ModuleInfo `msgpack:"module,omitempty"`
+}
+
+// CallArgs calls the function Func with Args.
+type CallArgs struct {
+	Func uint64  `msgpack:"func"`
+	Args []Value `msgpack:"args"`
+}
+
+// EmptyArgs allocates an uninitialized array.
+type EmptyArgs struct {
+	Shape []int64 `msgpack:"shape"`
+	// DType is a dtype string ("float32").
+	DType string `msgpack:"dtype"`
+	// Device is a device string ("cpu:0"); "" means the CPU.
+	Device string `msgpack:"device"`
+}
+
+// ArrayInfo describes a remote array.
+type ArrayInfo struct {
+	Handle uint64  `msgpack:"handle"`
+	Shape  []int64 `msgpack:"shape"`
+	DType  string  `msgpack:"dtype"`
+	Device string  `msgpack:"device"`
+	// Bytes is the size of its compact contents.
+	Bytes int64 `msgpack:"bytes"`
+}
+
+// HandleArgs names one handle.
+type HandleArgs struct {
+	Handle uint64 `msgpack:"handle"`
+}
+
+// BulkSizeArgs asks the size of a bulk download.
+type BulkSizeArgs struct {
+	Method string `msgpack:"method"`
+	Name   string `msgpack:"name"`
+}
+
+// TimeOptions are the time evaluator's parameters, with TVM's names and
+// meanings (see DESIGN.md's timing contract). Zero values take defaults:
+// Number 1, Repeat 1, RepeatsToCooldown 1; MinRepeatMS,
+// LimitZeroTimeIterations (100 when 0), CooldownIntervalMS and
+// CacheFlushBytes 0.
+type TimeOptions struct {
+	// Number is the calls per measurement at the start; it grows.
+	Number int `msgpack:"number" json:"number"`
+	// Repeat is the number of measurements (results).
+	Repeat int `msgpack:"repeat" json:"repeat"`
+	// MinRepeatMS is the shortest a measurement may last, in milliseconds.
+	MinRepeatMS int `msgpack:"min_repeat_ms" json:"min_repeat_ms"`
+	// LimitZeroTimeIterations bounds the measurements that read zero time.
+	LimitZeroTimeIterations int `msgpack:"limit_zero_time_iterations" json:"limit_zero_time_iterations"`
+	// CooldownIntervalMS is a pause between repeats, in milliseconds.
+	CooldownIntervalMS int `msgpack:"cooldown_interval_ms" json:"cooldown_interval_ms"`
+	// RepeatsToCooldown is how many repeats run between pauses.
+	RepeatsToCooldown int `msgpack:"repeats_to_cooldown" json:"repeats_to_cooldown"`
+	// CacheFlushBytes, when positive, is the size of a buffer copied before
+	// each measurement to flush the caches.
+	CacheFlushBytes int64 `msgpack:"cache_flush_bytes" json:"cache_flush_bytes"`
+}
+
+// TimeArgs times the function Func called with Args.
+type TimeArgs struct {
+	Func    uint64      `msgpack:"func"`
+	Args    []Value     `msgpack:"args"`
+	Options TimeOptions `msgpack:"options"`
+}
+
+// TimeResult is what the time evaluator measured. Times are seconds per
+// call.
+type TimeResult struct {
+	// Results holds each repeat's mean seconds per call.
+	Results []float64 `msgpack:"results" json:"results"`
+	Mean    float64   `msgpack:"mean" json:"mean"`
+	Median  float64   `msgpack:"median" json:"median"`
+	Min     float64   `msgpack:"min" json:"min"`
+	Max     float64   `msgpack:"max" json:"max"`
+	// Std is the population standard deviation of Results.
+	Std float64 `msgpack:"std" json:"std"`
+	// Number is the calls per measurement used by the last repeat.
+	Number int `msgpack:"number" json:"number"`
+	// Device is the device the function ran on ("cpu:0").
+	Device string `msgpack:"device,omitempty" json:"device,omitempty"`
+	// ClockMHz and TempC are the device's clock and temperature at the end,
+	// where the device reports them (0 otherwise).
+	ClockMHz float64 `msgpack:"clock_mhz,omitempty" json:"clock_mhz,omitempty"`
+	TempC    float64 `msgpack:"temp_c,omitempty" json:"temp_c,omitempty"`
+}
+
+// DeviceAttrsResult describes the daemon's host and devices.
+type DeviceAttrsResult struct {
+	Host    HostInfo          `msgpack:"host" json:"host"`
+	Devices []DeviceInfo      `msgpack:"devices" json:"devices"`
+	Absent  map[string]string `msgpack:"absent" json:"absent"`
+}
+
+// HostInfo describes a daemon's host CPU.
+type HostInfo struct {
+	Model    string   `msgpack:"model" json:"model"`
+	Arch     string   `msgpack:"arch" json:"arch"`
+	Triple   string   `msgpack:"triple" json:"triple"`
+	Cores    int      `msgpack:"cores" json:"cores"`
+	Features []string `msgpack:"features" json:"features"`
+}
+
+// DeviceInfo is one device with the attributes its backend reports
+// (snake_case names such as "name", "total_global_memory"; values are
+// int64 or string).
+type DeviceInfo struct {
+	Device string         `msgpack:"device" json:"device"`
+	Type   string         `msgpack:"type" json:"type"`
+	Attrs  map[string]any `msgpack:"attrs" json:"attrs"`
+}

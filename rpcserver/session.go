@@ -1,0 +1,489 @@
+package rpcserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// sessionState is where a session is in its life.
+type sessionState int
+
+const (
+	stateConnected sessionState = iota // admitted, session.open not yet called
+	stateOpening                       // session.open running
+	stateOpen                          // worker running
+	stateEnded                         // expired, crashed or closed: endErr says which
+)
+
+// session is one client connection and its worker.
+type session struct {
+	d       *Daemon
+	c       *proto.Conn
+	id      string
+	remote  string
+	started time.Time
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	state     sessionState
+	endErr    error // why the session ended
+	endHow    string
+	deadline  time.Time
+	timeout   time.Duration
+	expiry    *time.Timer
+	opener    *time.Timer // ends a session not opened in time
+	closer    *time.Timer // closes the connection endGrace after the end
+	dir       string
+	box       *sandbox
+	worker    *workerProc
+	lease     string
+	info      proto.SessionInfo
+	inflight  map[uint64]string // call id → "what" (for crash reports)
+	nextCall  uint64
+	funcNames map[uint64]string // function handle → name
+	closed    bool
+}
+
+func newSession(d *Daemon, c *proto.Conn, id string) *session {
+	s := &session{
+		d: d, c: c, id: id, remote: c.RemoteAddr().String(), started: time.Now(),
+		log:       d.log.With("session", id, "remote", c.RemoteAddr().String()),
+		inflight:  map[uint64]string{},
+		funcNames: map[uint64]string{},
+	}
+	s.armDeadline(d.cfg.SessionTimeout)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opener = time.AfterFunc(openTimeout, func() {
+		s.mu.Lock()
+		waiting := s.state == stateConnected
+		s.mu.Unlock()
+		if waiting {
+			s.end("not_opened", fmt.Errorf("session %s was not opened within %s of connecting: %w", id, openTimeout, proto.ErrDeadline))
+		}
+	})
+	return s
+}
+
+// openTimeout bounds the time between a client's hello and its
+// session.open, so that an idle connection cannot hold the device.
+const openTimeout = 30 * time.Second
+
+// armDeadline (re)sets the session's deadline to timeout after its start.
+func (s *session) armDeadline(timeout time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timeout = timeout
+	s.deadline = s.started.Add(timeout)
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.expiry = time.AfterFunc(time.Until(s.deadline), s.expire)
+}
+
+// errNotOpen refuses a method before session.open.
+var errNotOpen = fmt.Errorf("session not open: call %s first: %w", proto.SessionOpen, proto.ErrUnauthorized)
+
+// live returns the worker of an open session, or why there is none.
+func (s *session) live() (*workerProc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case stateOpen:
+		return s.worker, nil
+	case stateEnded:
+		return nil, s.endErr
+	}
+	return nil, errNotOpen
+}
+
+// liveBox returns the sandbox of an open session.
+func (s *session) liveBox() (*sandbox, error) {
+	if _, err := s.live(); err != nil {
+		return nil, err
+	}
+	return s.box, nil
+}
+
+// open verifies the lease, makes the session directory and starts the worker.
+func (s *session) open(ctx context.Context, a proto.OpenArgs) (proto.SessionInfo, error) {
+	s.mu.Lock()
+	switch s.state {
+	case stateOpen:
+		info := s.info
+		s.mu.Unlock()
+		return info, nil
+	case stateOpening:
+		s.mu.Unlock()
+		return proto.SessionInfo{}, fmt.Errorf("session %s is being opened by another call: %w", s.id, proto.ErrBadRequest)
+	case stateEnded:
+		err := s.endErr
+		s.mu.Unlock()
+		return proto.SessionInfo{}, err
+	}
+	s.state = stateOpening
+	s.mu.Unlock()
+
+	info, err := s.start(ctx, a)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == stateEnded { // expired or closed while starting
+		if s.worker != nil {
+			s.worker.kill()
+		}
+		return proto.SessionInfo{}, s.endErr
+	}
+	if err != nil {
+		s.state = stateConnected
+		return proto.SessionInfo{}, err
+	}
+	s.state = stateOpen
+	s.info = info
+	s.info.ExpiresAt = s.deadline.UnixNano()
+	return s.info, nil
+}
+
+// start does the work of open.
+func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInfo, error) {
+	d := s.d
+	if d.cfg.Tracker != nil {
+		switch {
+		case a.LeaseToken != "":
+			li, err := d.cfg.Tracker.VerifyLease(ctx, a.LeaseToken)
+			if err != nil {
+				return proto.SessionInfo{}, fmt.Errorf("open session: lease not valid for this device: %w", err)
+			}
+			s.mu.Lock()
+			s.lease = li.ID
+			s.mu.Unlock()
+			if li.SessionTimeout > 0 {
+				s.armDeadline(li.SessionTimeout)
+			}
+			d.cfg.Tracker.SetActiveLease(li.ID)
+		case !d.cfg.AllowWithoutLease:
+			return proto.SessionInfo{}, fmt.Errorf("open session: this device serves clients with a tracker lease only; request one from the tracker: %w", proto.ErrUnauthorized)
+		}
+	}
+	dir, err := os.MkdirTemp(d.cfg.Dir, "session-"+s.id+"-")
+	if err != nil {
+		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+	}
+	for _, sub := range []string{"files", "modules"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			os.RemoveAll(dir)
+			return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+		}
+	}
+	box, err := openSandbox(filepath.Join(dir, "files"), d.cfg.SessionQuota)
+	if err != nil {
+		os.RemoveAll(dir)
+		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+	}
+	w, err := spawnWorker(ctx, d.cfg.Worker, s.id, dir, s.log, &d.wg, s.workerExited)
+	if err != nil {
+		box.Close()
+		os.RemoveAll(dir)
+		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed { // the client left while the worker started: close() has run
+		s.mu.Unlock()
+		w.stop(time.Second)
+		box.Close()
+		os.RemoveAll(dir)
+		return proto.SessionInfo{}, fmt.Errorf("open session: the connection closed: %w", proto.ErrUnavailable)
+	}
+	s.dir, s.box, s.worker = dir, box, w
+	s.mu.Unlock()
+	s.log.Info("session open", "worker", w.pid(), "dir", dir)
+	return proto.SessionInfo{ID: s.id, Key: d.cfg.Key, WorkerPID: w.pid(), Version: d.cfg.Version}, nil
+}
+
+// end marks the session ended with err (the first end wins), gives the
+// device slot back and arranges for the connection to close after
+// endGrace. It returns false when the session had already ended.
+func (s *session) end(how string, err error) bool {
+	s.mu.Lock()
+	if s.state == stateEnded {
+		s.mu.Unlock()
+		return false
+	}
+	s.state, s.endErr, s.endHow = stateEnded, err, how
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	if s.opener != nil {
+		s.opener.Stop()
+	}
+	if !s.closed {
+		s.closer = time.AfterFunc(endGrace, func() { s.c.Close() })
+	}
+	lease := s.lease
+	s.mu.Unlock()
+	s.d.m.ended.Inc(how)
+	s.d.release(s)
+	if lease != "" && s.d.cfg.Tracker != nil {
+		s.d.cfg.Tracker.SetActiveLease("")
+	}
+	return true
+}
+
+// expire ends a session that passed its deadline: its worker is killed.
+func (s *session) expire() {
+	s.mu.Lock()
+	timeout, w := s.timeout, s.worker
+	s.mu.Unlock()
+	err := fmt.Errorf("session %s expired: it passed its deadline (session timeout %s); open a new session: %w", s.id, timeout, proto.ErrSessionExpired)
+	if !s.end("expired", err) {
+		return
+	}
+	s.log.Warn("session expired: stopping its worker", "timeout", timeout)
+	if w != nil {
+		w.kill()
+	}
+}
+
+// workerExited runs when the worker process has ended. Unless the session
+// had already ended, the worker crashed: the session ends with ErrCrashed,
+// naming the signal and the calls that were running.
+func (s *session) workerExited() {
+	s.mu.Lock()
+	w := s.worker
+	running := make([]string, 0, len(s.inflight))
+	for _, what := range s.inflight {
+		running = append(running, what)
+	}
+	s.mu.Unlock()
+	if w == nil {
+		return // it died while starting; open reports that
+	}
+	reason, crashed := w.reason()
+	sort.Strings(running)
+	during := "while idle"
+	if len(running) > 0 {
+		during = "while running " + strings.Join(running, ", ")
+	}
+	err := fmt.Errorf("worker process %d crashed: %s %s; session %s has ended (loaded modules and arrays are gone), open a new one: %w",
+		w.pid(), reason, during, s.id, proto.ErrCrashed)
+	if !crashed {
+		err = fmt.Errorf("worker process %d %s %s; session %s has ended: %w", w.pid(), reason, during, s.id, proto.ErrCrashed)
+	}
+	if !s.end("crashed", err) {
+		return
+	}
+	s.d.m.crashes.Inc()
+	s.log.Error("worker crashed", "reason", reason, "during", during, "last_output", lastLines(w.stderr.Lines(), 8))
+	if fr, ok := s.d.cfg.Tracker.(FailureReporter); ok {
+		s.d.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := fr.ReportFailure(ctx, err.Error()); err != nil {
+				s.log.Warn("report failure to tracker", "err", err)
+			}
+		})
+	}
+}
+
+// close ends the session when its connection has ended: it stops the
+// worker and removes the session directory.
+func (s *session) close() {
+	s.mu.Lock()
+	s.closed = true
+	if s.closer != nil {
+		s.closer.Stop()
+	}
+	s.mu.Unlock()
+	s.end("closed", fmt.Errorf("session %s is closed: %w", s.id, proto.ErrUnavailable))
+	s.mu.Lock()
+	w, box, dir := s.worker, s.box, s.dir
+	s.mu.Unlock()
+	if w != nil {
+		w.stop(5 * time.Second)
+	}
+	if box != nil {
+		box.Close()
+	}
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Warn("remove session directory", "dir", dir, "err", err)
+		}
+	}
+	s.log.Info("session closed", "how", s.endHow, "lasted", time.Since(s.started).Round(time.Millisecond))
+}
+
+// track records a call in flight for crash reports; untrack forgets it.
+func (s *session) track(what string) uint64 {
+	s.d.m.inflight.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextCall++
+	s.inflight[s.nextCall] = what
+	return s.nextCall
+}
+
+func (s *session) untrack(id uint64) {
+	s.d.m.inflight.Add(-1)
+	s.mu.Lock()
+	delete(s.inflight, id)
+	s.mu.Unlock()
+}
+
+// describe says what a forwarded request does, naming the function of a
+// call.
+func (s *session) describe(method string, args msgpack.RawMessage) string {
+	switch method {
+	case proto.FuncCall, proto.FuncTime:
+		var a struct {
+			Func uint64 `msgpack:"func"`
+		}
+		if msgpack.Unmarshal(args, &a) == nil {
+			s.mu.Lock()
+			name, ok := s.funcNames[a.Func]
+			s.mu.Unlock()
+			if ok {
+				return fmt.Sprintf("function %q (%s)", name, method)
+			}
+			return fmt.Sprintf("function handle %d (%s)", a.Func, method)
+		}
+	case proto.ModuleLoad:
+		var a proto.ModuleLoadArgs
+		if msgpack.Unmarshal(args, &a) == nil {
+			return fmt.Sprintf("%s of %q", method, a.Name)
+		}
+	}
+	return method
+}
+
+// failed explains a worker call that failed: when the worker connection
+// broke, it waits for the worker's exit and returns why the session ended.
+func (s *session) failed(ctx context.Context, w *workerProc, err error) error {
+	var we *proto.WireError
+	if !errors.Is(err, proto.ErrUnavailable) {
+		if errors.As(err, &we) {
+			return we
+		}
+		return err
+	}
+	select {
+	case <-w.exited:
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		s.log.Error("worker connection broke but the worker lives: killing it", "err", err)
+		w.kill()
+		<-w.exited
+	}
+	s.mu.Lock()
+	endErr := s.endErr
+	s.mu.Unlock()
+	if endErr != nil {
+		return endErr
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// forward runs a method on the worker with the client's raw arguments.
+func (s *session) forward(ctx context.Context, method string, args msgpack.RawMessage) (any, error) {
+	w, err := s.live()
+	if err != nil {
+		return nil, err
+	}
+	id := s.track(s.describe(method, args))
+	defer s.untrack(id)
+	var raw msgpack.RawMessage
+	if err := w.client.Call(ctx, method, args, &raw); err != nil {
+		return nil, s.failed(ctx, w, err)
+	}
+	if method == proto.ModuleGetFunction || method == proto.GlobalGet {
+		var fi proto.FuncInfo
+		if msgpack.Unmarshal(raw, &fi) == nil {
+			s.mu.Lock()
+			s.funcNames[fi.Handle] = fi.Name
+			s.mu.Unlock()
+		}
+	}
+	return raw, nil
+}
+
+// forwardUpload streams a bulk upload through to the worker.
+func (s *session) forwardUpload(ctx context.Context, method string, in proto.Bulk) (proto.Bulk, error) {
+	w, err := s.live()
+	if err != nil {
+		return proto.Bulk{}, err
+	}
+	id := s.track(method)
+	defer s.untrack(id)
+	if _, err := w.client.Bulk(ctx, method, in, nil); err != nil {
+		return proto.Bulk{}, s.failed(ctx, w, err)
+	}
+	s.d.m.bulkByte.Add(float64(in.Size), method)
+	return proto.Bulk{}, nil
+}
+
+// forwardDownload streams a bulk download from the worker to the client:
+// it asks the worker for the size, then pipes the worker's bytes through
+// while proto sends them.
+func (s *session) forwardDownload(ctx context.Context, c *proto.Conn, method string, in proto.Bulk) (proto.Bulk, error) {
+	w, err := s.live()
+	if err != nil {
+		return proto.Bulk{}, err
+	}
+	var size int64
+	if err := w.client.Call(ctx, proto.WorkerBulkSize, proto.BulkSizeArgs{Method: method, Name: in.Name}, &size); err != nil {
+		return proto.Bulk{}, s.failed(ctx, w, err)
+	}
+	// The transfer outlives the handler (proto sends the body after it
+	// returns), so it runs under the connection's context and the
+	// request's deadline, not the handler's context.
+	bctx, cancel := context.WithCancel(c.Context())
+	if dl, ok := ctx.Deadline(); ok {
+		bctx, cancel = context.WithDeadline(c.Context(), dl)
+	}
+	pr, pw := io.Pipe()
+	stop := context.AfterFunc(bctx, func() { pr.CloseWithError(bctx.Err()) })
+	done := make(chan struct{})
+	s.d.wg.Go(func() {
+		defer close(done)
+		_, err := w.client.Bulk(bctx, method, proto.Bulk{Name: in.Name}, pw)
+		if err != nil {
+			err = s.failed(bctx, w, err)
+		}
+		pw.CloseWithError(err)
+	})
+	return proto.Bulk{Name: in.Name, Size: size, Body: &pipeBody{PipeReader: pr, done: done, stop: stop, cancel: cancel}}, nil
+}
+
+// pipeBody is a download body fed by a goroutine; Close ends the goroutine
+// and waits for it.
+type pipeBody struct {
+	*io.PipeReader
+	done   chan struct{}
+	stop   func() bool
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (p *pipeBody) Close() error {
+	p.once.Do(func() {
+		p.PipeReader.Close()
+		p.cancel()
+		<-p.done
+		p.stop()
+	})
+	return nil
+}

@@ -1,0 +1,192 @@
+package rpcserver
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// WorkerSpec says how the daemon starts a worker process: the same binary
+// as the daemon by default, with arguments that reach WorkerMain.
+type WorkerSpec struct {
+	// Path is the executable (os.Executable() when empty).
+	Path string
+	// Args are the arguments after the program name (DefaultWorkerArgs
+	// when nil).
+	Args []string
+	// Env is added to the daemon's environment.
+	Env []string
+}
+
+// DefaultWorkerArgs are the arguments that make the kiln binary run
+// WorkerMain: the CLI registers a hidden subcommand of this name.
+var DefaultWorkerArgs = []string{"rpcserver-worker"}
+
+// workerProc is a running worker process and the daemon's connection to it.
+type workerProc struct {
+	cmd    *exec.Cmd
+	client *proto.Client
+	stderr *tail
+
+	exited chan struct{} // closed once the process has been waited for
+	state  *os.ProcessState
+}
+
+// pid returns the worker's process id.
+func (w *workerProc) pid() int { return w.cmd.Process.Pid }
+
+// kill sends SIGKILL (harmless once the process has ended).
+func (w *workerProc) kill() {
+	select {
+	case <-w.exited:
+	default:
+		w.cmd.Process.Kill()
+	}
+}
+
+// stop ends the worker gently: it closes the connection (the worker exits
+// when it ends), waits up to grace and then kills it. It waits for exit.
+func (w *workerProc) stop(grace time.Duration) {
+	w.client.Close()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-w.exited:
+	case <-t.C:
+		w.kill()
+		<-w.exited
+	}
+}
+
+// reason says how the worker ended; valid once exited is closed.
+func (w *workerProc) reason() (string, bool) {
+	return exitReason(w.state, w.stderr.Marks())
+}
+
+// spawnWorker starts a worker for session id in dir, connected to the
+// daemon by a socket pair, and says hello to it. onExit runs (in a goroutine
+// owned by wg) once the process has ended and been waited for.
+func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
+	path := spec.Path
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("start worker: find own executable: %w", err)
+		}
+		path = exe
+	}
+	args := spec.Args
+	if args == nil {
+		args = DefaultWorkerArgs
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("start worker: socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "worker")
+	theirs := os.NewFile(uintptr(fds[1]), "daemon")
+	nc, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		theirs.Close()
+		nc.Close()
+		return nil, fmt.Errorf("start worker: pipe: %w", err)
+	}
+
+	cmd := exec.Command(path, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Env = append(cmd.Env,
+		EnvWorkerFD+"=3",
+		EnvWorkerDir+"="+dir,
+		EnvWorkerSession+"="+id,
+	)
+	if log.Enabled(ctx, slog.LevelDebug) {
+		cmd.Env = append(cmd.Env, EnvWorkerLogLevel+"=debug")
+	}
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stdout, cmd.Stderr = errW, errW
+	cmd.SysProcAttr = workerSysProcAttr()
+	err = cmd.Start()
+	// Only the worker holds its end now: its exit closes the connection.
+	theirs.Close()
+	errW.Close()
+	if err != nil {
+		errR.Close()
+		nc.Close()
+		return nil, fmt.Errorf("start worker %s: %w", path, err)
+	}
+	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{})}
+	wlog := log.With("worker", cmd.Process.Pid)
+
+	// The stderr reader and the waiter: the waiter gives the reader a
+	// moment after exit to read the last lines (how it died), then closes.
+	readDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(errR)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			w.stderr.Write([]byte(line + "\n"))
+			wlog.Debug("worker output", "line", strings.TrimRight(line, "\r"))
+		}
+		io.Copy(io.Discard, errR)
+	})
+	wg.Go(func() {
+		cmd.Wait()
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-readDone:
+		case <-t.C:
+			errR.Close() // a grandchild holds the pipe open
+			<-readDone
+		}
+		t.Stop()
+		errR.Close()
+		w.state = cmd.ProcessState
+		// onExit records why the session ended before exited is closed, so
+		// calls that saw the connection break report that reason.
+		if onExit != nil {
+			onExit()
+		}
+		close(w.exited)
+	})
+
+	client, err := proto.NewClient(ctx, nc, proto.DialOptions{Role: proto.RoleWorker, KeepAlive: -1, Logger: wlog})
+	if err != nil {
+		w.kill()
+		<-w.exited
+		reason, _ := w.reason()
+		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", path, err, reason, lastLines(w.stderr.Lines(), 5))
+	}
+	w.client = client
+	return w, nil
+}
+
+// lastLines joins the last n lines for an error message.
+func lastLines(lines []string, n int) string {
+	if len(lines) == 0 {
+		return "none"
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package rpcserver
+
+import "syscall"
+
+// workerSysProcAttr puts a worker in a process group of its own.
+func workerSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

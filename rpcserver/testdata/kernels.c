@@ -1,0 +1,63 @@
+// Kernels for the device daemon's tests: a real computation, an empty one,
+// one that crashes the worker and one that blocks.
+#include <stdlib.h>
+#include <time.h>
+#include "kiln_abi.h"
+
+KILN_DEFINE_LAST_ERROR()
+
+// vadd: C[i] = A[i] + B[i] for float32 vectors.
+KILN_EXPORT int32_t vadd(KilnValue* args, int32_t* codes, int32_t n) {
+  DLTensor* a = (DLTensor*)args[0].v_handle;
+  DLTensor* b = (DLTensor*)args[1].v_handle;
+  DLTensor* c = (DLTensor*)args[2].v_handle;
+  const float* pa = (const float*)((char*)a->data + a->byte_offset);
+  const float* pb = (const float*)((char*)b->data + b->byte_offset);
+  float* pc = (float*)((char*)c->data + c->byte_offset);
+  for (int64_t i = 0; i < a->shape[0]; i++) pc[i] = pa[i] + pb[i];
+  return 0;
+}
+
+// nop does nothing.
+KILN_EXPORT int32_t nop(KilnValue* args, int32_t* codes, int32_t n) { return 0; }
+
+// crash writes through a null pointer: SIGSEGV.
+KILN_EXPORT int32_t crash(KilnValue* args, int32_t* codes, int32_t n) {
+  volatile int* p = (volatile int*)(uintptr_t)args[0].v_int64;
+  *p = 42;
+  return 0;
+}
+
+// abort_now calls abort(): SIGABRT.
+KILN_EXPORT int32_t abort_now(KilnValue* args, int32_t* codes, int32_t n) {
+  abort();
+  return 0;
+}
+
+// sleep_ms sleeps for its argument in milliseconds.
+KILN_EXPORT int32_t sleep_ms(KilnValue* args, int32_t* codes, int32_t n) {
+  int64_t ms = args[0].v_int64;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {}
+  return 0;
+}
+
+// fail fails with a message.
+KILN_EXPORT int32_t fail(KilnValue* args, int32_t* codes, int32_t n) {
+  kiln_set_last_error("fail: this kernel always fails");
+  return 3;
+}
+
+KILN_EXPORT const char* kiln_module_metadata(void) {
+  return "{\"format_version\":1,\"target\":\"c\",\"functions\":["
+         "{\"name\":\"vadd\",\"params\":["
+         "{\"name\":\"A\",\"kind\":\"tensor\",\"dtype\":\"float32\",\"shape\":[\"n\"]},"
+         "{\"name\":\"B\",\"kind\":\"tensor\",\"dtype\":\"float32\",\"shape\":[\"n\"]},"
+         "{\"name\":\"C\",\"kind\":\"tensor\",\"dtype\":\"float32\",\"shape\":[\"n\"]}]},"
+         "{\"name\":\"nop\",\"params\":[]},"
+         "{\"name\":\"crash\",\"params\":[{\"name\":\"addr\",\"kind\":\"int\"}]},"
+         "{\"name\":\"sleep_ms\",\"params\":[{\"name\":\"ms\",\"kind\":\"int\"}]},"
+         "{\"name\":\"fail\",\"params\":[]},"
+         "{\"name\":\"abort_now\",\"params\":[]}"
+         "]}";
+}

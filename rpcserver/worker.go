@@ -1,0 +1,493 @@
+package rpcserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
+)
+
+// The environment of a worker process, set by the daemon.
+const (
+	// EnvWorkerFD is the file descriptor of the worker's connection to the
+	// daemon (an AF_UNIX socket; 3, the first of exec.Cmd.ExtraFiles).
+	EnvWorkerFD = "KILN_RPC_WORKER_FD"
+	// EnvWorkerDir is the session's directory: files/ holds the client's
+	// files, modules/ the worker's copies of loaded modules.
+	EnvWorkerDir = "KILN_RPC_WORKER_DIR"
+	// EnvWorkerSession is the session id, for logs.
+	EnvWorkerSession = "KILN_RPC_WORKER_SESSION"
+	// EnvWorkerLogLevel is the worker's slog level ("debug", "info", …).
+	EnvWorkerLogLevel = "KILN_RPC_WORKER_LOG"
+)
+
+// Global functions every worker registers, for tests and benchmarks.
+const (
+	// GlobalNop does nothing and returns nil: the empty remote function of
+	// the rpc-call benchmark.
+	GlobalNop = "rpcserver.nop"
+	// GlobalEcho returns its first argument (nil without one).
+	GlobalEcho = "rpcserver.echo"
+)
+
+var registerGlobals sync.Once
+
+// WorkerConfig configures RunWorker.
+type WorkerConfig struct {
+	// Dir is the session's directory (see EnvWorkerDir); it must hold files/.
+	Dir string
+	// Session names the session in logs.
+	Session string
+	// Logger receives the worker's logs (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// WorkerMain is the body of a worker process: the hidden CLI subcommand the
+// daemon starts (Config.WorkerArgs) calls it and exits with its result. It
+// reads its connection and directory from the environment the daemon set
+// (EnvWorkerFD, EnvWorkerDir), logs to stderr, serves the session until the
+// daemon closes the connection or sends SIGTERM, and returns the exit code.
+func WorkerMain() int {
+	level := slog.LevelInfo
+	if v := os.Getenv(EnvWorkerLogLevel); v != "" {
+		level.UnmarshalText([]byte(v))
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
+		With("worker", os.Getpid(), "session", os.Getenv(EnvWorkerSession))
+	fd, err := strconv.Atoi(os.Getenv(EnvWorkerFD))
+	if err != nil || fd < 3 {
+		log.Error("not started by a kiln device daemon: no worker connection", "env", EnvWorkerFD)
+		return 2
+	}
+	f := os.NewFile(uintptr(fd), "daemon")
+	conn, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		log.Error("open worker connection", "err", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log})
+	if err != nil {
+		log.Error("worker stopped", "err", err)
+		return 1
+	}
+	log.Debug("worker exiting")
+	return 0
+}
+
+// RunWorker serves one session on conn (the dialing end is the daemon,
+// with proto.RoleWorker) until the connection ends or ctx is cancelled,
+// then releases every module and array of the session.
+func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	registerGlobals.Do(func() {
+		packedfunc.MustRegister(GlobalNop, func() {})
+		packedfunc.Register(GlobalEcho, packedfunc.New(GlobalEcho, func(args []packedfunc.Value) (packedfunc.Value, error) {
+			if len(args) == 0 {
+				return packedfunc.Nil, nil
+			}
+			return args[0], nil
+		}), true)
+	})
+	files := filepath.Join(cfg.Dir, "files")
+	box, err := openSandbox(files, 0)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer box.Close()
+	w := &worker{box: box, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log}
+	defer w.h.closeAll()
+
+	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
+	w.register(srv)
+	log.Debug("worker serving", "dir", cfg.Dir)
+	err = srv.ServeConn(ctx, conn)
+	log.Debug("worker connection ended", "err", err)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// worker holds one session's objects.
+type worker struct {
+	box    *sandbox
+	modDir string
+	h      *handles
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	modules int // modules loaded, to name their directories
+}
+
+// handler adapts a typed method to proto.HandlerFunc.
+func handler[A any](fn func(ctx context.Context, a A) (any, error)) proto.HandlerFunc {
+	return func(ctx context.Context, _ *proto.Conn, raw msgpack.RawMessage) (any, error) {
+		var a A
+		if err := msgpack.Unmarshal(raw, &a); err != nil {
+			return nil, fmt.Errorf("decode arguments: %v: %w", err, proto.ErrBadRequest)
+		}
+		return fn(ctx, a)
+	}
+}
+
+func (w *worker) register(srv *proto.Server) {
+	srv.Handle(proto.ModuleLoad, handler(w.loadModule))
+	srv.Handle(proto.ModuleGetFunction, handler(w.getFunction))
+	srv.Handle(proto.GlobalGet, handler(w.getFunction))
+	srv.Handle(proto.GlobalList, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
+		return packedfunc.List(), nil
+	})
+	srv.Handle(proto.FuncCall, handler(w.call))
+	srv.Handle(proto.FuncTime, handler(w.timeEvaluator))
+	srv.Handle(proto.ArrayEmpty, handler(w.empty))
+	srv.Handle(proto.HandleFree, handler(func(_ context.Context, a proto.HandleArgs) (any, error) {
+		return nil, w.h.free(a.Handle)
+	}))
+	srv.Handle(proto.DeviceAttrs, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
+		return CollectDeviceAttrs(), nil
+	})
+	srv.Handle(proto.WorkerBulkSize, handler(w.bulkSize))
+	srv.HandleBulk(proto.ArrayCopyFrom, w.copyFrom)
+	srv.HandleBulk(proto.ArrayCopyTo, w.copyTo)
+}
+
+// loadModule loads a .kiln artifact's host.so, or a bare shared object,
+// from the session's files. The worker loads a private copy, so the client
+// may replace or remove the file afterwards.
+func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, error) {
+	f, size, err := w.box.Open(a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("load module: %w", err)
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil {
+		return nil, fmt.Errorf("load module %q: too short to be a module: %w", a.Name, proto.ErrBadRequest)
+	}
+	var lib []byte
+	switch {
+	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
+		art, err := artifact.Read(f, size)
+		if err != nil {
+			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		}
+		lib = art.Files[artifact.HostLib]
+		if lib == nil {
+			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
+		}
+	case bytes.Equal(magic[:], []byte("\x7fELF")):
+		if lib, err = io.ReadAll(io.NewSectionReader(f, 0, size)); err != nil {
+			return nil, fmt.Errorf("load module %q: %w", a.Name, err)
+		}
+	default:
+		return nil, fmt.Errorf("load module %q: neither a .kiln artifact nor a shared object: %w", a.Name, proto.ErrBadRequest)
+	}
+	w.mu.Lock()
+	w.modules++
+	dir := filepath.Join(w.modDir, strconv.Itoa(w.modules))
+	w.mu.Unlock()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
+	}
+	path := filepath.Join(dir, artifact.HostLib)
+	if err := os.WriteFile(path, lib, 0o700); err != nil {
+		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
+	}
+	mod, err := cpu.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+	}
+	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
+	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())
+	return proto.ModuleInfo{Handle: h, Type: mod.Type(), Functions: mod.Functions()}, nil
+}
+
+// getFunction looks a function up in a module or in the global registry.
+func (w *worker) getFunction(_ context.Context, a proto.GetFunctionArgs) (any, error) {
+	var fn *packedfunc.Func
+	var err error
+	if a.Module == 0 {
+		fn, err = packedfunc.Get(a.Name)
+	} else {
+		var o *object
+		if o, err = w.h.acquire(a.Module, proto.KindModule); err != nil {
+			return nil, fmt.Errorf("get function %q: %w", a.Name, err)
+		}
+		fn, err = o.mod.GetFunction(a.Name)
+		w.h.release(o)
+	}
+	if err != nil {
+		if errors.Is(err, packedfunc.ErrNotFound) {
+			err = fmt.Errorf("%v: %w", err, proto.ErrNotFound)
+		}
+		return nil, fmt.Errorf("get function %q: %w", a.Name, err)
+	}
+	h := w.h.add(&object{kind: proto.KindFunc, name: a.Name, fn: fn})
+	return proto.FuncInfo{Handle: h, Name: a.Name}, nil
+}
+
+// callSetup holds a function and its converted arguments; done releases
+// the handles they use.
+type callSetup struct {
+	fn   *object
+	args []packedfunc.Value
+	held []*object
+	dev  devices.Device // the device of the first array argument (CPU when none)
+}
+
+func (w *worker) setup(handle uint64, in []proto.Value) (*callSetup, error) {
+	fn, err := w.h.acquire(handle, proto.KindFunc)
+	if err != nil {
+		return nil, err
+	}
+	cs := &callSetup{fn: fn, held: []*object{fn}, dev: devices.CPUDevice}
+	cs.args = make([]packedfunc.Value, len(in))
+	haveDev := false
+	for i, v := range in {
+		pv, o, err := w.toPacked(v)
+		if err != nil {
+			w.done(cs)
+			return nil, fmt.Errorf("argument %d of %q: %w", i, fn.name, err)
+		}
+		if o != nil {
+			cs.held = append(cs.held, o)
+			if o.arr != nil && !haveDev {
+				cs.dev, haveDev = o.arr.Device(), true
+			}
+		}
+		cs.args[i] = pv
+	}
+	return cs, nil
+}
+
+func (w *worker) done(cs *callSetup) {
+	for _, o := range cs.held {
+		w.h.release(o)
+	}
+}
+
+// call calls a function.
+func (w *worker) call(_ context.Context, a proto.CallArgs) (any, error) {
+	cs, err := w.setup(a.Func, a.Args)
+	if err != nil {
+		return nil, fmt.Errorf("call: %w", err)
+	}
+	defer w.done(cs)
+	out, err := cs.fn.fn.Call(cs.args...)
+	if err != nil {
+		return nil, fmt.Errorf("call %q: %w", cs.fn.name, callError(err))
+	}
+	return w.fromPacked(out, cs), nil
+}
+
+// callError classes a function's failure for the wire: argument errors are
+// bad requests, the rest keep their text under ErrInternal.
+func callError(err error) error {
+	switch {
+	case errors.Is(err, packedfunc.ErrType), errors.Is(err, packedfunc.ErrArity):
+		return fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	case errors.Is(err, packedfunc.ErrNotFound):
+		return fmt.Errorf("%v: %w", err, proto.ErrNotFound)
+	}
+	var ke *cpu.KernelError
+	if errors.As(err, &ke) {
+		return fmt.Errorf("%v: %w", err, proto.ErrInternal)
+	}
+	if errors.Is(err, cpu.ErrClosed) {
+		return fmt.Errorf("%v: %w", err, proto.ErrNotFound)
+	}
+	return err
+}
+
+// timeEvaluator runs the time evaluator next to the function.
+func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, error) {
+	cs, err := w.setup(a.Func, a.Args)
+	if err != nil {
+		return nil, fmt.Errorf("time evaluator: %w", err)
+	}
+	defer w.done(cs)
+	e := &timer.Evaluator{Call: func() error {
+		_, err := cs.fn.fn.Call(cs.args...)
+		return err
+	}}
+	if cs.dev.Type != devices.CPU {
+		api, err := devices.For(cs.dev)
+		if err != nil {
+			return nil, fmt.Errorf("time evaluator: %v: %w", err, proto.ErrBadRequest)
+		}
+		dev := cs.dev
+		e.Sync = func() error { return api.StreamSync(dev, 0) }
+	}
+	o := a.Options
+	r, err := e.Evaluate(ctx, timer.Options{
+		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
+		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
+		RepeatsToCooldown: o.RepeatsToCooldown, CacheFlushBytes: o.CacheFlushBytes,
+	})
+	if err != nil {
+		if errors.Is(err, timer.ErrOptions) {
+			err = fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+		}
+		return nil, fmt.Errorf("time %q: %w", cs.fn.name, callError(err))
+	}
+	return proto.TimeResult{
+		Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max, Std: r.Std,
+		Number: r.Number, Device: cs.dev.String(),
+	}, nil
+}
+
+// empty allocates an array.
+func (w *worker) empty(_ context.Context, a proto.EmptyArgs) (any, error) {
+	dt, err := ndarray.ParseDType(a.DType)
+	if err != nil {
+		return nil, fmt.Errorf("empty: %v: %w", err, proto.ErrBadRequest)
+	}
+	dev := devices.CPUDevice
+	if a.Device != "" {
+		if dev, err = devices.ParseDevice(a.Device); err != nil {
+			return nil, fmt.Errorf("empty: %v: %w", err, proto.ErrBadRequest)
+		}
+	}
+	for i, d := range a.Shape {
+		if d < 0 {
+			return nil, fmt.Errorf("empty: dimension %d is %d: %w", i, d, proto.ErrBadRequest)
+		}
+	}
+	arr, err := ndarray.Empty(ndarray.Shape(a.Shape), dt, dev)
+	if err != nil {
+		if errors.Is(err, devices.ErrNoBackend) || errors.Is(err, devices.ErrNoDevice) {
+			return nil, fmt.Errorf("empty: %v: %w", err, proto.ErrNotFound)
+		}
+		return nil, fmt.Errorf("empty: %v: %w", err, proto.ErrBadRequest)
+	}
+	o := &object{kind: proto.KindArray, arr: arr, owned: true}
+	h := w.h.add(o)
+	return arrayInfo(h, arr), nil
+}
+
+func arrayInfo(h uint64, arr *ndarray.NDArray) *proto.ArrayInfo {
+	return &proto.ArrayInfo{Handle: h, Shape: append([]int64{}, arr.Shape()...), DType: arr.DType().String(),
+		Device: arr.Device().String(), Bytes: arr.NumBytes()}
+}
+
+// arrayHandle parses a bulk stream's name as an array handle.
+func arrayHandle(name string) (uint64, error) {
+	h, err := strconv.ParseUint(name, 10, 64)
+	if err != nil || h == 0 {
+		return 0, fmt.Errorf("array handle %q is not a positive decimal number: %w", name, proto.ErrBadRequest)
+	}
+	return h, nil
+}
+
+// copyFrom fills an array from a bulk upload.
+func (w *worker) copyFrom(_ context.Context, _ *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+	h, err := arrayHandle(in.Name)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy to array: %w", err)
+	}
+	o, err := w.h.acquire(h, proto.KindArray)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy to array: %w", err)
+	}
+	defer w.h.release(o)
+	n := o.arr.NumBytes()
+	if in.Size != n {
+		return proto.Bulk{}, fmt.Errorf("copy to array %d (%s): %d bytes sent, the array holds %d: %w", h, o.arr, in.Size, n, proto.ErrBadRequest)
+	}
+	if o.arr.Device().Type == devices.CPU && o.arr.IsContiguous() {
+		hb, err := o.arr.HostBytes()
+		if err == nil {
+			if _, err := io.ReadFull(in.Body, hb); err != nil {
+				return proto.Bulk{}, fmt.Errorf("copy to array %d: %w", h, err)
+			}
+			return proto.Bulk{}, nil
+		}
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(in.Body, buf); err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy to array %d: %w", h, err)
+	}
+	if err := o.arr.CopyFromBytes(buf); err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy to array %d: %w", h, err)
+	}
+	return proto.Bulk{}, nil
+}
+
+// copyTo sends an array's contents back.
+func (w *worker) copyTo(_ context.Context, _ *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+	h, err := arrayHandle(in.Name)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy from array: %w", err)
+	}
+	o, err := w.h.acquire(h, proto.KindArray)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy from array: %w", err)
+	}
+	if o.arr.Device().Type == devices.CPU && o.arr.IsContiguous() {
+		if hb, err := o.arr.HostBytes(); err == nil {
+			// The array stays held until proto closes the body once sent.
+			return proto.Bulk{Name: in.Name, Size: int64(len(hb)), Body: &heldReader{Reader: bytes.NewReader(hb), release: func() { w.h.release(o) }}}, nil
+		}
+	}
+	defer w.h.release(o)
+	b, err := o.arr.Bytes()
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("copy from array %d: %w", h, err)
+	}
+	return proto.Bulk{Name: in.Name, Size: int64(len(b)), Body: bytes.NewReader(b)}, nil
+}
+
+// heldReader releases a handle when closed.
+type heldReader struct {
+	io.Reader
+	once    sync.Once
+	release func()
+}
+
+func (r *heldReader) Close() error {
+	r.once.Do(r.release)
+	return nil
+}
+
+// bulkSize tells the daemon the size of a bulk download before it starts.
+func (w *worker) bulkSize(_ context.Context, a proto.BulkSizeArgs) (any, error) {
+	if a.Method != proto.ArrayCopyTo {
+		return nil, fmt.Errorf("bulk size: unknown download method %q: %w", a.Method, proto.ErrNotFound)
+	}
+	h, err := arrayHandle(a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("bulk size: %w", err)
+	}
+	o, err := w.h.acquire(h, proto.KindArray)
+	if err != nil {
+		return nil, fmt.Errorf("bulk size: %w", err)
+	}
+	defer w.h.release(o)
+	return o.arr.NumBytes(), nil
+}
