@@ -15,7 +15,6 @@ import (
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/devices"
-	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -24,7 +23,7 @@ func runCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "run",
 		Usage:     "run one function of a .kiln artifact on .npy inputs",
-		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--output DIR]",
+		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--output DIR] [--tracker HOST:PORT --key KEY]",
 		Description: `Loads the artifact on this machine's CPU, reads each --input from a .npy file
 and passes it as the parameter of that name, passes each --arg as a scalar
 parameter, allocates every other tensor parameter (its shape from the
@@ -32,55 +31,68 @@ function's signature, symbolic dimensions taken from the inputs) zero-filled,
 calls the function once, and writes every parameter that was not an input to
 DIR/NAME.npy.
 
+With --tracker the call runs on a device leased from the tracker (by --key
+or --selector): the artifact is uploaded to the device daemon, the inputs are
+copied there, and the outputs are copied back.
+
 Examples:
    kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --output out/
+   kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --tracker 127.0.0.1:9190 --key cpu
    kiln run scale.kiln --func scale --input X=x.npy --arg alpha=0.5 --output out/`,
-		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "func", Usage: "the function to call (may be left out when the artifact has one)"},
-			&ucli.StringSliceFlag{Name: "input", Usage: "NAME=FILE.npy: a tensor argument (repeatable)"},
-			&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
-			&ucli.StringFlag{Name: "output", Value: ".", Usage: "directory for the outputs (created if missing)"},
-		},
+		Flags: append(callFlags(),
+			append([]ucli.Flag{
+				&ucli.StringFlag{Name: "output", Value: ".", Usage: "directory for the outputs (created if missing)"},
+			}, remoteFlags()...)...),
 		OnUsageError: usageError,
 		Action:       runRun,
 	}
 }
 
 func runRun(c *ucli.Context) error {
+	path, a, fi, call, err := loadCall(c, "run")
+	if err != nil {
+		return err
+	}
+	r, err := openRunner(c, path, a, fi)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	defer r.close()
+	if err := r.call(c.Context, call); err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	return writeOutputs(c, c.String("output"), call)
+}
+
+// loadCall reads the artifact, picks the function and prepares its
+// arguments from --func, --input and --arg.
+func loadCall(c *ucli.Context, cmd string) (string, *artifact.Artifact, abi.FuncInfo, *preparedCall, error) {
 	if c.NArg() != 1 {
-		return fmt.Errorf("run: want one artifact file, got %d arguments (see \"kiln run --help\")", c.NArg())
+		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s: want one artifact file, got %d arguments (see \"kiln %s --help\")", cmd, c.NArg(), cmd)
 	}
 	path := c.Args().First()
 	a, err := artifact.Load(path)
 	if err != nil {
-		return fmt.Errorf("run: %w", err)
+		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	fi, err := pickFunction(a, c.String("func"))
 	if err != nil {
-		return fmt.Errorf("run %s: %w", path, err)
+		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
 	}
 	call, err := prepareCall(fi, c.StringSlice("input"), c.StringSlice("arg"))
 	if err != nil {
-		return fmt.Errorf("run %s: %w", path, err)
+		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
 	}
-	tmp, err := os.MkdirTemp("", "kiln-run-")
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
+	return path, a, fi, call, nil
+}
+
+// callFlags name the function and its arguments.
+func callFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "func", Usage: "the function to call (may be left out when the artifact has one)"},
+		&ucli.StringSliceFlag{Name: "input", Usage: "NAME=FILE.npy: a tensor argument (repeatable)"},
+		&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
 	}
-	defer os.RemoveAll(tmp)
-	mod, err := cpu.LoadArtifact(a, tmp)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", path, err)
-	}
-	defer mod.Close()
-	f, err := mod.GetFunction(fi.Name)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", path, err)
-	}
-	if _, err := f.Call(call.args...); err != nil {
-		return fmt.Errorf("run %s: %w", path, err)
-	}
-	return writeOutputs(c, c.String("output"), call)
 }
 
 // pickFunction finds the function to call: the one named, or the only one.

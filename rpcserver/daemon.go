@@ -197,6 +197,11 @@ func New(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
+// SetTracker attaches the tracker (Config.Tracker) after New, for callers
+// that need the bound address (Addr) to register with it. Call it before
+// Run, never during.
+func (d *Daemon) SetTracker(t Tracker) { d.cfg.Tracker = t }
+
 // Addr is the address the daemon listens on.
 func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
 

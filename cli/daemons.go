@@ -1,0 +1,305 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker"
+)
+
+func trackerCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "tracker",
+		Usage:     "run the tracker: registry of devices and compiler nodes, leases, build jobs",
+		UsageText: "kiln tracker --data DIR [--listen ADDR] [--tvm-listen ADDR] [--metrics-listen ADDR] [--token-file F]",
+		Description: `Runs the fleet's coordinator until SIGINT/SIGTERM. Device daemons and compiler
+nodes register with it and keep a heartbeat; clients ask it for devices (by
+key or attribute selector, e.g. "cuda.compute>=8.0") and get leases; build
+jobs are queued durably in DIR/tracker.db (bbolt) and handed to compiler
+nodes; artifacts are stored in DIR by sha256. A restart loses no submitted
+job (running ones are requeued).
+
+--tvm-listen opens a second listener speaking Apache TVM's tracker protocol,
+so TVM's rpc servers and tuning runners can use this tracker unchanged (that
+protocol has no authentication: bind it to a trusted network).
+
+Examples:
+   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
+   kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9190", Usage: "address of the kiln protocol listener"},
+			&ucli.StringFlag{Name: "data", Required: true, Usage: "directory for tracker.db and the artifacts"},
+			&ucli.StringFlag{Name: "tvm-listen", Usage: "address of an Apache TVM tracker-protocol listener"},
+			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
+			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
+			&ucli.DurationFlag{Name: "heartbeat", Usage: "heartbeat interval nodes are told to keep (default 2s)"},
+		}, listenFlags()...),
+		OnUsageError: usageError,
+		Action:       runTracker,
+	}
+}
+
+func runTracker(c *ucli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := serverTLS(c)
+	if err != nil {
+		return err
+	}
+	srv, err := tracker.New(tracker.Config{
+		Listen: c.String("listen"), DataDir: c.String("data"),
+		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
+		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
+		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c),
+	})
+	if err != nil {
+		return fmt.Errorf("tracker: %w", err)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "kiln tracker listening on %s", srv.Addr())
+	if a := srv.TVMAddr(); a != "" {
+		fmt.Fprintf(c.App.ErrWriter, ", TVM protocol on %s", a)
+	}
+	if a := srv.MetricsAddr(); a != "" {
+		fmt.Fprintf(c.App.ErrWriter, ", metrics on http://%s/metrics", a)
+	}
+	fmt.Fprintln(c.App.ErrWriter)
+	return srv.Run(c.Context)
+}
+
+func compilerCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "compiler",
+		Usage:     "run a compiler node that builds the tracker's build jobs",
+		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--token-file F]",
+		Description: `Registers with the tracker what this machine can build (targets, the C
+compiler's identity, cross compilers found, NVRTC/nvcc), then takes build
+jobs from the queue until SIGINT/SIGTERM. Each job is built in a subprocess
+of this binary under the job's time limit, so a crashing or hung compiler
+costs one job, never the node; the artifact is uploaded to the tracker, or
+the job fails with the compiler's message.
+
+Examples:
+   kiln compiler --tracker 127.0.0.1:9190
+   kiln compiler --tracker tracker:9190 --jobs 4 --token-file /run/secrets/token`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
+			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
+			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
+			&ucli.StringSliceFlag{Name: "target", Usage: "targets this node builds (default: cpu)"},
+		}, connFlags()...),
+		OnUsageError: usageError,
+		Action:       runCompilerNode,
+	}
+}
+
+func runCompilerNode(c *ucli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := clientTLS(c)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("compiler: %w", err)
+	}
+	return node.Run(c.Context, node.Config{
+		Tracker:     c.String("tracker"),
+		Options:     client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c)},
+		Command:     []string{exe, "compiler-job"},
+		WorkDir:     c.String("work-dir"),
+		Concurrency: c.Int("jobs"),
+		Targets:     c.StringSlice("target"),
+		Version:     Version(),
+		Logger:      logger(c),
+	})
+}
+
+// compilerJobCommand is the hidden subprocess of a compiler node.
+func compilerJobCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "compiler-job",
+		Hidden:    true,
+		Usage:     "build one job directory (run by kiln compiler)",
+		UsageText: "kiln compiler-job DIR",
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("compiler-job: want one job directory")
+			}
+			return node.RunJob(c.Context, c.Args().First())
+		},
+	}
+}
+
+// logger is the daemons' slog logger: text on the app's error writer, level
+// from $KILN_LOG (debug, info, warn, error; info by default).
+func logger(c *ucli.Context) *slog.Logger {
+	level := slog.LevelInfo
+	switch strings.ToLower(os.Getenv("KILN_LOG")) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+}
+
+func rpcserverCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "rpcserver",
+		Usage:     "run a device daemon that serves this machine's devices to remote sessions",
+		UsageText: "kiln rpcserver --key KEY [--tracker HOST:PORT] [--listen ADDR] [--token-file F] [--session-timeout D]",
+		Description: `Serves this machine's devices (cpu, and cuda where a GPU is present) to remote
+clients until SIGINT/SIGTERM. With --tracker it registers there under KEY with
+its attributes (device names, memory, CUDA compute capability, CPU model and
+features, target triple, kiln version), keeps a heartbeat and re-registers
+after a tracker restart; clients then reach it through a lease.
+
+Each session runs in a worker subprocess: a kernel that crashes kills the
+worker, not the daemon, and the client is told which signal hit which
+function. Uploaded files live in a per-session directory; names that would
+leave it are refused. A session past its deadline is ended. One exclusive
+session at a time unless --max-sessions says otherwise.
+
+Examples:
+   kiln rpcserver --tracker 127.0.0.1:9190 --key cpu-epyc
+   kiln rpcserver --listen 0.0.0.0:9090 --advertise board7:9090 --tracker tracker:9190 --key rpi4`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "key", Required: true, Usage: "device key clients ask the tracker for"},
+			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the tracker to register with (none: serve direct sessions only)"},
+			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
+			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
+			&ucli.DurationFlag{Name: "session-timeout", Usage: "longest a session may last (default 10m; a lease may ask for less)"},
+			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive)"},
+			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
+			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
+			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
+			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file"},
+		}, listenFlags()...),
+		OnUsageError: usageError,
+		Action:       runRPCServer,
+	}
+}
+
+func runRPCServer(c *ucli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := serverTLS(c)
+	if err != nil {
+		return err
+	}
+	log := logger(c)
+	cfg := rpcserver.Config{
+		Listen: c.String("listen"), Key: c.String("key"), Token: tok, TLS: tlsCfg,
+		SessionTimeout: c.Duration("session-timeout"), MaxSessions: c.Int("max-sessions"),
+		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
+		AllowWithoutLease: c.Bool("allow-without-lease"),
+	}
+	d, err := rpcserver.New(cfg)
+	if err != nil {
+		return fmt.Errorf("rpcserver: %w", err)
+	}
+	if addr := c.String("tracker"); addr != "" {
+		trTok := tok
+		if f := c.String("tracker-token-file"); f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return fmt.Errorf("--tracker-token-file: %w", err)
+			}
+			trTok = strings.TrimSpace(string(b))
+		}
+		adv := c.String("advertise")
+		if adv == "" {
+			_, port, err := net.SplitHostPort(d.Addr().String())
+			if err != nil {
+				return fmt.Errorf("rpcserver: listen address %q: %w", d.Addr(), err)
+			}
+			adv = ":" + port
+		}
+		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, Logger: log}, proto.RegisterArgs{
+			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: rpcserver.NodeAttrs(Version()),
+		})
+		reg.OnHealthCheck = deviceHealthCheck
+		d.SetTracker(reg) // the daemon runs it and verifies leases with it
+
+	}
+	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
+	return d.Run(c.Context)
+}
+
+// deviceHealthCheck is a quarantined device's self-check: every device of
+// every backend allocates, fills, reads back and frees a buffer.
+func deviceHealthCheck(ctx context.Context) error {
+	const n = 1 << 20
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(i*7 + 3)
+	}
+	for _, api := range devices.Registered() {
+		for id := range api.Count() {
+			dev := devices.Device{Type: api.Type(), ID: int32(id)}
+			p, err := api.Alloc(dev, n, 64, "")
+			if err != nil {
+				return fmt.Errorf("health check %s: alloc: %w", dev, err)
+			}
+			got := make([]byte, n)
+			err = api.CopyFromHost(p, dev, want, 0)
+			if err == nil {
+				err = api.CopyToHost(got, p, dev, 0)
+			}
+			if err == nil {
+				err = api.StreamSync(dev, 0)
+			}
+			api.Free(dev, p)
+			if err != nil {
+				return fmt.Errorf("health check %s: copy: %w", dev, err)
+			}
+			if !bytes.Equal(got, want) {
+				return fmt.Errorf("health check %s: data read back differs from what was written", dev)
+			}
+		}
+	}
+	return nil
+}
+
+// rpcserverWorkerCommand is the hidden worker subprocess of a session.
+func rpcserverWorkerCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:   rpcserver.DefaultWorkerArgs[0],
+		Hidden: true,
+		Usage:  "serve one session (run by kiln rpcserver)",
+		Action: func(c *ucli.Context) error {
+			os.Exit(rpcserver.WorkerMain())
+			return nil
+		},
+	}
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+func TestDemo(t *testing.T) {
+	out, errOut, err := runApp(t, "demo", "--size", "24")
+	check.NoError(t, err, errOut)
+	for _, want := range []string{"build (queued)", "succeeded", "max relative error", "GFLOPS"} {
+		check.True(t, strings.Contains(out, want), "demo output lacks", want, "in", out)
+	}
+}
+
+// TestRemoteCommands runs build, run, bench and query against an
+// in-process fleet, as a user with a token file would.
+func TestRemoteCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	fl, err := startFleet(ctx, dir, "tok123", exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	check.NoError(t, err)
+	defer func() { check.NoError(t, fl.stop()) }()
+	tokFile := filepath.Join(dir, "token")
+	check.NoError(t, os.WriteFile(tokFile, []byte("tok123\n"), 0o600))
+	addr := fl.tracker.Addr()
+
+	art := filepath.Join(dir, "vadd.kiln")
+	_, errOut, err := runApp(t, "build", "testdata/vadd.py", "--tracker", addr, "--token-file", tokFile, "-o", art)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(errOut, "succeeded"), "build progress:", errOut)
+
+	x := make([]float32, 1024)
+	for i := range x {
+		x[i] = float32(i) / 2
+	}
+	xa, err := ndarray.FromSlice(x, ndarray.Shape{1024})
+	check.NoError(t, err)
+	check.NoError(t, ndarray.SaveNPY(filepath.Join(dir, "x.npy"), xa))
+	outDir := filepath.Join(dir, "out")
+	_, _, err = runApp(t, "run", art, "--tracker", addr, "--key", "cpu", "--token-file", tokFile,
+		"--input", "A="+filepath.Join(dir, "x.npy"), "--input", "B="+filepath.Join(dir, "x.npy"), "--output", outDir)
+	check.NoError(t, err)
+	c, err := ndarray.LoadNPY(filepath.Join(outDir, "C.npy"))
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](c)
+	check.NoError(t, err)
+	check.Equal(t, got[1023], float32(1023))
+
+	out, _, err := runApp(t, "bench", art, "--tracker", addr, "--key", "cpu", "--token-file", tokFile,
+		"--repeat", "3", "--min-repeat-ms", "5", "--json")
+	check.NoError(t, err)
+	var res proto.TimeResult
+	check.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	check.Equal(t, len(res.Results), 3)
+	check.True(t, res.Min > 0 && res.Min <= res.Median && res.Median <= res.Max, "stats:", out)
+
+	out, _, err = runApp(t, "query", "--tracker", addr, "--token-file", tokFile)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(out, "cpu") && strings.Contains(out, "compiler"), "query:", out)
+
+	// Errors a user meets: no token, an unknown key that nobody serves.
+	_, _, err = runApp(t, "query", "--tracker", addr)
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	_, _, err = runApp(t, "run", art, "--tracker", addr, "--key", "tpu", "--token-file", tokFile, "--wait", "300ms",
+		"--input", "A="+filepath.Join(dir, "x.npy"), "--input", "B="+filepath.Join(dir, "x.npy"))
+	check.ErrorIs(t, err, proto.ErrDeadline)
+}

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+func queryCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "query",
+		Usage:     "show a tracker's devices, queues, compiler nodes and recent build jobs",
+		UsageText: "kiln query --tracker HOST:PORT [--jobs N] [--json]",
+		Description: `Prints the tracker's view of the fleet: per device key how many devices are
+free, busy, lost or quarantined and how many requests wait; every device and
+compiler node with its state and address; each request queue in order (so a
+waiting client can see its position); and the most recent build jobs. With
+--json it prints the summary as one JSON object.
+
+Examples:
+   kiln query --tracker 127.0.0.1:9190
+   kiln query --tracker tracker:9190 --token-file token --json | jq '.keys'`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
+			&ucli.IntFlag{Name: "jobs", Value: 10, Usage: "recent build jobs to list"},
+			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object for machines"},
+		}, connFlags()...),
+		OnUsageError: usageError,
+		Action:       runQuery,
+	}
+}
+
+func runQuery(c *ucli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := clientTLS(c)
+	if err != nil {
+		return err
+	}
+	tr, err := client.DialTracker(c.Context, c.String("tracker"), client.TrackerOptions{Token: tok, TLS: tlsCfg})
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	defer tr.Close()
+	sum, err := tr.Query(c.Context, c.Int("jobs"))
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(sum)
+	}
+	printSummary(c.App.Writer, sum)
+	return nil
+}
+
+// printSummary writes the tracker summary as tables.
+func printSummary(w io.Writer, s proto.TrackerSummary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tFREE\tBUSY\tLOST\tQUARANTINED\tWAITING")
+	for _, k := range s.Keys {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", k.Key, k.Free, k.Busy, k.Lost, k.Quarantined, k.Pending)
+	}
+	if len(s.Keys) == 0 {
+		fmt.Fprintln(tw, "(no devices registered)\t\t\t\t\t")
+	}
+	tw.Flush()
+
+	nodes := append(append([]proto.NodeSummary(nil), s.Devices...), s.Compiler...)
+	if len(nodes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tROLE\tKEY\tSTATE\tADDRESS\tLAST SEEN\tDETAILS")
+		for _, n := range nodes {
+			detail := strings.Join(n.Attrs.DeviceNames, ", ")
+			if n.Role == proto.NodeCompiler {
+				detail = strings.Join(n.Attrs.Targets, ", ") + " " + n.Attrs.Compiler
+			}
+			if n.LastError != "" {
+				detail += " (last error: " + n.LastError + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", n.NodeID, n.Role, n.Key, n.State, n.Addr,
+				s.Now.Sub(n.LastSeen).Round(100*time.Millisecond), detail)
+		}
+		tw.Flush()
+	}
+	for _, q := range s.Queues {
+		if len(q.Waiting) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nqueue %q:\n", q.Queue)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  POSITION\tPRIORITY\tUSER\tWAITING FOR")
+		for _, t := range q.Waiting {
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\n", t.Position, t.Priority, t.User, s.Now.Sub(t.Since).Round(100*time.Millisecond))
+		}
+		tw.Flush()
+	}
+	for _, t := range s.TVMServers {
+		fmt.Fprintf(w, "TVM server %s at %s: %d free, %d pending\n", t.Key, t.Addr, t.Free, t.Pending)
+	}
+	if len(s.Jobs) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tNAME\tTARGET\tSTATE\tNODE\tSUBMITTED\tMESSAGE")
+		for _, j := range s.Jobs {
+			msg := j.Error
+			if msg == "" {
+				msg = j.Message
+			}
+			if len(msg) > 80 {
+				msg = msg[:77] + "..."
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", j.ID, j.Name, j.Target, j.State, j.Node,
+				s.Now.Sub(j.Submitted).Round(time.Second), strings.ReplaceAll(msg, "\n", " "))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\n%d lease(s) held", s.Leases)
+	for _, st := range []proto.JobState{proto.JobQueued, proto.JobRunning, proto.JobSucceeded, proto.JobFailed, proto.JobCancelled} {
+		if n := s.JobCounts[st]; n > 0 {
+			fmt.Fprintf(w, ", %d job(s) %s", n, st)
+		}
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
+)
+
+// runner calls and times one function of an artifact, on this machine or
+// on a leased remote device.
+type runner interface {
+	// call runs the function once; afterwards call.arrays holds the
+	// outputs' values.
+	call(ctx context.Context, call *preparedCall) error
+	// time runs the time evaluator on the function with call's arguments.
+	time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error)
+	// where names the device for the output.
+	where() string
+	close()
+}
+
+// remoteFlags are the flags of commands that can run on a leased device.
+func remoteFlags() []ucli.Flag {
+	return append([]ucli.Flag{
+		&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: run on a device leased from it (default: this machine)"},
+		&ucli.StringFlag{Name: "key", Usage: "with --tracker: the device key to lease"},
+		&ucli.StringFlag{Name: "selector", Usage: "with --tracker: attribute selector, e.g. \"cpu.avx512=true\""},
+		&ucli.IntFlag{Name: "priority", Usage: "with --tracker: queue priority (higher first)"},
+		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a device"},
+		&ucli.DurationFlag{Name: "session-timeout", Value: 10 * time.Minute, Usage: "with --tracker: longest the remote session may last"},
+	}, connFlags()...)
+}
+
+// openRunner loads the artifact here, or leases a device and loads it there.
+func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (runner, error) {
+	if c.String("tracker") == "" {
+		if c.String("key") != "" || c.String("selector") != "" {
+			return nil, fmt.Errorf("--key and --selector need --tracker")
+		}
+		return openLocal(a, fi)
+	}
+	return openRemote(c, path, a, fi)
+}
+
+type localRunner struct {
+	dir string
+	mod *cpu.Module
+	f   *packedfunc.Func
+}
+
+func openLocal(a *artifact.Artifact, fi abi.FuncInfo) (*localRunner, error) {
+	dir, err := os.MkdirTemp("", "kiln-run-")
+	if err != nil {
+		return nil, err
+	}
+	mod, err := cpu.LoadArtifact(a, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	f, err := mod.GetFunction(fi.Name)
+	if err != nil {
+		mod.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &localRunner{dir: dir, mod: mod, f: f}, nil
+}
+
+func (r *localRunner) call(_ context.Context, call *preparedCall) error {
+	_, err := r.f.Call(call.args...)
+	return err
+}
+
+func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
+	ev := timer.Evaluator{Call: func() error {
+		_, err := r.f.Call(call.args...)
+		return err
+	}}
+	res, err := ev.Evaluate(ctx, timer.Options{
+		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
+		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
+		RepeatsToCooldown: o.RepeatsToCooldown, CacheFlushBytes: o.CacheFlushBytes,
+	})
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	return proto.TimeResult{Results: res.Results, Mean: res.Mean, Median: res.Median, Min: res.Min, Max: res.Max,
+		Std: res.Std, Number: res.Number, Device: devices.CPUDevice.String()}, nil
+}
+
+func (r *localRunner) where() string { return "this machine (" + devices.CPUDevice.String() + ")" }
+
+func (r *localRunner) close() {
+	r.mod.Close()
+	os.RemoveAll(r.dir)
+}
+
+type remoteRunner struct {
+	tr    *client.Tracker
+	lease *client.Lease
+	s     *client.Session
+	f     *client.Func
+	// remote holds the remote array of each tensor parameter, made by the
+	// first call or time and reused.
+	remote map[string]*client.Array
+}
+
+func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (_ *remoteRunner, err error) {
+	ctx := c.Context
+	if c.String("key") == "" && c.String("selector") == "" {
+		return nil, fmt.Errorf("--tracker needs --key or --selector to say which device")
+	}
+	tok, err := readToken(c)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := clientTLS(c)
+	if err != nil {
+		return nil, err
+	}
+	r := &remoteRunner{remote: map[string]*client.Array{}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	r.tr, err = client.DialTracker(ctx, c.String("tracker"), client.TrackerOptions{Token: tok, TLS: tlsCfg})
+	if err != nil {
+		return nil, err
+	}
+	w := c.App.ErrWriter
+	wctx, cancel := context.WithTimeout(ctx, c.Duration("wait"))
+	defer cancel()
+	r.lease, err = r.tr.RequestLease(wctx, client.LeaseRequest{
+		Key: c.String("key"), Selector: c.String("selector"), Priority: c.Int("priority"),
+		SessionTimeout: c.Duration("session-timeout"), User: "kiln " + c.Command.Name,
+		OnPosition: func(pos int, queue string) {
+			fmt.Fprintf(w, "waiting for a device: position %d in queue %q\n", pos, queue)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.s, err = client.Connect(ctx, r.lease.Addr, client.SessionOptions{Token: tok, TLS: tlsCfg, LeaseToken: r.lease.Token})
+	if err != nil {
+		return nil, err
+	}
+	data, err := a.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Base(path)
+	if err := r.s.Upload(ctx, name, data); err != nil {
+		return nil, err
+	}
+	mod, err := r.s.LoadModule(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	r.f, err = mod.GetFunction(ctx, fi.Name)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// args copies the tensor arguments to the device (each call, so outputs
+// start from the same values) and returns the remote argument list.
+func (r *remoteRunner) args(ctx context.Context, call *preparedCall) ([]any, error) {
+	var out []any
+	i := 0
+	for _, p := range call.fn.Params {
+		v := call.args[i]
+		i++
+		switch p.Kind {
+		case abi.ParamTensor:
+			host := call.arrays[p.Name]
+			ra, ok := r.remote[p.Name]
+			if !ok {
+				var err error
+				ra, err = r.s.Empty(ctx, host.Shape(), host.DType(), devices.CPUDevice)
+				if err != nil {
+					return nil, fmt.Errorf("allocate %s on the device: %w", p.Name, err)
+				}
+				r.remote[p.Name] = ra
+			}
+			if err := r.s.CopyFrom(ctx, ra, host); err != nil {
+				return nil, fmt.Errorf("copy %s to the device: %w", p.Name, err)
+			}
+			out = append(out, ra)
+		case abi.ParamInt:
+			n, _ := v.AsInt()
+			out = append(out, n)
+		case abi.ParamFloat:
+			x, _ := v.AsFloat()
+			out = append(out, x)
+		default:
+			out = append(out, nil)
+		}
+	}
+	return out, nil
+}
+
+func (r *remoteRunner) call(ctx context.Context, call *preparedCall) error {
+	args, err := r.args(ctx, call)
+	if err != nil {
+		return err
+	}
+	if _, err := r.f.Call(ctx, args...); err != nil {
+		return err
+	}
+	for _, name := range call.outputs {
+		nd, err := r.s.CopyTo(ctx, r.remote[name])
+		if err != nil {
+			return fmt.Errorf("copy %s from the device: %w", name, err)
+		}
+		call.arrays[name] = nd
+	}
+	return nil
+}
+
+func (r *remoteRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
+	args, err := r.args(ctx, call)
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	return r.s.TimeEvaluator(ctx, r.f, o, args...)
+}
+
+func (r *remoteRunner) where() string {
+	return fmt.Sprintf("%s (key %s, node %s)", r.lease.Addr, r.lease.Key, r.lease.NodeID)
+}
+
+func (r *remoteRunner) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r.s != nil {
+		r.s.Close()
+	}
+	if r.lease != nil {
+		r.lease.Release(ctx)
+	}
+	if r.tr != nil {
+		r.tr.Close()
+	}
+}
+

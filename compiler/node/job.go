@@ -1,0 +1,75 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/script"
+)
+
+// RunJob builds the job in dir (JobFile and ModuleFile) into ArtifactFile.
+// On failure it also writes the error's text to ErrorFile, which the node
+// reports to the tracker as the job's message. It is what the job
+// subprocess runs.
+func RunJob(ctx context.Context, dir string) error {
+	err := runJob(ctx, dir)
+	if err != nil {
+		_ = os.WriteFile(filepath.Join(dir, ErrorFile), []byte(err.Error()), 0o644)
+	}
+	return err
+}
+
+func runJob(ctx context.Context, dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, JobFile))
+	if err != nil {
+		return fmt.Errorf("read job: %w", err)
+	}
+	var job Job
+	if err := json.Unmarshal(b, &job); err != nil {
+		return fmt.Errorf("read job: %w", err)
+	}
+	if job.Format != "" && job.Format != "tvmscript" {
+		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript only)", job.ID, job.Format)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, ModuleFile))
+	if err != nil {
+		return fmt.Errorf("read module: %w", err)
+	}
+	target, err := compiler.ParseTarget(job.Target)
+	if err != nil {
+		return err
+	}
+	name := job.Name
+	if name == "" {
+		name = "module.py"
+	}
+	mod, err := script.Parse(name, string(src))
+	if err != nil {
+		return err
+	}
+	var opts compiler.BuildOptions
+	for k, v := range job.Options {
+		switch k {
+		case "cc":
+			opts.CC = v
+		case "cflags":
+			opts.CFlags = strings.Fields(v)
+		default:
+			return fmt.Errorf("job %s: unknown build option %q (known: cc, cflags)", job.ID, k)
+		}
+	}
+	a, err := compiler.Build(ctx, mod, target, opts)
+	if err != nil {
+		return err
+	}
+	if err := a.Save(filepath.Join(dir, ArtifactFile)); err != nil {
+		return errors.Join(errors.New("save artifact"), err)
+	}
+	return nil
+}

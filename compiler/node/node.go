@@ -1,0 +1,303 @@
+// Package node is the compiler node: a daemon that registers with a
+// tracker what it can build, takes build jobs from the tracker's queue,
+// builds each one in a subprocess under a timeout, uploads the artifact and
+// reports the job done, or failed with the compiler's message.
+//
+// The subprocess is the same binary run as a job runner (RunJob reads a job
+// directory and writes the artifact there), so a compiler crash or a hung C
+// compiler costs one job, never the node. node imports the compiler and the
+// client SDK; nothing but cli imports node.
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/toolchain"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Config configures a compiler node.
+type Config struct {
+	// Tracker is the tracker's address; Options its token and TLS.
+	Tracker string
+	Options client.TrackerOptions
+	// Command runs one job: the job directory is appended as the last
+	// argument (see RunJob). Required.
+	Command []string
+	// WorkDir holds the job directories (a temporary directory when empty).
+	WorkDir string
+	// Concurrency is the number of jobs built at once (1 when 0).
+	Concurrency int
+	// JobTimeout bounds one build when the job carries no run timeout
+	// (10 minutes when 0).
+	JobTimeout time.Duration
+	// Targets lists what this node builds ("cpu" when empty).
+	Targets []string
+	// Version is the kiln version reported to the tracker.
+	Version string
+	// Logger receives the node's logs (slog.Default() when nil).
+	Logger *slog.Logger
+	// Ready, when set, is closed once the node is registered.
+	Ready chan<- struct{}
+}
+
+// JobFile is the name of the job description in a job directory.
+const JobFile = "job.json"
+
+// ModuleFile, ArtifactFile and ErrorFile are the module text the job
+// builds, the artifact it writes and the error message it leaves on failure.
+const (
+	ModuleFile   = "module.py"
+	ArtifactFile = "out.kiln"
+	ErrorFile    = "error.txt"
+)
+
+// Job is what a job subprocess reads from JobFile.
+type Job struct {
+	ID      string            `json:"id"`
+	Name    string            `json:"name"`
+	Target  string            `json:"target"`
+	Format  string            `json:"format"`
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// Run registers the node and serves build jobs until ctx is cancelled.
+func Run(ctx context.Context, cfg Config) error {
+	if len(cfg.Command) == 0 {
+		return errors.New("compiler node: no job command configured")
+	}
+	if cfg.Tracker == "" {
+		return errors.New("compiler node: no tracker address")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 10 * time.Minute
+	}
+	if len(cfg.Targets) == 0 {
+		cfg.Targets = []string{"cpu"}
+	}
+	work := cfg.WorkDir
+	if work != "" {
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			return fmt.Errorf("compiler node: work directory: %w", err)
+		}
+	} else {
+		d, err := os.MkdirTemp("", "kiln-compiler-")
+		if err != nil {
+			return fmt.Errorf("compiler node: %w", err)
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	attrs := Attrs(ctx, cfg.Targets)
+	attrs.KilnVersion = cfg.Version
+	reg := client.NewRegistrar(cfg.Tracker, cfg.Options, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: attrs})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	regErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		regErr <- reg.Run(ctx)
+	}()
+	select {
+	case <-reg.Ready():
+	case err := <-regErr:
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("compiler node: %w", err)
+	case <-ctx.Done():
+		wg.Wait()
+		return nil
+	}
+	log.Info("compiler node registered", "tracker", cfg.Tracker, "node", reg.NodeID(), "targets", cfg.Targets, "compiler", attrs.Compiler)
+	if cfg.Ready != nil {
+		close(cfg.Ready)
+	}
+	n := &node{cfg: cfg, reg: reg, log: log, work: work}
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.loop(ctx)
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-regErr:
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("compiler node: %w", err)
+		}
+	default:
+	}
+	return nil
+}
+
+type node struct {
+	cfg  Config
+	reg  *client.Registrar
+	log  *slog.Logger
+	work string
+}
+
+// loop takes and builds jobs until ctx ends.
+func (n *node) loop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		job, err := n.reg.TakeJob(ctx, 5*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("take build job", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if job == nil {
+			continue
+		}
+		n.serve(ctx, job)
+	}
+}
+
+// serve builds one job and reports the outcome to the tracker.
+func (n *node) serve(ctx context.Context, job *proto.BuildJob) {
+	log := n.log.With("job", job.ID, "name", job.Name, "target", job.Target)
+	start := time.Now()
+	sha, logText, err := n.build(ctx, job)
+	if ctx.Err() != nil {
+		return // shutting down: the tracker requeues the job when we go
+	}
+	if err != nil {
+		log.Info("build failed", "err", err, "took", time.Since(start))
+		if ferr := n.reg.FailJob(ctx, job.ID, err.Error(), logText); ferr != nil {
+			log.Warn("report failed build", "err", ferr)
+		}
+		return
+	}
+	if cerr := n.reg.CompleteJob(ctx, job.ID, sha, logText); cerr != nil {
+		log.Warn("report finished build", "err", cerr)
+		return
+	}
+	log.Info("built", "artifact", sha, "took", time.Since(start))
+}
+
+// build runs the job subprocess and uploads the artifact.
+func (n *node) build(ctx context.Context, job *proto.BuildJob) (sha, logText string, err error) {
+	dir, err := os.MkdirTemp(n.work, "job-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(dir)
+	spec := Job{ID: job.ID, Name: job.Name, Target: job.Target, Format: job.Format, Options: job.Options}
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ModuleFile), []byte(job.Module), 0o644); err != nil {
+		return "", "", err
+	}
+	timeout := job.RunTimeout
+	if timeout <= 0 {
+		timeout = n.cfg.JobTimeout
+	}
+	_ = n.reg.JobProgress(ctx, job.ID, 0.1, "compiling")
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	args := append(append([]string(nil), n.cfg.Command[1:]...), dir)
+	cmd := exec.CommandContext(jctx, n.cfg.Command[0], args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	runErr := cmd.Run()
+	logText = tail(out.String(), 16<<10)
+	if jctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		return "", logText, fmt.Errorf("build did not finish within %s", timeout)
+	}
+	if runErr != nil {
+		msg, rerr := os.ReadFile(filepath.Join(dir, ErrorFile))
+		if rerr == nil && len(msg) > 0 {
+			return "", logText, errors.New(strings.TrimSpace(string(msg)))
+		}
+		return "", logText, fmt.Errorf("build process: %v: %s", runErr, strings.TrimSpace(tail(out.String(), 4<<10)))
+	}
+	art := filepath.Join(dir, ArtifactFile)
+	sha, size, err := client.FileSHA256(art)
+	if err != nil {
+		return "", logText, fmt.Errorf("build wrote no artifact: %w", err)
+	}
+	_ = n.reg.JobProgress(ctx, job.ID, 0.9, "uploading")
+	f, err := os.Open(art)
+	if err != nil {
+		return "", logText, err
+	}
+	defer f.Close()
+	if err := n.reg.UploadArtifact(ctx, sha, size, f); err != nil {
+		return "", logText, fmt.Errorf("upload artifact: %w", err)
+	}
+	return sha, logText, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// Attrs describes what this machine can build: the targets, the C
+// compiler's identity, cross compilers on PATH and whether NVRTC or nvcc
+// are present.
+func Attrs(ctx context.Context, targets []string) proto.NodeAttrs {
+	a := proto.NodeAttrs{Targets: targets, CPUCores: runtime.NumCPU()}
+	if tc, err := toolchain.Find(ctx, toolchain.Options{}); err == nil {
+		a.Compiler = tc.Identity()
+	}
+	seen := map[string]bool{}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		matches, _ := filepath.Glob(filepath.Join(dir, "*-linux-gnu*-gcc"))
+		for _, m := range matches {
+			triple := strings.TrimSuffix(filepath.Base(m), "-gcc")
+			if !seen[triple] {
+				seen[triple] = true
+				a.CrossCompilers = append(a.CrossCompilers, triple)
+			}
+		}
+	}
+	if _, err := exec.LookPath("nvcc"); err == nil {
+		a.NVCC = true
+	}
+	for _, pat := range []string{"/usr/lib/*/libnvrtc.so*", "/usr/local/cuda*/lib64/libnvrtc.so*", "/usr/lib64/libnvrtc.so*"} {
+		if m, _ := filepath.Glob(pat); len(m) > 0 {
+			a.NVRTC = true
+			break
+		}
+	}
+	return a
+}

@@ -1,0 +1,95 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker"
+)
+
+// The test binary doubles as the job subprocess.
+func TestMain(m *testing.M) {
+	if os.Getenv("KILN_TEST_NODE_JOB") == "1" {
+		if err := node.RunJob(context.Background(), os.Args[len(os.Args)-1]); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const vadd = `@T.prim_func
+def vadd(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32"), C: T.Buffer((8,), "float32")):
+    for i in range(8):
+        with T.block("C"):
+            vi = T.axis.spatial(8, i)
+            T.reads(A[vi], B[vi])
+            T.writes(C[vi])
+            C[vi] = A[vi] + B[vi]
+`
+
+func TestNodeBuildsThroughTracker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: "s3cret"})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	defer func() { check.NoError(t, tr.Close()); <-trDone }()
+
+	t.Setenv("KILN_TEST_NODE_JOB", "1")
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	opts := client.TrackerOptions{Token: "s3cret"}
+	ready := make(chan struct{})
+	nctx, ncancel := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second})
+	}()
+	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		t.Fatalf("node stopped: %v", err)
+	}
+
+	c, err := client.DialTracker(ctx, tr.Addr(), opts)
+	check.NoError(t, err)
+	defer c.Close()
+	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "vadd.py", Module: vadd, Target: "cpu"})
+	check.NoError(t, err)
+	var states []proto.JobState
+	job, err = c.WaitBuild(ctx, job.ID, func(j proto.BuildJob) { states = append(states, j.State) })
+	check.NoError(t, err)
+	check.Equal(t, job.State, proto.JobSucceeded)
+	var buf bytes.Buffer
+	_, err = c.DownloadArtifact(ctx, job.Artifact, &buf)
+	check.NoError(t, err)
+	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	check.NoError(t, err)
+	_, ok := a.Function("vadd")
+	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+
+	// A module with a syntax error fails with the parser's message.
+	bad, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "bad.py", Module: "@T.prim_func\ndef f(:\n", Target: "cpu"})
+	check.NoError(t, err)
+	_, err = c.WaitBuild(ctx, bad.ID, nil)
+	check.True(t, errors.Is(err, client.ErrBuildFailed), "want ErrBuildFailed, got", err)
+	check.Error(t, err, "bad.py:2:")
+
+	// An unknown target fails naming it.
+	tgt, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu -mfoo=1"})
+	check.NoError(t, err)
+	_, err = c.WaitBuild(ctx, tgt.ID, nil)
+	check.Error(t, err, "mfoo")
+}
