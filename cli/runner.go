@@ -258,4 +258,3 @@ func (r *remoteRunner) close() {
 		r.tr.Close()
 	}
 }
-
