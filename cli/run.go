@@ -75,6 +75,16 @@ func loadCall(c *ucli.Context, cmd string) (string, *artifact.Artifact, abi.Func
 	if err != nil {
 		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
+	if _, ok := a.Files[artifact.VMExec]; ok {
+		fi, call, err := prepareVMCall(a, c.String("func"), c.StringSlice("input"), c.String("params"))
+		if err != nil {
+			return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
+		}
+		return path, a, fi, call, nil
+	}
+	if c.String("params") != "" {
+		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: --params is for graph-level artifacts (with a VM executable); this one has kernels only", cmd, path)
+	}
 	fi, err := pickFunction(a, c.String("func"))
 	if err != nil {
 		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
@@ -92,6 +102,8 @@ func callFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "func", Usage: "the function to call (may be left out when the artifact has one)"},
 		&ucli.StringSliceFlag{Name: "input", Usage: "NAME=FILE.npy: a tensor argument (repeatable)"},
 		&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
+		&ucli.StringFlag{Name: "params", Usage: "safetensors file of named parameters (weights) for a graph-level artifact"},
+		&ucli.StringFlag{Name: "memory-cfg", Value: "pooled", Usage: "VM allocator for a graph-level artifact: pooled or naive"},
 	}
 }
 
@@ -117,7 +129,10 @@ func pickFunction(a *artifact.Artifact, name string) (abi.FuncInfo, error) {
 // preparedCall is a call's arguments, in parameter order, and which tensor
 // parameters are outputs (not given as inputs).
 type preparedCall struct {
-	fn      abi.FuncInfo
+	fn abi.FuncInfo
+	// vm says the function is a graph function run by the VM: every
+	// parameter is an input and the result is the output "output".
+	vm      bool
 	args    []packedfunc.Value
 	arrays  map[string]*ndarray.NDArray
 	outputs []string

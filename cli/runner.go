@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
+	"github.com/kiln-ml/kiln/vm"
 )
 
 // runner calls and times one function of an artifact, on this machine or
@@ -50,26 +51,41 @@ func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 		if c.String("key") != "" || c.String("selector") != "" {
 			return nil, fmt.Errorf("--key and --selector need --tracker")
 		}
-		return openLocal(a, fi)
+		return openLocal(a, fi, c.String("memory-cfg"))
 	}
 	return openRemote(c, path, a, fi)
 }
 
 type localRunner struct {
 	dir string
-	mod *cpu.Module
+	mod packedfunc.Module
 	f   *packedfunc.Func
 }
 
-func openLocal(a *artifact.Artifact, fi abi.FuncInfo) (*localRunner, error) {
+func openLocal(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*localRunner, error) {
 	dir, err := os.MkdirTemp("", "kiln-run-")
 	if err != nil {
 		return nil, err
 	}
-	mod, err := cpu.LoadArtifact(a, dir)
+	kernels, err := cpu.LoadArtifact(a, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	var mod packedfunc.Module = kernels
+	if exeBytes, ok := a.Files[artifact.VMExec]; ok {
+		exe, err := vm.Unmarshal(exeBytes)
+		if err == nil {
+			var m *vm.VM
+			if m, err = vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: memoryCfg}); err == nil {
+				mod = m
+			}
+		}
+		if err != nil {
+			kernels.Close()
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	f, err := mod.GetFunction(fi.Name)
 	if err != nil {
@@ -81,8 +97,16 @@ func openLocal(a *artifact.Artifact, fi abi.FuncInfo) (*localRunner, error) {
 }
 
 func (r *localRunner) call(_ context.Context, call *preparedCall) error {
-	_, err := r.f.Call(call.args...)
-	return err
+	res, err := r.f.Call(call.args...)
+	if err != nil || !call.vm {
+		return err
+	}
+	out, err := res.AsArray()
+	if err != nil {
+		return fmt.Errorf("%s returned %s, not a tensor", call.fn.Name, res.Kind())
+	}
+	call.arrays["output"], call.outputs = out, []string{"output"}
+	return nil
 }
 
 func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
@@ -167,7 +191,7 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err := r.s.Upload(ctx, name, data); err != nil {
 		return nil, err
 	}
-	mod, err := r.s.LoadModule(ctx, name)
+	mod, err := r.s.LoadModule(ctx, name, c.String("memory-cfg"))
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +244,21 @@ func (r *remoteRunner) call(ctx context.Context, call *preparedCall) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.f.Call(ctx, args...); err != nil {
+	res, err := r.f.Call(ctx, args...)
+	if err != nil {
 		return err
+	}
+	if call.vm {
+		ra, ok := res.(*client.Array)
+		if !ok {
+			return fmt.Errorf("%s returned %T, not a tensor", call.fn.Name, res)
+		}
+		nd, err := r.s.CopyTo(ctx, ra)
+		if err != nil {
+			return fmt.Errorf("copy the output from the device: %w", err)
+		}
+		call.arrays["output"], call.outputs = nd, []string{"output"}
+		return nil
 	}
 	for _, name := range call.outputs {
 		nd, err := r.s.CopyTo(ctx, r.remote[name])

@@ -210,10 +210,17 @@ type Module struct {
 }
 
 // LoadModule loads the file name (uploaded before: a .kiln artifact or a
-// shared object) in the session's worker.
-func (s *Session) LoadModule(ctx context.Context, name string) (*Module, error) {
+// shared object) in the session's worker. An artifact with a VM executable
+// (a graph-level module) loads as a VM whose functions are the graph
+// functions; memoryCfg, when given, picks its allocator ("pooled" or
+// "naive").
+func (s *Session) LoadModule(ctx context.Context, name string, memoryCfg ...string) (*Module, error) {
+	args := proto.ModuleLoadArgs{Name: name}
+	if len(memoryCfg) > 0 {
+		args.MemoryCfg = memoryCfg[0]
+	}
 	var mi proto.ModuleInfo
-	if err := s.call(ctx, proto.ModuleLoad, proto.ModuleLoadArgs{Name: name}, &mi); err != nil {
+	if err := s.call(ctx, proto.ModuleLoad, args, &mi); err != nil {
 		return nil, fmt.Errorf("load module %q: %w", name, err)
 	}
 	return &Module{s: s, Handle: mi.Handle, Type: mi.Type, Functions: mi.Functions}, nil

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
+	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
@@ -33,7 +34,7 @@ import (
 
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
-const codegenVersion = "kiln-c-1"
+const codegenVersion = "kiln-c-1+vm-1"
 
 // SourceName is the name of the generated C file (in KeepSource).
 const SourceName = "host.c"
@@ -152,6 +153,16 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if dump == nil && len(opts.DumpIR) > 0 {
 		dump = os.Stderr
 	}
+	var exe []byte
+	if vmgen.HasGraphFunctions(mod) {
+		e, err := vmgen.Generate(mod)
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		if exe, err = e.Marshal(); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
 	lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -181,6 +192,11 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	a := artifact.New(target.String(), tc.Identity())
 	if err := a.Add(artifact.HostLib, lib); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
+	}
+	if exe != nil {
+		if err := a.Add(artifact.VMExec, exe); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
 	}
 	a.Manifest.Functions = meta.Functions
 	res.Artifact = a
@@ -222,6 +238,13 @@ func cacheKey(mod *ir.IRModule, target Target, tc *toolchain.Toolchain) string {
 	parts := []string{codegenVersion, target.String(), tc.Identity(), tc.CC, strconv.FormatBool(tc.OpenMP)}
 	for name, f := range mod.PrimFuncs() {
 		parts = append(parts, name, strconv.FormatUint(ir.StructuralHash(f), 16), script.Print(f))
+	}
+	for _, name := range mod.Names() {
+		if f, ok := mod.Lookup(name); ok {
+			if g, ok := f.(*ir.Function); ok {
+				parts = append(parts, "graph", name, script.Print(g))
+			}
+		}
 	}
 	return toolchain.Key(parts...)
 }

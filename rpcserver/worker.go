@@ -24,6 +24,7 @@ import (
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
+	"github.com/kiln-ml/kiln/vm"
 )
 
 // The environment of a worker process, set by the daemon.
@@ -190,14 +191,14 @@ func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, err
 	if _, err := f.ReadAt(magic[:], 0); err != nil {
 		return nil, fmt.Errorf("load module %q: too short to be a module: %w", a.Name, proto.ErrBadRequest)
 	}
-	var lib []byte
+	var lib, exeBytes []byte
 	switch {
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
 		art, err := artifact.Read(f, size)
 		if err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
-		lib = art.Files[artifact.HostLib]
+		lib, exeBytes = art.Files[artifact.HostLib], art.Files[artifact.VMExec]
 		if lib == nil {
 			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
 		}
@@ -219,9 +220,25 @@ func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, err
 	if err := os.WriteFile(path, lib, 0o700); err != nil {
 		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
-	mod, err := cpu.Load(path)
+	var mod packedfunc.Module
+	mod, err = cpu.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+	}
+	if exeBytes != nil {
+		// A graph-level artifact: its VM executable runs the kernels.
+		exe, err := vm.Unmarshal(exeBytes)
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		}
+		m, err := vm.New(exe, mod, devices.CPUDevice, vm.Options{MemoryCfg: a.MemoryCfg})
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		}
+		m.Import(mod)
+		mod = m
 	}
 	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
 	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())

@@ -102,6 +102,9 @@ type FileInfo struct {
 // ModuleLoadArgs names the file to load.
 type ModuleLoadArgs struct {
 	Name string `msgpack:"name"`
+	// MemoryCfg picks the VM's allocator for an artifact with a VM
+	// executable: "pooled" (the default) or "naive".
+	MemoryCfg string `msgpack:"memory_cfg,omitempty"`
 }
 
 // ModuleInfo describes a loaded module.

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/vm"
+)
+
+// prepareVMCall prepares a call of a graph function of a VM artifact:
+// every parameter comes from --input or from the --params file.
+func prepareVMCall(a *artifact.Artifact, name string, inputs []string, paramsFile string) (abi.FuncInfo, *preparedCall, error) {
+	exe, err := vm.Unmarshal(a.Files[artifact.VMExec])
+	if err != nil {
+		return abi.FuncInfo{}, nil, err
+	}
+	if name == "" {
+		name = "main"
+	}
+	f, ok := exe.Function(name)
+	if !ok {
+		return abi.FuncInfo{}, nil, fmt.Errorf("no graph function %q (the artifact has %s)", name, strings.Join(exe.FunctionNames(), ", "))
+	}
+	given := map[string]*ndarray.NDArray{}
+	if paramsFile != "" {
+		ps, _, err := ndarray.LoadSafetensors(paramsFile)
+		if err != nil {
+			return abi.FuncInfo{}, nil, fmt.Errorf("--params: %w", err)
+		}
+		for k, v := range ps {
+			given[k] = v
+		}
+	}
+	var inputNames []string
+	for _, in := range inputs {
+		n, file, ok := strings.Cut(in, "=")
+		if !ok || n == "" || file == "" {
+			return abi.FuncInfo{}, nil, fmt.Errorf("--input %q: want NAME=FILE.npy", in)
+		}
+		arr, err := ndarray.LoadNPY(file)
+		if err != nil {
+			return abi.FuncInfo{}, nil, fmt.Errorf("input %s: %w", n, err)
+		}
+		given[n] = arr
+		inputNames = append(inputNames, n)
+	}
+	fi := abi.FuncInfo{Name: name}
+	call := &preparedCall{vm: true, arrays: map[string]*ndarray.NDArray{}}
+	var names []string
+	for _, p := range f.Params {
+		names = append(names, p.Name)
+		arr, ok := given[p.Name]
+		if !ok {
+			return abi.FuncInfo{}, nil, fmt.Errorf("%s: parameter %q not given: pass --input %s=FILE.npy or a --params file that has it", name, p.Name, p.Name)
+		}
+		pi := abi.ParamInfo{Name: p.Name, Kind: abi.ParamTensor}
+		if p.DType != (ndarray.DType{}) {
+			pi.DType = p.DType.String()
+		}
+		fi.Params = append(fi.Params, pi)
+		call.arrays[p.Name] = arr
+		call.args = append(call.args, packedfunc.Array(arr))
+	}
+	for _, k := range inputNames {
+		if !slices.Contains(names, k) {
+			return abi.FuncInfo{}, nil, fmt.Errorf("%s has no parameter %q (parameters: %s)", name, k, strings.Join(names, ", "))
+		}
+	}
+	call.fn = fi
+	return fi, call, nil
+}
