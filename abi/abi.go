@@ -86,6 +86,17 @@ type Metadata struct {
 type FuncInfo struct {
 	Name   string      `json:"name"`
 	Params []ParamInfo `json:"params"`
+	// Symbol is the exported C symbol when it differs from Name (a name
+	// such as "exp" would clash with the C library's).
+	Symbol string `json:"symbol,omitempty"`
+}
+
+// SymbolName is the C symbol that exports the function.
+func (f FuncInfo) SymbolName() string {
+	if f.Symbol != "" {
+		return f.Symbol
+	}
+	return f.Name
 }
 
 // ParamInfo describes one parameter. For tensors, DType is a dtype string

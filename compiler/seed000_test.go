@@ -149,3 +149,21 @@ func TestGraphNotLegalized(t *testing.T) {
 	_, err = compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})
 	check.Error(t, err, `function "twice"`, `binding "gv"`, "relax.add has not been legalized")
 }
+
+// TestLibcNamedKernel builds kernels named like C library functions (TVM
+// names legalized functions exp, tanh…): they are exported under another
+// symbol and still found by name.
+func TestLibcNamedKernel(t *testing.T) {
+	src := strings.ReplaceAll(graphModule, "add", "tanh")
+	m, err := buildVM(t, src, vm.MemoryPooled)
+	check.NoError(t, err)
+	x, err := ndarray.FromSlice([]float32{1, 2, 3, 4}, ndarray.Shape{2, 2})
+	check.NoError(t, err)
+	out, err := m.Invoke("main", packedfunc.Array(x), packedfunc.Array(x))
+	check.NoError(t, err)
+	oa, err := out.Array()
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](oa)
+	check.NoError(t, err)
+	check.Equal(t, got, []float32{4, 8, 12, 16})
+}

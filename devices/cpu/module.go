@@ -121,9 +121,9 @@ func LoadModule(path string) (*Module, error) {
 	}
 	m.meta = meta
 	for _, fi := range meta.Functions {
-		fp := m.sym(fi.Name)
+		fp := m.sym(fi.SymbolName())
 		if fp == nil {
-			return fail(fmt.Errorf("metadata lists function %q but the library does not export it", fi.Name))
+			return fail(fmt.Errorf("metadata lists function %q but the library does not export %s", fi.Name, fi.SymbolName()))
 		}
 		plan, err := newCallPlan(fi)
 		if err != nil {

@@ -51,7 +51,13 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 			return "", nil, fmt.Errorf("function %q: exported name %q is used twice", name, sym)
 		}
 		seen[sym] = true
-		if err := r.Func(sym, f); err != nil {
+		cSym := sym
+		if libcNames[sym] {
+			// TVM names legalized functions exp, log, tanh…: export them
+			// under a name the C library does not own.
+			cSym = "kiln_fn_" + sym
+		}
+		if err := r.Func(cSym, f); err != nil {
 			return "", nil, err
 		}
 		fi := abi.FuncInfo{Name: sym, Params: []abi.ParamInfo{}}
@@ -60,6 +66,9 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 				return "", nil, fmt.Errorf("function %q: signature attribute: %w", name, err)
 			}
 			fi.Name = sym
+		}
+		if cSym != sym {
+			fi.Symbol = cSym
 		}
 		meta.Functions = append(meta.Functions, fi)
 	}
@@ -84,6 +93,24 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 	b.WriteString(cString(string(metaJSON)))
 	b.WriteString(";\n}\n")
 	return b.String(), meta, nil
+}
+
+// libcNames are C library functions (math.h, stdlib.h, string.h, stdio.h)
+// that a generated function must not be exported as.
+var libcNames = map[string]bool{}
+
+func init() {
+	for _, n := range strings.Fields(`
+		acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 expm1 log log10 log1p log2 logb
+		pow sqrt cbrt hypot erf erfc tgamma lgamma ceil floor trunc round lround llround nearbyint rint lrint llrint
+		fabs fmod remainder remquo copysign nan nextafter fdim fmax fmin fma frexp ldexp modf scalbn ilogb
+		abs labs llabs div ldiv malloc calloc realloc free aligned_alloc posix_memalign exit abort atexit getenv system
+		memcpy memmove memset memcmp strlen strcpy strncpy strcmp strncmp strcat strchr strdup printf fprintf sprintf
+		snprintf puts putchar qsort bsearch rand srand time clock signal raise sigmoid main`) {
+		libcNames[n] = true
+		libcNames[n+"f"] = true
+		libcNames[n+"l"] = true
+	}
 }
 
 func isIdent(s string) bool {
