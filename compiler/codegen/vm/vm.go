@@ -81,11 +81,11 @@ type gen struct {
 }
 
 func (g *gen) errorf(format string, a ...any) error {
-	msg := fmt.Sprintf(format, a...)
+	err := fmt.Errorf(format, a...)
 	if g.binding != "" {
-		return fmt.Errorf("binding %q: %s", g.binding, msg)
+		return fmt.Errorf("binding %q: %w", g.binding, err)
 	}
-	return errors.New(msg)
+	return err
 }
 
 func (g *gen) function(name string, f *ir.Function) error {
