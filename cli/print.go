@@ -3,24 +3,36 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
 )
 
 func printCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "print",
-		Usage:     "parse an IRModule in TVMScript syntax and print it back",
-		UsageText: "kiln print FILE",
+		Usage:     "parse an IRModule in TVMScript syntax and print it back, optionally after graph-level passes",
+		UsageText: "kiln print FILE [--passes P1,P2,…] [--pipeline NAME]",
 		Description: `Parses FILE (an @I.ir_module class or bare @T.prim_func / @R.function
 definitions, in TVMScript syntax) and prints the module as kiln's printer
 writes it: the canonical form, which parses back to the same module. A syntax
 error names the file, line and column and shows the line with a caret.
 
+--pipeline runs a named pass pipeline first (` + strings.Join(transform.PipelineNames(), ", ") + `),
+then --passes runs the listed graph-level passes in order (` + strings.Join(transform.Names(), ", ") + `).
+The module is verified after every pass.
+
 Examples:
-   kiln print matmul.py`,
+   kiln print matmul.py
+   kiln print mlp.py --pipeline zero
+   kiln print mlp.py --passes LegalizeOps,AnnotateTIROpPattern,FuseOps`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "passes", Usage: "comma-separated graph-level passes to run before printing"},
+			&ucli.StringFlag{Name: "pipeline", Usage: "named pass pipeline to run before printing (" + strings.Join(transform.PipelineNames(), ", ") + ")"},
+		},
 		OnUsageError: usageError,
 		Action:       runPrint,
 	}
@@ -38,6 +50,22 @@ func runPrint(c *ucli.Context) error {
 	mod, err := script.Parse(path, string(src))
 	if err != nil {
 		return err
+	}
+	if name := c.String("pipeline"); name != "" {
+		if mod, err = transform.RunPipeline(mod, name); err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+	}
+	if list := c.String("passes"); list != "" {
+		var names []string
+		for _, n := range strings.Split(list, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if mod, err = transform.Run(mod, names); err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
 	}
 	_, err = fmt.Fprint(c.App.Writer, script.Print(mod))
 	return err

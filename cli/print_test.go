@@ -26,3 +26,34 @@ func TestPrint(t *testing.T) {
 	_, _, err = runApp(t, "print", bad)
 	check.Error(t, err, "bad.py:3:")
 }
+
+func TestPrintPasses(t *testing.T) {
+	src := "../compiler/script/testdata/001_from_torch.py"
+	zero, err := os.ReadFile("../compiler/script/testdata/001_after_zero_pipeline.golden")
+	check.NoError(t, err)
+	tests := []struct {
+		name string
+		args []string
+		want string // the whole output, or a substring with err
+		err  string
+	}{
+		{"pipeline zero", []string{"print", src, "--pipeline", "zero"}, string(zero), ""},
+		{"passes", []string{"print", src, "--passes", "LegalizeOps, AnnotateTIROpPattern,FuseOps,FuseTIR"}, string(zero), ""},
+		{"pipeline then passes", []string{"print", src, "--pipeline", "O0", "--passes", "AnnotateTIROpPattern,FuseOps,FuseTIR"}, string(zero), ""},
+		{"O3 plans memory", []string{"print", src, "--pipeline", "O3"}, "R.memory.alloc_storage(R.shape([802816])", ""},
+		{"unknown pipeline", []string{"print", src, "--pipeline", "O7"}, "", `unknown pipeline "O7" (pipelines: O0, O1, O2, O3, zero)`},
+		{"unknown pass", []string{"print", src, "--passes", "LegalizeOps,Nope"}, "", `unknown pass "Nope" (passes: `},
+		{"order", []string{"print", src, "--passes", "FuseTIR,FuseOps"}, "", "pass FuseOps must run before FuseTIR"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := runApp(t, tc.args...)
+			if tc.err != "" {
+				check.Error(t, err, tc.err)
+				return
+			}
+			check.NoError(t, err)
+			check.True(t, strings.Contains(out, tc.want), out)
+		})
+	}
+}
