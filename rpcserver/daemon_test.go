@@ -284,7 +284,8 @@ func TestWorkerKilledMidCall(t *testing.T) {
 
 func TestSessionDeadline(t *testing.T) {
 	kernelsArtifact(t) // build before the clock runs
-	td := startDaemon(t, rpcserver.Config{SessionTimeout: time.Second, MaxSessions: 2})
+	// Long enough for the upload and load below on a loaded machine.
+	td := startDaemon(t, rpcserver.Config{SessionTimeout: 4 * time.Second, MaxSessions: 2})
 	busy := td.connect(t, client.SessionOptions{})
 	idle := td.connect(t, client.SessionOptions{})
 	ctx := testCtx(t)

@@ -284,15 +284,16 @@ func (s *Server) tvmSchedule(key string) {
 		v, r := q.values[0], q.requests[0]
 		q.values, q.requests = q.values[1:], q.requests[1:]
 		closed := r.conn.closed
+		// The match key stops being pending before the client can learn
+		// it, so GET_PENDING_MATCHKEYS never shows a handed-out key.
+		delete(v.conn.pending, v.matchKey)
 		s.tvm.mu.Unlock()
 		if !closed && r.conn.reply([]any{tvmSuccess, []any{v.addr, v.port, v.matchKey}}) {
-			s.tvm.mu.Lock()
-			delete(v.conn.pending, v.matchKey)
-			s.tvm.mu.Unlock()
 			continue
 		}
 		s.tvm.mu.Lock()
 		if !v.conn.closed {
+			v.conn.pending[v.matchKey] = true
 			q.values = append(q.values, v)
 		}
 		s.tvm.mu.Unlock()
