@@ -12,8 +12,15 @@ import (
 
 // headline is the figure each benchmark must report, besides its name.
 var headline = map[string]string{
-	"copy":   "ratio",
-	"callov": "ns_per_call",
+	"copy":            "ratio",
+	"matmul":          "gflops_scheduled",
+	"vecadd":          "gbps",
+	"callov":          "ns_per_call",
+	"compile":         "cold_ms",
+	"rpc-call":        "median_us",
+	"upload":          "gb_per_s",
+	"tracker":         "leases_per_s",
+	"timing-fidelity": "ratio",
 }
 
 // TestQuickJSON runs every registered benchmark in quick mode and checks it

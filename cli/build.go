@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -51,6 +52,8 @@ Examples:
 			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after these passes: after:PASS[,after:PASS…] or all (" + strings.Join(transform.PassNames(), ", ") + ")"},
 			&ucli.StringFlag{Name: "keep-source", Usage: "directory to keep the generated C source in"},
 			&ucli.BoolFlag{Name: "no-cache", Usage: "do not read or write the build cache"},
+			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default zero; none to skip; O0-O3)"},
+			&ucli.StringFlag{Name: "params", Usage: "safetensors file of weights to bundle into the artifact (params.safetensors)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
 		}, connFlags()...),
@@ -92,6 +95,15 @@ func runBuild(c *ucli.Context) error {
 	if f := c.String("cflags"); f != "" {
 		opts.CFlags = strings.Fields(f)
 	}
+	opts.Pipeline = c.String("pipeline")
+	if p := c.String("params"); p != "" {
+		if opts.Params, err = os.ReadFile(p); err != nil {
+			return fmt.Errorf("build: --params: %w", err)
+		}
+		if _, _, err := ndarray.ReadSafetensors(bytes.NewReader(opts.Params), int64(len(opts.Params))); err != nil {
+			return fmt.Errorf("build: --params %s: %w", p, err)
+		}
+	}
 	if d := c.String("dump-ir"); d != "" {
 		if opts.DumpIR, err = transform.ParseDumpIR(d); err != nil {
 			return fmt.Errorf("build: %w", err)
@@ -130,7 +142,10 @@ func buildRemote(c *ucli.Context, path, src, out string) error {
 	}
 	defer tr.Close()
 	opts := map[string]string{}
-	for _, k := range []string{"cc", "cflags"} {
+	if c.String("params") != "" {
+		return fmt.Errorf("build: --params cannot be sent to a remote build; bundle weights with a local build or pass --params to kiln run")
+	}
+	for _, k := range []string{"cc", "cflags", "pipeline"} {
 		if v := c.String(k); v != "" {
 			opts[k] = v
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,14 +28,27 @@ func prepareVMCall(a *artifact.Artifact, name string, inputs []string, paramsFil
 		return abi.FuncInfo{}, nil, fmt.Errorf("no graph function %q (the artifact has %s)", name, strings.Join(exe.FunctionNames(), ", "))
 	}
 	given := map[string]*ndarray.NDArray{}
+	// Weights: bundled in the artifact, then --params (which wins). Keys
+	// may be dotted module paths ("fc1.weight") for parameter fc1_weight.
+	addParams := func(ps map[string]*ndarray.NDArray) {
+		for k, v := range ps {
+			given[k] = v
+			given[strings.ReplaceAll(k, ".", "_")] = v
+		}
+	}
+	if b, ok := a.Files[artifact.Params]; ok {
+		ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return abi.FuncInfo{}, nil, fmt.Errorf("bundled %s: %w", artifact.Params, err)
+		}
+		addParams(ps)
+	}
 	if paramsFile != "" {
 		ps, _, err := ndarray.LoadSafetensors(paramsFile)
 		if err != nil {
 			return abi.FuncInfo{}, nil, fmt.Errorf("--params: %w", err)
 		}
-		for k, v := range ps {
-			given[k] = v
-		}
+		addParams(ps)
 	}
 	var inputNames []string
 	for _, in := range inputs {

@@ -26,6 +26,7 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
+	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
@@ -34,7 +35,7 @@ import (
 
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
-const codegenVersion = "kiln-c-1+vm-1"
+const codegenVersion = "kiln-c-2+vm-1"
 
 // SourceName is the name of the generated C file (in KeepSource).
 const SourceName = "host.c"
@@ -62,6 +63,13 @@ type BuildOptions struct {
 	NoCache bool
 	// VerifyIR runs ir.Verify before lowering and after every pass.
 	VerifyIR bool
+	// Pipeline is the graph-level pipeline run first on a module with
+	// graph functions ("" means "zero"; "none" runs nothing; see
+	// compiler/relax/transform.PipelineNames).
+	Pipeline string
+	// Params, when set, is a safetensors file bundled into the artifact
+	// as params.safetensors (a graph function's weights).
+	Params []byte
 }
 
 // Result is a build's artifact and how it was made.
@@ -101,6 +109,16 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if target.Kind != "cpu" {
 		return nil, fmt.Errorf("build: target %q is not supported (want cpu)", target)
 	}
+	if vmgen.HasGraphFunctions(mod) && opts.Pipeline != "none" {
+		p := opts.Pipeline
+		if p == "" {
+			p = "zero"
+		}
+		var err error
+		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
+			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
+		}
+	}
 	n := 0
 	for range mod.PrimFuncs() {
 		n++
@@ -133,6 +151,9 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		cache = nil
 	}
 	key := cacheKey(mod, target, tc)
+	if opts.Params != nil {
+		key = toolchain.Key(key, "params", string(opts.Params))
+	}
 	res := &Result{Key: key}
 	if cache != nil && len(opts.DumpIR) == 0 && opts.KeepSource == "" {
 		if data, ok := cache.Get(key); ok {
@@ -161,6 +182,12 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		}
 		if exe, err = e.Marshal(); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
+	vb := target.VectorBytes()
+	for name, f := range mod.PrimFuncs() {
+		if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
+			mod = mod.With(name, f.WithAttr(transform.AttrVectorBytes, vb))
 		}
 	}
 	lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
@@ -195,6 +222,11 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 	if exe != nil {
 		if err := a.Add(artifact.VMExec, exe); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+	}
+	if opts.Params != nil {
+		if err := a.Add(artifact.Params, opts.Params); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}

@@ -146,8 +146,21 @@ func TestGraphNotLegalized(t *testing.T) {
 	src := strings.Replace(graphModule, `gv = R.call_tir(cls.add, (a, a), out_sinfo=R.Tensor((2, 2), dtype="float32"))`, `gv = R.add(a, a)`, 1)
 	mod, err := script.Parse("m.py", src)
 	check.NoError(t, err)
-	_, err = compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})
+	_, err = compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true, Pipeline: "none"})
 	check.Error(t, err, `function "twice"`, `binding "gv"`, "relax.add has not been legalized")
+
+	// With the default pipeline the add is legalized and the module runs.
+	m, err := buildVM(t, src, vm.MemoryPooled)
+	check.NoError(t, err)
+	x, err := ndarray.FromSlice([]float32{1, 2, 3, 4}, ndarray.Shape{2, 2})
+	check.NoError(t, err)
+	out, err := m.Invoke("main", packedfunc.Array(x), packedfunc.Array(x))
+	check.NoError(t, err)
+	oa, err := out.Array()
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](oa)
+	check.NoError(t, err)
+	check.Equal(t, got, []float32{4, 8, 12, 16})
 }
 
 // TestLibcNamedKernel builds kernels named like C library functions (TVM

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"golang.org/x/sys/cpu"
 	"strings"
 )
 
@@ -77,6 +78,29 @@ func (t Target) String() string {
 }
 
 // cflags are the default C compiler flags for the target.
+// VectorBytes is the width of the target's native vector registers, which
+// the vectorize pass splits wider vectors to: the host's (64 with
+// AVX-512, 32 with AVX2, else 16) for a native build, 64 for a -mcpu that
+// names an AVX-512 core, 32 for another -mcpu, 16 when cross-compiling.
+func (t Target) VectorBytes() int64 {
+	switch {
+	case t.MCPU != "":
+		for _, p := range []string{"avx512", "skylake-avx512", "cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "graniterapids", "znver4", "znver5"} {
+			if strings.Contains(t.MCPU, p) {
+				return 64
+			}
+		}
+		return 32
+	case t.Triple != "":
+		return 16
+	case cpu.X86.HasAVX512F:
+		return 64
+	case cpu.X86.HasAVX2:
+		return 32
+	}
+	return 16
+}
+
 func (t Target) cflags() []string {
 	switch {
 	case t.MCPU != "":

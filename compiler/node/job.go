@@ -60,8 +60,10 @@ func runJob(ctx context.Context, dir string) error {
 			opts.CC = v
 		case "cflags":
 			opts.CFlags = strings.Fields(v)
+		case "pipeline":
+			opts.Pipeline = v
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cc, cflags)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cc, cflags, pipeline)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)

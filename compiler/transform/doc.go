@@ -12,14 +12,21 @@
 //	lower_init       a block's T.init → if (reduce iter vars == their min) init
 //	lower_blocks     block realizes → plain statements: iter values
 //	                 substituted, predicate → if, alloc_buffers → Allocate
+//	compact_buffers  each allocated buffer shrunk to the region its
+//	                 accesses touch and placed at the innermost statement
+//	                 holding them (after lower_blocks: it works on Allocate
+//	                 and plain loops; before flatten_buffers: it needs the
+//	                 buffer's dimensions)
 //	flatten_buffers  multi-dimensional buffers → 1-D views over the same data
 //	                 (row-major, or the buffer's strides)
 //	vectorize        a vectorized loop of constant extent → Ramp/Broadcast
-//	                 vector expressions (see Vectorize for when it stays a
-//	                 serial loop instead)
-//	unroll           an unrolled loop of constant extent → repeated bodies
-//	                 (or a pragma for the C compiler when too large)
-//	simplify         constant folding and algebraic identities
+//	                 vector expressions of at most the native width (see
+//	                 Vectorize for when it stays a serial loop instead)
+//	unroll           an unrolled loop of constant extent, or a small serial
+//	                 one indexing a "local" buffer → repeated bodies (or a
+//	                 pragma for the C compiler when too large)
+//	simplify         constant folding and algebraic identities; floordiv
+//	                 and floormod of non-negative values → C's / and %
 //	storage_rewrite  hoists constant-size allocations out of serial loops
 //	                 and lets allocations with disjoint lifetimes share memory
 //	make_packed_api  the kernel ABI's argument checks and bindings

@@ -26,6 +26,7 @@ type Pass struct {
 var passes = []Pass{
 	{Name: "lower_init", Fn: LowerInit, Required: true},
 	{Name: "lower_blocks", Fn: LowerBlocks, Required: true},
+	{Name: "compact_buffers", Fn: CompactBuffers},
 	{Name: "flatten_buffers", Fn: FlattenBuffers, Required: true},
 	{Name: "vectorize", Fn: Vectorize, Required: true},
 	{Name: "unroll", Fn: Unroll},
@@ -38,6 +39,8 @@ var passes = []Pass{
 var passOrder = [][2]string{
 	{"lower_init", "lower_blocks"},
 	{"lower_blocks", "flatten_buffers"},
+	{"lower_blocks", "compact_buffers"},    // works on Allocate and plain loops
+	{"compact_buffers", "flatten_buffers"}, // needs the buffers' dimensions
 	{"flatten_buffers", "vectorize"},
 	{"lower_blocks", "unroll"},
 	{"vectorize", "unroll"},

@@ -27,7 +27,7 @@ func simplifyStmt(s ir.Stmt) ir.Stmt {
 		if e == nil {
 			return nil
 		}
-		return foldExpr(a.Simplify(e))
+		return truncDivisions(a, foldExpr(a.Simplify(e)))
 	}
 	simpAll := func(es []ir.Expr) []ir.Expr {
 		out := make([]ir.Expr, len(es))
@@ -101,6 +101,34 @@ func simplifyStmt(s ir.Stmt) ir.Stmt {
 		return s
 	}
 	return seqSafe(r).RewriteStmt(s)
+}
+
+// truncDivisions replaces integer floordiv and floormod by C's truncating
+// / and % where the dividend is provably non-negative and the divisor
+// positive, so the code generators print plain operators the C compiler
+// can hoist and strength-reduce (TVM's LowerIntrin does the same).
+func truncDivisions(a *arith.Analyzer, e ir.Expr) ir.Expr {
+	return (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		b, ok := e.(*ir.Binary)
+		if !ok || (b.Op != ir.OpFloorDiv && b.Op != ir.OpFloorMod) {
+			return e
+		}
+		t := b.A.DType()
+		if t.Lanes != 1 || !t.IsInt() || b.B.DType() != t {
+			return e
+		}
+		if lo, _ := a.ConstIntBound(b.A); lo < 0 {
+			return e
+		}
+		if lo, _ := a.ConstIntBound(b.B); lo <= 0 {
+			return e
+		}
+		op := ir.OpDiv
+		if b.Op == ir.OpFloorMod {
+			op = ir.OpMod
+		}
+		return &ir.Binary{Op: op, A: b.A, B: b.B}
+	}}).RewriteExpr(e)
 }
 
 // foldExpr simplifies e bottom-up.

@@ -18,10 +18,16 @@ const (
 // value; variables and buffers defined inside the body are renamed in each
 // copy. Inner loops are unrolled first. Other unrolled loops are kept for
 // the code generator.
+//
+// A serial loop within the same limits whose body indexes a "local"
+// buffer with the loop variable is unrolled too: local buffers are meant
+// for registers, and the code generator keeps one in variables only when
+// every index into it is a constant (TVM leaves this to LLVM's full
+// unrolling and mem2reg).
 func Unroll(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 	r := &ir.Rewriter{Stmt: func(s ir.Stmt) ir.Stmt {
 		fr, ok := s.(*ir.For)
-		if !ok || fr.Kind != ir.ForUnrolled {
+		if !ok || !(fr.Kind == ir.ForUnrolled || fr.Kind == ir.ForSerial && indexesLocal(fr)) {
 			return s
 		}
 		ext, ok := ir.IsConstInt(foldExpr(fr.Extent))
@@ -43,6 +49,30 @@ func Unroll(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		return ir.Seq(copies...)
 	}}
 	return f.WithBody(seqSafe(r).RewriteStmt(f.Body)), nil
+}
+
+// indexesLocal reports a loop whose body loads or stores a buffer of scope
+// "local" at an index that uses the loop variable.
+func indexesLocal(fr *ir.For) bool {
+	found := false
+	uses := func(idx []ir.Expr) bool {
+		for _, e := range idx {
+			if usesData(e, fr.Var) {
+				return true
+			}
+		}
+		return false
+	}
+	ir.Visit(fr.Body, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.BufferLoad:
+			found = found || n.Buffer.Scope == "local" && uses(n.Indices)
+		case *ir.BufferStore:
+			found = found || n.Buffer.Scope == "local" && uses(n.Indices)
+		}
+		return !found
+	})
+	return found
 }
 
 // countNodes counts the nodes under s.

@@ -16,6 +16,11 @@ const maxVectorBytes = 512
 // ramp become vector loads and stores. The code generators print such
 // expressions with explicit vector types.
 //
+// Vectors wider than the target's native vectors (AttrVectorBytes, else
+// DefaultVectorBytes) are not made: an L-lane loop becomes an unrolled
+// loop over L/N pieces, each computed on N-lane native vectors, so that a
+// register-blocked tile's accumulators stay in registers.
+//
 // A loop whose body is not a sequence of stores built from arithmetic,
 // min/max, casts and loads, or whose lane count is not a power of two or
 // makes vectors wider than 512 bytes, or whose stores would need a
@@ -42,7 +47,7 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		case ext == 1:
 			return substitute(fr.Body, map[*ir.Var]ir.Expr{fr.Var: fr.Min})
 		}
-		if out, ok := vectorizeLoop(fr, int(ext)); ok {
+		if out, ok := vectorizeSplit(fr, int(ext), vectorBytes(f)); ok {
 			return out
 		}
 		c := *fr
@@ -54,6 +59,57 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// AttrVectorBytes is the function attribute (int64) giving the width in
+// bytes of the target's native vectors; without it Vectorize assumes
+// DefaultVectorBytes.
+const AttrVectorBytes = "kiln.vector_bytes"
+
+// DefaultVectorBytes is the native vector width Vectorize assumes: 64
+// bytes, AVX-512's zmm registers (on narrower targets GCC splits each
+// vector in two).
+const DefaultVectorBytes = 64
+
+func vectorBytes(f *ir.PrimFunc) int {
+	if v, ok := f.Attrs[AttrVectorBytes].(int64); ok && v > 0 && v <= maxVectorBytes {
+		return int(v)
+	}
+	return DefaultVectorBytes
+}
+
+// vectorizeSplit vectorizes loop fr of lanes iterations. When the vectors
+// would be wider than native vectors of width bytes, it computes the body
+// on native vectors instead, once per piece, in an unrolled loop over the
+// pieces (which the unroll pass expands): GCC keeps a native vector in a
+// register, but a wider one (a generic vector it must split) in memory.
+func vectorizeSplit(fr *ir.For, lanes, width int) (ir.Stmt, bool) {
+	bits := 0
+	ir.Visit(fr.Body, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.BufferStore:
+			bits = max(bits, int(n.Buffer.DType.Bits))
+		case *ir.BufferLoad:
+			bits = max(bits, int(n.Buffer.DType.Bits))
+		}
+		return true
+	})
+	native := lanes
+	if bits > 0 {
+		native = max(1, width*8/bits)
+	}
+	if lanes <= native || native&(native-1) != 0 || lanes%native != 0 {
+		return vectorizeLoop(fr, lanes)
+	}
+	piece := ir.NewVar(fr.Var.Name+"_piece", fr.Var.Type)
+	c := *fr
+	c.Min = foldExpr(ir.Add(fr.Min, ir.Mul(piece, ir.NewIntImm(fr.Var.Type, int64(native)))))
+	c.Extent = ir.NewIntImm(fr.Extent.DType(), int64(native))
+	body, ok := vectorizeLoop(&c, native)
+	if !ok {
+		return nil, false
+	}
+	return ir.NewFor(piece, ir.NewIntImm(fr.Var.Type, 0), ir.NewIntImm(fr.Extent.DType(), int64(lanes/native)), ir.ForUnrolled, body), true
 }
 
 type vectorizer struct {

@@ -13,7 +13,7 @@ package cpu
 typedef const char* (*kiln_str_fn)(void);
 
 static void* kiln_dlopen(const char* path, char** err) {
-	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (h == NULL) {
 		const char* e = dlerror();
 		*err = strdup(e ? e : "dlopen failed");
@@ -172,10 +172,10 @@ func (m *Module) Functions() []string {
 }
 
 // Close ends the module: later calls fail with ErrClosed. Calls already
-// running finish normally. The library itself is unloaded once nothing
-// refers to the module any more (no Func of it is reachable and no call is
-// running), so a call can never run in an unloaded library. Close is
-// idempotent.
+// running finish normally. The library stays mapped for the life of the
+// process (it is opened with RTLD_NODELETE): OpenMP's worker threads keep
+// pointers into a kernel library after its parallel regions end, so
+// unloading one crashes the process. Close is idempotent.
 func (m *Module) Close() error {
 	m.closed.Store(true)
 	return nil

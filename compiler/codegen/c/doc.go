@@ -7,9 +7,12 @@
 // Parallel loops become OpenMP `#pragma omp parallel for` loops. Vector
 // expressions (Ramp and Broadcast from the vectorize pass) use GCC vector
 // types (`typedef float float32x16 __attribute__((vector_size(64)))`),
-// with unaligned loads and stores through __builtin_memcpy, so a
-// register-blocked micro-kernel keeps its accumulators in vector
-// registers. Unrolled loops that the unroll pass left in place get
+// with unaligned loads and stores through __builtin_memcpy. A "local"
+// buffer of constant size whose every access has a constant index (after
+// unrolling) is printed as one variable per accessed slot rather than an
+// array (scalar replacement), so a register-blocked micro-kernel keeps its
+// accumulators in vector registers instead of reloading and storing them
+// on every iteration of the reduction. Unrolled loops that the unroll pass left in place get
 // `#pragma GCC unroll`. Buffer pointers are `restrict` when the function
 // has tir.noalias. Math intrinsics map to libm (expf, …); T.round is
 // nearbyint, as the reference interpreter computes it.

@@ -244,6 +244,9 @@ func (r *Renderer) load(e *ir.BufferLoad) string {
 		r.fail("load from %q has %d indices: run transform.FlattenBuffers first", e.Buffer.Name, len(e.Indices))
 		return "0"
 	}
+	if name, ok := r.promotedSlot(e.Buffer, e.Indices[0]); ok {
+		return name
+	}
 	p := r.pointer(e.Buffer)
 	idx := e.Indices[0]
 	if idx.DType().Lanes == 1 {

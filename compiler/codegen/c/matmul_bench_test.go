@@ -169,26 +169,45 @@ var matmulCases = []struct {
 	{"tile6x32", 6, 32, false},
 }
 
-// TestMatmulRegisterBlocked builds the register-blocked matmul (compacted
-// 8×32 accumulator, unrolled rows, vector columns), checks every entry of
-// a small, ragged product against float64, and checks the generated C's
-// inner loop: the accumulator tile lives in vector variables (no array),
-// so the k loop neither reloads nor stores it.
+// TestMatmulRegisterBlocked builds the register-blocked matmul (the 8×32
+// accumulator compacted by transform's compact_buffers, rows unrolled,
+// columns split into native vectors), checks every entry of a product
+// against float64 (also with a packed panel of B, and at a ragged size
+// where guards cut the edge tiles), and checks the generated C: the
+// accumulator tile is 16 vector variables, never an array, so the k loop
+// neither reloads nor stores it.
 func TestMatmulRegisterBlocked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, tc := range matmulCases {
-		for _, size := range [][3]int64{{64, 96, 40}, {37, 80, 13}} {
-			n, m, k := size[0], size[1], size[2]
-			t.Run(fmt.Sprintf("%s_%dx%dx%d", tc.name, n, m, k), func(t *testing.T) {
-				f := registerBlocked(t, matmulFunc(t, n, m, k), tc.mr, tc.nr, tc.pack)
-				kern := buildKernel(t, f, "mm")
-				a, b := randomMatrix(t, rng, n, k), randomMatrix(t, rng, k, m)
-				c := randomMatrix(t, rng, n, m)
-				_, err := kern.fn.Call(packedfunc.Array(a), packedfunc.Array(b), packedfunc.Array(c))
-				check.NoError(t, err)
-				checkMatmul(t, a, b, c, n, m, k, int(n*m), rng)
-			})
-		}
+	tests := []struct {
+		name    string
+		n, m, k int64
+		pack    bool
+		regs    bool // check the accumulator is in variables
+	}{
+		{"fused", 64, 96, 40, false, true},
+		{"packed", 64, 96, 40, true, true},
+		// Guards on the edge tiles keep the j loop from vectorizing (its
+		// body is an if on j): correct, slower code.
+		{"ragged", 37, 80, 13, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := registerBlocked(t, matmulFunc(t, tt.n, tt.m, tt.k), 8, 32, tt.pack)
+			kern := buildKernel(t, f, "mm")
+			a, b := randomMatrix(t, rng, tt.n, tt.k), randomMatrix(t, rng, tt.k, tt.m)
+			c := randomMatrix(t, rng, tt.n, tt.m)
+			_, err := kern.fn.Call(packedfunc.Array(a), packedfunc.Array(b), packedfunc.Array(c))
+			check.NoError(t, err)
+			checkMatmul(t, a, b, c, tt.n, tt.m, tt.k, int(tt.n*tt.m), rng)
+			if !tt.regs {
+				return
+			}
+			for i := 0; i < 16; i++ {
+				check.True(t, strings.Contains(kern.source, fmt.Sprintf("float32x16 C_local_%d = {0};", 16*i)), "accumulator variable", i, "missing:\n", kern.source)
+			}
+			check.True(t, !strings.Contains(kern.source, "C_local["), "C_local is still an array:\n", kern.source)
+			check.True(t, !strings.Contains(kern.source, "float32x32"), "vectors wider than the native 64 bytes:\n", kern.source)
+		})
 	}
 }
 

@@ -31,7 +31,8 @@ type Renderer struct {
 	indent     int
 	names      map[*ir.Var]string
 	used       map[string]bool
-	ptrType    map[*ir.Var]ir.DType // element type of each data pointer
+	ptrType    map[*ir.Var]ir.DType       // element type of each data pointer
+	promoted   map[*ir.Var]map[int64]slot // local buffers kept in variables
 	noalias    bool
 	inParallel int
 	err        error
@@ -54,6 +55,7 @@ func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.names = map[*ir.Var]string{}
 	r.used = map[string]bool{}
 	r.ptrType = map[*ir.Var]ir.DType{}
+	r.promoted = map[*ir.Var]map[int64]slot{}
 	r.inParallel = 0
 	r.err = nil
 	r.noalias, _ = f.Attrs[ir.AttrNoAlias].(bool)
@@ -372,6 +374,11 @@ func isZero(e ir.Expr) bool {
 
 func (r *Renderer) allocate(a *ir.Allocate) {
 	b := a.Buffer
+	if slots := registerSlots(b, a.Body); slots != nil {
+		r.promote(b, slots)
+		r.stmt(a.Body)
+		return
+	}
 	name := r.VarName(b.Data)
 	elem := r.Type(b.DType)
 	var count ir.Expr = ir.I64(1)
@@ -392,6 +399,137 @@ func (r *Renderer) allocate(a *ir.Allocate) {
 	r.line(fmt.Sprintf("free(%s);", name))
 	r.indent--
 	r.line("}")
+}
+
+// slot is one variable holding part of a local buffer kept in registers:
+// lanes elements from its base index.
+type slot struct {
+	name  string
+	lanes int
+}
+
+// maxRegisterSlots bounds the variables one local buffer becomes.
+const maxRegisterSlots = 256
+
+// registerSlots decides whether a "local" allocation can live in
+// variables instead of memory (scalar replacement): its size is constant,
+// and every access under body is at a constant index, or a stride-1 ramp
+// with a constant base, with no two accesses overlapping partly. It
+// returns the accessed slots (base index → lanes), or nil. GCC then keeps
+// such a buffer, a register-blocked accumulator tile for one, in vector
+// registers instead of loading and storing it around every use.
+func registerSlots(b *ir.Buffer, body ir.Stmt) map[int64]int {
+	if b.Scope != "local" || len(b.Shape) != 1 {
+		return nil
+	}
+	size, ok := constCount(b)
+	if !ok || size == 0 {
+		return nil
+	}
+	slots := map[int64]int{}
+	ok = true
+	access := func(buf *ir.Buffer, idx []ir.Expr) {
+		if buf.DType != b.DType || len(idx) != 1 {
+			ok = false
+			return
+		}
+		base, lanes := int64(0), 1
+		switch e := idx[0].(type) {
+		case *ir.IntImm:
+			base = e.Value
+		case *ir.Ramp:
+			c, isConst := ir.IsConstInt(e.Base)
+			if !isConst || !isOne(e.Stride) {
+				ok = false
+				return
+			}
+			base, lanes = c, e.Lanes
+		default:
+			ok = false
+			return
+		}
+		if base < 0 || base+int64(lanes) > size {
+			ok = false
+			return
+		}
+		if l, seen := slots[base]; seen && l != lanes {
+			ok = false
+			return
+		}
+		slots[base] = lanes
+	}
+	ir.Visit(body, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.BufferLoad:
+			if n.Buffer.Data == b.Data {
+				access(n.Buffer, n.Indices)
+			}
+		case *ir.BufferStore:
+			if n.Buffer.Data == b.Data {
+				access(n.Buffer, n.Indices)
+			}
+		case *ir.DeclBuffer:
+			ok = ok && n.Buffer.Data != b.Data
+		case *ir.Var:
+			ok = ok && n != b.Data
+		}
+		return ok
+	})
+	if !ok || len(slots) == 0 || len(slots) > maxRegisterSlots {
+		return nil
+	}
+	bases := make([]int64, 0, len(slots))
+	for base := range slots {
+		bases = append(bases, base)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	for i := 1; i < len(bases); i++ {
+		if bases[i-1]+int64(slots[bases[i-1]]) > bases[i] {
+			return nil // partial overlap
+		}
+	}
+	return slots
+}
+
+// promote declares one zero-initialised variable per slot of b and makes
+// loads and stores of b use them.
+func (r *Renderer) promote(b *ir.Buffer, slots map[int64]int) {
+	bases := make([]int64, 0, len(slots))
+	for base := range slots {
+		bases = append(bases, base)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	vars := make(map[int64]slot, len(slots))
+	for _, base := range bases {
+		lanes := slots[base]
+		name := r.VarName(ir.NewVar(fmt.Sprintf("%s_%d", b.Name, base), ir.Handle))
+		t := b.DType.WithLanes(lanes)
+		init := "0"
+		if lanes > 1 {
+			init = "{0}"
+		}
+		r.line(fmt.Sprintf("%s %s = %s;", r.Type(t), name, init))
+		vars[base] = slot{name: name, lanes: lanes}
+	}
+	r.promoted[b.Data] = vars
+}
+
+// promotedSlot returns the variable of a promoted buffer's access.
+func (r *Renderer) promotedSlot(b *ir.Buffer, idx ir.Expr) (string, bool) {
+	vars, ok := r.promoted[b.Data]
+	if !ok {
+		return "", false
+	}
+	base, isConst := ir.IsConstInt(idx)
+	if ramp, isRamp := idx.(*ir.Ramp); isRamp {
+		base, isConst = ir.IsConstInt(ramp.Base)
+	}
+	v, found := vars[base]
+	if !isConst || !found {
+		r.fail("access to %q at %s, which is not one of its variables", b.Name, idx)
+		return "0", true
+	}
+	return v.name, true
 }
 
 func constCount(b *ir.Buffer) (int64, bool) {
@@ -438,6 +576,10 @@ func (r *Renderer) pointer(b *ir.Buffer) string {
 func (r *Renderer) store(s *ir.BufferStore) {
 	if len(s.Indices) != 1 {
 		r.fail("store to %q has %d indices: run transform.FlattenBuffers first", s.Buffer.Name, len(s.Indices))
+		return
+	}
+	if name, ok := r.promotedSlot(s.Buffer, s.Indices[0]); ok {
+		r.line(fmt.Sprintf("%s = %s;", name, r.Expr(s.Value)))
 		return
 	}
 	p := r.pointer(s.Buffer)
