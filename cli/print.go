@@ -9,13 +9,14 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
+	lower "github.com/kiln-ml/kiln/compiler/transform"
 )
 
 func printCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "print",
 		Usage:     "parse an IRModule in TVMScript syntax and print it back, optionally after graph-level passes",
-		UsageText: "kiln print FILE [--passes P1,P2,…] [--pipeline NAME]",
+		UsageText: "kiln print FILE [--passes P1,P2,…] [--pipeline NAME] [--dump-ir after:PASS]",
 		Description: `Parses FILE (an @I.ir_module class or bare @T.prim_func / @R.function
 definitions, in TVMScript syntax) and prints the module as kiln's printer
 writes it: the canonical form, which parses back to the same module. A syntax
@@ -25,13 +26,19 @@ error names the file, line and column and shows the line with a caret.
 then --passes runs the listed graph-level passes in order (` + strings.Join(transform.Names(), ", ") + `).
 The module is verified after every pass.
 
+--dump-ir after:PASS[,after:PASS…] (or all) lowers the module's PrimFuncs
+with the lowering pipeline instead and prints the IR after each named pass
+(` + strings.Join(lower.PassNames(), ", ") + `).
+
 Examples:
    kiln print matmul.py
    kiln print mlp.py --pipeline zero
-   kiln print mlp.py --passes LegalizeOps,AnnotateTIROpPattern,FuseOps`,
+   kiln print mlp.py --passes LegalizeOps,AnnotateTIROpPattern,FuseOps
+   kiln print matmul.py --dump-ir after:lower_blocks,after:make_packed_api`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "passes", Usage: "comma-separated graph-level passes to run before printing"},
 			&ucli.StringFlag{Name: "pipeline", Usage: "named pass pipeline to run before printing (" + strings.Join(transform.PipelineNames(), ", ") + ")"},
+			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after lowering passes: after:PASS[,after:PASS…] or all"},
 		},
 		OnUsageError: usageError,
 		Action:       runPrint,
@@ -66,6 +73,16 @@ func runPrint(c *ucli.Context) error {
 		if mod, err = transform.Run(mod, names); err != nil {
 			return fmt.Errorf("print: %w", err)
 		}
+	}
+	if d := c.String("dump-ir"); d != "" {
+		after, err := lower.ParseDumpIR(d)
+		if err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+		if _, err := lower.LowerModule(mod, lower.Options{DumpAfter: after, Dump: c.App.Writer, Verify: true}); err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+		return nil
 	}
 	_, err = fmt.Fprint(c.App.Writer, script.Print(mod))
 	return err

@@ -57,3 +57,12 @@ func TestPrintPasses(t *testing.T) {
 		})
 	}
 }
+
+func TestPrintDumpIR(t *testing.T) {
+	out, _, err := runApp(t, "print", "testdata/vadd.py", "--dump-ir", "after:lower_blocks,after:make_packed_api")
+	check.NoError(t, err)
+	check.True(t, strings.Contains(out, "# after lower_blocks: vadd") && strings.Contains(out, "# after make_packed_api: vadd"), out)
+	check.True(t, strings.Contains(out, "kiln_tensor_ndim"), "argument checks after make_packed_api:", out)
+	_, _, err = runApp(t, "print", "testdata/vadd.py", "--dump-ir", "after:bogus")
+	check.Error(t, err, `unknown pass "bogus"`, "lower_blocks")
+}
