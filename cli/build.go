@@ -128,11 +128,7 @@ func runBuild(c *ucli.Context) error {
 // and downloads the artifact.
 func buildRemote(c *ucli.Context, path, src, out string) error {
 	ctx := c.Context
-	tok, err := readToken(c)
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := clientTLS(c)
+	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
 		return err
 	}

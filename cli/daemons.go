@@ -55,11 +55,7 @@ func runTracker(c *ucli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	tok, err := readToken(c)
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := serverTLS(c)
+	tok, tlsCfg, err := serverAuth(c)
 	if err != nil {
 		return err
 	}
@@ -113,11 +109,7 @@ func runCompilerNode(c *ucli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	tok, err := readToken(c)
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := clientTLS(c)
+	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
 		return err
 	}
@@ -209,11 +201,7 @@ func runRPCServer(c *ucli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	tok, err := readToken(c)
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := serverTLS(c)
+	tok, tlsCfg, err := serverAuth(c)
 	if err != nil {
 		return err
 	}

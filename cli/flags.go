@@ -80,3 +80,23 @@ func serverTLS(c *ucli.Context) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// serverAuth reads a daemon's token and TLS flags.
+func serverAuth(c *ucli.Context) (string, *tls.Config, error) {
+	tok, err := readToken(c)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg, err := serverTLS(c)
+	return tok, cfg, err
+}
+
+// clientAuth reads a client's token and TLS flags.
+func clientAuth(c *ucli.Context) (string, *tls.Config, error) {
+	tok, err := readToken(c)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg, err := clientTLS(c)
+	return tok, cfg, err
+}

@@ -42,11 +42,7 @@ func runQuery(c *ucli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	tok, err := readToken(c)
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := clientTLS(c)
+	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
 		return err
 	}

@@ -148,11 +148,7 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if c.String("key") == "" && c.String("selector") == "" {
 		return nil, fmt.Errorf("--tracker needs --key or --selector to say which device")
 	}
-	tok, err := readToken(c)
-	if err != nil {
-		return nil, err
-	}
-	tlsCfg, err := clientTLS(c)
+	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
 		return nil, err
 	}
