@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,16 +286,10 @@ func TestFailBadInput(t *testing.T) {
 		f.waitFree("cpu", 1)
 	})
 	t.Run("key nobody serves", func(t *testing.T) {
-		type result struct {
-			stderr string
-			err    error
-		}
-		done := make(chan result, 1)
-		go func() {
-			_, errOut, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "tpu", "--token-file", f.tokFile,
-				"--func", "segv", "--wait", "3s")
-			done <- result{errOut, err}
-		}()
+		// A process of its own: urfave/cli apps in one process share
+		// global flags, so two cannot run at once there.
+		run := startProc(t, "kiln run --key tpu", "run", art, "--tracker", f.trackerAddr, "--key", "tpu",
+			"--token-file", f.tokFile, "--func", "segv", "--wait", "3s")
 		eventually(t, "the request shows in kiln query's queue", func() bool {
 			for _, q := range f.query().Queues {
 				if strings.Contains(q.Queue, "tpu") && len(q.Waiting) == 1 {
@@ -303,16 +300,19 @@ func TestFailBadInput(t *testing.T) {
 		})
 		out, _, err := runApp(t, "query", "--tracker", f.trackerAddr, "--token-file", f.tokFile)
 		check.NoError(t, err)
-		check.True(t, strings.Contains(out, "queue \"tpu\"") || strings.Contains(out, "tpu"), "query lacks the waiting request:", out)
-		var r result
+		check.True(t, strings.Contains(out, `queue "tpu"`), "kiln query lacks the waiting request:", out)
 		select {
-		case r = <-done:
+		case <-run.done:
 		case <-ctx.Done():
 			t.Fatal("kiln run did not give up")
 		}
-		check.ErrorIs(t, r.err, proto.ErrDeadline)
-		check.Error(t, r.err, `key "tpu"`, "gave up at", "deadline", "queue position 1", "no live device serves it")
-		check.True(t, strings.Contains(r.stderr, "waiting for a device: position 1"), "no queue position shown:", r.stderr)
+		check.True(t, run.err != nil, "kiln run succeeded without a device")
+		check.Equal(t, run.cmd.ProcessState.ExitCode(), 1)
+		got := run.out.String()
+		for _, want := range []string{"waiting for a device: position 1", `key "tpu"`, "gave up at", "queue position 1",
+			"no live device serves it", proto.ErrDeadline.Error()} {
+			check.True(t, strings.Contains(got, want), "kiln run's output lacks", want, "in", got)
+		}
 	})
 	t.Run("malformed and oversized frames", func(t *testing.T) {
 		for _, target := range []struct{ name, addr string }{{"tracker", f.trackerAddr}, {"daemon", devAddr}} {
@@ -332,16 +332,38 @@ func TestFailBadInput(t *testing.T) {
 					check.Equal(t, resp.ID, uint64(0))
 					check.Equal(t, resp.Error.Code, tc.code, resp.Error.Message)
 					check.True(t, strings.Contains(resp.Error.Message, tc.want), resp.Error.Message)
+					t.Logf("%s answered: %s: %s", target.name, resp.Error.Code, resp.Error.Message)
 				})
 			}
+			t.Run(target.name+"/not a kiln hello", func(t *testing.T) {
+				// Dropped without a word: a port scanner learns nothing.
+				b := rawHello(t, ctx, target.addr, []byte("GET / HTTP/1.0\r\n\r\n"))
+				check.Equal(t, len(b), 0, "reply to a non-kiln peer:", b)
+			})
+			t.Run(target.name+"/other protocol version", func(t *testing.T) {
+				hello := binary.BigEndian.AppendUint16([]byte(proto.Magic), proto.ProtocolVersion+7)
+				hello = append(hello, byte(proto.RoleClient), 0, 0)
+				b := rawHello(t, ctx, target.addr, hello)
+				rep, err := proto.ReadHelloReply(bytes.NewReader(b))
+				check.NoError(t, err, b)
+				check.Equal(t, rep.Status, proto.StatusBadVersion)
+				check.Equal(t, rep.Version, proto.ProtocolVersion)
+				t.Logf("%s answered a version %d hello: %s %q", target.name, proto.ProtocolVersion+7, rep.Status, rep.Message)
+			})
 		}
 		// Both keep serving: a run through the tracker on the daemon.
 		x, err := ndarray.FromSlice([]float32{1, 2, 3, 4}, ndarray.Shape{4})
 		check.NoError(t, err)
 		xf := filepath.Join(dir, "x.npy")
 		check.NoError(t, ndarray.SaveNPY(xf, x))
-		_, errOut, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "cpu", "--token-file", f.tokFile,
-			"--func", "vadd4", "--input", "A="+xf, "--input", "B="+xf, "--output", filepath.Join(dir, "out"), "--wait", "20s")
+		// The daemon frees its session slot a moment after a raw
+		// connection closed; until then a run is told the device is busy.
+		var errOut string
+		eventually(t, "a run on the daemon after the bad frames", func() bool {
+			_, errOut, err = runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "cpu", "--token-file", f.tokFile,
+				"--func", "vadd4", "--input", "A="+xf, "--input", "B="+xf, "--output", filepath.Join(dir, "out"), "--wait", "20s")
+			return !errors.Is(err, proto.ErrBusy)
+		})
 		check.NoError(t, err, errOut)
 		check.True(t, dev.alive(), "the device daemon died")
 	})
@@ -353,28 +375,8 @@ func TestFailBadInput(t *testing.T) {
 // response with id 0 saying what was wrong.
 func rawFrame(t *testing.T, ctx context.Context, addr, tok string, frame []byte) proto.Response {
 	t.Helper()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	check.NoError(t, err)
+	conn := rawDial(t, ctx, addr, tok)
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(procGuard))
-	hello := []byte(proto.Magic)
-	hello = binary.BigEndian.AppendUint16(hello, proto.ProtocolVersion)
-	hello = append(hello, byte(proto.RoleClient))
-	hello = binary.BigEndian.AppendUint16(hello, uint16(len(tok)))
-	hello = append(hello, tok...)
-	_, err = conn.Write(hello)
-	check.NoError(t, err)
-	var reply [9]byte
-	_, err = io.ReadFull(conn, reply[:])
-	check.NoError(t, err)
-	check.Equal(t, string(reply[:4]), proto.Magic)
-	check.Equal(t, reply[6], byte(0), "hello refused")
-	if n := binary.BigEndian.Uint16(reply[7:]); n > 0 {
-		msg := make([]byte, n)
-		io.ReadFull(conn, msg)
-		t.Fatalf("hello refused: %s", msg)
-	}
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	sess, err := yamux.Client(conn, cfg)
@@ -389,4 +391,63 @@ func rawFrame(t *testing.T, ctx context.Context, addr, tok string, frame []byte)
 	resp, err := proto.DecodeResponse(b)
 	check.NoError(t, err)
 	return resp
+}
+
+// rawDial connects and says a client's hello by hand. A device daemon
+// frees its exclusive session slot a moment after the previous raw
+// connection closed, so a "busy" refusal is tried again.
+func rawDial(t *testing.T, ctx context.Context, addr, tok string) net.Conn {
+	t.Helper()
+	hello := []byte(proto.Magic)
+	hello = binary.BigEndian.AppendUint16(hello, proto.ProtocolVersion)
+	hello = append(hello, byte(proto.RoleClient))
+	hello = binary.BigEndian.AppendUint16(hello, uint16(len(tok)))
+	hello = append(hello, tok...)
+	var conn net.Conn
+	var refused string
+	eventually(t, "the listener accepts the hello", func() bool {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		check.NoError(t, err)
+		c.SetDeadline(time.Now().Add(procGuard))
+		_, err = c.Write(hello)
+		check.NoError(t, err)
+		var reply [9]byte
+		_, err = io.ReadFull(c, reply[:])
+		check.NoError(t, err)
+		check.Equal(t, string(reply[:4]), proto.Magic)
+		msg := make([]byte, binary.BigEndian.Uint16(reply[7:]))
+		_, err = io.ReadFull(c, msg)
+		check.NoError(t, err)
+		if proto.Status(reply[6]) == proto.StatusOK {
+			conn = c
+			return true
+		}
+		c.Close()
+		refused = string(msg)
+		if proto.Status(reply[6]) != proto.StatusRefused || !strings.HasPrefix(refused, string(proto.CodeBusy)) {
+			t.Fatalf("hello refused: %s %s", proto.Status(reply[6]), msg)
+		}
+		return false
+	})
+	t.Logf("hello accepted (last refusal: %q)", refused)
+	return conn
+}
+
+// rawHello sends hello bytes to a kiln listener as a raw TCP client and
+// returns everything the listener writes back before it closes.
+func rawHello(t *testing.T, ctx context.Context, addr string, hello []byte) []byte {
+	t.Helper()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	check.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(procGuard))
+	_, err = conn.Write(hello)
+	check.NoError(t, err)
+	b, err := io.ReadAll(conn)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		check.NoError(t, err)
+	}
+	return b
 }

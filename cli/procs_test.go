@@ -221,8 +221,7 @@ func (f *procFleet) query() proto.TrackerSummary {
 	return s
 }
 
-// waitKey waits until the tracker counts want free devices and no lost
-// ones under key.
+// waitFree waits until the tracker counts want free devices under key.
 func (f *procFleet) waitFree(key string, want int) {
 	f.t.Helper()
 	eventually(f.t, fmt.Sprintf("%d free %q device(s)", want, key), func() bool {

@@ -9,7 +9,7 @@ import (
 )
 
 func BenchmarkWindow(b *testing.B) {
-	for _, w := range []uint32{256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20} {
+	for _, w := range []uint32{256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20} {
 		b.Run(fmt.Sprint(w>>10, "KiB"), func(b *testing.B) {
 			streamWindow = w
 			const size = 64 << 20
