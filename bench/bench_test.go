@@ -17,6 +17,7 @@ var headline = map[string]string{
 	"vecadd":          "gbps",
 	"callov":          "ns_per_call",
 	"compile":         "cold_ms",
+	"mlp":             "pooled_us",
 	"rpc-call":        "median_us",
 	"upload":          "gb_per_s",
 	"tracker":         "leases_per_s",
