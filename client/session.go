@@ -60,6 +60,22 @@ type Session struct {
 // another exclusive session refuses with an error wrapping proto.ErrBusy; a
 // wrong token gives proto.ErrUnauthorized.
 func Connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
+	s, err := connect(ctx, addr, opts)
+	// A lease can be granted a moment before the daemon has let go of the
+	// previous session: with a lease token, a busy device is asked again
+	// for a short while.
+	for wait := 20 * time.Millisecond; err != nil && opts.LeaseToken != "" && errors.Is(err, proto.ErrBusy) && wait < 2*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		s, err = connect(ctx, addr, opts)
+	}
+	return s, err
+}
+
+func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
 	c, err := proto.Dial(ctx, addr, proto.DialOptions{
 		Role: proto.RoleClient, Token: opts.Token, TLS: opts.TLS,
 		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger,

@@ -137,11 +137,34 @@ func (t *Tracker) RequestLease(ctx context.Context, req LeaseRequest) (*Lease, e
 	}
 	what := describeRequest(req)
 	start := time.Now()
+	// Calls may outlive ctx's deadline by a moment: the tracker answers a
+	// request that reaches its deadline with an error that says where it
+	// stood in the queue and why, and that answer should arrive. A
+	// cancelled ctx still cuts them at once.
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	if d, ok := ctx.Deadline(); ok {
+		var cancelD context.CancelFunc
+		callCtx, cancelD = context.WithDeadline(callCtx, d.Add(time.Second))
+		defer cancelD()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stop()
 	var tk proto.LeaseTicket
-	err := t.c.Call(ctx, proto.MethodLeaseRequest, args, &tk)
+	err := t.c.Call(callCtx, proto.MethodLeaseRequest, args, &tk)
 	lastPos := -1
 	for {
+		if err == nil && tk.Lease == nil && ctx.Err() != nil {
+			return nil, t.abandon(ctx, what, tk, start)
+		}
 		if err != nil {
+			if errors.Is(err, proto.ErrDeadline) {
+				return nil, fmt.Errorf("request lease: %w", err)
+			}
 			if ctx.Err() != nil {
 				return nil, t.abandon(ctx, what, tk, start)
 			}
@@ -156,7 +179,7 @@ func (t *Tracker) RequestLease(ctx context.Context, req LeaseRequest) (*Lease, e
 		lastPos = tk.Position
 		ticket, served := tk.Ticket, tk.Served
 		tk = proto.LeaseTicket{}
-		err = t.c.Call(ctx, proto.MethodLeaseWait, proto.LeaseWaitArgs{Ticket: ticket}, &tk)
+		err = t.c.Call(callCtx, proto.MethodLeaseWait, proto.LeaseWaitArgs{Ticket: ticket}, &tk)
 		if tk.Ticket == "" {
 			tk.Ticket, tk.Position, tk.Served = ticket, lastPos, served
 		}
