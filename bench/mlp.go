@@ -48,6 +48,7 @@ type mlpResult struct {
 	MaxAbsDiff  float64  `json:"max_abs_diff_vs_torch,omitempty"`
 	Torch       string   `json:"torch,omitempty"`
 	NoReference string   `json:"no_reference,omitempty"`
+	Pipeline    string   `json:"pipeline"`
 	Kernels     []string `json:"kernels"`
 	Quick       bool     `json:"quick,omitempty"`
 }
@@ -70,7 +71,9 @@ func mlpModel() nn.Module {
 	)
 }
 
-// runMLP builds the MLP through the zero pipeline, checks it against
+// runMLP builds the MLP with compiler.Build's defaults (the O2 pipeline:
+// zero plus LiftTransformParams, so the weight transposes run once per set
+// of weights; then the default CPU schedules of compiler/schedule/auto), checks it against
 // PyTorch on the same weights and input, and times one forward pass with
 // the pooled and the naive allocator and in PyTorch, interleaved.
 func runMLP(ctx context.Context, opt options) (result, error) {
@@ -78,7 +81,7 @@ func runMLP(ctx context.Context, opt options) (result, error) {
 	if opt.quick {
 		rounds, minBatch = 1, 2*time.Millisecond
 	}
-	r := mlpResult{Name: "mlp", Rounds: rounds, MinBatchMS: float64(minBatch) / 1e6, GoalRatio: 0.5, Quick: opt.quick}
+	r := mlpResult{Name: "mlp", Rounds: rounds, MinBatchMS: float64(minBatch) / 1e6, GoalRatio: 0.5, Quick: opt.quick, Pipeline: compiler.DefaultPipeline}
 	mod, params, err := nn.Export(mlpModel(), nn.Spec{Inputs: []nn.Input{{Name: "x", Shape: []int64{1, 784}, DType: ir.Float32}}, Seed: 1})
 	if err != nil {
 		return nil, err

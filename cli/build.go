@@ -52,7 +52,7 @@ Examples:
 			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after these passes: after:PASS[,after:PASS…] or all (" + strings.Join(transform.PassNames(), ", ") + ")"},
 			&ucli.StringFlag{Name: "keep-source", Usage: "directory to keep the generated C source in"},
 			&ucli.BoolFlag{Name: "no-cache", Usage: "do not read or write the build cache"},
-			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default zero; none to skip; O0-O3)"},
+			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2; none to skip; zero, O0-O3)"},
 			&ucli.StringFlag{Name: "params", Usage: "safetensors file of weights to bundle into the artifact (params.safetensors)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},

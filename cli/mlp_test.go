@@ -20,7 +20,7 @@ import (
 
 // TestMLPRemote is seed 001's deployment: the MLP written with the NN
 // builder and saved as TVMScript plus safetensors weights is built through
-// the fleet's queue (zero pipeline) and run on the remote device with
+// the fleet's queue (default O2 pipeline) and run on the remote device with
 // --params, and locally from an artifact with the weights bundled; both
 // match a reference computed here.
 func TestMLPRemote(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
 	"github.com/kiln-ml/kiln/compiler/transform"
@@ -36,6 +37,11 @@ import (
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
 const codegenVersion = "kiln-c-2+vm-1"
+
+// DefaultPipeline is the graph-level pipeline Build runs when
+// BuildOptions.Pipeline is empty: "O2" (the zero pipeline, then
+// LiftTransformParams, so weight transforms run once per set of weights).
+const DefaultPipeline = "O2"
 
 // SourceName is the name of the generated C file (in KeepSource).
 const SourceName = "host.c"
@@ -64,9 +70,13 @@ type BuildOptions struct {
 	// VerifyIR runs ir.Verify before lowering and after every pass.
 	VerifyIR bool
 	// Pipeline is the graph-level pipeline run first on a module with
-	// graph functions ("" means "zero"; "none" runs nothing; see
+	// graph functions ("" means DefaultPipeline; "none" runs nothing; see
 	// compiler/relax/transform.PipelineNames).
 	Pipeline string
+	// NoDefaultSchedule skips the default CPU schedules
+	// (compiler/schedule/auto) that Build gives the tensor programs of a
+	// graph module after its pipeline.
+	NoDefaultSchedule bool
 	// Params, when set, is a safetensors file bundled into the artifact
 	// as params.safetensors (a graph function's weights).
 	Params []byte
@@ -112,11 +122,16 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if vmgen.HasGraphFunctions(mod) && opts.Pipeline != "none" {
 		p := opts.Pipeline
 		if p == "" {
-			p = "zero"
+			p = DefaultPipeline
 		}
 		var err error
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
+		}
+		if !opts.NoDefaultSchedule {
+			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: target.VectorBytes()}); err != nil {
+				return nil, fmt.Errorf("build: %w", err)
+			}
 		}
 	}
 	n := 0

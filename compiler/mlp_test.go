@@ -28,7 +28,7 @@ func seedMLP() nn.Module {
 }
 
 // TestMLPEndToEnd builds seed 001's MLP with the NN builder, compiles it
-// through the zero pipeline (two fused kernels and two transposes), runs it
+// through the default O2 pipeline (two fused kernels, transposes lifted), runs it
 // on the VM with both allocators and checks it against a float64
 // reference computed from the same weights.
 func TestMLPEndToEnd(t *testing.T) {

@@ -35,8 +35,11 @@ type storage struct {
 	// it with the last array that views it) unless it gives it back with
 	// VM.Recycle.
 	escaped bool
-	owner   allocator
-	views   []cachedView
+	// pinned is set on storage held by a call_cached result: Recycle
+	// never gives it back.
+	pinned bool
+	owner  allocator
+	views  []cachedView
 }
 
 type cachedView struct {

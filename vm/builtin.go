@@ -63,6 +63,7 @@ var builtins = []builtin{
 	{BuiltinCopyInto, 2, 2, biCopyInto, "(src tensor, dst tensor) -> dst after copying src's elements into it"},
 	{BuiltinToDevice, 2, 2, biToDevice, "(tensor, device_index int) -> a copy on that device"},
 	{BuiltinReadIfCond, 1, 1, biReadIfCond, "(int or scalar bool/int tensor) -> int for if"},
+	{BuiltinCallCached, 1, -1, biCallCached, "(function name string, args...) -> the VM function's result, computed once while the same NDArrays are passed"},
 	{BuiltinCheckTensorInfo, 4, 4, biCheckTensorInfo, "(x, ndim int (-1 any), dtype (or \"\"), context string) -> nil; fails naming context"},
 }
 

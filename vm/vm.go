@@ -23,6 +23,9 @@ type Options struct {
 	// MaxAllocBytes refuses any single alloc_storage larger than this
 	// (0: no limit).
 	MaxAllocBytes int64
+	// NoCallCache makes vm.builtin.call_cached call its function every
+	// time (see BuiltinCallCached).
+	NoCallCache bool
 }
 
 // DefaultMaxDepth is the call depth a VM allows when Options.MaxDepth is 0.
@@ -53,6 +56,7 @@ const (
 	lopAllocStorage // alloc_storage with constant operands
 	lopAllocTensor  // alloc_tensor with constant offset, shape and dtype
 	lopShapeOf      // shape_of, reusing the last shape Value when equal
+	lopCached       // call_cached of a VM function (args[1:])
 )
 
 // allocSpec holds the operands of a specialized alloc_storage or
@@ -76,6 +80,7 @@ type linkedInstr struct {
 	bi     builtinFn
 	spec   *allocSpec
 	last   *packedfunc.Value // lopShapeOf: the shape it returned last
+	cache  *callCache        // lopCached
 	name   string
 }
 
@@ -184,6 +189,9 @@ func New(exec *Executable, kernels packedfunc.Module, dev devices.Device, opts O
 					bi, _ := builtinIndex(ref.Name)
 					li.op, li.bi = lopBuiltin, builtins[bi].fn
 					m.specialize(&li)
+					if ref.Name == BuiltinCallCached {
+						m.linkCached(&li)
+					}
 				case FuncExtern:
 					fn, err := m.resolve(kernels, ref.Name)
 					if err != nil {
@@ -600,6 +608,42 @@ func (m *VM) call(fi int, base int) (Value, error) {
 				m.stack[base+int(in.dst)] = r
 			}
 			pc++
+		case lopCached:
+			args := m.bargs[:len(in.args)-1]
+			m.fill(args, in.args[1:], base)
+			if !m.opts.NoCallCache && in.cache.hit(args) {
+				clear(args)
+				if in.dst >= 0 {
+					m.stack[base+int(in.dst)] = in.cache.value
+				}
+				pc++
+				continue
+			}
+			if m.depth >= m.opts.MaxDepth {
+				clear(args)
+				return Value{}, m.fail(f, pc, in, fmt.Errorf("call depth exceeds %d", m.opts.MaxDepth))
+			}
+			callee := &m.funcs[in.callee]
+			nb := base + f.NumRegs
+			m.grow(nb + callee.f.NumRegs)
+			copy(m.stack[nb:], args)
+			// The callee's builtins reuse m.bargs: take the keys now.
+			keys, cacheable := arrayKeys(args)
+			clear(args)
+			m.depth++
+			r, err := m.call(int(in.callee), nb)
+			m.depth--
+			clear(m.stack[nb : nb+callee.f.NumRegs])
+			if err != nil {
+				return Value{}, m.fail(f, pc, in, err)
+			}
+			if cacheable && !m.opts.NoCallCache {
+				in.cache.set(keys, r)
+			}
+			if in.dst >= 0 {
+				m.stack[base+int(in.dst)] = r
+			}
+			pc++
 		case lopAllocStorage:
 			sp := in.spec
 			r, err := m.allocStorage(sp.nbytes, sp.dev, sp.scope)
@@ -695,7 +739,7 @@ func (m *VM) Recycle(v Value) {
 		}
 		return
 	}
-	if s := v.st; s != nil && s.escaped && s.owner == m.alloc && !m.closed {
+	if s := v.st; s != nil && s.escaped && !s.pinned && s.owner == m.alloc && !m.closed {
 		s.escaped = false
 		m.alloc.recycle(s)
 	}

@@ -9,6 +9,9 @@
 // R.builtin.alloc_tensor, R.memory.*), tuples, constants and
 // conditionals. PrimFuncs become the VM's external kernels under their
 // names in the module; the caller compiles them into the same artifact.
+// Calls of a graph function marked AttrCallCached (the weight transforms
+// LiftTransformParams lifts) become vm.builtin.call_cached, so the VM runs
+// them once per set of weight arrays.
 //
 // The package imports compiler/ir and the vm runtime (for its builder); the
 // runtime never imports the compiler.
@@ -22,6 +25,12 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	rt "github.com/kiln-ml/kiln/vm"
 )
+
+// AttrCallCached marks a graph function whose calls go through
+// vm.builtin.call_cached: it runs once per set of argument arrays (the
+// weight transforms compiler/relax/transform.LiftTransformParams lifts;
+// that package spells the same key).
+const AttrCallCached = "kiln.call_cached"
 
 // ErrUnsupported is wrapped by errors for graph code the VM code generator
 // cannot translate (an operator that was not legalized, a symbolic shape
@@ -274,8 +283,13 @@ func (g *gen) call(c *ir.RCall) (rt.Reg, error) {
 		if err != nil {
 			return 0, err
 		}
-		switch lookup(g.mod, op.Name).(type) {
-		case *ir.PrimFunc, *ir.Function:
+		switch callee := lookup(g.mod, op.Name).(type) {
+		case *ir.Function:
+			if callee.Attrs[AttrCallCached] != nil {
+				return g.f.Call(rt.BuiltinCallCached, append([]rt.Operand{g.b.String(op.Name)}, args...)...), nil
+			}
+			return g.f.Call(op.Name, args...), nil
+		case *ir.PrimFunc:
 			return g.f.Call(op.Name, args...), nil
 		case nil:
 			return 0, g.errorf("call of %q, which is not in the module", op.Name)

@@ -54,6 +54,11 @@ func TestPassGoldens(t *testing.T) {
 		{"fold_constant", "fold_constant.py", []string{"LegalizeOps", "FoldConstant"}, false},
 		{"fold_constant_dce", "fold_constant.py", []string{"LegalizeOps", "FoldConstant", "DeadCodeElimination"}, false},
 		{"dce", "dce.py", []string{"DeadCodeElimination"}, true},
+		{"lift_transform_params", "lift_transform_params.py", []string{"LegalizeOps", "LiftTransformParams"}, false},
+		{"lift_transform_params_O2", "lift_transform_params.py", pipelines["O2"], false},
+		{"lift_transform_params_O3", "lift_transform_params.py", []string{"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant",
+			"FuseOps", "FuseTIR", "DeadCodeElimination", "LiftTransformParams", "StaticPlanBlockMemory"}, false},
+		{"mlp_small_O2", "mlp_small.py", pipelines["O2"], false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,292 @@
+package auto
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// Options tune the default schedules.
+type Options struct {
+	// VectorBytes is the width of the target's vector registers (64 with
+	// AVX-512); 0 means 64.
+	VectorBytes int64
+	// ParallelFlops is the multiply-add count from which the outer tile
+	// loop runs in parallel (OpenMP's fork/join costs microseconds); 0
+	// means DefaultParallelFlops, negative never.
+	ParallelFlops int64
+}
+
+// DefaultParallelFlops is Options.ParallelFlops when it is zero: below
+// about four million multiply-adds one thread is faster than a fork/join.
+const DefaultParallelFlops = 1 << 22
+
+// maxAccumulators bounds the vector registers an accumulator tile holds
+// (AVX-512 has 32; the rest hold A's broadcast and B's loads).
+const maxAccumulators = 16
+
+// Module applies Func to every PrimFunc of mod and returns the new module
+// and the names of the functions it scheduled.
+func Module(mod *ir.IRModule, opts Options) (*ir.IRModule, []string, error) {
+	out := mod
+	var done []string
+	for name, f := range mod.PrimFuncs() {
+		g, ok, err := Func(f, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("default schedule of %q: %w", name, err)
+		}
+		if ok {
+			out = out.With(name, g)
+			done = append(done, name)
+		}
+	}
+	return out, done, nil
+}
+
+// Func schedules the first unscheduled matmul-shaped block of f (see the
+// package doc) and reports whether it did; f itself is never modified.
+// A function with no such block, or one whose loops were already
+// transformed, comes back unchanged with false.
+func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
+	if opts.VectorBytes <= 0 {
+		opts.VectorBytes = 64
+	}
+	if opts.ParallelFlops == 0 {
+		opts.ParallelFlops = DefaultParallelFlops
+	}
+	for _, m := range findMatmuls(f) {
+		s, err := schedule.New(f)
+		if err != nil {
+			return f, false, nil
+		}
+		ok, err := scheduleMatmul(s, m, opts)
+		if err != nil {
+			// The primitives refused (a shape they cannot handle): the
+			// unscheduled function stays correct.
+			continue
+		}
+		if ok {
+			return s.Func(), true, nil
+		}
+	}
+	return f, false, nil
+}
+
+// matmulBlock is a block C[.., i, j] += A[.., i, k] * B[.., k, j].
+type matmulBlock struct {
+	name    string
+	dtype   ir.DType
+	extents []int64 // per iteration variable; the last three are i, j, k
+}
+
+// findMatmuls lists the blocks of f that look like an unscheduled matmul:
+// spatial iteration variables then one reduction, each bound to its own
+// serial loop in order (as LegalizeOps makes them), with constant extents,
+// a body C = C + A * B whose B index ends in (k, j) and whose C index
+// ends in j.
+func findMatmuls(f *ir.PrimFunc) []matmulBlock {
+	var out []matmulBlock
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		br, ok := n.(*ir.BlockRealize)
+		if !ok || br.Block == nil || br.Block.Name == ir.RootBlockName {
+			return true
+		}
+		if m, ok := matchMatmul(br); ok {
+			out = append(out, m)
+		}
+		return true
+	})
+	return out
+}
+
+func matchMatmul(br *ir.BlockRealize) (matmulBlock, bool) {
+	b := br.Block
+	n := len(b.IterVars)
+	if n < 3 || b.Init == nil || len(br.IterValues) != n || !isTrue(br.Predicate) {
+		return matmulBlock{}, false
+	}
+	m := matmulBlock{name: b.Name, extents: make([]int64, n)}
+	for i, iv := range b.IterVars {
+		want := ir.IterSpatial
+		if i == n-1 {
+			want = ir.IterReduce
+		}
+		ext, ok := iv.Dom.Extent.(*ir.IntImm)
+		if iv.Kind != want || !ok {
+			return matmulBlock{}, false
+		}
+		if min, _ := iv.Dom.Min.(*ir.IntImm); min == nil || min.Value != 0 {
+			return matmulBlock{}, false
+		}
+		// Bound directly to a loop variable (unscheduled).
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return matmulBlock{}, false
+		}
+		m.extents[i] = ext.Value
+	}
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) == 0 {
+		return matmulBlock{}, false
+	}
+	j, k := b.IterVars[n-2].Var, b.IterVars[n-1].Var
+	if !isVar(st.Indices[len(st.Indices)-1], j) {
+		return matmulBlock{}, false
+	}
+	sum, ok := st.Value.(*ir.Binary)
+	if !ok || sum.Op != ir.OpAdd {
+		return matmulBlock{}, false
+	}
+	c, ok := sum.A.(*ir.BufferLoad)
+	if !ok || c.Buffer != st.Buffer {
+		return matmulBlock{}, false
+	}
+	prod, ok := sum.B.(*ir.Binary)
+	if !ok || prod.Op != ir.OpMul {
+		return matmulBlock{}, false
+	}
+	bl, ok := prod.B.(*ir.BufferLoad)
+	if !ok || len(bl.Indices) < 2 || !isVar(bl.Indices[len(bl.Indices)-1], j) || !isVar(bl.Indices[len(bl.Indices)-2], k) {
+		return matmulBlock{}, false
+	}
+	if _, ok := prod.A.(*ir.BufferLoad); !ok {
+		return matmulBlock{}, false
+	}
+	m.dtype = st.Buffer.DType
+	return m, true
+}
+
+func isVar(e ir.Expr, v *ir.Var) bool {
+	x, ok := e.(*ir.Var)
+	return ok && x == v
+}
+
+func isTrue(e ir.Expr) bool {
+	if e == nil {
+		return true
+	}
+	c, ok := e.(*ir.IntImm)
+	return ok && c.Value != 0
+}
+
+// largestDivisor is the largest divisor of n that is at most limit (≥ 1).
+func largestDivisor(n, limit int64) int64 {
+	for d := min(n, limit); d > 1; d-- {
+		if n%d == 0 {
+			return d
+		}
+	}
+	return 1
+}
+
+// scheduleMatmul register-blocks block m: a tile of mr rows × nt columns
+// (nt = vecs vectors of lanes when lanes divide N, else an unrolled
+// scalar tile) accumulates in a "local" buffer over the whole of k.
+func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, error) {
+	c, err := s.GetBlock(m.name)
+	if err != nil {
+		return false, err
+	}
+	loops, err := s.GetLoops(c)
+	if err != nil {
+		return false, err
+	}
+	n := len(m.extents)
+	if len(loops) != n {
+		return false, nil // nested in other loops: someone scheduled it
+	}
+	M, N, K := int64(1), m.extents[n-2], m.extents[n-1]
+	for _, e := range m.extents[:n-2] {
+		M *= e
+	}
+	esize := int64(m.dtype.Size())
+	if esize <= 0 {
+		return false, nil
+	}
+	lanes := opts.VectorBytes / esize
+	vector := lanes > 1 && N%lanes == 0 && (lanes&(lanes-1)) == 0
+	iExt := m.extents[n-3]
+	var mr, nt int64
+	if vector {
+		mr = 1
+		if iExt >= 4 {
+			mr = largestDivisor(iExt, 4)
+		}
+		vecs := largestDivisor(N/lanes, maxAccumulators/mr)
+		nt = vecs * lanes
+	} else {
+		mr, nt = 1, largestDivisor(N, 32)
+		if nt < 4 && N > 32 {
+			return false, nil
+		}
+	}
+	i, j, k := loops[n-3], loops[n-2], loops[n-1]
+	is, err := s.Split(i, -1, mr)
+	if err != nil {
+		return false, err
+	}
+	js, err := s.Split(j, -1, nt)
+	if err != nil {
+		return false, err
+	}
+	order := append([]schedule.LoopRV{}, loops[:n-3]...)
+	var jv []schedule.LoopRV
+	if vector {
+		if jv, err = s.Split(js[1], -1, lanes); err != nil {
+			return false, err
+		}
+		order = append(order, is[0], js[0], k, is[1], jv[0], jv[1])
+	} else {
+		order = append(order, is[0], js[0], k, is[1], js[1])
+	}
+	if err := s.Reorder(order...); err != nil {
+		return false, err
+	}
+	wb, err := s.CacheWrite(c, 0, "local")
+	if err != nil {
+		return false, err
+	}
+	if err := s.ReverseComputeAt(wb, js[0]); err != nil {
+		return false, err
+	}
+	init, err := s.DecomposeReduction(c, k)
+	if err != nil {
+		return false, err
+	}
+	il, err := s.GetLoops(init)
+	if err != nil {
+		return false, err
+	}
+	wl, err := s.GetLoops(wb)
+	if err != nil {
+		return false, err
+	}
+	if vector {
+		for _, u := range []schedule.LoopRV{is[1], jv[0], il[len(il)-3], il[len(il)-2]} {
+			if err := s.Unroll(u); err != nil {
+				return false, err
+			}
+		}
+		for _, v := range []schedule.LoopRV{jv[1], il[len(il)-1], wl[len(wl)-1]} {
+			if err := s.Vectorize(v); err != nil {
+				return false, err
+			}
+		}
+	} else {
+		for _, u := range []schedule.LoopRV{is[1], js[1], il[len(il)-2], il[len(il)-1]} {
+			if err := s.Unroll(u); err != nil {
+				return false, err
+			}
+		}
+	}
+	if M*N*K >= opts.ParallelFlops && opts.ParallelFlops > 0 {
+		outer := is[0]
+		if iExt/mr < 2 {
+			outer = js[0]
+		}
+		if err := s.Parallel(outer); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,198 @@
+package auto
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/interp"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	_ "github.com/kiln-ml/kiln/devices/cpu" // host arrays for the interpreter
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// fusedDense is the shape FuseTIR gives a Linear layer after
+// LiftTransformParams: x[m, k] times w[k, n] (n contiguous), plus bias,
+// then relu. With wT the weight is read as w[j, k] instead.
+func fusedDense(m, n, k int, wT bool) string {
+	wShape, wIdx := fmt.Sprintf("T.int64(%d), T.int64(%d)", k, n), "w[v_k, v_j]"
+	if wT {
+		wShape, wIdx = fmt.Sprintf("T.int64(%d), T.int64(%d)", n, k), "w[v_j, v_k]"
+	}
+	return fmt.Sprintf(`
+@T.prim_func(private=True)
+def dense(x: T.Buffer((T.int64(%[1]d), T.int64(%[3]d)), "float32"), w: T.Buffer((%[4]s), "float32"), b: T.Buffer((T.int64(%[2]d),), "float32"), out: T.Buffer((T.int64(%[1]d), T.int64(%[2]d)), "float32")):
+    T.func_attr({"tir.noalias": T.bool(True)})
+    mm = T.alloc_buffer((T.int64(%[1]d), T.int64(%[2]d)))
+    for i, j, k in T.grid(T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d)):
+        with T.block("matmul"):
+            v_i, v_j, v_k = T.axis.remap("SSR", [i, j, k])
+            T.reads(x[v_i, v_k], %[5]s)
+            T.writes(mm[v_i, v_j])
+            with T.init():
+                mm[v_i, v_j] = T.float32(0.0)
+            mm[v_i, v_j] = mm[v_i, v_j] + x[v_i, v_k] * %[5]s
+    for i, j in T.grid(T.int64(%[1]d), T.int64(%[2]d)):
+        with T.block("compute"):
+            v_i, v_j = T.axis.remap("SS", [i, j])
+            T.reads(mm[v_i, v_j], b[v_j])
+            T.writes(out[v_i, v_j])
+            out[v_i, v_j] = T.max(mm[v_i, v_j] + b[v_j], T.float32(0.0))
+`, m, n, k, wShape, wIdx)
+}
+
+// batchMatmul is a batched matmul a[b, m, k] × w[b, k, n].
+func batchMatmul(bs, m, n, k int) string {
+	return fmt.Sprintf(`
+@T.prim_func(private=True)
+def bmm(a: T.Buffer((T.int64(%[1]d), T.int64(%[2]d), T.int64(%[4]d)), "float32"), w: T.Buffer((T.int64(%[1]d), T.int64(%[4]d), T.int64(%[3]d)), "float32"), c: T.Buffer((T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d)), "float32")):
+    T.func_attr({"tir.noalias": T.bool(True)})
+    for b, i, j, k in T.grid(T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d), T.int64(%[4]d)):
+        with T.block("matmul"):
+            v_b, v_i, v_j, v_k = T.axis.remap("SSSR", [b, i, j, k])
+            T.reads(a[v_b, v_i, v_k], w[v_b, v_k, v_j])
+            T.writes(c[v_b, v_i, v_j])
+            with T.init():
+                c[v_b, v_i, v_j] = T.float32(0.0)
+            c[v_b, v_i, v_j] = c[v_b, v_i, v_j] + a[v_b, v_i, v_k] * w[v_b, v_k, v_j]
+`, bs, m, n, k)
+}
+
+func parseFunc(t *testing.T, src string) *ir.PrimFunc {
+	t.Helper()
+	mod, err := script.Parse("test.py", src)
+	check.NoError(t, err)
+	for _, f := range mod.PrimFuncs() {
+		return f
+	}
+	t.Fatal("no PrimFunc")
+	return nil
+}
+
+// randomArgs makes one array per buffer parameter of f, filled with
+// values in [-1, 1).
+func randomArgs(t *testing.T, f *ir.PrimFunc, seed uint64) []any {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var args []any
+	for i := range f.Params {
+		b := f.ParamBuffer(i)
+		shape := make(ndarray.Shape, len(b.Shape))
+		n := 1
+		for d, e := range b.Shape {
+			c, ok := e.(*ir.IntImm)
+			check.True(t, ok, "static shape")
+			shape[d] = c.Value
+			n *= int(c.Value)
+		}
+		xs := make([]float32, n)
+		for j := range xs {
+			xs[j] = rng.Float32()*2 - 1
+		}
+		a, err := ndarray.FromSlice(xs, shape)
+		check.NoError(t, err)
+		args = append(args, a)
+	}
+	return args
+}
+
+// outputOf runs f (through the interpreter) on fresh copies of the
+// same inputs and returns its last argument's elements.
+func outputOf(t *testing.T, f *ir.PrimFunc) []float32 {
+	t.Helper()
+	args := randomArgs(t, f, 7)
+	check.NoError(t, interp.Run(f, args...))
+	out, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
+	check.NoError(t, err)
+	return out
+}
+
+func TestFunc(t *testing.T) {
+	cases := []struct {
+		name      string
+		src       string
+		opts      Options
+		scheduled bool
+		golden    bool
+	}{
+		{name: "gemv_vector", src: fusedDense(1, 64, 24, false), scheduled: true, golden: true},
+		{name: "gemv_tail_scalar", src: fusedDense(1, 10, 32, false), scheduled: true, golden: true},
+		{name: "gemv_wide", src: fusedDense(1, 512, 8, false), scheduled: true},
+		{name: "dense_rows", src: fusedDense(8, 32, 16, false), scheduled: true},
+		{name: "dense_odd_rows", src: fusedDense(3, 48, 5, false), scheduled: true},
+		{name: "dense_40_columns", src: fusedDense(2, 40, 7, false), scheduled: true},
+		{name: "parallel", src: fusedDense(8, 64, 16, false), opts: Options{ParallelFlops: 1}, scheduled: true},
+		{name: "avx2_lanes", src: fusedDense(2, 24, 9, false), opts: Options{VectorBytes: 32}, scheduled: true},
+		{name: "batched", src: batchMatmul(2, 4, 32, 8), scheduled: true},
+		{name: "weight_not_transposed", src: fusedDense(1, 64, 24, true), scheduled: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := parseFunc(t, tc.src)
+			g, ok, err := Func(f, tc.opts)
+			check.NoError(t, err)
+			check.Equal(t, ok, tc.scheduled, "scheduled")
+			check.NoError(t, ir.Verify(g))
+			if !ok {
+				check.True(t, g == f, "unchanged")
+				return
+			}
+			// Scheduling twice does nothing: the loops are no longer the
+			// block's own.
+			_, again, err := Func(g, tc.opts)
+			check.NoError(t, err)
+			check.True(t, !again, "a scheduled function is left alone")
+			want := outputOf(t, f)
+			lowered, err := transform.Lower(g, transform.Options{StopAfter: "storage_rewrite", Verify: true})
+			check.NoError(t, err)
+			for _, h := range []*ir.PrimFunc{g, lowered} {
+				got := outputOf(t, h)
+				check.Equal(t, len(got), len(want))
+				for i := range got {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-5 {
+						t.Fatalf("element %d: got %g, want %g", i, got[i], want[i])
+					}
+				}
+			}
+			if tc.golden {
+				golden(t, tc.name, script.Print(g))
+			}
+		})
+	}
+}
+
+func TestModule(t *testing.T) {
+	mod, err := script.Parse("test.py", "@I.ir_module\nclass Module:"+indent(fusedDense(1, 32, 8, false))+indent(strings.ReplaceAll(fusedDense(1, 32, 8, true), "def dense", "def dense_t")))
+	check.NoError(t, err)
+	out, done, err := Module(mod, Options{})
+	check.NoError(t, err)
+	check.Equal(t, strings.Join(done, ","), "dense")
+	check.True(t, out.PrimFunc("dense_t") == mod.PrimFunc("dense_t"), "dense_t unchanged")
+}
+
+func indent(s string) string {
+	return strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		check.NoError(t, os.MkdirAll("testdata", 0o755))
+		check.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	check.NoError(t, err, "run go test -update")
+	check.Equal(t, got, string(want))
+}
