@@ -19,10 +19,14 @@
 // verifies the client's lease with the tracker (when one is configured),
 // creates the session directory and starts the worker: the daemon's own
 // executable with Config.Worker.Args (DefaultWorkerArgs,
-// "rpcserver-worker"), connected by an AF_UNIX socket pair passed as file
-// descriptor 3. The daemon serves the file methods itself and forwards every
-// other request, and the array bulk transfers, to the worker over that
-// socket (a proto connection with role worker).
+// "rpcserver-worker"), connected by two AF_UNIX socket pairs passed as file
+// descriptors 3 and 4. The daemon serves the file methods itself and
+// forwards every other request to the worker as plain frames on fd 4
+// (proto.NewFrameClient / Server.ServeFrames: no yamux on the hot path),
+// and the array bulk transfers over fd 3 (a proto connection with role
+// worker, yamux and bulk streams). The worker runs with GOMAXPROCS=1
+// unless WorkerSpec.Env sets it: its Go code is the call path only, and
+// kernels' own threads (OpenMP) are not Go threads.
 //
 // A kernel that crashes kills the worker, not the daemon: the daemon reads
 // the worker's exit status (or, for a fatal signal the Go runtime caught,

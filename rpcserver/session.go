@@ -51,7 +51,7 @@ type session struct {
 	worker    *workerProc
 	lease     string
 	info      proto.SessionInfo
-	inflight  map[uint64]string // call id → "what" (for crash reports)
+	inflight  map[uint64]inflightCall // call id → the call (for crash reports)
 	nextCall  uint64
 	funcNames map[uint64]string // function handle → name
 	closed    bool
@@ -61,7 +61,7 @@ func newSession(d *Daemon, c *proto.Conn, id string) *session {
 	s := &session{
 		d: d, c: c, id: id, remote: c.RemoteAddr().String(), started: time.Now(),
 		log:       d.log.With("session", id, "remote", c.RemoteAddr().String()),
-		inflight:  map[uint64]string{},
+		inflight:  map[uint64]inflightCall{},
 		funcNames: map[uint64]string{},
 	}
 	s.armDeadline(d.cfg.SessionTimeout)
@@ -262,11 +262,15 @@ func (s *session) expire() {
 func (s *session) workerExited() {
 	s.mu.Lock()
 	w := s.worker
-	running := make([]string, 0, len(s.inflight))
-	for _, what := range s.inflight {
-		running = append(running, what)
+	calls := make([]inflightCall, 0, len(s.inflight))
+	for _, c := range s.inflight {
+		calls = append(calls, c)
 	}
 	s.mu.Unlock()
+	running := make([]string, 0, len(calls))
+	for _, c := range calls {
+		running = append(running, s.describe(c.method, c.args))
+	}
 	if w == nil {
 		return // it died while starting; open reports that
 	}
@@ -324,8 +328,16 @@ func (s *session) close() {
 	s.log.Info("session closed", "how", s.endHow, "lasted", time.Since(s.started).Round(time.Millisecond))
 }
 
+// inflightCall is a request forwarded to the worker and not yet answered;
+// describe names it when a crash report needs it.
+type inflightCall struct {
+	method string
+	args   msgpack.RawMessage
+}
+
 // track records a call in flight for crash reports; untrack forgets it.
-func (s *session) track(what string) uint64 {
+// Describing the call is left to the crash report.
+func (s *session) track(what inflightCall) uint64 {
 	s.d.m.inflight.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -403,10 +415,10 @@ func (s *session) forward(ctx context.Context, method string, args msgpack.RawMe
 	if err != nil {
 		return nil, err
 	}
-	id := s.track(s.describe(method, args))
+	id := s.track(inflightCall{method: method, args: args})
 	defer s.untrack(id)
 	var raw msgpack.RawMessage
-	if err := w.client.Call(ctx, method, args, &raw); err != nil {
+	if err := w.calls.Call(ctx, method, args, &raw); err != nil {
 		return nil, s.failed(ctx, w, err)
 	}
 	if method == proto.ModuleGetFunction || method == proto.GlobalGet {
@@ -426,7 +438,7 @@ func (s *session) forwardUpload(ctx context.Context, method string, in proto.Bul
 	if err != nil {
 		return proto.Bulk{}, err
 	}
-	id := s.track(method)
+	id := s.track(inflightCall{method: method})
 	defer s.untrack(id)
 	if _, err := w.client.Bulk(ctx, method, in, nil); err != nil {
 		return proto.Bulk{}, s.failed(ctx, w, err)
@@ -444,7 +456,7 @@ func (s *session) forwardDownload(ctx context.Context, c *proto.Conn, method str
 		return proto.Bulk{}, err
 	}
 	var size int64
-	if err := w.client.Call(ctx, proto.WorkerBulkSize, proto.BulkSizeArgs{Method: method, Name: in.Name}, &size); err != nil {
+	if err := w.calls.Call(ctx, proto.WorkerBulkSize, proto.BulkSizeArgs{Method: method, Name: in.Name}, &size); err != nil {
 		return proto.Bulk{}, s.failed(ctx, w, err)
 	}
 	// The transfer outlives the handler (proto sends the body after it

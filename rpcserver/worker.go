@@ -32,6 +32,10 @@ const (
 	// EnvWorkerFD is the file descriptor of the worker's connection to the
 	// daemon (an AF_UNIX socket; 3, the first of exec.Cmd.ExtraFiles).
 	EnvWorkerFD = "KILN_RPC_WORKER_FD"
+	// EnvWorkerCallFD is the file descriptor of the worker's second
+	// connection to the daemon, which carries calls as plain frames
+	// (proto.Server.ServeFrames; 4, the second of exec.Cmd.ExtraFiles).
+	EnvWorkerCallFD = "KILN_RPC_WORKER_CALL_FD"
 	// EnvWorkerDir is the session's directory: files/ holds the client's
 	// files, modules/ the worker's copies of loaded modules.
 	EnvWorkerDir = "KILN_RPC_WORKER_DIR"
@@ -60,6 +64,10 @@ type WorkerConfig struct {
 	Session string
 	// Logger receives the worker's logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// Calls, when set, is a second connection from the daemon that carries
+	// calls as plain frames (see EnvWorkerCallFD); the worker serves it
+	// beside conn and stops when either ends.
+	Calls net.Conn
 }
 
 // WorkerMain is the body of a worker process: the hidden CLI subcommand the
@@ -86,9 +94,24 @@ func WorkerMain() int {
 		log.Error("open worker connection", "err", err)
 		return 2
 	}
+	var calls net.Conn
+	if v := os.Getenv(EnvWorkerCallFD); v != "" {
+		cfd, err := strconv.Atoi(v)
+		if err != nil || cfd < 3 {
+			log.Error("bad call connection", "env", EnvWorkerCallFD, "value", v)
+			return 2
+		}
+		f := os.NewFile(uintptr(cfd), "daemon-calls")
+		calls, err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			log.Error("open worker call connection", "err", err)
+			return 2
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log})
+	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls})
 	if err != nil {
 		log.Error("worker stopped", "err", err)
 		return 1
@@ -118,6 +141,9 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 	box, err := openSandbox(files, 0)
 	if err != nil {
 		conn.Close()
+		if cfg.Calls != nil {
+			cfg.Calls.Close()
+		}
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer box.Close()
@@ -127,7 +153,22 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
 	w.register(srv)
 	log.Debug("worker serving", "dir", cfg.Dir)
-	err = srv.ServeConn(ctx, conn)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cerr error
+	var wg sync.WaitGroup
+	if cfg.Calls != nil {
+		wg.Go(func() {
+			cerr = srv.ServeFrames(sctx, cfg.Calls)
+			cancel()
+		})
+	}
+	err = srv.ServeConn(sctx, conn)
+	cancel()
+	wg.Wait()
+	if err == nil {
+		err = cerr
+	}
 	log.Debug("worker connection ended", "err", err)
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("worker: %w", err)

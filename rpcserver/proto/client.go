@@ -41,8 +41,8 @@ type DialOptions struct {
 // calls and bulk transfers run concurrently. It is safe for concurrent use.
 type Client struct {
 	addr     string
-	sess     *yamux.Session
-	ctl      *yamux.Stream
+	sess     *yamux.Session // nil on a plain frame connection (NewFrameClient)
+	ctl      net.Conn       // the control stream, or the connection itself
 	maxFrame int
 
 	nextID atomic.Uint64
@@ -118,7 +118,7 @@ func NewClient(ctx context.Context, nc net.Conn, opts DialOptions) (*Client, err
 		nc.Close()
 		return nil, err
 	}
-	sess, err := yamux.Client(nc, muxConfig(opts.KeepAlive, log.With("remote", nc.RemoteAddr().String())))
+	sess, err := yamux.Client(coalesce(nc), muxConfig(opts.KeepAlive, log.With("remote", nc.RemoteAddr().String())))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("start yamux: %w", err)
@@ -128,16 +128,50 @@ func NewClient(ctx context.Context, nc net.Conn, opts DialOptions) (*Client, err
 		sess.Close()
 		return nil, fmt.Errorf("open control stream: %w", newError(CodeUnavailable, err.Error()))
 	}
+	return startClient(nc, sess, ctl, opts.MaxFrameSize), nil
+}
+
+// NewFrameClient says hello on an established connection and returns a
+// Client that sends its requests as plain frames on nc itself, with no
+// yamux session: the peer must serve nc with Server.ServeFrames. Such a
+// Client makes calls only (Bulk fails with ErrBadRequest); it saves the
+// multiplexer's goroutine hand-offs on an internal link (the device
+// daemon's calls to its worker). It owns nc; on failure nc is closed.
+func NewFrameClient(ctx context.Context, nc net.Conn, opts DialOptions) (*Client, error) {
+	if opts.Role == 0 {
+		opts.Role = RoleClient
+	}
+	if opts.MaxFrameSize <= 0 {
+		opts.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if err := clientHello(ctx, nc, opts); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return startClient(nc, nil, nc, opts.MaxFrameSize), nil
+}
+
+// startClient builds a Client on its control stream and starts its reader.
+func startClient(nc net.Conn, sess *yamux.Session, ctl net.Conn, maxFrame int) *Client {
 	c := &Client{
 		addr:     nc.RemoteAddr().String(),
 		sess:     sess,
 		ctl:      ctl,
-		maxFrame: opts.MaxFrameSize,
+		maxFrame: maxFrame,
 		pending:  make(map[uint64]chan Response),
 		done:     make(chan struct{}),
 	}
 	c.wg.Go(c.readResponses)
-	return c, nil
+	return c
+}
+
+// closeTransport closes the yamux session, or the plain connection.
+func (c *Client) closeTransport() {
+	if c.sess != nil {
+		c.sess.Close()
+		return
+	}
+	c.ctl.Close()
 }
 
 // clientHello sends the hello and checks the reply, under the handshake
@@ -221,7 +255,7 @@ func (c *Client) Call(ctx context.Context, method string, args, result any) erro
 		// before the break (a peer's last word on why it closed), then ends
 		// the Client; its reason is the one to report.
 		c.forget(req.ID)
-		c.sess.Close()
+		c.closeTransport()
 		<-c.done
 		return fmt.Errorf("call %q: %w", method, c.err)
 	}
@@ -299,7 +333,7 @@ func (c *Client) shutdown(reason error) {
 	c.shutOnce.Do(func() {
 		c.err = newError(CodeUnavailable, fmt.Sprintf("connection to %s lost: %v", c.addr, reason))
 		close(c.done)
-		c.sess.Close()
+		c.closeTransport()
 	})
 }
 
@@ -340,6 +374,9 @@ func (c *Client) Bulk(ctx context.Context, method string, in Bulk, w io.Writer) 
 	}
 	if in.Size < 0 || (in.Size > 0 && in.Body == nil) {
 		return 0, fmt.Errorf("%s: size %d with a nil body: %w", what, in.Size, ErrBadRequest)
+	}
+	if c.sess == nil {
+		return 0, fmt.Errorf("%s: this connection carries calls only, no bulk streams: %w", what, ErrBadRequest)
 	}
 	st, err := c.sess.OpenStream()
 	if err != nil {

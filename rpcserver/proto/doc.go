@@ -53,6 +53,12 @@
 // stream at once: the control stream. Every later stream the dialer opens is
 // a bulk stream. Streams are only opened by the dialer.
 //
+// An internal link may skip yamux: a dialer that uses NewFrameClient, served
+// with Server.ServeFrames, sends its frames on the connection itself right
+// after the hello, with no control stream and no bulk streams (the device
+// daemon's call link to its worker). Clients and other listeners always use
+// yamux.
+//
 // # Frames
 //
 // On the control stream and at the head of bulk streams, messages are frames:

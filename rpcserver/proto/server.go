@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -194,7 +195,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		wg.Go(func() { s.serveConn(ctx, nc) })
+		wg.Go(func() { s.serveConn(ctx, nc, false) })
 	}
 }
 
@@ -207,12 +208,26 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) error {
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	return s.serveConn(ctx, nc)
+	return s.serveConn(ctx, nc, false)
+}
+
+// ServeFrames serves one already-accepted connection whose dialer used
+// NewFrameClient: after the hello, requests and responses are plain frames
+// on nc itself, with no yamux session and no bulk streams. It is meant for
+// internal links (a device daemon's calls to its worker), where it saves
+// the multiplexer's goroutine hand-offs; it returns as ServeConn does.
+func (s *Server) ServeFrames(ctx context.Context, nc net.Conn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	return s.serveConn(ctx, nc, true)
 }
 
 // serveConn runs one connection: hello (with admission by OnConnect), yamux,
-// control stream, bulk streams.
-func (s *Server) serveConn(ctx context.Context, nc net.Conn) error {
+// control stream, bulk streams. With plain, requests come as frames on nc
+// itself and there is no yamux session.
+func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 	defer nc.Close()
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
@@ -223,6 +238,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) error {
 		ctx:    cctx,
 		cancel: ccancel,
 		sem:    make(chan struct{}, s.cfg.MaxInFlight),
+		work:   make(chan Request),
 	}
 	if err := s.handshake(ctx, c); err != nil {
 		if ctx.Err() != nil {
@@ -237,8 +253,22 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) error {
 	if s.cfg.OnDisconnect != nil {
 		defer s.cfg.OnDisconnect(c) // runs after every handler has returned
 	}
+	if plain {
+		c.ctl = nc
+		c.log.Debug("connection open (plain frames)")
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-cctx.Done()
+			nc.Close()
+		})
+		err := c.readRequests(&wg)
+		ccancel()
+		wg.Wait()
+		c.log.Debug("connection closed", "err", err)
+		return err
+	}
 
-	sess, err := yamux.Server(nc, muxConfig(s.cfg.KeepAlive, c.log))
+	sess, err := yamux.Server(coalesce(nc), muxConfig(s.cfg.KeepAlive, c.log))
 	if err != nil {
 		return fmt.Errorf("start yamux: %w", err)
 	}
@@ -372,9 +402,11 @@ type Conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
+	work   chan Request // hands requests to idle dispatchers
+	idle   atomic.Int32 // dispatchers waiting on work
 
 	wmu sync.Mutex // serializes writes on ctl
-	ctl *yamux.Stream
+	ctl net.Conn   // the control stream, or nc itself for ServeFrames
 
 	vmu    sync.Mutex
 	values map[any]any
@@ -439,10 +471,36 @@ func (c *Conn) readRequests(wg *sync.WaitGroup) error {
 		case <-c.ctx.Done():
 			return nil
 		}
-		wg.Go(func() {
-			defer func() { <-c.sem }()
-			c.dispatch(req)
-		})
+		select {
+		case c.work <- req: // an idle dispatcher takes it
+		default:
+			wg.Go(func() { c.dispatcher(req) })
+		}
+	}
+}
+
+// maxIdleDispatchers bounds the dispatcher goroutines a connection keeps
+// waiting for requests.
+const maxIdleDispatchers = 4
+
+// dispatcher runs req and then, while few others are idle, waits for the
+// next request the reader hands over. Reusing goroutines spares each
+// request a goroutine start and the stack growth that follows.
+func (c *Conn) dispatcher(req Request) {
+	for {
+		c.dispatch(req)
+		<-c.sem
+		if c.idle.Add(1) > maxIdleDispatchers {
+			c.idle.Add(-1)
+			return
+		}
+		select {
+		case req = <-c.work:
+			c.idle.Add(-1)
+		case <-c.ctx.Done():
+			c.idle.Add(-1)
+			return
+		}
 	}
 }
 
