@@ -185,6 +185,19 @@ type worker struct {
 
 	mu      sync.Mutex
 	modules int // modules loaded, to name their directories
+	// vms are the graph-level modules loaded; their cached weight
+	// transforms are dropped whenever an array's contents change.
+	vms []*vm.VM
+}
+
+// arrayChanged drops the VMs' cached results: new values copied into an
+// array that was passed as a weight must not meet a stale transform.
+func (w *worker) arrayChanged() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.vms {
+		m.ClearCache()
+	}
 }
 
 // handler adapts a typed method to proto.HandlerFunc.
@@ -280,6 +293,9 @@ func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, err
 		}
 		m.Import(mod)
 		mod = m
+		w.mu.Lock()
+		w.vms = append(w.vms, m)
+		w.mu.Unlock()
 	}
 	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
 	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())
@@ -484,6 +500,7 @@ func (w *worker) copyFrom(_ context.Context, _ *proto.Conn, in proto.Bulk) (prot
 			if _, err := io.ReadFull(in.Body, hb); err != nil {
 				return proto.Bulk{}, fmt.Errorf("copy to array %d: %w", h, err)
 			}
+			w.arrayChanged()
 			return proto.Bulk{}, nil
 		}
 	}
@@ -494,6 +511,7 @@ func (w *worker) copyFrom(_ context.Context, _ *proto.Conn, in proto.Bulk) (prot
 	if err := o.arr.CopyFromBytes(buf); err != nil {
 		return proto.Bulk{}, fmt.Errorf("copy to array %d: %w", h, err)
 	}
+	w.arrayChanged()
 	return proto.Bulk{}, nil
 }
 
