@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,7 +144,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 	if opts.DumpIR != nil {
 		for _, p := range opts.DumpIR {
-			if p != "all" && !contains(transform.PassNames(), p) {
+			if p != "all" && !slices.Contains(transform.PassNames(), p) {
 				return nil, fmt.Errorf("build: --dump-ir: unknown pass %q (passes: %s)", p, strings.Join(transform.PassNames(), ", "))
 			}
 		}
@@ -257,15 +258,6 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		}
 	}
 	return res, nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // onlyPrimFuncs drops graph-level functions, which the C generator does

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kiln-ml/kiln/artifact"
@@ -41,7 +42,7 @@ func TestMLPEndToEnd(t *testing.T) {
 		kernels = append(kernels, f.Name)
 	}
 	for _, want := range []string{"fused_matmul_add_relu", "fused_matmul1_add1", "transpose", "transpose1"} {
-		check.True(t, contains(kernels, want), "kernel", want, "missing from", kernels)
+		check.True(t, slices.Contains(kernels, want), "kernel", want, "missing from", kernels)
 	}
 
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -105,13 +106,4 @@ func mlpReference(x []float32, p map[string][]float32) []float64 {
 		out[j] = s
 	}
 	return out
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
