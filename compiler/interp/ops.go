@@ -101,8 +101,31 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
+// compareLane evaluates a comparison operator (1 for true), reporting
+// false for any other operator.
+func compareLane[T int64 | uint64 | float64](op ir.BinaryOp, a, b T) (uint64, bool) {
+	switch op {
+	case ir.OpEQ:
+		return b2u(a == b), true
+	case ir.OpNE:
+		return b2u(a != b), true
+	case ir.OpLT:
+		return b2u(a < b), true
+	case ir.OpLE:
+		return b2u(a <= b), true
+	case ir.OpGT:
+		return b2u(a > b), true
+	case ir.OpGE:
+		return b2u(a >= b), true
+	}
+	return 0, false
+}
+
 func intLane(op ir.BinaryOp, t ir.DType, a, b int64) (uint64, error) {
 	var r int64
+	if r, ok := compareLane(op, a, b); ok {
+		return r, nil
+	}
 	switch op {
 	case ir.OpAdd:
 		r = a + b
@@ -128,18 +151,6 @@ func intLane(op ir.BinaryOp, t ir.DType, a, b int64) (uint64, error) {
 		r = min(a, b)
 	case ir.OpMax:
 		r = max(a, b)
-	case ir.OpEQ:
-		return b2u(a == b), nil
-	case ir.OpNE:
-		return b2u(a != b), nil
-	case ir.OpLT:
-		return b2u(a < b), nil
-	case ir.OpLE:
-		return b2u(a <= b), nil
-	case ir.OpGT:
-		return b2u(a > b), nil
-	case ir.OpGE:
-		return b2u(a >= b), nil
 	default:
 		return 0, fmt.Errorf("unknown binary operator %s", op)
 	}
@@ -148,6 +159,9 @@ func intLane(op ir.BinaryOp, t ir.DType, a, b int64) (uint64, error) {
 
 func uintLane(op ir.BinaryOp, t ir.DType, a, b uint64) (uint64, error) {
 	var r uint64
+	if r, ok := compareLane(op, a, b); ok {
+		return r, nil
+	}
 	switch op {
 	case ir.OpAdd:
 		r = a + b
@@ -168,18 +182,6 @@ func uintLane(op ir.BinaryOp, t ir.DType, a, b uint64) (uint64, error) {
 		r = min(a, b)
 	case ir.OpMax:
 		r = max(a, b)
-	case ir.OpEQ:
-		return b2u(a == b), nil
-	case ir.OpNE:
-		return b2u(a != b), nil
-	case ir.OpLT:
-		return b2u(a < b), nil
-	case ir.OpLE:
-		return b2u(a <= b), nil
-	case ir.OpGT:
-		return b2u(a > b), nil
-	case ir.OpGE:
-		return b2u(a >= b), nil
 	default:
 		return 0, fmt.Errorf("unknown binary operator %s", op)
 	}
@@ -188,6 +190,9 @@ func uintLane(op ir.BinaryOp, t ir.DType, a, b uint64) (uint64, error) {
 
 func floatLane(op ir.BinaryOp, t ir.DType, a, b float64) (uint64, error) {
 	var r float64
+	if r, ok := compareLane(op, a, b); ok {
+		return r, nil
+	}
 	switch op {
 	case ir.OpAdd:
 		r = a + b
@@ -213,18 +218,6 @@ func floatLane(op ir.BinaryOp, t ir.DType, a, b float64) (uint64, error) {
 		if a > b {
 			r = a
 		}
-	case ir.OpEQ:
-		return b2u(a == b), nil
-	case ir.OpNE:
-		return b2u(a != b), nil
-	case ir.OpLT:
-		return b2u(a < b), nil
-	case ir.OpLE:
-		return b2u(a <= b), nil
-	case ir.OpGT:
-		return b2u(a > b), nil
-	case ir.OpGE:
-		return b2u(a >= b), nil
 	default:
 		return 0, fmt.Errorf("unknown binary operator %s", op)
 	}

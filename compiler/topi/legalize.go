@@ -120,17 +120,7 @@ func init() {
 		axes, _ := c.ints("axes")
 		return one(Transpose(x, axes))
 	}}
-	legalizers["relax.reshape"] = legalizer{"reshape", func(c *lctx) ([]*te.Tensor, error) {
-		x, err := c.tensor(0)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.shape(1)
-		if err != nil {
-			return nil, err
-		}
-		return one(Reshape(x, s))
-	}}
+	legalizers["relax.reshape"] = legalizer{"reshape", tensorAndShape(Reshape)}
 	legalizers["relax.flatten"] = legalizer{"reshape", func(c *lctx) ([]*te.Tensor, error) {
 		x, err := c.tensor(0)
 		if err != nil {
@@ -138,17 +128,7 @@ func init() {
 		}
 		return one(Flatten(x))
 	}}
-	legalizers["relax.broadcast_to"] = legalizer{"broadcast_to", func(c *lctx) ([]*te.Tensor, error) {
-		x, err := c.tensor(0)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.shape(1)
-		if err != nil {
-			return nil, err
-		}
-		return one(BroadcastTo(x, s))
-	}}
+	legalizers["relax.broadcast_to"] = legalizer{"broadcast_to", tensorAndShape(BroadcastTo)}
 	legalizers["relax.concat"] = legalizer{"concatenate", func(c *lctx) ([]*te.Tensor, error) {
 		ts, err := c.tuple(0)
 		if err != nil {
@@ -641,6 +621,22 @@ func (c *lctx) tuple(i int) ([]*te.Tensor, error) {
 }
 
 // shape returns the values of shape argument i.
+// tensorAndShape legalizes an operator whose arguments are a tensor and a
+// target shape (reshape, broadcast_to).
+func tensorAndShape(f func(*te.Tensor, []ir.Expr) (*te.Tensor, error)) func(*lctx) ([]*te.Tensor, error) {
+	return func(c *lctx) ([]*te.Tensor, error) {
+		x, err := c.tensor(0)
+		if err != nil {
+			return nil, err
+		}
+		s, err := c.shape(1)
+		if err != nil {
+			return nil, err
+		}
+		return one(f(x, s))
+	}
+}
+
 func (c *lctx) shape(i int) ([]ir.Expr, error) {
 	if i >= len(c.call.Args) {
 		return nil, fmt.Errorf("%s: missing argument %d", c.def.ShortName(), i)
