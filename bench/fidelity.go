@@ -26,7 +26,7 @@ func init() {
 	})
 }
 
-// fidelityGoal is issue 4's goal: the remote figure within 3% of the
+// fidelityGoal is the timing contract's goal: the remote figure within 3% of the
 // in-process one.
 const fidelityGoal = 0.03
 

@@ -201,7 +201,7 @@ func matmulFunc(n, m, k int) (*ir.PrimFunc, error) {
 	return f, nil
 }
 
-// scheduleMatmul is the hand-written schedule of the benchmark (issue 3),
+// scheduleMatmul is the hand-written schedule of the benchmark,
 // a register-blocked kernel:
 //
 //   - C is cut into mr×nr tiles: split i and j, then j's tile into
@@ -297,7 +297,7 @@ func scheduleMatmul(s *schedule.Schedule, mr, nr, lanes int64) error {
 // checkMatmul compares C with a float64 Go reference: every entry in
 // quick mode, else 512 random entries and the four corners. It returns
 // how many entries it checked and the largest relative error; an error
-// above 1e-5 (the seed's rtol) fails.
+// above 1e-5 (the tolerance of TVM's tutorial) fails.
 func checkMatmul(rng *rand.Rand, a, b, c *ndarray.NDArray, n, m, k int, all bool) (int, float64, error) {
 	af, bf, cf := floats(a), floats(b), floats(c)
 	type ij struct{ i, j int }

@@ -28,7 +28,7 @@ import (
 func init() {
 	register(benchmark{
 		name:    "mlp",
-		summary: "seed 001's MLP (1x784 -> 256 -> 10, fp32) end to end through the VM, latency against PyTorch eager on CPU",
+		summary: "the IRModule tutorial's MLP (1x784 -> 256 -> 10, fp32) end to end through the VM, latency against PyTorch eager on CPU",
 		run:     runMLP,
 	})
 }

@@ -145,7 +145,7 @@ func runVecadd(ctx context.Context, opt options) (result, error) {
 	return r, nil
 }
 
-// vecaddFunc is seed 003's vector add, C[i] = A[i] + B[i] over n fp32
+// vecaddFunc is the tensor-expression tutorial's vector add, C[i] = A[i] + B[i] over n fp32
 // elements (n a constant or a size variable), as a PrimFunc with
 // parameters A, B, C.
 func vecaddFunc(n ir.Expr) (*ir.PrimFunc, error) {

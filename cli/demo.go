@@ -35,11 +35,11 @@ import (
 func demoCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "demo",
-		Usage:     "run a whole fleet in this process: build seed 003's matmul remotely, run it, check it, time it",
+		Usage:     "run a whole fleet in this process: build the tensor-expression tutorial's matmul remotely, run it, check it, time it",
 		UsageText: "kiln demo [--size N] [--keep DIR]",
 		Description: `Starts an in-process tracker, compiler node and CPU device daemon on loopback
 (127.0.0.1, random ports, a random token), then does what a user of a fleet
-does: defines seed 003's matrix multiply (te.compute with te.sum over k,
+does: defines the tensor-expression tutorial's matrix multiply (te.compute with te.sum over k,
 s[C].parallel(C.op.axis[0])), submits the build to the tracker's queue, where
 the compiler node builds it, leases the device, uploads the artifact, runs the
 kernel on random N×N inputs, checks the result against a reference computed
@@ -241,7 +241,7 @@ func waitFleet(ctx context.Context, tc *client.Tracker, nodeReady <-chan struct{
 	}
 }
 
-// seed003Matmul is seed 003's matmul: C[i, j] = sum over k of A[i, k] *
+// seed003Matmul is the tensor-expression tutorial's matmul: C[i, j] = sum over k of A[i, k] *
 // B[k, j] with symbolic N, M, K, and s[C].parallel(C.op.axis[0]).
 func seed003Matmul() (string, []string, error) {
 	N, M, K := te.Var("N"), te.Var("M"), te.Var("K")
@@ -283,7 +283,7 @@ func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir 
 	if err := os.WriteFile(filepath.Join(dir, "matmul.py"), []byte(src), 0o644); err != nil {
 		return err
 	}
-	step("define", start, "seed 003 matmul, schedule: %v", trace)
+	step("define", start, "TVM's tensor-expression tutorial matmul, schedule: %v", trace)
 
 	start = time.Now()
 	job, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "matmul.py", Module: src, Target: "cpu"})

@@ -22,7 +22,7 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// The tests in this file are issue 4's failure and bad-input checks. Each
+// The tests in this file are the fleet's failure and bad-input checks. Each
 // runs a fleet of real kiln processes (this test binary with
 // KILN_TEST_MAIN=1: `kiln tracker`, `kiln rpcserver`, `kiln compiler`) on
 // 127.0.0.1 and talks to it through the CLI commands and the SDK, as users

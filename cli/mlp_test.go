@@ -18,7 +18,7 @@ import (
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
-// TestMLPRemote is seed 001's deployment: the MLP written with the NN
+// TestMLPRemote is the IRModule tutorial's deployment: the MLP written with the NN
 // builder and saved as TVMScript plus safetensors weights is built through
 // the fleet's queue (default O2 pipeline) and run on the remote device with
 // --params, and locally from an artifact with the weights bundled; both

@@ -536,7 +536,7 @@ func TestParseTarget(t *testing.T) {
 	}
 }
 
-// TestSeedModule builds seed 001's module after the zero pipeline (fused
+// TestSeedModule builds the IRModule tutorial's module after the zero pipeline (fused
 // PrimFuncs with int64 shapes and intermediate buffers, beside a Relax
 // function that Build leaves out) and checks every function's compiled C
 // against the reference interpreter on the same random inputs.
@@ -544,7 +544,7 @@ func TestSeedModule(t *testing.T) {
 	path := filepath.Join("..", "..", "shared", "seeds", "restored", "001_after_zero_pipeline.py")
 	src, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("../shared/seeds not present")
+		t.Skip("TVM's example modules (shared/seeds/restored beside the repository) not present")
 	}
 	check.NoError(t, err)
 	m, err := script.Parse(filepath.Base(path), string(src))

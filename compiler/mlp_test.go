@@ -19,7 +19,7 @@ import (
 	"github.com/kiln-ml/kiln/vm"
 )
 
-// seedMLP is seed 001's model: 784 → 256 → ReLU → 10.
+// seedMLP is the IRModule tutorial's model: 784 → 256 → ReLU → 10.
 func seedMLP() nn.Module {
 	return nn.NewNamedSequential(
 		nn.Named("fc1", nn.NewLinear(784, 256, true)),
@@ -28,7 +28,7 @@ func seedMLP() nn.Module {
 	)
 }
 
-// TestMLPEndToEnd builds seed 001's MLP with the NN builder, compiles it
+// TestMLPEndToEnd builds the IRModule tutorial's MLP with the NN builder, compiles it
 // through the default O2 pipeline (two fused kernels, transposes lifted), runs it
 // on the VM with both allocators and checks it against a float64
 // reference computed from the same weights.

@@ -34,7 +34,7 @@ func buildVM(t *testing.T, src, memoryCfg string) (*vm.VM, error) {
 	return vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: memoryCfg})
 }
 
-// TestSeed000 runs seed 000 as written: a storage allocated with scope
+// TestSeed000 runs the Relax VM storage-scope example as written: a storage allocated with scope
 // "global", a tensor at offset 0 in it, the add kernel called in
 // destination-passing style, under the naive allocator, through
 // set_input / invoke_stateful / get_outputs; the result is arg0 + arg0.

@@ -12,7 +12,7 @@ import (
 	"github.com/kiln-ml/kiln/vm"
 )
 
-// mlpExecutable is what the VM code generator makes of seed 001's MLP
+// mlpExecutable is what the VM code generator makes of the IRModule tutorial's MLP
 // after the zero pipeline and static memory planning: two transposes, a
 // fused matmul+add+relu and a fused matmul+add; storage 0 holds the first
 // transpose and, once that is dead, the second.
@@ -209,7 +209,7 @@ func threeKernelsDPS(t testing.TB) *vm.Executable {
 	return exe
 }
 
-// BenchmarkMLP runs seed 001's MLP shape (1x784 -> 256 -> 10) with the
+// BenchmarkMLP runs the IRModule tutorial's MLP shape (1x784 -> 256 -> 10) with the
 // hand-written kernels of testdata/kernels.c, pooled against naive.
 func BenchmarkMLP(b *testing.B) {
 	mod := kernels(b)

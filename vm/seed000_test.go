@@ -16,7 +16,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
-// seed000 builds by hand what the VM code generator makes of seed 000's
+// seed000 builds by hand what the VM code generator makes of the Relax VM storage-scope example's
 // main: storage in scope "global", a tensor at offset 0, add(x, x, alloc).
 func seed000(t testing.TB, scope string) *vm.Executable {
 	t.Helper()

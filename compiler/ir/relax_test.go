@@ -8,7 +8,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
-// mlp builds seed 001's MLP graph function in Go.
+// mlp builds the IRModule tutorial's MLP graph function in Go.
 func mlp() *ir.Function {
 	x := ir.NewRVar("x", ir.TensorOfShape(ir.Float32, 1, 784))
 	w := ir.NewRVar("w", ir.TensorOfShape(ir.Float32, 256, 784))

@@ -18,7 +18,7 @@
 // involved, leaving the schedule unchanged. Trace lists the primitives
 // applied, in TVM's Python syntax.
 //
-// Seed 003's s[C].parallel(C.op.axis[0]) is
+// the tensor-expression tutorial's s[C].parallel(C.op.axis[0]) is
 //
 //	s, _ := schedule.New(f) // f from te.CreatePrimFunc
 //	c, _ := s.GetBlock("C")

@@ -9,7 +9,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/te"
 )
 
-// Example is seed 003's matrix multiplication with its schedule
+// Example is the tensor-expression tutorial's matrix multiplication with its schedule
 // s[C].parallel(C.op.axis[0]): the loop of C's first axis runs in
 // parallel.
 func Example() {

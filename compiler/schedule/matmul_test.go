@@ -46,7 +46,7 @@ func registerBlocked(t *testing.T, s *Schedule, mr, nr int64, pack bool) {
 	check.NoError(t, s.Parallel(must[LoopRV](t)(s.Fuse(outer[0], outer[1]))))
 }
 
-// TestMatmulRegisterBlocked expresses the benchmark's schedule (issue 3:
+// TestMatmulRegisterBlocked expresses the benchmark's schedule (
 // tiling, reorder, cache_write into a local accumulator computed at the
 // tile loop, vectorize, unroll, parallel; optionally a packed panel of B)
 // and checks it against the unscheduled matmul.

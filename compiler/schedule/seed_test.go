@@ -9,7 +9,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
-// TestSeedPrimFuncs schedules the int64-indexed PrimFuncs that seed 001's
+// TestSeedPrimFuncs schedules the int64-indexed PrimFuncs that the IRModule tutorial's
 // graph level produces (parsed from compiler/script's copy of the seed).
 func TestSeedPrimFuncs(t *testing.T) {
 	src, err := os.ReadFile("../script/testdata/001_after_legalize_ops.py")

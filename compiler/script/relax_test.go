@@ -46,7 +46,7 @@ func relaxFuncTexts(text string) map[string]string {
 }
 
 // TestRelaxPrintMatchesSeeds checks that printing the graph functions of
-// seed 001 gives TVM's own printed text, modulo indentation.
+// TVM's IRModule tutorial gives TVM's own printed text, modulo indentation.
 func TestRelaxPrintMatchesSeeds(t *testing.T) {
 	for _, file := range []string{"001_after_legalize_ops.py", "001_after_zero_pipeline.py", "001_from_relax.py",
 		"001_from_torch.py", "001_main_function.py", "001_tvmscript_shown.py"} {
@@ -62,7 +62,7 @@ func TestRelaxPrintMatchesSeeds(t *testing.T) {
 	}
 }
 
-// TestSeedModulesAgree checks that seed 001's hand-written TVMScript
+// TestSeedModulesAgree checks that the IRModule tutorial's hand-written TVMScript
 // parses to the module TVM printed for it, and that one function printed
 // alone equals the module it came from.
 func TestSeedModulesAgree(t *testing.T) {

@@ -136,8 +136,8 @@ func primFuncTexts(text string) map[string]string {
 	return out
 }
 
-// TestPrintMatchesSeeds checks that printing seed 001's prim_funcs gives
-// the seed's own text, modulo whitespace.
+// TestPrintMatchesSeeds checks that printing the IRModule tutorial's prim_funcs gives
+// TVM's own printed text, modulo whitespace.
 func TestPrintMatchesSeeds(t *testing.T) {
 	for _, file := range []string{"001_after_legalize_ops.py", "001_after_zero_pipeline.py"} {
 		m, src := parseFile(t, filepath.Join("testdata", file))

@@ -11,7 +11,7 @@
 // init statement for reductions; intermediate stages are buffers of the
 // root block. Schedule the result with compiler/schedule.
 //
-// Seed 003's vector add reads:
+// the tensor-expression tutorial's vector add reads:
 //
 //	n := te.Var("n")
 //	A := te.Placeholder([]ir.Expr{n}, ir.Float32, "A")

@@ -8,7 +8,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/te"
 )
 
-// Example is seed 003's matrix multiplication: C[i, j] = sum over k of
+// Example is the tensor-expression tutorial's matrix multiplication: C[i, j] = sum over k of
 // A[i, k] * B[k, j], with symbolic sizes.
 func Example() {
 	N, M, K := te.Var("N"), te.Var("M"), te.Var("K")

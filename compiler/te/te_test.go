@@ -27,7 +27,7 @@ func golden(t *testing.T, name, text string) {
 	}
 }
 
-// TestCreatePrimFunc prints the PrimFuncs of seed 003's examples and a few
+// TestCreatePrimFunc prints the PrimFuncs of the tensor-expression tutorial's examples and a few
 // more stages and checks that each verifies and parses back.
 func TestCreatePrimFunc(t *testing.T) {
 	cases := []struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/topi"
 )
 
-// ExampleLegalizeCall legalizes seed 001's R.nn.relu(lv2) into the
+// ExampleLegalizeCall legalizes the IRModule tutorial's R.nn.relu(lv2) into the
 // PrimFunc LegalizeOps calls with call_tir.
 func ExampleLegalizeCall() {
 	lv2 := ir.NewDataflowVar("lv2", ir.TensorOfShape(ir.Float32, 1, 256))

@@ -22,7 +22,7 @@ func tvar(name string, dt ir.DType, shape ...int64) *ir.RVar {
 	return ir.NewRVar(name, ir.TensorOfShape(dt, shape...))
 }
 
-// legalizeSeed001 legalizes the operator calls of seed 001's MLP, named as
+// legalizeSeed001 legalizes the operator calls of the IRModule tutorial's MLP, named as
 // the seed names their functions.
 func legalizeSeed001(t *testing.T) map[string]*Result {
 	t.Helper()
@@ -72,7 +72,7 @@ func TestSeed001Legalization(t *testing.T) {
 	got := legalizeSeed001(t)
 	src, err := os.ReadFile("../script/testdata/001_after_legalize_ops.py")
 	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("seed 001 text not found")
+		t.Skip("TVM's IRModule tutorial text not found")
 	}
 	check.NoError(t, err)
 	mod, err := script.Parse("001_after_legalize_ops.py", string(src))

@@ -1,4 +1,4 @@
-// Command matmul is seed 003's second program: a matrix multiplication
+// Command matmul is the tensor-expression tutorial's second program: a matrix multiplication
 // with symbolic sizes N, M and K and a reduction over K, scheduled so the
 // rows of C run in parallel (s[C].parallel(C.op.axis[0])), built for the
 // CPU, run on random matrices and checked against a Go reference with a
@@ -40,7 +40,7 @@ import (
 	"github.com/kiln-ml/kiln/packedfunc"
 )
 
-// rtol is the seed's tolerance: |got - want| <= rtol·|want|.
+// rtol is the tolerance of TVM's tensor-expression tutorial: |got - want| <= rtol·|want|.
 const rtol = 1e-5
 
 func main() {

@@ -1,4 +1,4 @@
-// Command vecadd is seed 003's first program: a vector add with a symbolic
+// Command vecadd is the tensor-expression tutorial's first program: a vector add with a symbolic
 // length, defined with tensor expressions, built for the CPU with the
 // default schedule, run on random vectors and checked against a Go
 // reference.

@@ -1,4 +1,4 @@
-// Command walkthrough follows seed 004 ("TVM codebase walkthrough by
+// Command walkthrough follows TVM's "Codebase Walkthrough by Example" ("TVM codebase walkthrough by
 // example") with kiln: the vector add of 1024 elements goes through every
 // phase, and each phase prints what it produced and which package did it.
 //

@@ -1,6 +1,6 @@
-// Hand-written kernels following kiln_abi.h for the VM's tests: seed 000's
+// Hand-written kernels following kiln_abi.h for the VM's tests: the Relax VM storage-scope example's
 // add, three small elementwise kernels for the overhead benchmark, and the
-// kernels of seed 001's MLP after the zero pipeline (two transposes, a
+// kernels of the IRModule tutorial's MLP after the zero pipeline (two transposes, a
 // fused matmul+add+relu and a fused matmul+add). The Go loader checks the
 // arguments against the metadata before a call enters C.
 #include "kiln_abi.h"
@@ -16,7 +16,7 @@ static int64_t numel(const DLTensor* t) {
   return n;
 }
 
-// add: output = arg0 + arg1, all (2, 2) float32 (seed 000).
+// add: output = arg0 + arg1, all (2, 2) float32 (the Relax VM storage-scope example).
 KILN_EXPORT int32_t add(KilnValue* args, int32_t* codes, int32_t n) {
   const float* a = F32(T(0));
   const float* b = F32(T(1));

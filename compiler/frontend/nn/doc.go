@@ -1,5 +1,5 @@
 // Package nn builds graph-level IRModules the way TVM's
-// tvm.relax.frontend.nn does (seed 001's RelaxModel): a model is a tree
+// tvm.relax.frontend.nn does (the IRModule tutorial's RelaxModel): a model is a tree
 // of Modules (Linear, ReLU, Conv2D, LayerNorm, Embedding, Sequential, or
 // user types implementing Module), and Export traces its Forward into
 // one graph function whose parameters are the inputs followed by every

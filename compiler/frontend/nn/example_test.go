@@ -8,7 +8,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/script"
 )
 
-// RelaxModel is seed 001's model written as a user type, like the
+// RelaxModel is the IRModule tutorial's model written as a user type, like the
 // Python class that subclasses nn.Module.
 type RelaxModel struct {
 	fc1, relu1, fc2 nn.Module

@@ -17,7 +17,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the printer's output")
 
-// seedMLP is seed 001's RelaxModel: fc1 (784 → 256), relu1, fc2 (256 → 10).
+// seedMLP is the IRModule tutorial's RelaxModel: fc1 (784 → 256), relu1, fc2 (256 → 10).
 func seedMLP() Module {
 	return NewNamedSequential(
 		Named("fc1", NewLinear(784, 256, true)),
@@ -38,9 +38,9 @@ func parseTestdata(t *testing.T, path string) *ir.IRModule {
 }
 
 // TestSeedMLP checks that the MLP built with the builder is the module
-// TVM's export_tvm printed in seed 001 (mod_from_relax, function
+// TVM's export_tvm printed in TVM's IRModule tutorial (mod_from_relax, function
 // "forward"), to the byte when printed, and, exported as "main", the
-// module of seed 001's TVMScript source (the same graph written by hand).
+// module of the IRModule tutorial's TVMScript source (the same graph written by hand).
 func TestSeedMLP(t *testing.T) {
 	tests := []struct {
 		name, fn, file, golden string

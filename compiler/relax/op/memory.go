@@ -6,7 +6,7 @@ import (
 
 // Memory and VM builtins: storage allocation with a scope, tensors placed
 // in storage at an offset, and the kills that end their lives. The vm.*
-// forms are what the VM runs (impure, as in seed 000); memory.* and
+// forms are what the VM runs (impure, as in the Relax VM storage-scope example); memory.* and
 // builtin.alloc_tensor are the planner's pure forms.
 
 func init() {

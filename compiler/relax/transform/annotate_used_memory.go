@@ -29,7 +29,7 @@ func init() {
 	}
 }
 
-// AnnotateUsedMemory is TVM's AnnotateUsedMemory (seed 002) on graph
+// AnnotateUsedMemory is TVM's AnnotateUsedMemory (TVM's AnnotateUsedMemory tests) on graph
 // functions. It belongs after FuseOps, which makes the functions whose
 // attribute AttrPrimitive is non-zero. Each such function that main
 // calls through a GlobalVar gets AttrUsedMemory: for each call site, in

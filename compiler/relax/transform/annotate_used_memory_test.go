@@ -26,10 +26,10 @@ func annotateUsedMemoryUpdate() bool {
 	return f != nil && f.Value.String() == "true"
 }
 
-// TestAnnotateUsedMemory runs every case of seed 002, written in the text
-// format in testdata/annotate_used_memory_*.py, and checks the seed's
+// TestAnnotateUsedMemory runs every case of TVM's AnnotateUsedMemory tests, written in the text
+// format in testdata/annotate_used_memory_*.py, and checks the published
 // figures; the annotated module is compared with the .golden beside it.
-// The cases after the seed's (aliases, no_main) cover what Relax adds.
+// The cases after the published ones (aliases, no_main) cover what Relax adds.
 func TestAnnotateUsedMemory(t *testing.T) {
 	seq := func(first, step int64, n int) []int64 {
 		out := make([]int64, n)
@@ -124,7 +124,7 @@ func TestAnnotateUsedMemory(t *testing.T) {
 }
 
 // TestAnnotateUsedMemoryAfterFuseOps runs the pass by name where it
-// belongs, after FuseOps, on seed 001's MLP (as imported from PyTorch):
+// belongs, after FuseOps, on the IRModule tutorial's MLP (as imported from PyTorch):
 // main calls fused_matmul_add_relu while the 784×256 transposed weight,
 // the input, fc1_bias, its result and the still-unused fc2 weights are
 // live, then fused_matmul1_add1.

@@ -13,7 +13,7 @@
 // pass when asked (tests always ask).
 //
 // Each pass follows the Apache TVM Relax pass of the same name closely
-// enough that seed 001's MLP goes through the zero pipeline to the module
+// enough that the IRModule tutorial's MLP goes through the zero pipeline to the module
 // TVM prints (compiler/script/testdata/001_after_zero_pipeline.py).
 //
 // The package owns graph-level rewriting only. It imports compiler/ir,

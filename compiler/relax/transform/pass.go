@@ -52,7 +52,7 @@ var constraints = []struct{ Before, After string }{
 
 // pipelines are the named pass lists.
 var pipelines = map[string][]string{
-	// zero is TVM's zero pipeline (seed 001) followed by dead code
+	// zero is TVM's zero pipeline (TVM's IRModule tutorial) followed by dead code
 	// elimination.
 	"zero": {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination"},
 	"O0":   {"LegalizeOps"},

@@ -1,4 +1,4 @@
-# Beyond seed 002: bindings that only rename or regroup values (a tuple,
+# Beyond TVM's AnnotateUsedMemory tests: bindings that only rename or regroup values (a tuple,
 # a tuple field, a plain rename) allocate nothing and keep their sources
 # alive; a primitive function may return a tuple (its fields add up); a
 # call of a function that is not primitive allocates its result but gets

@@ -1,4 +1,4 @@
-# Seed 002: a primitive function holding a composite function (the BYOC case).
+# TVM's AnnotateUsedMemory tests: a primitive function holding a composite function (the BYOC case).
 # The text format has no nested function values, so the composite is a global function with attr Composite called from the primitive one. Expect [20] and io_used_memory 20.
 from tvm.script import ir as I
 from tvm.script import relax as R

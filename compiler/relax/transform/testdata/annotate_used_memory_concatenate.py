@@ -1,4 +1,4 @@
-# Seed 002: two primitive functions whose results are concatenated in main.
+# TVM's AnnotateUsedMemory tests: two primitive functions whose results are concatenated in main.
 # The second call also holds the first result: expect [240], [360] and io_used_memory 360.
 from tvm.script import ir as I
 from tvm.script import relax as R

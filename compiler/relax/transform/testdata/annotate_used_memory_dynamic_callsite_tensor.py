@@ -1,4 +1,4 @@
-# Seed 002: the called function has a dynamic dimension, so the call's result has an unknown shape.
+# TVM's AnnotateUsedMemory tests: the called function has a dynamic dimension, so the call's result has an unknown shape.
 # Expect the error "AnnotateUsedMemory does not support dynamic shapes".
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: main's input has a dynamic dimension.
+# TVM's AnnotateUsedMemory tests: main's input has a dynamic dimension.
 # Expect the error "AnnotateUsedMemory does not support dynamic shapes".
 from tvm.script import ir as I
 from tvm.script import relax as R

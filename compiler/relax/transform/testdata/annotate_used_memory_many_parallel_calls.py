@@ -1,4 +1,4 @@
-# Seed 002: many different functions called in parallel on the input, joined by a fourth.
+# TVM's AnnotateUsedMemory tests: many different functions called in parallel on the input, joined by a fourth.
 # Expect [240], [360], [480], [720] and io_used_memory 480.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: mixed dtypes (cast int16 to uint32; Relay's cast is R.astype).
+# TVM's AnnotateUsedMemory tests: mixed dtypes (cast int16 to uint32; Relay's cast is R.astype).
 # Expect used_memory [48] and io_used_memory 48.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: two chained calls of the same function.
+# TVM's AnnotateUsedMemory tests: two chained calls of the same function.
 # Expect used_memory [32, 32] and io_used_memory 32.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: branches that branch again: a = f1(in), b = f2(in), c = f3(b), d = f4(b), concat(a, c, d).
+# TVM's AnnotateUsedMemory tests: branches that branch again: a = f1(in), b = f2(in), c = f3(b), d = f4(b), concat(a, c, d).
 # Expect [32], [48], [48], [64] and io_used_memory 64.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: two parallel calls of the same function, concatenated.
+# TVM's AnnotateUsedMemory tests: two parallel calls of the same function, concatenated.
 # Expect used_memory [32, 48] and io_used_memory 48.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 002: y = f(x), then twenty parallel calls g(y) concatenated (main in a dataflow block).
+# TVM's AnnotateUsedMemory tests: y = f(x), then twenty parallel calls g(y) concatenated (main in a dataflow block).
 # Expect [240] on f, [120 + 80*i for i in 1..20] on g and io_used_memory 1720.
 from tvm.script import ir as I
 from tvm.script import relax as R

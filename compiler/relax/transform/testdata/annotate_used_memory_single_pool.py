@@ -1,4 +1,4 @@
-# Seed 002: a single primitive function (max_pool2d) called once.
+# TVM's AnnotateUsedMemory tests: a single primitive function (max_pool2d) called once.
 # Expect used_memory [32] and io_used_memory 32.
 from tvm.script import ir as I
 from tvm.script import relax as R

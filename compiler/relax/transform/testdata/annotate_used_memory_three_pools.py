@@ -1,4 +1,4 @@
-# Seed 002: three chained NHWC 2x2 max pools.
+# TVM's AnnotateUsedMemory tests: three chained NHWC 2x2 max pools.
 # Expect used_memory [226], [170], [122] and io_used_memory 178.
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -1,4 +1,4 @@
-# Seed 001's MLP shrunk (1x16 -> 8 -> 4) so that the interpreter runs it quickly.
+# the IRModule tutorial's MLP shrunk (1x16 -> 8 -> 4) so that the interpreter runs it quickly.
 # from tvm.script import ir as I
 # from tvm.script import relax as R
 @I.ir_module
