@@ -17,6 +17,6 @@
 // parse(print(m)) is structurally equal to m; the graph functions of TVM's
 // IRModule tutorial print exactly as TVM printed them.
 //
-// The package owns the text format only: it imports compiler/ir and
-// compiler/relax/op, never a pass, a code generator or the runtime.
+// The package owns the text format only: it imports compiler/ir,
+// compiler/relax/op and ndarray, never a pass, a code generator or the runtime.
 package script
