@@ -3,11 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -44,7 +46,7 @@ Examples:
 			&ucli.StringFlag{Name: "tvm-listen", Usage: "address of an Apache TVM tracker-protocol listener"},
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
-			&ucli.DurationFlag{Name: "heartbeat", Usage: "heartbeat interval nodes are told to keep (default 2s)"},
+			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
 		}, listenFlags()...),
 		OnUsageError: usageError,
 		Action:       runTracker,
@@ -185,12 +187,14 @@ Examples:
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the tracker to register with (none: serve direct sessions only)"},
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
-			&ucli.DurationFlag{Name: "session-timeout", Usage: "longest a session may last (default 10m; a lease may ask for less)"},
+			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
 			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
 			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file"},
+			&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the tracker's certificate (turns TLS on toward the tracker; --tls-cert/--tls-key, when given, are presented to it as this daemon's client certificate)"},
+			&ucli.StringFlag{Name: "tls-server-name", Usage: "name to check in the tracker's certificate (default: the --tracker host)"},
 		}, listenFlags()...),
 		OnUsageError: usageError,
 		Action:       runRPCServer,
@@ -233,15 +237,39 @@ func runRPCServer(c *ucli.Context) error {
 			}
 			adv = ":" + port
 		}
-		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, Logger: log}, proto.RegisterArgs{
+		trTLS, err := registrarTLS(c)
+		if err != nil {
+			return err
+		}
+		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log}, proto.RegisterArgs{
 			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: rpcserver.NodeAttrs(Version()),
 		})
 		reg.OnHealthCheck = deviceHealthCheck
 		d.SetTracker(reg) // the daemon runs it and verifies leases with it
-
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
 	return d.Run(c.Context)
+}
+
+// registrarTLS is the TLS config of a device daemon's connection to its
+// tracker (nil: plain TCP). --tls-ca turns it on; the daemon's own
+// certificate, when it has one, is its client certificate for a tracker
+// that asks for mutual TLS.
+func registrarTLS(c *ucli.Context) (*tls.Config, error) {
+	if c.String("tls-ca") == "" {
+		if c.String("tls-server-name") != "" {
+			return nil, fmt.Errorf("--tls-server-name needs --tls-ca (the CAs that sign the tracker's certificate)")
+		}
+		return nil, nil
+	}
+	cfg, err := proto.TLSConfig{
+		CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"), CAFile: c.String("tls-ca"),
+		ServerName: c.String("tls-server-name"),
+	}.Client()
+	if err != nil {
+		return nil, fmt.Errorf("tls toward the tracker: %w", err)
+	}
+	return cfg, nil
 }
 
 // deviceHealthCheck is a quarantined device's self-check: every device of
