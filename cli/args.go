@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // Run runs app on args (args[0] is the program name) with flags allowed
@@ -12,7 +16,16 @@ import (
 // stops reading flags at the first positional argument, so Run moves the
 // command's flags in front of its positional arguments first.
 func Run(ctx context.Context, app *ucli.App, args []string) error {
-	return app.RunContext(ctx, Intersperse(app, args))
+	return withHint(app.RunContext(ctx, Intersperse(app, args)))
+}
+
+// withHint adds to an error what a user can do about it, where the CLI
+// knows: the flag that gives a missing token.
+func withHint(err error) error {
+	if err != nil && errors.Is(err, proto.ErrUnauthorized) && strings.Contains(err.Error(), "no token was given") {
+		return fmt.Errorf("%w (pass --token-file FILE or set KILN_TOKEN_FILE)", err)
+	}
+	return err
 }
 
 // Intersperse reorders the arguments of a command so its flags come before

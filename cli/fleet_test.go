@@ -76,6 +76,13 @@ func TestRemoteCommands(t *testing.T) {
 	// Errors a user meets: no token, an unknown key that nobody serves.
 	_, _, err = runApp(t, "query", "--tracker", addr)
 	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.True(t, strings.Contains(err.Error(), "no token was given") && strings.Contains(err.Error(), "--token-file"),
+		"a missing token should say so and name the flag:", err)
+	_, _, err = runApp(t, "run", art, "--tracker", addr, "--key", "tpu", "--token-file", tokFile,
+		"--input", "A="+filepath.Join(dir, "x.npy"), "--input", "B="+filepath.Join(dir, "x.npy"))
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	check.True(t, strings.Contains(err.Error(), `"tpu"`) && strings.Contains(err.Error(), `"cpu"`) && strings.Contains(err.Error(), "--wait"),
+		"an unknown key should name it, the known keys and --wait:", err)
 	_, _, err = runApp(t, "run", art, "--tracker", addr, "--key", "tpu", "--token-file", tokFile, "--wait", "300ms",
 		"--input", "A="+filepath.Join(dir, "x.npy"), "--input", "B="+filepath.Join(dir, "x.npy"))
 	check.ErrorIs(t, err, proto.ErrDeadline)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -40,7 +41,7 @@ func remoteFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "key", Usage: "with --tracker: the device key to lease"},
 		&ucli.StringFlag{Name: "selector", Usage: "with --tracker: attribute selector, e.g. \"cpu.avx512=true\""},
 		&ucli.IntFlag{Name: "priority", Usage: "with --tracker: queue priority (higher first)"},
-		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a device"},
+		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a device (without it, a key no device is registered under fails at once)"},
 		&ucli.DurationFlag{Name: "session-timeout", Value: 10 * time.Minute, Usage: "with --tracker: longest the remote session may last"},
 	}, connFlags()...)
 }
@@ -143,6 +144,30 @@ type remoteRunner struct {
 	remote map[string]*client.Array
 }
 
+// knownKey fails at once, naming the keys the tracker knows, when no device
+// is registered under key: without --wait a mistyped key should not wait
+// in a queue nobody serves.
+func knownKey(ctx context.Context, tr *client.Tracker, key string) error {
+	sum, err := tr.Query(ctx, 0)
+	if err != nil {
+		return err
+	}
+	var known []string
+	for _, k := range sum.Keys {
+		if k.Key == key && k.Free+k.Busy+k.Quarantined+k.Lost > 0 {
+			return nil
+		}
+		if k.Free+k.Busy+k.Quarantined+k.Lost > 0 {
+			known = append(known, fmt.Sprintf("%q", k.Key))
+		}
+	}
+	have := "no device is registered at all"
+	if len(known) > 0 {
+		have = "registered keys: " + strings.Join(known, ", ")
+	}
+	return fmt.Errorf("no device is registered under key %q (%s); pass --wait DURATION to wait for one: %w", key, have, proto.ErrNotFound)
+}
+
 func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (_ *remoteRunner, err error) {
 	ctx := c.Context
 	if c.String("key") == "" && c.String("selector") == "" {
@@ -161,6 +186,11 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	r.tr, err = client.DialTracker(ctx, c.String("tracker"), client.TrackerOptions{Token: tok, TLS: tlsCfg})
 	if err != nil {
 		return nil, err
+	}
+	if key := c.String("key"); key != "" && !c.IsSet("wait") {
+		if err := knownKey(ctx, r.tr, key); err != nil {
+			return nil, err
+		}
 	}
 	w := c.App.ErrWriter
 	wctx, cancel := context.WithTimeout(ctx, c.Duration("wait"))

@@ -200,6 +200,9 @@ func clientHello(ctx context.Context, nc net.Conn, opts DialOptions) error {
 		return fmt.Errorf("hello: %w", newError(CodeUnavailable, err.Error()))
 	}
 	if err := rep.Err(); err != nil {
+		if opts.Token == "" && errors.Is(err, ErrUnauthorized) {
+			return newError(CodeUnauthorized, "authentication failed: no token was given and the server requires one")
+		}
 		return err
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
