@@ -54,13 +54,21 @@ func TestQuickLine(t *testing.T) {
 	check.Equal(t, strings.Count(out.String(), "\n"), 1)
 }
 
+// TestList: without a name the benchmarks are listed and nothing fails.
+func TestList(t *testing.T) {
+	var out, errOut bytes.Buffer
+	check.NoError(t, run(context.Background(), nil, &out, &errOut))
+	for _, n := range names() {
+		check.True(t, strings.Contains(out.String(), "  "+n+" "), "list lacks", n, "in", out.String())
+	}
+}
+
 func TestBadArgs(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"none", nil, "no benchmark named"},
 		{"unknown", []string{"nope"}, `unknown benchmark "nope"`},
 		{"extra", []string{"copy", "more"}, `unexpected argument "more"`},
 		{"bad flag", []string{"copy", "--fast"}, "flag provided but not defined"},

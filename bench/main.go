@@ -87,8 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
+		// Without a name, the list of benchmarks is the answer.
+		fs.SetOutput(stdout)
 		usage(fs)
-		return errors.New("no benchmark named")
+		return nil
 	}
 	name := fs.Arg(0)
 	if err := fs.Parse(fs.Args()[1:]); err != nil {

@@ -62,7 +62,38 @@ Examples:
 		OnUsageError:   usageError,
 		Action:         rootAction,
 	}
+	for _, cmd := range app.Commands {
+		checkRequired(cmd)
+	}
 	return app
+}
+
+// checkRequired moves the check of cmd's required flags into its Before
+// hook: urfave/cli prints the whole help before a missing flag's error,
+// where one line naming the flag and one hint is what a user needs.
+func checkRequired(cmd *ucli.Command) {
+	var required []*ucli.StringFlag
+	for _, f := range cmd.Flags {
+		if sf, ok := f.(*ucli.StringFlag); ok && sf.Required {
+			sf.Required = false
+			required = append(required, sf)
+		}
+	}
+	if len(required) == 0 {
+		return
+	}
+	before := cmd.Before
+	cmd.Before = func(c *ucli.Context) error {
+		for _, f := range required {
+			if !c.IsSet(f.Name) {
+				return fmt.Errorf("%s: missing --%s (%s); see \"kiln %s --help\"", cmd.Name, f.Name, f.Usage, cmd.Name)
+			}
+		}
+		if before != nil {
+			return before(c)
+		}
+		return nil
+	}
 }
 
 // rootAction runs when no command matched: without arguments it shows help,
