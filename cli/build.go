@@ -31,6 +31,8 @@ lowers every PrimFunc, generates C for the kernel ABI, compiles it with the
 system C compiler and writes a .kiln artifact (a zip: manifest.json, host.so).
 Builds are cached by the IR's structural hash, the target, the C compiler's
 identity and the flags (in $XDG_CACHE_HOME/kiln); --no-cache skips the cache.
+--dump-ir prints the IR after the named passes: it lowers again instead of
+reading the cache, and writes an artifact only when -o is given.
 
 With --tracker the build goes through the fleet: the module is queued at the
 tracker, a compiler node builds it, and the artifact is downloaded to -o,
@@ -113,10 +115,20 @@ func runBuild(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
+	how := fmt.Sprintf("lowered in %s, compiled in %s", res.Lower.Round(time.Millisecond), res.Compile.Round(time.Millisecond))
+	if len(opts.DumpIR) > 0 {
+		// A dump is a look at the lowering: it never reads the build cache
+		// (the passes must run to be printed), and it leaves an existing
+		// artifact alone unless -o asks for one.
+		if !c.IsSet("output") {
+			fmt.Fprintf(c.App.ErrWriter, "printed the IR (lowered in %s, not from the build cache); no artifact written: give -o FILE to write one\n", res.Lower.Round(time.Millisecond))
+			return nil
+		}
+		how += ", IR dumped, not from the build cache"
+	}
 	if err := res.Artifact.Save(out); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	how := fmt.Sprintf("lowered in %s, compiled in %s", res.Lower.Round(time.Millisecond), res.Compile.Round(time.Millisecond))
 	if res.Cached {
 		how = "from the build cache"
 	}

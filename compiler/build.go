@@ -157,6 +157,13 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
+	if opts.KeepSource != "" {
+		// The C compiler runs in another directory: a relative path would
+		// name a different place there.
+		if opts.KeepSource, err = filepath.Abs(opts.KeepSource); err != nil {
+			return nil, fmt.Errorf("build: keep source: %w", err)
+		}
+	}
 	cache := opts.Cache
 	if cache == nil && !opts.NoCache {
 		if cache, err = toolchain.DefaultCache(); err != nil {
