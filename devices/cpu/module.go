@@ -89,6 +89,9 @@ func Load(path string) (packedfunc.Module, error) {
 
 // LoadModule is Load returning the concrete type (for Metadata).
 func LoadModule(path string) (*Module, error) {
+	if err := checkArch(path); err != nil {
+		return nil, fmt.Errorf("load module %q: %w", path, err)
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var cerr *C.char
