@@ -1489,6 +1489,14 @@ func (p *tirParser) call(c *pyCall) ir.Expr {
 		bop := map[string]ir.BinaryOp{"max": ir.OpMax, "min": ir.OpMin, "floordiv": ir.OpFloorDiv,
 			"floormod": ir.OpFloorMod, "truncdiv": ir.OpDiv, "truncmod": ir.OpMod}[op]
 		return ir.Arith(bop, a[0], a[1])
+	case "min_value", "max_value":
+		p.nargs(c, 1, 1)
+		dt := p.dtype(c.Args[0])
+		v, err := limitValue(dt, op == "max_value")
+		if err != nil {
+			p.failAt(c.P, "T.%s: %v", op, err)
+		}
+		return v
 	case "Cast", "cast":
 		p.nargs(c, 2, 2)
 		dtArg, valArg := c.Args[0], c.Args[1]
@@ -1655,4 +1663,48 @@ func fitsInt(dt ir.DType, v int64) bool {
 	}
 	lim := int64(1) << (dt.Bits - 1)
 	return v >= -lim && v < lim
+}
+
+// limitValue is T.min_value / T.max_value: the lowest or highest finite
+// value of dt, as TVM defines them.
+func limitValue(dt ir.DType, max bool) (ir.Expr, error) {
+	sign := -1.0
+	if max {
+		sign = 1
+	}
+	switch {
+	case dt.IsFloat():
+		var m float64
+		switch {
+		case dt.Code == ndarray.BFloat && dt.Bits == 16:
+			m = 3.3895313892515355e38
+		case dt.Bits == 16:
+			m = 65504
+		case dt.Bits == 32:
+			m = math.MaxFloat32
+		case dt.Bits == 64:
+			m = math.MaxFloat64
+		default:
+			return nil, fmt.Errorf("no limits known for %s", dt)
+		}
+		return ir.NewFloatImm(dt, sign*m), nil
+	case ir.IsBool(dt):
+		if max {
+			return ir.NewIntImm(dt, 1), nil
+		}
+		return ir.NewIntImm(dt, 0), nil
+	case dt.Code == ndarray.Int && dt.Bits <= 64:
+		if max {
+			return ir.NewIntImm(dt, int64(uint64(1)<<(dt.Bits-1)-1)), nil
+		}
+		return ir.NewIntImm(dt, -int64(uint64(1)<<(dt.Bits-1))), nil
+	case dt.Code == ndarray.UInt && dt.Bits < 64:
+		if max {
+			return ir.NewIntImm(dt, int64(uint64(1)<<dt.Bits-1)), nil
+		}
+		return ir.NewIntImm(dt, 0), nil
+	case dt.Code == ndarray.UInt && dt.Bits == 64 && !max:
+		return ir.NewIntImm(dt, 0), nil
+	}
+	return nil, fmt.Errorf("%s has no limit that kiln's integer constants can hold", dt)
 }
