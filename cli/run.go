@@ -233,6 +233,21 @@ func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, erro
 	return call, nil
 }
 
+// setOutputs records a graph function's results: one tensor is "output",
+// the tensors of a tuple (flattened in order) are "out_0", "out_1", ….
+func (call *preparedCall) setOutputs(outs []*ndarray.NDArray) {
+	call.outputs = call.outputs[:0]
+	if len(outs) == 1 {
+		call.arrays["output"], call.outputs = outs[0], append(call.outputs, "output")
+		return
+	}
+	for i, a := range outs {
+		name := fmt.Sprintf("out_%d", i)
+		call.arrays[name] = a
+		call.outputs = append(call.outputs, name)
+	}
+}
+
 // writeOutputs saves every output array as DIR/NAME.npy and lists them.
 func writeOutputs(c *ucli.Context, dir string, call *preparedCall) error {
 	if len(call.outputs) == 0 {
@@ -245,7 +260,11 @@ func writeOutputs(c *ucli.Context, dir string, call *preparedCall) error {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OUTPUT\tDTYPE\tSHAPE\tFILE")
 	var errs []error
-	for _, name := range slices.Sorted(slices.Values(call.outputs)) {
+	names := call.outputs // a graph function's, in result order
+	if !call.vm {
+		names = slices.Sorted(slices.Values(call.outputs))
+	}
+	for _, name := range names {
 		arr := call.arrays[name]
 		p := filepath.Join(dir, name+".npy")
 		if err := ndarray.SaveNPY(p, arr); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
@@ -102,11 +103,28 @@ func (r *localRunner) call(_ context.Context, call *preparedCall) error {
 	if err != nil || !call.vm {
 		return err
 	}
-	out, err := res.AsArray()
-	if err != nil {
-		return fmt.Errorf("%s returned %s, not a tensor", call.fn.Name, res.Kind())
+	var outs []*ndarray.NDArray
+	var flatten func(v packedfunc.Value) error
+	flatten = func(v packedfunc.Value) error {
+		if fields, err := v.AsTuple(); err == nil {
+			for _, f := range fields {
+				if err := flatten(f); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		a, err := v.AsArray()
+		if err != nil {
+			return fmt.Errorf("%s returned a %s, not a tensor", call.fn.Name, v.Kind())
+		}
+		outs = append(outs, a)
+		return nil
 	}
-	call.arrays["output"], call.outputs = out, []string{"output"}
+	if err := flatten(res); err != nil {
+		return err
+	}
+	call.setOutputs(outs)
 	return nil
 }
 
@@ -275,15 +293,31 @@ func (r *remoteRunner) call(ctx context.Context, call *preparedCall) error {
 		return err
 	}
 	if call.vm {
-		ra, ok := res.(*client.Array)
-		if !ok {
-			return fmt.Errorf("%s returned %T, not a tensor", call.fn.Name, res)
+		var outs []*ndarray.NDArray
+		var flatten func(v any) error
+		flatten = func(v any) error {
+			switch x := v.(type) {
+			case []any:
+				for _, f := range x {
+					if err := flatten(f); err != nil {
+						return err
+					}
+				}
+				return nil
+			case *client.Array:
+				nd, err := r.s.CopyTo(ctx, x)
+				if err != nil {
+					return fmt.Errorf("copy output %d from the device: %w", len(outs), err)
+				}
+				outs = append(outs, nd)
+				return nil
+			}
+			return fmt.Errorf("%s returned %T, not a tensor", call.fn.Name, v)
 		}
-		nd, err := r.s.CopyTo(ctx, ra)
-		if err != nil {
-			return fmt.Errorf("copy the output from the device: %w", err)
+		if err := flatten(res); err != nil {
+			return err
 		}
-		call.arrays["output"], call.outputs = nd, []string{"output"}
+		call.setOutputs(outs)
 		return nil
 	}
 	for _, name := range call.outputs {

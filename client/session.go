@@ -556,6 +556,16 @@ func (s *Session) fromWire(v proto.Value) (any, error) {
 			name = v.Func.Name
 		}
 		return &Func{s: s, Handle: v.Handle, Name: name}, nil
+	case proto.KindTuple:
+		out := make([]any, len(v.Fields))
+		for i, f := range v.Fields {
+			x, err := s.fromWire(f)
+			if err != nil {
+				return nil, fmt.Errorf("tuple field %d: %w", i, err)
+			}
+			out[i] = x
+		}
+		return out, nil
 	case proto.KindModule:
 		m := &Module{s: s, Handle: v.Handle}
 		if v.Module != nil {

@@ -31,9 +31,10 @@ const (
 	KindShape
 	KindFunc
 	KindModule
+	KindTuple
 )
 
-var kindNames = [...]string{"nil", "int", "float", "string", "bytes", "ndarray", "device", "dtype", "shape", "func", "module"}
+var kindNames = [...]string{"nil", "int", "float", "string", "bytes", "ndarray", "device", "dtype", "shape", "func", "module", "tuple"}
 
 // String names the kind.
 func (k Kind) String() string {
@@ -104,6 +105,18 @@ func ModuleValue(m Module) Value {
 		return Nil
 	}
 	return Value{kind: KindModule, ref: m}
+}
+
+// Tuple makes a tuple Value of fields (a graph function's several
+// results).
+func Tuple(fields ...Value) Value {
+	return Value{kind: KindTuple, ref: append([]Value(nil), fields...)}
+}
+
+// AsTuple returns a tuple Value's fields.
+func (v Value) AsTuple() ([]Value, error) {
+	t, _ := v.ref.([]Value)
+	return t, v.want(KindTuple)
 }
 
 // Kind is the Value's type tag.

@@ -68,6 +68,13 @@ func (w *worker) toPacked(v proto.Value) (packedfunc.Value, *object, error) {
 // arguments, whose handle it keeps.
 func (w *worker) fromPacked(v packedfunc.Value, cs *callSetup) proto.Value {
 	switch v.Kind() {
+	case packedfunc.KindTuple:
+		fields, _ := v.AsTuple()
+		out := proto.Value{Kind: proto.KindTuple, Fields: make([]proto.Value, len(fields))}
+		for i, f := range fields {
+			out.Fields[i] = w.fromPacked(f, cs)
+		}
+		return out
 	case packedfunc.KindInt:
 		n, _ := v.AsInt()
 		return proto.Value{Kind: proto.KindInt, Int: n}

@@ -49,12 +49,20 @@ func (v Value) Fields() []Value {
 	return v.tup.fields
 }
 
-// Packed is the value as a packedfunc.Value; tuples and storage blocks
-// have none and give an error.
+// Packed is the value as a packedfunc.Value (a tuple as a packedfunc
+// tuple of its fields); a storage block has none and gives an error.
 func (v Value) Packed() (packedfunc.Value, error) {
 	switch {
 	case v.tup != nil:
-		return packedfunc.Nil, fmt.Errorf("%w: want a plain value, got a tuple of %d", packedfunc.ErrType, len(v.tup.fields))
+		fields := make([]packedfunc.Value, len(v.tup.fields))
+		for i, f := range v.tup.fields {
+			p, err := f.Packed()
+			if err != nil {
+				return packedfunc.Nil, fmt.Errorf("tuple field %d: %w", i, err)
+			}
+			fields[i] = p
+		}
+		return packedfunc.Tuple(fields...), nil
 	case v.IsStorage():
 		return packedfunc.Nil, fmt.Errorf("%w: want a plain value, got a storage block", packedfunc.ErrType)
 	}

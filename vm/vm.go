@@ -811,7 +811,7 @@ func (m *VM) Type() string { return "vm" }
 func (m *VM) Functions() []string { return m.exec.FunctionNames() }
 
 // GetFunction returns a VM function as a packedfunc.Func that Invokes it
-// (a tuple result is an error there: use Invoke), or else a function of
+// (a tuple result comes back as a packedfunc tuple), or else a function of
 // the kernel module (packedfunc.Module).
 func (m *VM) GetFunction(name string) (*packedfunc.Func, error) {
 	if _, ok := m.byName[name]; !ok {
@@ -824,7 +824,7 @@ func (m *VM) GetFunction(name string) (*packedfunc.Func, error) {
 		}
 		p, err := r.Packed()
 		if err != nil {
-			return packedfunc.Nil, fmt.Errorf("vm: %s: result: %w (use VM.Invoke for tuples)", name, err)
+			return packedfunc.Nil, fmt.Errorf("vm: %s: result: %w", name, err)
 		}
 		return p, nil
 	}), nil

@@ -142,6 +142,7 @@ const (
 	KindDType  = "dtype"  // Str: "float32"
 	KindDevice = "device" // Str: "cpu:0"
 	KindShape  = "shape"  // Shape
+	KindTuple  = "tuple"  // Fields, in results only
 )
 
 // Value is one argument or result of a remote call: a tagged union whose
@@ -159,6 +160,9 @@ type Value struct {
 	Array  *ArrayInfo  `msgpack:"array,omitempty"`
 	Func   *FuncInfo   `msgpack:"func,omitempty"`
 	Module *ModuleInfo `msgpack:"module,omitempty"`
+	// Fields are a tuple result's values (a graph function's several
+	// outputs), in order.
+	Fields []Value `msgpack:"fields,omitempty"`
 }
 
 // CallArgs calls the function Func with Args.
