@@ -71,6 +71,7 @@ func TestFromWire(t *testing.T) {
 		{"array", proto.Value{Kind: proto.KindArray, Handle: 2, Array: &proto.ArrayInfo{Handle: 2, Shape: []int64{3}, DType: "float64", Device: "cpu:0", Bytes: 24}},
 			&Array{s: s, Handle: 2, Shape: ndarray.Shape{3}, DType: ndarray.Float64, Device: devices.CPUDevice, Bytes: 24}},
 		{"func", proto.Value{Kind: proto.KindFunc, Handle: 7, Func: &proto.FuncInfo{Handle: 7, Name: "f"}}, &Func{s: s, Handle: 7, Name: "f"}},
+		{"tuple", proto.Value{Kind: proto.KindTuple, Fields: []proto.Value{{Kind: proto.KindInt, Int: 1}, {Kind: proto.KindTuple}}}, []any{int64(1), []any{}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +80,9 @@ func TestFromWire(t *testing.T) {
 			check.Equal(t, got, tc.want)
 		})
 	}
-	_, err := s.fromWire(proto.Value{Kind: "tuple"})
+	_, err := s.fromWire(proto.Value{Kind: "list"})
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	_, err = s.fromWire(proto.Value{Kind: proto.KindTuple, Fields: []proto.Value{{Kind: "list"}}})
 	check.ErrorIs(t, err, proto.ErrBadRequest)
 	_, err = s.fromWire(proto.Value{Kind: proto.KindArray})
 	check.ErrorIs(t, err, proto.ErrBadRequest)
