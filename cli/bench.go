@@ -62,7 +62,9 @@ func runBench(c *ucli.Context) error {
 		return fmt.Errorf("bench %s: %w", path, err)
 	}
 	defer r.close()
+	spin := startProgress(c, "timing "+call.fn.Name+" on "+r.where())
 	res, err := r.time(c.Context, call, o)
+	spin.done()
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", path, err)
 	}

@@ -111,7 +111,9 @@ func runBuild(c *ucli.Context) error {
 			return fmt.Errorf("build: %w", err)
 		}
 	}
+	spin := startProgress(c, fmt.Sprintf("building %s for %s", path, target))
 	res, err := compiler.BuildWithResult(c.Context, mod, target, opts)
+	spin.done()
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}

@@ -100,7 +100,12 @@ func runDemo(c *ucli.Context) error {
 	tok := hex.EncodeToString(tokBytes)
 
 	var steps []demoStep
+	var spin *progress
+	begin := func(what string) { spin = startProgress(c, what) }
+	defer func() { spin.done() }()
 	step := func(what string, start time.Time, format string, a ...any) {
+		spin.done()
+		spin = nil
 		s := demoStep{what: what, result: fmt.Sprintf(format, a...), took: time.Since(start)}
 		steps = append(steps, s)
 		fmt.Fprintf(errw, "  %s: done in %s\n", s.what, s.took.Round(time.Millisecond))
@@ -108,6 +113,7 @@ func runDemo(c *ucli.Context) error {
 	fmt.Fprintf(errw, "kiln demo: a tracker, a compiler node and a CPU device daemon on loopback (files in %s)\n", dir)
 
 	start := time.Now()
+	begin("starting the fleet")
 	fl, err := startFleet(ctx, dir, tok, exe, log)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -117,7 +123,7 @@ func runDemo(c *ucli.Context) error {
 	tr, d := fl.tracker, fl.daemon
 	step("fleet up", start, "tracker %s, device daemon %s, compiler node registered", tr.Addr(), d.Addr())
 
-	err = demoMatmul(ctx, tc, tok, n, dir, step)
+	err = demoMatmul(ctx, tc, tok, n, dir, begin, step)
 	fleetErr := fl.stop()
 	if err != nil {
 		return errors.Join(fmt.Errorf("demo: %w", err), fleetErr)
@@ -241,9 +247,9 @@ func waitFleet(ctx context.Context, tc *client.Tracker, nodeReady <-chan struct{
 	}
 }
 
-// seed003Matmul is the tensor-expression tutorial's matmul: C[i, j] = sum over k of A[i, k] *
+// teMatmul is the tensor-expression tutorial's matmul: C[i, j] = sum over k of A[i, k] *
 // B[k, j] with symbolic N, M, K, and s[C].parallel(C.op.axis[0]).
-func seed003Matmul() (string, []string, error) {
+func teMatmul() (string, []string, error) {
 	N, M, K := te.Var("N"), te.Var("M"), te.Var("K")
 	A := te.Placeholder([]ir.Expr{N, K}, ir.Float32, "A")
 	B := te.Placeholder([]ir.Expr{K, M}, ir.Float32, "B")
@@ -274,9 +280,9 @@ func seed003Matmul() (string, []string, error) {
 }
 
 // demoMatmul builds, runs, checks and times the matmul on the fleet.
-func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir string, step func(string, time.Time, string, ...any)) error {
+func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir string, begin func(string), step func(string, time.Time, string, ...any)) error {
 	start := time.Now()
-	src, trace, err := seed003Matmul()
+	src, trace, err := teMatmul()
 	if err != nil {
 		return err
 	}
@@ -286,6 +292,7 @@ func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir 
 	step("define", start, "TVM's tensor-expression tutorial matmul, schedule: %v", trace)
 
 	start = time.Now()
+	begin("build: queued at the tracker, built by the compiler node")
 	job, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "matmul.py", Module: src, Target: "cpu"})
 	if err != nil {
 		return err
@@ -304,6 +311,7 @@ func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir 
 	step("build (queued)", start, "job %s %s on %s, artifact %d bytes", job.ID, job.State, job.Node, art.Len())
 
 	start = time.Now()
+	begin("lease a device and upload the artifact")
 	lease, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", User: "kiln demo"})
 	if err != nil {
 		return err
@@ -328,6 +336,7 @@ func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir 
 	step("lease + upload", start, "lease %s on %s, module loaded", lease.ID, lease.Addr)
 
 	start = time.Now()
+	begin(fmt.Sprintf("run %d×%d×%d on the device and check it", n, n, n))
 	rng := mrand.New(mrand.NewPCG(3, 3))
 	a, b := make([]float32, n*n), make([]float32, n*n)
 	for i := range a {
@@ -382,6 +391,7 @@ func demoMatmul(ctx context.Context, tc *client.Tracker, tok string, n int, dir 
 	step("run + check", start, "%d×%d×%d on the device, max relative error %.2g vs reference", n, n, n, maxRel)
 
 	start = time.Now()
+	begin("time it on the device (5 repeats of at least 50 ms)")
 	res, err := s.TimeEvaluator(ctx, f, client.TimeOptions{Number: 1, Repeat: 5, MinRepeatMS: 50}, remote[0], remote[1], remote[2])
 	if err != nil {
 		return err

@@ -19,6 +19,9 @@ import (
 func TestDemo(t *testing.T) {
 	out, errOut, err := runApp(t, "demo", "--size", "24")
 	check.NoError(t, err, errOut)
+	// Not a terminal: the steps are listed, no spinner is drawn.
+	check.True(t, strings.Contains(errOut, "build (queued): done in") && !strings.ContainsAny(errOut, "\r⠋⠙"),
+		"demo progress off a terminal:", errOut)
 	for _, want := range []string{"build (queued)", "succeeded", "max relative error", "GFLOPS"} {
 		check.True(t, strings.Contains(out, want), "demo output lacks", want, "in", out)
 	}
