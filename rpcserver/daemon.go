@@ -156,6 +156,13 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Dir == "" {
 		cfg.Dir = filepath.Join(os.TempDir(), "kiln-rpcserver")
 	}
+	// Workers run in their session directories: a relative path would
+	// name another place there.
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+	}
+	cfg.Dir = dir
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("rpcserver: session directory: %w", err)
 	}

@@ -97,6 +97,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	work := cfg.WorkDir
 	if work != "" {
+		// Jobs run in their own directories: keep the path absolute.
+		abs, err := filepath.Abs(work)
+		if err != nil {
+			return fmt.Errorf("compiler node: work directory: %w", err)
+		}
+		work = abs
 		if err := os.MkdirAll(work, 0o755); err != nil {
 			return fmt.Errorf("compiler node: work directory: %w", err)
 		}
