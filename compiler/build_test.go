@@ -582,3 +582,4 @@ func TestSeedModule(t *testing.T) {
 		})
 	}
 }
+

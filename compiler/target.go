@@ -2,8 +2,10 @@ package compiler
 
 import (
 	"fmt"
-	"golang.org/x/sys/cpu"
+	"runtime"
 	"strings"
+
+	"golang.org/x/sys/cpu"
 )
 
 // Target is what Build compiles for. Only "cpu" (the host, or a CPU named
@@ -103,10 +105,28 @@ func (t Target) VectorBytes() int64 {
 
 func (t Target) cflags() []string {
 	switch {
-	case t.MCPU != "":
+	case t.MCPU != "" && t.isX86():
 		return []string{"-O3", "-march=" + t.MCPU}
+	case t.MCPU != "":
+		// GCC for Arm and RISC-V names a core with -mcpu (it implies the
+		// architecture and the tuning); -march there takes an ISA string.
+		return []string{"-O3", "-mcpu=" + t.MCPU}
 	case t.Triple != "":
 		return []string{"-O3"}
 	}
 	return []string{"-O3", "-march=native"}
+}
+
+// isX86 reports whether the target is an x86 CPU: its triple's
+// architecture, or this machine's when it has no triple.
+func (t Target) isX86() bool {
+	arch := runtime.GOARCH
+	if t.Triple != "" {
+		arch, _, _ = strings.Cut(t.Triple, "-")
+	}
+	switch arch {
+	case "amd64", "386", "x86_64", "i386", "i486", "i586", "i686":
+		return true
+	}
+	return false
 }
