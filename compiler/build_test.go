@@ -582,4 +582,3 @@ func TestSeedModule(t *testing.T) {
 		})
 	}
 }
-
