@@ -212,6 +212,11 @@ func (s *Server) tvmHandle(c *tvmConn, m tvmMessage) bool {
 		v := &tvmValue{conn: c, key: m.Key, addr: addr, port: m.Port, matchKey: m.MatchKey}
 		s.tvm.mu.Lock()
 		c.pending[m.MatchKey] = true
+		// A TVM server puts itself again, with a new match key, after
+		// every session: it is the same server (one connection, one key),
+		// so its last put replaces the earlier ones in the list of
+		// servers, which would otherwise grow with every session.
+		c.puts = slices.DeleteFunc(c.puts, func(o *tvmValue) bool { return o.key == v.key })
 		c.puts = append(c.puts, v)
 		s.tvm.queue(m.Key).values = append(s.tvm.queue(m.Key).values, v)
 		s.tvm.mu.Unlock()
@@ -317,8 +322,10 @@ func (s *Server) tvmConnClosed(c *tvmConn) {
 }
 
 // tvmSummary is SUMMARY's answer: {"queue_info": {key: {"free", "pending"}},
-// "server_info": [info of every connection whose key starts with "server"]},
-// with kiln's devices added under their keys ("kiln": true).
+// "server_info": [info of every connection whose key starts with "server"]}.
+// kiln's own devices stay out of it: a TVM peer cannot lease them (they
+// speak kiln's protocol, not TVM's), and the TVM protocol has no
+// authentication, so their keys and addresses must not reach it.
 func (s *Server) tvmSummary() map[string]any {
 	qinfo := map[string]map[string]int{}
 	var sinfo []any
@@ -336,29 +343,6 @@ func (s *Server) tvmSummary() map[string]any {
 		}
 	}
 	s.tvm.mu.Unlock()
-	s.mu.Lock()
-	for _, n := range s.nodes {
-		if n.role != proto.NodeDevice {
-			continue
-		}
-		host, port, _ := net.SplitHostPort(n.addr)
-		p, _ := strconv.Atoi(port)
-		sinfo = append(sinfo, map[string]any{"key": "server:" + n.key, "addr": []any{host, p}, "kiln": true, "node_id": n.id, "state": string(n.state())})
-		qi := qinfo[n.key]
-		if qi == nil {
-			qi = map[string]int{"free": 0, "pending": 0}
-			qinfo[n.key] = qi
-		}
-		if n.free() {
-			qi["free"]++
-		}
-	}
-	for _, q := range s.queues {
-		if q.key != "" && qinfo[q.key] != nil {
-			qinfo[q.key]["pending"] += len(q.tickets)
-		}
-	}
-	s.mu.Unlock()
 	if sinfo == nil {
 		sinfo = []any{}
 	}
