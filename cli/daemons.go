@@ -47,6 +47,7 @@ Examples:
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
+			insecureFlag(),
 		}, listenFlags()...),
 		OnUsageError: usageError,
 		Action:       runTracker,
@@ -65,7 +66,7 @@ func runTracker(c *ucli.Context) error {
 		Listen: c.String("listen"), DataDir: c.String("data"),
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
-		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c),
+		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 	})
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)
@@ -195,6 +196,7 @@ Examples:
 			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file"},
 			&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the tracker's certificate (turns TLS on toward the tracker; --tls-cert/--tls-key, when given, are presented to it as this daemon's client certificate)"},
 			&ucli.StringFlag{Name: "tls-server-name", Usage: "name to check in the tracker's certificate (default: the --tracker host)"},
+			insecureFlag(),
 		}, listenFlags()...),
 		OnUsageError: usageError,
 		Action:       runRPCServer,
@@ -214,7 +216,7 @@ func runRPCServer(c *ucli.Context) error {
 		Listen: c.String("listen"), Key: c.String("key"), Token: tok, TLS: tlsCfg,
 		SessionTimeout: c.Duration("session-timeout"), MaxSessions: c.Int("max-sessions"),
 		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
-		AllowWithoutLease: c.Bool("allow-without-lease"),
+		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"),
 	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {

@@ -100,3 +100,9 @@ func clientAuth(c *ucli.Context) (string, *tls.Config, error) {
 	cfg, err := clientTLS(c)
 	return tok, cfg, err
 }
+
+// insecureFlag lets a daemon listen beyond loopback with neither a token
+// nor mutual TLS, which it refuses otherwise.
+func insecureFlag() ucli.Flag {
+	return &ucli.BoolFlag{Name: "insecure", Usage: "listen beyond loopback with neither a token nor mutual TLS (anyone who can reach the port may use it; a warning is logged)"}
+}

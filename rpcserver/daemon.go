@@ -95,6 +95,9 @@ type Config struct {
 	Version string
 	// MaxFrameSize bounds one request or response frame (proto's default when 0).
 	MaxFrameSize int
+	// Insecure lets the daemon listen beyond loopback with neither a
+	// token nor mutual TLS (New refuses that otherwise); it then warns.
+	Insecure bool
 	// Logger receives the daemon's logs (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -169,6 +172,12 @@ func New(cfg Config) (*Daemon, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := proto.CheckExposure("rpcserver", cfg.Listen, cfg.Token, cfg.TLS, "--insecure"); err != nil {
+		if !cfg.Insecure {
+			return nil, err
+		}
+		log.Warn("INSECURE: the device daemon accepts anyone who can reach it, and will run the native code they upload", "listen", cfg.Listen)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -47,6 +47,9 @@ type Config struct {
 	JobMaxAttempts int
 	// MaxModuleSize bounds a submitted module's text (default 32 MiB).
 	MaxModuleSize int
+	// Insecure lets the tracker listen beyond loopback with neither a
+	// token nor mutual TLS (New refuses that otherwise); it then warns.
+	Insecure bool
 	// RecentJobs is how many jobs a query lists by default (20).
 	RecentJobs int
 	// Tick is how often expiries are checked (default HeartbeatInterval/4,

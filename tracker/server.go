@@ -106,6 +106,12 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) listen() error {
+	if err := proto.CheckExposure("tracker", s.cfg.Listen, s.cfg.Token, s.cfg.TLS, "--insecure"); err != nil {
+		if !s.cfg.Insecure {
+			return err
+		}
+		s.log.Warn("INSECURE: the tracker accepts anyone who can reach it", "listen", s.cfg.Listen)
+	}
 	var err error
 	if s.ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 		return fmt.Errorf("tracker listen %s: %w", s.cfg.Listen, err)
