@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -25,4 +27,24 @@ func TestOpenBeyondLoopback(t *testing.T) {
 		out := p.out.String()
 		return strings.Contains(out, "listening on") && strings.Contains(out, "INSECURE")
 	})
+}
+
+// TestSessionDiskQuota: an upload past --max-session-bytes is refused,
+// naming the limit and the flag, and leaves nothing behind.
+func TestSessionDiskQuota(t *testing.T) {
+	dir := t.TempDir()
+	p := startProc(t, "daemon", "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "d"),
+		"--max-session-bytes", "4096")
+	ctx, cancel := context.WithTimeout(context.Background(), procGuard)
+	defer cancel()
+	s, err := client.Connect(ctx, p.addr(t), client.SessionOptions{})
+	check.NoError(t, err)
+	defer s.Close()
+	check.NoError(t, s.Upload(ctx, "small.bin", make([]byte, 1000)))
+	err = s.Upload(ctx, "big.bin", make([]byte, 8192))
+	check.ErrorIs(t, err, proto.ErrQuota)
+	check.True(t, strings.Contains(err.Error(), "--max-session-bytes") && strings.Contains(err.Error(), "4096"), err)
+	files, err := s.List(ctx)
+	check.NoError(t, err)
+	check.Equal(t, len(files), 1, "files after the refused upload:", files)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/metrics"
@@ -23,7 +24,8 @@ const (
 	DefaultListen         = ":9090"
 	DefaultSessionTimeout = 30 * time.Minute
 	DefaultDrainTimeout   = 10 * time.Second
-	// DefaultSessionQuota bounds the files of one session: 16 GiB.
+	// DefaultSessionQuota bounds the files of one session (16 GiB) where
+	// the free space of the session directory cannot be read.
 	DefaultSessionQuota = 16 << 30
 )
 
@@ -76,8 +78,8 @@ type Config struct {
 	// Dir holds the session directories (a kiln-rpcserver directory in the
 	// system's temporary directory when empty).
 	Dir string
-	// SessionQuota bounds the bytes of one session's files
-	// (DefaultSessionQuota when 0, none when negative).
+	// SessionQuota bounds the bytes of one session's files (when 0, a
+	// quarter of the free space of Dir at start; none when negative).
 	SessionQuota int64
 	// Worker says how to start worker processes.
 	Worker WorkerSpec
@@ -150,12 +152,6 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	switch {
-	case cfg.SessionQuota == 0:
-		cfg.SessionQuota = DefaultSessionQuota
-	case cfg.SessionQuota < 0:
-		cfg.SessionQuota = 0
-	}
 	if cfg.Dir == "" {
 		cfg.Dir = filepath.Join(os.TempDir(), "kiln-rpcserver")
 	}
@@ -168,6 +164,12 @@ func New(cfg Config) (*Daemon, error) {
 	cfg.Dir = dir
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+	}
+	switch {
+	case cfg.SessionQuota == 0:
+		cfg.SessionQuota = defaultQuota(cfg.Dir)
+	case cfg.SessionQuota < 0:
+		cfg.SessionQuota = 0
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -233,7 +235,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return errors.New("rpcserver: Run called twice")
 	}
 	d.log.Info("device daemon listening", "addr", d.ln.Addr().String(), "key", d.cfg.Key,
-		"max_sessions", d.cfg.MaxSessions, "session_timeout", d.cfg.SessionTimeout, "tls", d.cfg.TLS != nil)
+		"max_sessions", d.cfg.MaxSessions, "session_timeout", d.cfg.SessionTimeout, "tls", d.cfg.TLS != nil, "max_session_bytes", d.cfg.SessionQuota)
 	serveCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
 	defer cut()
 
@@ -369,4 +371,14 @@ func (d *Daemon) disconnect(c *proto.Conn) {
 func sessionOf(c *proto.Conn) *session {
 	s, _ := c.Value(sessionKey{}).(*session)
 	return s
+}
+
+// defaultQuota is a session's default disk quota: a quarter of the space
+// free in dir now, so that one session cannot fill the disk.
+func defaultQuota(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil || st.Bavail == 0 {
+		return DefaultSessionQuota
+	}
+	return int64(st.Bavail) * int64(st.Bsize) / 4
 }

@@ -127,7 +127,7 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 		}
 		if s.usage()+s.used-old+size > s.quota {
 			s.mu.Unlock()
-			return fmt.Errorf("upload %q: %d bytes would exceed the session's disk quota of %d bytes: %w", name, size, s.quota, proto.ErrQuota)
+			return fmt.Errorf("upload %q: %d bytes would exceed the session's disk quota of %d bytes (the daemon's --max-session-bytes); nothing was kept: %w", name, size, s.quota, proto.ErrQuota)
 		}
 		s.used += size
 		s.mu.Unlock()
