@@ -191,6 +191,7 @@ Examples:
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
 			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
+			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload (default: a quarter of the space free in --dir at start; -1: no limit)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
@@ -219,6 +220,7 @@ func runRPCServer(c *ucli.Context) error {
 		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
 		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"),
 		SessionQuota: c.Int64("max-session-bytes"),
+		Worker:       rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -47,4 +49,62 @@ func TestSessionDiskQuota(t *testing.T) {
 	files, err := s.List(ctx)
 	check.NoError(t, err)
 	check.Equal(t, len(files), 1, "files after the refused upload:", files)
+}
+
+// TestWorkerFailsToStart: a worker that cannot start (a wrapper that exits
+// at once, a wrapper that does not exist) fails that session with an
+// error naming the command; the daemon still serves the next session and
+// still stops on SIGTERM.
+func TestWorkerFailsToStart(t *testing.T) {
+	for _, tc := range []struct{ name, wrapper, want string }{
+		{"wrapper exits", "false", "false"},
+		{"wrapper missing", "/nonexistent/wrapper --flag", "/nonexistent/wrapper"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := startProc(t, "daemon", "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "d"),
+				"--worker-wrapper", tc.wrapper)
+			addr := p.addr(t)
+			ctx, cancel := context.WithTimeout(context.Background(), procGuard)
+			defer cancel()
+			for range 2 { // the second session must fail the same way, not hang
+				_, err := client.Connect(ctx, addr, client.SessionOptions{})
+				check.True(t, err != nil, "a session with a broken worker opened")
+				check.True(t, strings.Contains(err.Error(), "start worker") && strings.Contains(err.Error(), tc.want), err)
+			}
+			p.stop(t)
+			check.True(t, !p.alive(), "the daemon did not stop on SIGTERM")
+		})
+	}
+	t.Run("worker for another architecture", func(t *testing.T) {
+		cc, err := exec.LookPath("aarch64-linux-gnu-gcc")
+		if err != nil || runtime.GOARCH == "arm64" {
+			t.Skip("needs aarch64-linux-gnu-gcc on a non-arm64 machine to make a binary this one cannot exec")
+		}
+		dir := t.TempDir()
+		foreign := filepath.Join(dir, "foreign")
+		cmd := exec.Command(cc, "-x", "c", "-o", foreign, "-")
+		cmd.Stdin = strings.NewReader("int main(void) { return 0; }\n")
+		out, err := cmd.CombinedOutput()
+		check.NoError(t, err, string(out))
+		p := startProc(t, "daemon", "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "d"),
+			"--worker-wrapper", foreign)
+		ctx, cancel := context.WithTimeout(context.Background(), procGuard)
+		defer cancel()
+		_, err = client.Connect(ctx, p.addr(t), client.SessionOptions{})
+		check.True(t, err != nil && strings.Contains(err.Error(), "exec format error"), err)
+		p.stop(t)
+		check.True(t, !p.alive(), "the daemon did not stop on SIGTERM")
+	})
+	t.Run("wrapper runs the worker", func(t *testing.T) {
+		dir := t.TempDir()
+		p := startProc(t, "daemon", "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "d"),
+			"--worker-wrapper", "env KILN_WRAPPED=1")
+		ctx, cancel := context.WithTimeout(context.Background(), procGuard)
+		defer cancel()
+		s, err := client.Connect(ctx, p.addr(t), client.SessionOptions{})
+		check.NoError(t, err)
+		check.NoError(t, s.Upload(ctx, "x.bin", []byte("x")))
+		s.Close()
+	})
 }

@@ -147,7 +147,12 @@ func (s *session) open(ctx context.Context, a proto.OpenArgs) (proto.SessionInfo
 		return proto.SessionInfo{}, s.endErr
 	}
 	if err != nil {
-		s.state = stateConnected
+		// A session that could not open (no valid lease, a worker that
+		// would not start) gives its slot back at once: the next client
+		// must not find the device busy with a session that never was.
+		s.mu.Unlock()
+		s.end("open_failed", err)
+		s.mu.Lock()
 		return proto.SessionInfo{}, err
 	}
 	s.state = stateOpen

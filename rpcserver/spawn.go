@@ -27,6 +27,11 @@ type WorkerSpec struct {
 	Args []string
 	// Env is added to the daemon's environment.
 	Env []string
+	// Wrapper is a command prefix for the worker (e.g. "qemu-aarch64 -L
+	// /usr/aarch64-linux-gnu" on an emulated board, or "taskset -c 2",
+	// "numactl --cpunodebind=0", "nice"): the worker runs as Wrapper...
+	// Path Args....
+	Wrapper []string
 }
 
 // DefaultWorkerArgs are the arguments that make the kiln binary run
@@ -116,7 +121,8 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog
 		return nil, fmt.Errorf("start worker: pipe: %w", err)
 	}
 
-	cmd := exec.Command(path, args...)
+	argv := append(append(append([]string{}, spec.Wrapper...), path), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	// A worker runs Go on one thread by default: a call crosses three
 	// processes, and a worker whose idle Ps spin looking for work takes
@@ -147,7 +153,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog
 		errR.Close()
 		nc.Close()
 		cnc.Close()
-		return nil, fmt.Errorf("start worker %s: %w", path, err)
+		return nil, fmt.Errorf("start worker %s: %w", strings.Join(argv, " "), err)
 	}
 	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{})}
 	wlog := log.With("worker", cmd.Process.Pid)
@@ -201,7 +207,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog
 		w.kill()
 		<-w.exited
 		reason, _ := w.reason()
-		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", path, err, reason, lastLines(w.stderr.Lines(), 5))
+		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", strings.Join(argv, " "), err, reason, lastLines(w.stderr.Lines(), 5))
 	}
 	return w, nil
 }
