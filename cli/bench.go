@@ -63,7 +63,9 @@ func runBench(c *ucli.Context) error {
 	}
 	defer r.close()
 	spin := startProgress(c, "timing "+call.fn.Name+" on "+r.where())
-	res, err := r.time(c.Context, call, o)
+	ctx, cancel := stepContext(c)
+	res, err := r.time(ctx, call, o)
+	cancel()
 	spin.done()
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", path, err)

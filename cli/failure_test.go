@@ -285,6 +285,17 @@ func TestFailBadInput(t *testing.T) {
 		check.True(t, dev.alive(), "the device daemon died")
 		f.waitFree("cpu", 1)
 	})
+	t.Run("call past its timeout", func(t *testing.T) {
+		// A kernel that never returns in time: the daemon kills its
+		// worker at the call's deadline and frees the device, long before
+		// the session's own deadline (an hour here).
+		_, _, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "cpu", "--token-file", f.tokFile,
+			"--func", "sleep_ms", "--arg", "ms=600000", "--timeout", "500ms", "--session-timeout", "1h", "--wait", "20s")
+		check.ErrorIs(t, err, proto.ErrDeadline)
+		check.True(t, dev.alive(), "the device daemon died")
+		f.waitFree("cpu", 1)
+		check.True(t, strings.Contains(dev.out.String(), "call past its deadline: worker killed"), "daemon log:", dev.out.String())
+	})
 	t.Run("key nobody serves", func(t *testing.T) {
 		// A process of its own: urfave/cli apps in one process share
 		// global flags, so two cannot run at once there.

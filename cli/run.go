@@ -58,7 +58,10 @@ func runRun(c *ucli.Context) error {
 		return fmt.Errorf("run %s: %w", path, err)
 	}
 	defer r.close()
-	if err := r.call(c.Context, call); err != nil {
+	ctx, cancel := stepContext(c)
+	err = r.call(ctx, call)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("run %s: %w", path, err)
 	}
 	return writeOutputs(c, c.String("output"), call)

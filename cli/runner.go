@@ -44,6 +44,7 @@ func remoteFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "priority", Usage: "with --tracker: queue priority (higher first)"},
 		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a device (without it, a key no device is registered under fails at once)"},
 		&ucli.DurationFlag{Name: "session-timeout", Value: 10 * time.Minute, Usage: "with --tracker: longest the remote session may last"},
+		&ucli.DurationFlag{Name: "timeout", Usage: "with --tracker: longest the call (run) or the timing (bench) may take; past it the daemon kills the kernel's worker and frees the device (0: no limit)"},
 	}, connFlags()...)
 }
 
@@ -354,4 +355,12 @@ func (r *remoteRunner) close() {
 	if r.tr != nil {
 		r.tr.Close()
 	}
+}
+
+// stepContext bounds one remote call or timing by --timeout.
+func stepContext(c *ucli.Context) (context.Context, context.CancelFunc) {
+	if d := c.Duration("timeout"); d > 0 {
+		return context.WithTimeout(c.Context, d)
+	}
+	return context.WithCancel(c.Context)
 }

@@ -414,6 +414,21 @@ func (s *session) failed(ctx context.Context, w *workerProc, err error) error {
 	return err
 }
 
+// overran ends the session of a call or timing that ran past its
+// deadline: the kernel cannot be interrupted, so its worker is killed and
+// the device freed instead of staying busy until the session's deadline.
+func (s *session) overran(w *workerProc, method string, args msgpack.RawMessage) error {
+	err := fmt.Errorf("%s ran past the call's deadline: its worker (process %d) was killed and session %s has ended, so the device is free; open a new session to go on: %w",
+		s.describe(method, args), w.pid(), s.id, proto.ErrDeadline)
+	if s.end("call_deadline", err) {
+		s.log.Warn("call past its deadline: worker killed", "call", s.describe(method, args))
+		w.kill()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr
+}
+
 // forward runs a method on the worker with the client's raw arguments.
 func (s *session) forward(ctx context.Context, method string, args msgpack.RawMessage) (any, error) {
 	w, err := s.live()
@@ -424,6 +439,9 @@ func (s *session) forward(ctx context.Context, method string, args msgpack.RawMe
 	defer s.untrack(id)
 	var raw msgpack.RawMessage
 	if err := w.calls.Call(ctx, method, args, &raw); err != nil {
+		if (method == proto.FuncCall || method == proto.FuncTime) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, s.overran(w, method, args)
+		}
 		return nil, s.failed(ctx, w, err)
 	}
 	if method == proto.ModuleGetFunction || method == proto.GlobalGet {
