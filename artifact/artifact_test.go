@@ -111,3 +111,30 @@ func TestCorrupt(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRead: reading any bytes as an artifact never panics, and what it
+// accepts writes back to an artifact that reads the same.
+func FuzzRead(f *testing.F) {
+	a := artifact.New("cpu", "gcc 12")
+	if err := a.Add(artifact.HostLib, []byte("\x7fELF fake")); err != nil {
+		f.Fatal(err)
+	}
+	good, err := a.Bytes()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add([]byte("PK\x03\x04"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := artifact.Read(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		again, err := a.Bytes()
+		check.NoError(t, err)
+		b2, err := artifact.Read(bytes.NewReader(again), int64(len(again)))
+		check.NoError(t, err)
+		check.Equal(t, b2.Names(), a.Names())
+	})
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
@@ -336,6 +337,10 @@ func TestFailBadInput(t *testing.T) {
 				{"oversized", binary.BigEndian.AppendUint32(nil, 1<<30), proto.CodeTooLarge, "frame"},
 				{"not msgpack", append(binary.BigEndian.AppendUint32(nil, 4), 0xc1, 0xc1, 0xc1, 0xc1), proto.CodeBadRequest, ""},
 				{"not a request", append(binary.BigEndian.AppendUint32(nil, 1), 0x2a), proto.CodeBadRequest, ""},
+				// A request whose args nest a million arrays: the decoder
+				// recursed into them and overflowed its stack, killing the
+				// process (fatal, not recoverable).
+				{"million-deep args", deepRequestFrame(t, 1<<20), proto.CodeBadRequest, "nesting deeper than"},
 			} {
 				t.Run(target.name+"/"+tc.name, func(t *testing.T) {
 					resp := rawFrame(t, ctx, target.addr, f.tok, tc.frame)
@@ -378,6 +383,16 @@ func TestFailBadInput(t *testing.T) {
 		check.NoError(t, err, errOut)
 		check.True(t, dev.alive(), "the device daemon died")
 	})
+}
+
+// deepRequestFrame is a framed request whose args nest depth msgpack
+// arrays.
+func deepRequestFrame(t *testing.T, depth int) []byte {
+	t.Helper()
+	args := append(bytes.Repeat([]byte{0x91}, depth), 0xc0)
+	b, err := msgpack.Marshal(proto.Request{ID: 1, Method: "tracker.query", Args: args})
+	check.NoError(t, err)
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
 }
 
 // rawFrame connects to a kiln listener as a raw TCP client: it writes the

@@ -139,6 +139,9 @@ func ReadFrame(r io.Reader, maxSize int) ([]byte, error) {
 // ErrBadRequest.
 func DecodeRequest(b []byte) (Request, error) {
 	var req Request
+	if err := scanMsgpack(b); err != nil {
+		return Request{}, fmt.Errorf("decode request: %v: %w", err, ErrBadRequest)
+	}
 	if err := msgpack.Unmarshal(b, &req); err != nil {
 		return Request{}, fmt.Errorf("decode request: %v: %w", err, ErrBadRequest)
 	}
@@ -158,6 +161,9 @@ func DecodeRequest(b []byte) (Request, error) {
 // ErrBadRequest.
 func DecodeResponse(b []byte) (Response, error) {
 	var resp Response
+	if err := scanMsgpack(b); err != nil {
+		return Response{}, fmt.Errorf("decode response: %v: %w", err, ErrBadRequest)
+	}
 	if err := msgpack.Unmarshal(b, &resp); err != nil {
 		return Response{}, fmt.Errorf("decode response: %v: %w", err, ErrBadRequest)
 	}
@@ -171,6 +177,9 @@ func DecodeResponse(b []byte) (Response, error) {
 // Size is not negative. Failures wrap ErrBadRequest.
 func decodeBulkHeader(b []byte) (BulkHeader, error) {
 	var h BulkHeader
+	if err := scanMsgpack(b); err != nil {
+		return BulkHeader{}, fmt.Errorf("decode bulk header: %v: %w", err, ErrBadRequest)
+	}
 	if err := msgpack.Unmarshal(b, &h); err != nil {
 		return BulkHeader{}, fmt.Errorf("decode bulk header: %v: %w", err, ErrBadRequest)
 	}
