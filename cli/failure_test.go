@@ -295,7 +295,9 @@ func TestFailBadInput(t *testing.T) {
 		check.ErrorIs(t, err, proto.ErrDeadline)
 		check.True(t, dev.alive(), "the device daemon died")
 		f.waitFree("cpu", 1)
-		check.True(t, strings.Contains(dev.out.String(), "call past its deadline: worker killed"), "daemon log:", dev.out.String())
+		eventually(t, "the daemon kills the worker at the call's deadline", func() bool {
+			return strings.Contains(dev.out.String(), "call past its deadline: worker killed")
+		})
 	})
 	t.Run("key nobody serves", func(t *testing.T) {
 		// A process of its own: urfave/cli apps in one process share
