@@ -49,7 +49,7 @@ Examples:
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE]"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
-			&ucli.StringFlag{Name: "cc", Usage: "C compiler (default: $CC, then cc)"},
+			&ucli.StringFlag{Name: "cc", Usage: "C compiler (default: $CC, then cc); local builds only"},
 			&ucli.StringFlag{Name: "cflags", Usage: "C compiler flags replacing the defaults (-O3 -march=native), space separated"},
 			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after these passes: after:PASS[,after:PASS…] or all (" + strings.Join(transform.PassNames(), ", ") + ")"},
 			&ucli.StringFlag{Name: "keep-source", Usage: "directory to keep the generated C source in"},
@@ -155,7 +155,13 @@ func buildRemote(c *ucli.Context, path, src, out string) error {
 	if c.String("params") != "" {
 		return fmt.Errorf("build: --params cannot be sent to a remote build; bundle weights with a local build or pass --params to kiln run")
 	}
-	for _, k := range []string{"cc", "cflags", "pipeline"} {
+	if c.String("cc") != "" {
+		return fmt.Errorf("build: --cc cannot be sent to a remote build: compiler nodes use their own C compiler")
+	}
+	if err := compiler.CheckRemoteCFlags(strings.Fields(c.String("cflags"))); err != nil {
+		return fmt.Errorf("build: --cflags: %w", err)
+	}
+	for _, k := range []string{"cflags", "pipeline"} {
 		if v := c.String(k); v != "" {
 			opts[k] = v
 		}

@@ -57,13 +57,18 @@ func runJob(ctx context.Context, dir string) error {
 	for k, v := range job.Options {
 		switch k {
 		case "cc":
-			opts.CC = v
+			// The node chooses its compiler: a client that could name
+			// the program to run would run any program here.
+			return fmt.Errorf("job %s: build option cc=%q refused: a compiler node uses its own C compiler", job.ID, v)
 		case "cflags":
 			opts.CFlags = strings.Fields(v)
+			if err := compiler.CheckRemoteCFlags(opts.CFlags); err != nil {
+				return fmt.Errorf("job %s: %w", job.ID, err)
+			}
 		case "pipeline":
 			opts.Pipeline = v
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cc, cflags, pipeline)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)
