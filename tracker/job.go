@@ -222,8 +222,11 @@ func (s *Server) compilerLocked(id string, c *proto.Conn, what string) (*node, e
 		return nil, fmt.Errorf("%s: only compiler nodes may: %w", what, proto.ErrBadRequest)
 	}
 	n := s.nodes[id]
-	if n == nil || n.role != proto.NodeCompiler {
-		return nil, fmt.Errorf("%s: compiler node %q is not registered (register again): %w", what, id, proto.ErrNotFound)
+	if n == nil || n.role != proto.NodeCompiler || n.conn != c {
+		// Only the connection a compiler node registered on speaks for
+		// it: another member could otherwise complete its jobs with an
+		// artifact of its own.
+		return nil, fmt.Errorf("%s: compiler node %q is not registered on this connection (register again): %w", what, id, proto.ErrNotFound)
 	}
 	return n, nil
 }

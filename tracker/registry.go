@@ -72,8 +72,12 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 	defer s.mu.Unlock()
 	n := s.nodes[a.NodeID]
 	if n != nil && n.conn != nil && n.conn != c && !n.lost {
-		// The same node on a new connection: the old one is stale.
-		s.log.Info("node re-registered on a new connection", "node", a.NodeID)
+		// A node may only change its own registration: a live node's id
+		// claimed from another connection would let any member send
+		// clients (and their hellos) to an address of its choosing. A
+		// node that really moved to a new connection is let in once its
+		// old one is gone (closed, or silent past the lost window).
+		return nil, fmt.Errorf("register: node %q is registered and alive on another connection; a node may only change its own registration (if this is that node, retry once its old connection has closed): %w", a.NodeID, proto.ErrBusy)
 	}
 	if n == nil {
 		n = &node{id: a.NodeID, registered: now, jobs: make(map[string]*job)}
@@ -131,19 +135,27 @@ func (s *Server) unindexLocked(n *node) {
 	}
 }
 
+// ownNodeLocked returns the node id when c is the connection it registered
+// on: a node may only heartbeat, report on or deregister itself (the
+// Kubernetes NodeRestriction rule), never another node, and a node whose
+// connection is gone must register again first.
+func (s *Server) ownNodeLocked(id string, c *proto.Conn, what string) (*node, error) {
+	n := s.nodes[id]
+	if n == nil || n.conn != c {
+		return nil, fmt.Errorf("%s: node %q is not registered on this connection (a node may only speak for itself; register again): %w", what, id, proto.ErrNotFound)
+	}
+	return n, nil
+}
+
 func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.HeartbeatArgs) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.nodes[a.NodeID]
-	if n == nil {
-		return nil, fmt.Errorf("heartbeat: node %q is not registered (register again): %w", a.NodeID, proto.ErrNotFound)
+	n, err := s.ownNodeLocked(a.NodeID, c, "heartbeat")
+	if err != nil {
+		return nil, err
 	}
 	was := n.state()
 	n.lastSeen, n.load, n.activeLease = time.Now(), a.Load, a.ActiveLease
-	if n.conn == nil || n.lost {
-		n.conn = c
-		c.SetValue(connNodeKey{}, n.id)
-	}
 	if n.lost {
 		n.lost = false
 		s.log.Info("node back", "node", n.id)
@@ -157,9 +169,9 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 func (s *Server) handleDeregister(ctx context.Context, c *proto.Conn, a proto.DeregisterArgs) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.nodes[a.NodeID]
-	if n == nil {
-		return nil, fmt.Errorf("deregister: node %q: %w", a.NodeID, proto.ErrNotFound)
+	n, err := s.ownNodeLocked(a.NodeID, c, "deregister")
+	if err != nil {
+		return nil, err
 	}
 	s.log.Info("node deregistered", "node", n.id)
 	s.forgetLocked(n, "deregistered")
@@ -183,7 +195,11 @@ func (s *Server) handleReport(ctx context.Context, c *proto.Conn, a proto.Report
 		if c.Role() != proto.RoleDevice {
 			return nil, fmt.Errorf("report: only a device daemon names itself by node id; a client names the device by its lease: %w", proto.ErrBadRequest)
 		}
-		n = s.nodes[a.NodeID]
+		own, err := s.ownNodeLocked(a.NodeID, c, "report")
+		if err != nil {
+			return nil, err
+		}
+		n = own
 	case a.LeaseID != "":
 		l := s.leases[a.LeaseID]
 		if l == nil || l.Token != a.Token {
