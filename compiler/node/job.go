@@ -54,12 +54,13 @@ func runJob(ctx context.Context, dir string) error {
 		return err
 	}
 	var opts compiler.BuildOptions
+	if v, ok := job.Options["cc"]; ok {
+		// The node chooses its compiler: a client that could name the
+		// program to run would run any program here.
+		return fmt.Errorf("job %s: build option cc=%q refused: a compiler node uses its own C compiler", job.ID, v)
+	}
 	for k, v := range job.Options {
 		switch k {
-		case "cc":
-			// The node chooses its compiler: a client that could name
-			// the program to run would run any program here.
-			return fmt.Errorf("job %s: build option cc=%q refused: a compiler node uses its own C compiler", job.ID, v)
 		case "cflags":
 			opts.CFlags = strings.Fields(v)
 			if err := compiler.CheckRemoteCFlags(opts.CFlags); err != nil {
