@@ -333,8 +333,10 @@ func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 		if key == "" {
 			key = d.ln.Addr().String()
 		}
-		return fmt.Errorf("device %s is busy: it is in %s (session %s from %s since %s); try again later or ask the tracker for another device: %w",
-			key, what, holder.id, holder.remote, holder.started.Format(time.RFC3339), proto.ErrBusy)
+		// Who holds the device is the holder's business: the error says
+		// since when, not from where.
+		return fmt.Errorf("device %s is busy: it is in %s (session %s since %s); try again later or ask the tracker for another device: %w",
+			key, what, holder.id, holder.started.Format(time.RFC3339), proto.ErrBusy)
 	}
 	s := newSession(d, c, fmt.Sprintf("s%d", d.nextID.Add(1)))
 	d.sessions[s] = true

@@ -199,6 +199,8 @@ func TestExclusiveAndToken(t *testing.T) {
 	_, err = client.Connect(ctx, td.addr, client.SessionOptions{Token: "s3cret"})
 	check.ErrorIs(t, err, proto.ErrBusy)
 	check.Error(t, err, "device board-1 is busy", s.Info().ID)
+	// The holder's address is not told to whoever else knocks.
+	check.True(t, !strings.Contains(err.Error(), " from "), "busy error shows the holder's address:", err)
 
 	// Closing the session frees the device.
 	check.NoError(t, s.Close())
@@ -486,10 +488,13 @@ type fakeTracker struct {
 }
 
 func (f *fakeTracker) VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error) {
-	if token != "good" {
-		return proto.LeaseInfo{}, fmt.Errorf("lease token %q: %w", token, proto.ErrNotFound)
+	switch token {
+	case "good": // asks for more than the daemon allows
+		return proto.LeaseInfo{ID: "lease-1", Key: "k", SessionTimeout: 1000 * time.Hour}, nil
+	case "short": // asks for less
+		return proto.LeaseInfo{ID: "lease-2", Key: "k", SessionTimeout: 10 * time.Second}, nil
 	}
-	return proto.LeaseInfo{ID: "lease-1", Key: "k", SessionTimeout: time.Hour}, nil
+	return proto.LeaseInfo{}, fmt.Errorf("lease token %q: %w", token, proto.ErrNotFound)
 }
 
 func (f *fakeTracker) SetActiveLease(id string) {
@@ -523,9 +528,13 @@ func TestLeases(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrNotFound)
 	td.waitIdle(t)
 
+	// A lease may shorten the daemon's session timeout, never lengthen it.
+	short := td.connect(t, client.SessionOptions{LeaseToken: "short"})
+	check.True(t, time.Until(short.Expires()) <= 10*time.Second, short.Expires())
+	short.Close()
+	td.waitIdle(t)
 	s := td.connect(t, client.SessionOptions{LeaseToken: "good"})
-	// The lease's session timeout (an hour) overrides the daemon's minute.
-	check.True(t, time.Until(s.Expires()) > 30*time.Minute, s.Expires())
+	check.True(t, time.Until(s.Expires()) <= time.Minute, "a lease asking 1000 h got a session until", s.Expires())
 	mod := loadKernels(t, s)
 	crash, err := mod.GetFunction(ctx, "crash")
 	check.NoError(t, err)
@@ -533,7 +542,7 @@ func TestLeases(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrCrashed)
 	eventually(t, "the failure is reported", func() bool {
 		active, failures := ft.snapshot()
-		return len(failures) == 1 && slices.Equal(active, []string{"lease-1", ""})
+		return len(failures) == 1 && slices.Equal(active, []string{"lease-2", "", "lease-1", ""})
 	})
 	_, failures := ft.snapshot()
 	check.True(t, strings.Contains(failures[0], "SIGSEGV"), failures)

@@ -174,7 +174,9 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			s.mu.Lock()
 			s.lease = li.ID
 			s.mu.Unlock()
-			if li.SessionTimeout > 0 {
+			// A lease may ask for a shorter session than the daemon
+			// allows, never a longer one.
+			if li.SessionTimeout > 0 && li.SessionTimeout < d.cfg.SessionTimeout {
 				s.armDeadline(li.SessionTimeout)
 			}
 			d.cfg.Tracker.SetActiveLease(li.ID)
