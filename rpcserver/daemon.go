@@ -253,12 +253,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", d.MetricsHandler())
-		hs = &http.Server{Addr: d.cfg.MetricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		parts.Go(func() {
-			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("metrics listener", "err", err)
-			}
-		})
+		hs = metrics.NewServer(mux)
+		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
+		if err != nil {
+			d.log.Error("metrics listener", "err", err)
+		} else {
+			parts.Go(func() {
+				if err := hs.Serve(metrics.LimitListener(mln, metrics.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					d.log.Error("metrics listener", "err", err)
+				}
+			})
+		}
 	}
 
 	select {

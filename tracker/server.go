@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -204,9 +205,9 @@ func (s *Server) Run(ctx context.Context) error {
 		wg.Go(func() { s.serveTVM(ctx) })
 	}
 	if s.metricsLn != nil {
-		s.httpSrv = &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = metricsrv.NewServer(s.metricsHandler())
 		wg.Go(func() {
-			if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpSrv.Serve(metricsrv.LimitListener(s.metricsLn, metricsrv.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail(fmt.Errorf("tracker metrics: %w", err))
 			}
 		})

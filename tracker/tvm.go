@@ -18,6 +18,18 @@ import (
 
 // tvmState is the TVM-protocol side: TVM rpc servers and their requests,
 // kept apart from kiln's devices (they speak another protocol).
+//
+// The protocol has no authentication, so what one peer can make the
+// tracker hold is bounded: connections, keys put and match keys pending
+// per connection, and info keys.
+// Limits of the TVM listener.
+const (
+	tvmMaxConns    = 1024
+	tvmMaxPuts     = 64   // distinct keys one connection serves
+	tvmMaxPending  = 1024 // match keys one connection has outstanding
+	tvmMaxInfoKeys = 64
+)
+
 type tvmState struct {
 	mu     sync.Mutex
 	conns  map[*tvmConn]struct{}
@@ -125,14 +137,24 @@ func (s *Server) serveTVM(ctx context.Context) {
 		s.tvm.closeAll()
 	})
 	defer stop()
+	var backoff time.Duration
 	for {
 		nc, err := s.tvmLn.Accept()
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-				s.log.Error("tvm tracker accept", "err", err)
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
 			}
-			break
+			// Transient failures (too many open files) must not stop the
+			// listener for good: back off and retry, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("tvm tracker accept failed", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		backoff = 0
 		wg.Go(func() { s.serveTVMConn(ctx, nc) })
 	}
 	s.tvm.closeAll()
@@ -146,6 +168,12 @@ func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
 	s.tvm.mu.Lock()
 	if s.tvm.closed {
 		s.tvm.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(s.tvm.conns) >= tvmMaxConns {
+		s.tvm.mu.Unlock()
+		log.Warn("tvm tracker: too many connections, refusing one", "limit", tvmMaxConns)
 		nc.Close()
 		return
 	}
@@ -211,6 +239,12 @@ func (s *Server) tvmHandle(c *tvmConn, m tvmMessage) bool {
 		}
 		v := &tvmValue{conn: c, key: m.Key, addr: addr, port: m.Port, matchKey: m.MatchKey}
 		s.tvm.mu.Lock()
+		if len(c.pending) >= tvmMaxPending || (len(c.puts) >= tvmMaxPuts && !slices.ContainsFunc(c.puts, func(o *tvmValue) bool { return o.key == v.key })) {
+			s.tvm.mu.Unlock()
+			s.log.Warn("tvm tracker: a connection passed its limits, closing it", "pending", len(c.pending), "keys", len(c.puts))
+			c.reply(tvmFail)
+			return false
+		}
 		c.pending[m.MatchKey] = true
 		// A TVM server puts itself again, with a new match key, after
 		// every session: it is the same server (one connection, one key),
@@ -265,6 +299,9 @@ func (s *Server) tvmHandle(c *tvmConn, m tvmMessage) bool {
 		}
 		s.tvm.mu.Lock()
 		for k, v := range m.Info {
+			if _, ok := c.info[k]; !ok && len(c.info) >= tvmMaxInfoKeys {
+				continue
+			}
 			c.info[k] = v
 		}
 		s.tvm.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -229,4 +230,35 @@ func FuzzTVMFrame(f *testing.F) {
 			t.Fatalf("code %d accepted", m.Code)
 		}
 	})
+}
+
+// TestTVMLimits: one unauthenticated TVM peer cannot make the tracker hold
+// without bound: past tvmMaxPuts keys its PUT fails and the connection is
+// closed, and its info keys stop at tvmMaxInfoKeys; the listener goes on
+// serving others.
+func TestTVMLimits(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.TVMListen = "127.0.0.1:0"
+	tr := startTracker(t, cfg)
+	p := dialTVM(t, tr.TVMAddr())
+	info := map[string]any{}
+	for i := range 2 * tvmMaxInfoKeys {
+		info[fmt.Sprint("k", i)] = i
+	}
+	check.Equal(t, p.call([]any{tvmUpdateInfo, info}), any(float64(tvmSuccess)))
+	for i := range tvmMaxPuts {
+		check.Equal(t, p.call([]any{tvmPut, fmt.Sprint("key", i), []any{9000, fmt.Sprint("m", i)}, nil}), any(float64(tvmSuccess)))
+	}
+	tr.tvm.mu.Lock()
+	for c := range tr.tvm.conns {
+		check.True(t, len(c.info) <= tvmMaxInfoKeys, "info keys held:", len(c.info))
+	}
+	tr.tvm.mu.Unlock()
+	check.Equal(t, p.call([]any{tvmPut, "one-too-many", []any{9000, "mx"}, nil}), any(float64(tvmFail)))
+	var b [1]byte
+	_, err := p.nc.Read(b[:])
+	check.True(t, err != nil, "the connection past its limits stays open")
+	eventually(t, "its servers are forgotten", func() bool { s, _ := tr.tvm.counts(); return s == 0 })
+	other := dialTVM(t, tr.TVMAddr())
+	check.Equal(t, other.call([]any{tvmPing}), any(float64(tvmSuccess)))
 }
