@@ -47,6 +47,10 @@ Examples:
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
+			&ucli.IntFlag{Name: "max-queued-jobs", Value: 256, Usage: "build jobs that may wait in the queue at once"},
+			&ucli.Int64Flag{Name: "max-queued-bytes", Value: 512 << 20, Usage: "bytes of module text the queued jobs may hold (they are kept in memory)"},
+			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
+			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
 			insecureFlag(),
 		}, listenFlags()...),
 		OnUsageError: usageError,
@@ -67,6 +71,8 @@ func runTracker(c *ucli.Context) error {
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
+		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
+		MaxJobQueueTimeout: c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 	})
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)

@@ -47,6 +47,14 @@ type Config struct {
 	JobMaxAttempts int
 	// MaxModuleSize bounds a submitted module's text (default 32 MiB).
 	MaxModuleSize int
+	// MaxQueuedJobs and MaxQueuedBytes bound the build jobs waiting in
+	// the queue and the bytes of their modules (defaults 256 and 512 MiB):
+	// queued modules are held in memory.
+	MaxQueuedJobs  int
+	MaxQueuedBytes int64
+	// MaxJobQueueTimeout and MaxJobRunTimeout are the longest queue and
+	// run limits a job may ask for (defaults 24h and 1h).
+	MaxJobQueueTimeout, MaxJobRunTimeout time.Duration
 	// Insecure lets the tracker listen beyond loopback with neither a
 	// token nor mutual TLS (New refuses that otherwise); it then warns.
 	Insecure bool
@@ -80,6 +88,14 @@ func (c *Config) setDefaults() error {
 	def(&c.FailureWindow, 10*time.Minute)
 	def(&c.JobQueueTimeout, time.Hour)
 	def(&c.JobRunTimeout, 10*time.Minute)
+	def(&c.MaxJobQueueTimeout, 24*time.Hour)
+	def(&c.MaxJobRunTimeout, time.Hour)
+	if c.MaxQueuedJobs <= 0 {
+		c.MaxQueuedJobs = 256
+	}
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = 512 << 20
+	}
 	if c.Tick <= 0 {
 		c.Tick = min(max(c.HeartbeatInterval/4, 10*time.Millisecond), time.Second)
 	}

@@ -72,6 +72,33 @@ func (s *Server) unqueueJobLocked(j *job) {
 	}
 }
 
+// Limits on what a job carries besides its module: they are shown to
+// everyone by query and kept in the store.
+const (
+	maxJobName        = 256
+	maxJobTarget      = 256
+	maxJobOptions     = 16
+	maxJobOptionBytes = 1024
+)
+
+// checkJobLabels bounds a job's name, target and options.
+func checkJobLabels(a proto.BuildSubmitArgs) error {
+	switch {
+	case len(a.Name) > maxJobName:
+		return fmt.Errorf("job name of %d bytes exceeds the limit of %d: %w", len(a.Name), maxJobName, proto.ErrTooLarge)
+	case len(a.Target) > maxJobTarget:
+		return fmt.Errorf("target of %d bytes exceeds the limit of %d: %w", len(a.Target), maxJobTarget, proto.ErrTooLarge)
+	case len(a.Options) > maxJobOptions:
+		return fmt.Errorf("%d build options exceed the limit of %d: %w", len(a.Options), maxJobOptions, proto.ErrTooLarge)
+	}
+	for k, v := range a.Options {
+		if len(k)+len(v) > maxJobOptionBytes {
+			return fmt.Errorf("build option %.32q of %d bytes exceeds the limit of %d: %w", k, len(k)+len(v), maxJobOptionBytes, proto.ErrTooLarge)
+		}
+	}
+	return nil
+}
+
 func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs) (any, error) {
 	switch {
 	case strings.TrimSpace(a.Module) == "":
@@ -84,6 +111,13 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		return nil, fmt.Errorf("submit build: unknown module format %q (want tvmscript or onnx-base64): %w", a.Format, proto.ErrBadRequest)
 	case a.QueueTimeout < 0 || a.RunTimeout < 0:
 		return nil, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
+	case a.QueueTimeout > s.cfg.MaxJobQueueTimeout:
+		return nil, fmt.Errorf("submit build: queue timeout %s exceeds the tracker's limit of %s (--max-job-queue-timeout): %w", a.QueueTimeout, s.cfg.MaxJobQueueTimeout, proto.ErrBadRequest)
+	case a.RunTimeout > s.cfg.MaxJobRunTimeout:
+		return nil, fmt.Errorf("submit build: run timeout %s exceeds the tracker's limit of %s (--max-job-run-timeout): %w", a.RunTimeout, s.cfg.MaxJobRunTimeout, proto.ErrBadRequest)
+	}
+	if err := checkJobLabels(a); err != nil {
+		return nil, fmt.Errorf("submit build: %w", err)
 	}
 	if a.QueueTimeout == 0 {
 		a.QueueTimeout = s.cfg.JobQueueTimeout
@@ -93,6 +127,22 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	}
 	now := time.Now()
 	s.mu.Lock()
+	queued, queuedBytes := 0, int64(0)
+	for _, q := range s.jobs {
+		if q.State == proto.JobQueued {
+			queued++
+			queuedBytes += int64(len(q.module))
+		}
+	}
+	switch {
+	case queued >= s.cfg.MaxQueuedJobs:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: %d jobs are queued, the tracker's limit (--max-queued-jobs); try again when some have been built: %w", queued, proto.ErrBusy)
+	case queuedBytes+int64(len(a.Module)) > s.cfg.MaxQueuedBytes:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: the queued modules hold %d bytes; %d more would pass the tracker's limit of %d (--max-queued-bytes); try again when some have been built: %w",
+			queuedBytes, len(a.Module), s.cfg.MaxQueuedBytes, proto.ErrBusy)
+	}
 	s.nextJob++
 	next := s.nextJob
 	j := &job{
