@@ -169,65 +169,111 @@ func (a *Artifact) Save(p string) error {
 	return nil
 }
 
+// Limits on reading an artifact, checked before anything is inflated: a
+// small zip can announce (or hold) entries of gigabytes.
+const (
+	// MaxEntries bounds the entries of one artifact.
+	MaxEntries = 1024
+	// MaxTotalBytes bounds the inflated size of all entries together.
+	MaxTotalBytes = 2 << 30
+	// maxManifestBytes bounds manifest.json.
+	maxManifestBytes = 16 << 20
+)
+
 // Read decodes an artifact and verifies every entry against the manifest.
+// It reads the manifest first and inflates only the entries it lists,
+// each no larger than its zip header says, within MaxEntryBytes and, all
+// together, MaxTotalBytes.
 func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("read artifact: not a .kiln file: %w", err)
 	}
-	files := map[string][]byte{}
-	var man []byte
+	if len(zr.File) > MaxEntries {
+		return nil, fmt.Errorf("read artifact: %d entries, over the limit of %d: %w", len(zr.File), MaxEntries, ErrCorrupt)
+	}
+	byName := make(map[string]*zip.File, len(zr.File))
+	var total uint64
 	for _, f := range zr.File {
+		if _, dup := byName[f.Name]; dup {
+			return nil, fmt.Errorf("read artifact: entry %q twice: %w", f.Name, ErrCorrupt)
+		}
+		byName[f.Name] = f
 		if f.UncompressedSize64 > MaxEntryBytes {
 			return nil, fmt.Errorf("read artifact: entry %q is %d bytes, over the %d limit", f.Name, f.UncompressedSize64, int64(MaxEntryBytes))
 		}
-		rc, err := f.Open()
-		if err != nil {
-			return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
-		}
-		b, err := io.ReadAll(io.LimitReader(rc, MaxEntryBytes+1))
-		rc.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
-		}
-		if f.Name == ManifestName {
-			man = b
-			continue
-		}
-		if err := checkName(f.Name); err != nil {
-			return nil, fmt.Errorf("read artifact: %w", err)
-		}
-		if _, dup := files[f.Name]; dup {
-			return nil, fmt.Errorf("read artifact: entry %q twice: %w", f.Name, ErrCorrupt)
-		}
-		files[f.Name] = b
+		total += f.UncompressedSize64
 	}
-	if man == nil {
+	if total > MaxTotalBytes {
+		return nil, fmt.Errorf("read artifact: entries total %d bytes inflated, over the %d limit", total, int64(MaxTotalBytes))
+	}
+	mf, ok := byName[ManifestName]
+	if !ok {
 		return nil, fmt.Errorf("read artifact: no %s: %w", ManifestName, ErrCorrupt)
 	}
-	a := &Artifact{Files: files}
+	if mf.UncompressedSize64 > maxManifestBytes {
+		return nil, fmt.Errorf("read artifact: %s is %d bytes, over the %d limit: %w", ManifestName, mf.UncompressedSize64, maxManifestBytes, ErrCorrupt)
+	}
+	man, err := readEntry(mf)
+	if err != nil {
+		return nil, err
+	}
+	a := &Artifact{Files: map[string][]byte{}}
 	if err := json.Unmarshal(man, &a.Manifest); err != nil {
 		return nil, fmt.Errorf("read artifact: %s: %w", ManifestName, err)
 	}
 	if a.Manifest.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("read artifact: format version %d, this kiln reads %d", a.Manifest.FormatVersion, FormatVersion)
 	}
+	// The manifest and the zip must name the same entries before any is
+	// inflated.
+	for n := range byName {
+		if n == ManifestName {
+			continue
+		}
+		if err := checkName(n); err != nil {
+			return nil, fmt.Errorf("read artifact: %w", err)
+		}
+		if _, ok := a.Manifest.Entries[n]; !ok {
+			return nil, fmt.Errorf("read artifact: entry %q is not in the manifest: %w", n, ErrCorrupt)
+		}
+	}
 	for n, want := range a.Manifest.Entries {
-		b, ok := files[n]
-		if !ok {
+		f, ok := byName[n]
+		if !ok || n == ManifestName {
 			return nil, fmt.Errorf("read artifact: manifest lists %q but the file lacks it: %w", n, ErrCorrupt)
+		}
+		b, err := readEntry(f)
+		if err != nil {
+			return nil, err
 		}
 		sum := sha256.Sum256(b)
 		if got := hex.EncodeToString(sum[:]); got != want {
 			return nil, fmt.Errorf("read artifact: entry %q has sha256 %s, manifest says %s: %w", n, got, want, ErrCorrupt)
 		}
-	}
-	for n := range files {
-		if _, ok := a.Manifest.Entries[n]; !ok {
-			return nil, fmt.Errorf("read artifact: entry %q is not in the manifest: %w", n, ErrCorrupt)
-		}
+		a.Files[n] = b
 	}
 	return a, nil
+}
+
+// readEntry inflates one entry, no further than the size its header
+// declares.
+func readEntry(f *zip.File) ([]byte, error) {
+	rc, err := f.Open()
+	if err != nil {
+		return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
+	}
+	defer rc.Close()
+	// Grow with what actually inflates, not with what the header claims.
+	buf := bytes.NewBuffer(make([]byte, 0, min(f.UncompressedSize64, 1<<20)))
+	n, err := io.Copy(buf, io.LimitReader(rc, int64(f.UncompressedSize64)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
+	}
+	if uint64(n) != f.UncompressedSize64 {
+		return nil, fmt.Errorf("read artifact entry %q: inflates to %d bytes, its header says %d: %w", f.Name, n, f.UncompressedSize64, ErrCorrupt)
+	}
+	return buf.Bytes(), nil
 }
 
 // Load reads an artifact file.

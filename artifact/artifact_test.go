@@ -3,6 +3,7 @@ package artifact_test
 import (
 	"archive/zip"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -137,4 +138,44 @@ func FuzzRead(f *testing.F) {
 		check.NoError(t, err)
 		check.Equal(t, b2.Names(), a.Names())
 	})
+}
+
+// zipWith writes a zip of the given entries (stored as given) and a
+// manifest listing them with their true hashes unless lie is set.
+func zipWith(t *testing.T, entries map[string][]byte, manifest string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	for n, data := range entries {
+		w, err := zw.Create(n)
+		check.NoError(t, err)
+		_, err = w.Write(data)
+		check.NoError(t, err)
+	}
+	w, err := zw.Create(artifact.ManifestName)
+	check.NoError(t, err)
+	_, err = w.Write([]byte(manifest))
+	check.NoError(t, err)
+	check.NoError(t, zw.Close())
+	return b.Bytes()
+}
+
+// TestReadBounded: entries the manifest does not list are refused before
+// they are inflated, and so are artifacts past the entry or size limits.
+func TestReadBounded(t *testing.T) {
+	manifest := `{"format_version":1,"target":"cpu","functions":[],"entries":{}}`
+	// 64 MiB of zeros compresses to a few tens of KiB: refused unread.
+	b := zipWith(t, map[string][]byte{"bomb.bin": make([]byte, 64<<20)}, manifest)
+	check.True(t, len(b) < 1<<20, "zip size", len(b))
+	_, err := artifact.Read(bytes.NewReader(b), int64(len(b)))
+	check.ErrorIs(t, err, artifact.ErrCorrupt)
+	check.Error(t, err, `"bomb.bin" is not in the manifest`)
+
+	many := map[string][]byte{}
+	for i := range artifact.MaxEntries + 1 {
+		many[fmt.Sprintf("f%d", i)] = nil
+	}
+	b = zipWith(t, many, manifest)
+	_, err = artifact.Read(bytes.NewReader(b), int64(len(b)))
+	check.Error(t, err, "over the limit of 1024")
 }
