@@ -251,7 +251,7 @@ func TestKernelCrash(t *testing.T) {
 			check.NoError(t, s2.Close())
 			m := td.metrics(t)
 			check.True(t, strings.Contains(m, fmt.Sprintf("kiln_rpcserver_worker_crashes_total %d\n", i+1)), m)
-			check.True(t, strings.Contains(m, fmt.Sprintf(`kiln_rpcserver_calls_total{method="func.call",code="crashed"} %d`, i+1)), m)
+			check.True(t, strings.Contains(m, fmt.Sprintf(`kiln_rpcserver_calls_total{code="crashed",method="func.call"} %d`, i+1)), m)
 		})
 	}
 }

@@ -54,7 +54,7 @@ func (s *Server) changeJobLocked(j *job) <-chan error {
 	if j.State.Final() {
 		j.module = ""
 		if !j.Finished.IsZero() && !j.Started.IsZero() {
-			s.m.jobRun.observe(j.Finished.Sub(j.Started).Seconds())
+			s.m.jobRun.Observe(j.Finished.Sub(j.Started).Seconds())
 		}
 	}
 	return s.persistJobLocked(j)
@@ -302,7 +302,7 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 			j.Attempt++
 			j.Progress, j.Message = 0, ""
 			n.jobs[j.ID] = j
-			s.m.jobQueueWait.observe(now.Sub(j.queuedAt).Seconds())
+			s.m.jobQueueWait.Observe(now.Sub(j.queuedAt).Seconds())
 			s.changeJobLocked(j)
 			s.nodeChangedLocked(n)
 			out := j.BuildJob

@@ -114,7 +114,7 @@ func (s *Server) enqueueLocked(a proto.LeaseRequestArgs, sel *Selector, conn *pr
 		user: a.User, since: now, deadline: a.Deadline, ttl: ttl, sessionTimeout: a.SessionTimeout,
 		conn: conn, done: make(chan struct{}),
 	}
-	s.m.leaseRequests++
+	s.m.leaseRequests.Inc()
 	s.tickets[t.id] = t
 	if n := s.findDeviceLocked(t); n != nil {
 		s.grantLocked(t, n, now)
@@ -187,8 +187,8 @@ func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 		s.dropQueueIfEmptyLocked(t.queue)
 	}
 	close(t.done)
-	s.m.leasesGranted++
-	s.m.leaseWait.observe(now.Sub(t.since).Seconds())
+	s.m.leasesGranted.Inc()
+	s.m.leaseWait.Observe(now.Sub(t.since).Seconds())
 	s.log.Debug("lease granted", "lease", l.ID, "node", n.id, "key", n.key, "ticket", t.id, "waited", now.Sub(t.since))
 }
 
@@ -224,7 +224,7 @@ func (s *Server) releaseLocked(l *lease) {
 	delete(s.leases, l.ID)
 	delete(s.byToken, l.Token)
 	s.deleteLeaseLocked(l.ID)
-	s.m.leasesReleased++
+	s.m.leasesReleased.Inc()
 	if n := s.nodes[l.NodeID]; n != nil && n.lease == l {
 		n.lease = nil
 		if n.activeLease == l.ID {
@@ -246,7 +246,7 @@ func (s *Server) expireLeasesLocked(now time.Time) {
 	for _, l := range s.leases {
 		if now.After(l.Expires) {
 			s.log.Info("lease expired", "lease", l.ID, "node", l.NodeID, "key", l.Key)
-			s.m.leasesExpired++
+			s.m.leasesExpired.Inc()
 			s.releaseLocked(l)
 		}
 	}

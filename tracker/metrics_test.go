@@ -11,6 +11,8 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
+// TestMetrics scrapes /metrics as Prometheus does: the tracker's own series
+// and the client library's go_ and process_ series.
 func TestMetrics(t *testing.T) {
 	cfg := fastConfig(t)
 	cfg.MetricsListen = "127.0.0.1:0"
@@ -37,6 +39,9 @@ func TestMetrics(t *testing.T) {
 		`kiln_tracker_lease_wait_seconds_bucket{le="+Inf"} 1`,
 		`kiln_tracker_jobs{state="queued"} 0`,
 		"# TYPE kiln_tracker_job_duration_seconds histogram",
+		"kiln_tracker_insecure 0\n",
+		// The client library's Go and process collectors.
+		"\ngo_goroutines ", "\ngo_memstats_heap_alloc_bytes ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
 	} {
 		check.True(t, strings.Contains(text, want), want, text)
 	}

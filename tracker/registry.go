@@ -217,7 +217,7 @@ func (s *Server) handleReport(ctx context.Context, c *proto.Conn, a proto.Report
 	case proto.ReportFailure:
 		n.failures = append(n.failures, now)
 		n.lastErr = a.Message
-		s.m.failures++
+		s.m.failures.Inc()
 		s.pruneFailuresLocked(n, now)
 		s.log.Warn("device failure reported", "node", n.id, "key", n.key, "failures", len(n.failures), "message", a.Message)
 		if !n.quarantine && len(n.failures) >= s.cfg.QuarantineAfter {

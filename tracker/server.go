@@ -45,7 +45,7 @@ type Server struct {
 	nextJob  uint64
 	seq      uint64 // ticket order
 	stopping bool   // set when shutdown starts: dropped connections no longer mark nodes lost
-	m        metrics
+	m        trackerMetrics
 
 	tvm tvmState
 
@@ -77,7 +77,7 @@ func New(cfg Config) (*Server, error) {
 		jobAvail: make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
-	s.m.init()
+	s.initMetrics()
 	s.tvm.init()
 	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
