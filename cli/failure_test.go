@@ -287,17 +287,31 @@ func TestFailBadInput(t *testing.T) {
 		f.waitFree("cpu", 1)
 	})
 	t.Run("call past its timeout", func(t *testing.T) {
-		// A kernel that never returns in time: the daemon kills its
-		// worker at the call's deadline and frees the device, long before
-		// the session's own deadline (an hour here).
+		// kiln run --timeout: the run fails with a deadline error.
 		_, _, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "cpu", "--token-file", f.tokFile,
 			"--func", "sleep_ms", "--arg", "ms=600000", "--timeout", "500ms", "--session-timeout", "1h", "--wait", "20s")
 		check.ErrorIs(t, err, proto.ErrDeadline)
 		check.True(t, dev.alive(), "the device daemon died")
 		f.waitFree("cpu", 1)
+
+		// A kernel that never returns in time, called with a deadline
+		// once everything else is in place: the daemon kills its worker
+		// at the deadline and ends the session, long before the session's
+		// own deadline, so the device is free for the next client.
+		tc := f.dialTracker(ctx)
+		_, s, mod := openKernels(t, ctx, f, tc, "cpu")
+		sleep, err := mod.GetFunction(ctx, "sleep_ms")
+		check.NoError(t, err)
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = sleep.Call(cctx, int64(600_000))
+		cancel()
+		check.ErrorIs(t, err, proto.ErrDeadline)
 		eventually(t, "the daemon kills the worker at the call's deadline", func() bool {
 			return strings.Contains(dev.out.String(), "call past its deadline: worker killed")
 		})
+		_, err = s.List(ctx)
+		check.ErrorIs(t, err, proto.ErrDeadline)
+		check.Error(t, err, "ran past the call's deadline")
 	})
 	t.Run("key nobody serves", func(t *testing.T) {
 		// A process of its own: urfave/cli apps in one process share
@@ -412,8 +426,9 @@ func rawFrame(t *testing.T, ctx context.Context, addr, tok string, frame []byte)
 	defer sess.Close()
 	st, err := sess.Open()
 	check.NoError(t, err)
-	_, err = st.Write(frame)
-	check.NoError(t, err)
+	// The listener may answer and cut the connection before the whole
+	// frame is written: what it said before that is still read below.
+	st.Write(frame)
 	b, err := proto.ReadFrame(st, proto.DefaultMaxFrameSize)
 	check.NoError(t, err, "reading the listener's answer")
 	resp, err := proto.DecodeResponse(b)
