@@ -92,7 +92,7 @@ func compilerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "compiler",
 		Usage:     "run a compiler node that builds the tracker's build jobs",
-		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--token-file F]",
+		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--token-file F] [--metrics-listen ADDR]",
 		Description: `Registers with the tracker what this machine can build (targets, the C
 compiler's identity, cross compilers found, NVRTC/nvcc), then takes build
 jobs from the queue until SIGINT/SIGTERM. Each job is built in a subprocess
@@ -108,6 +108,7 @@ Examples:
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
 			&ucli.StringSliceFlag{Name: "target", Usage: "targets this node builds (default: cpu)"},
+			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 		}, connFlags()...),
 		OnUsageError: usageError,
 		Action:       runCompilerNode,
@@ -127,14 +128,15 @@ func runCompilerNode(c *ucli.Context) error {
 		return fmt.Errorf("compiler: %w", err)
 	}
 	return node.Run(c.Context, node.Config{
-		Tracker:     c.String("tracker"),
-		Options:     client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c)},
-		Command:     []string{exe, "compiler-job"},
-		WorkDir:     c.String("work-dir"),
-		Concurrency: c.Int("jobs"),
-		Targets:     c.StringSlice("target"),
-		Version:     Version(),
-		Logger:      logger(c),
+		Tracker:       c.String("tracker"),
+		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c)},
+		Command:       []string{exe, "compiler-job"},
+		WorkDir:       c.String("work-dir"),
+		Concurrency:   c.Int("jobs"),
+		Targets:       c.StringSlice("target"),
+		Version:       Version(),
+		Logger:        logger(c),
+		MetricsListen: c.String("metrics-listen"),
 	})
 }
 

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
+	"github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -52,6 +55,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, when set, is closed once the node is registered.
 	Ready chan<- struct{}
+	// MetricsListen, when set, is the HTTP address serving Prometheus
+	// /metrics: builds by outcome, build durations, builds running, and
+	// the Go runtime's and the process's series.
+	MetricsListen string
 }
 
 // JobFile is the name of the job description in a job directory.
@@ -114,12 +121,21 @@ func Run(ctx context.Context, cfg Config) error {
 		defer os.RemoveAll(d)
 		work = d
 	}
-	attrs := Attrs(ctx, cfg.Targets)
-	attrs.KilnVersion = cfg.Version
-	reg := client.NewRegistrar(cfg.Tracker, cfg.Options, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: attrs})
+	n := &node{cfg: cfg, log: log, work: work, m: newNodeMetrics()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	if cfg.MetricsListen != "" {
+		stop, err := n.serveMetrics()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	attrs := Attrs(ctx, cfg.Targets)
+	attrs.KilnVersion = cfg.Version
+	reg := client.NewRegistrar(cfg.Tracker, cfg.Options, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: attrs})
+	n.reg = reg
 	regErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -140,7 +156,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Ready != nil {
 		close(cfg.Ready)
 	}
-	n := &node{cfg: cfg, reg: reg, log: log, work: work}
 	for range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -164,6 +179,52 @@ type node struct {
 	reg  *client.Registrar
 	log  *slog.Logger
 	work string
+	m    nodeMetrics
+}
+
+// nodeMetrics are the compiler node's Prometheus metrics.
+type nodeMetrics struct {
+	reg      *metrics.Registry
+	builds   *metrics.Counter
+	duration *metrics.Histogram
+	running  *metrics.Gauge
+}
+
+func newNodeMetrics() nodeMetrics {
+	r := metrics.NewRegistry()
+	return nodeMetrics{
+		reg:    r,
+		builds: r.Counter("kiln_compiler_builds_total", "Build jobs this node finished, by outcome (succeeded: an artifact was built; failed).", "outcome"),
+		duration: r.Histogram("kiln_compiler_build_duration_seconds", "Time from taking a build job to reporting its outcome.",
+			[]float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 600}),
+		running: r.Gauge("kiln_compiler_builds_running", "Build jobs being built now."),
+	}
+}
+
+// serveMetrics listens on cfg.MetricsListen and serves /metrics until stop
+// is called.
+func (n *node) serveMetrics() (stop func(), err error) {
+	ln, err := net.Listen("tcp", n.cfg.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("compiler node: metrics listen %s: %w", n.cfg.MetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", n.m.reg.Handler())
+	srv := metrics.NewServer(mux)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(metrics.LimitListener(ln, metrics.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("compiler node metrics", "err", err)
+		}
+	}()
+	n.log.Info("compiler node metrics", "addr", ln.Addr().String())
+	return func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		srv.Shutdown(sctx)
+		<-done
+	}, nil
 }
 
 // loop takes and builds jobs until ctx ends.
@@ -196,17 +257,24 @@ func (n *node) loop(ctx context.Context) {
 func (n *node) serve(ctx context.Context, job *proto.BuildJob) {
 	log := n.log.With("job", job.ID, "name", job.Name, "target", job.Target)
 	start := time.Now()
+	n.m.running.Add(1)
 	sha, logText, err := n.build(ctx, job)
+	n.m.running.Add(-1)
 	if ctx.Err() != nil {
 		return // shutting down: the tracker requeues the job when we go
 	}
+	// The metrics change before the tracker hears the outcome, so whoever
+	// waits for the job sees them.
+	n.m.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
+		n.m.builds.Inc("failed")
 		log.Info("build failed", "err", err, "took", time.Since(start))
 		if ferr := n.reg.FailJob(ctx, job.ID, err.Error(), logText); ferr != nil {
 			log.Warn("report failed build", "err", ferr)
 		}
 		return
 	}
+	n.m.builds.Inc("succeeded")
 	if cerr := n.reg.CompleteJob(ctx, job.ID, sha, logText); cerr != nil {
 		log.Warn("report finished build", "err", cerr)
 		return

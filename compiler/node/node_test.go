@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,8 +57,10 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	ready := make(chan struct{})
 	nctx, ncancel := context.WithCancel(ctx)
 	nodeDone := make(chan error, 1)
+	metricsAddr := freeAddr(t)
 	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second})
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+			MetricsListen: metricsAddr})
 	}()
 	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
 	select {
@@ -92,4 +98,28 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	check.NoError(t, err)
 	_, err = c.WaitBuild(ctx, tgt.ID, nil)
 	check.Error(t, err, "mfoo")
+
+	// /metrics counts the builds, with the Go and process series.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	check.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	check.NoError(t, err)
+	for _, want := range []string{
+		`kiln_compiler_builds_total{outcome="succeeded"} 1` + "\n",
+		`kiln_compiler_builds_total{outcome="failed"} 2` + "\n",
+		"kiln_compiler_build_duration_seconds_count 3\n",
+		"kiln_compiler_builds_running 0\n",
+		"\ngo_goroutines ", "\nprocess_resident_memory_bytes ",
+	} {
+		check.True(t, strings.Contains(string(body), want), "missing", want, "in", string(body))
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
 }
