@@ -302,12 +302,14 @@ func TestFailBadInput(t *testing.T) {
 		_, s, mod := openKernels(t, ctx, f, tc, "cpu")
 		sleep, err := mod.GetFunction(ctx, "sleep_ms")
 		check.NoError(t, err)
+		const killed = "call past its deadline: worker killed"
+		before := strings.Count(dev.out.String(), killed)
 		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		_, err = sleep.Call(cctx, int64(600_000))
 		cancel()
 		check.ErrorIs(t, err, proto.ErrDeadline)
 		eventually(t, "the daemon kills the worker at the call's deadline", func() bool {
-			return strings.Contains(dev.out.String(), "call past its deadline: worker killed")
+			return strings.Count(dev.out.String(), killed) > before
 		})
 		_, err = s.List(ctx)
 		check.ErrorIs(t, err, proto.ErrDeadline)
