@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kiln-ml/kiln/client"
@@ -19,7 +20,7 @@ import (
 func init() {
 	register(benchmark{
 		name:    "tracker",
-		summary: "a tracker on loopback: 1,000 simulated devices register, then 10,000 lease request/release cycles from 64 clients",
+		summary: "a tracker on loopback: 1,000 simulated devices register, then 10,000 lease request/release cycles from 64 clients; floor: a call that writes nothing from the same clients, and one fsync",
 		run:     runTracker,
 	})
 }
@@ -30,6 +31,11 @@ type trackerResult struct {
 	LeasesPerS      float64 `json:"leases_per_s"`        // lease request+release cycles per second
 	P50LeaseUS      float64 `json:"p50_lease_us"`        // one RequestLease, µs
 	P99LeaseUS      float64 `json:"p99_lease_us"`        // one RequestLease, µs
+	FloorP50US      float64 `json:"floor_p50_us"`        // a call that writes nothing, same clients, µs
+	FloorP99US      float64 `json:"floor_p99_us"`        // a call that writes nothing, same clients, µs
+	FsyncP50US      float64 `json:"fsync_p50_us"`        // 4 KiB write + fdatasync in the data dir, µs
+	FsyncP99US      float64 `json:"fsync_p99_us"`        // 4 KiB write + fdatasync in the data dir, µs
+	P99OverFloor    float64 `json:"p99_over_floor"`      // p99_lease_us / floor_p99_us
 	RegistrationsPS float64 `json:"registrations_per_s"` // dial + hello + register, per second
 	Devices         int     `json:"devices"`
 	Keys            int     `json:"keys"`
@@ -39,8 +45,9 @@ type trackerResult struct {
 }
 
 func (r trackerResult) Line() string {
-	return fmt.Sprintf("tracker: %d devices registered at %.0f/s; %d lease request/release cycles from %d clients at %.0f/s, lease latency p50 %.0f µs, p99 %.0f µs",
-		r.Devices, r.RegistrationsPS, r.Requests, r.Clients, r.LeasesPerS, r.P50LeaseUS, r.P99LeaseUS)
+	return fmt.Sprintf("tracker: %d devices registered at %.0f/s; %d lease request/release cycles from %d clients at %.0f/s, lease latency p50 %.0f µs, p99 %.0f µs; floor (two calls writing nothing a cycle, same clients) p50 %.0f µs, p99 %.0f µs (lease p99 %.2fx); one fsync p50 %.0f µs, p99 %.0f µs",
+		r.Devices, r.RegistrationsPS, r.Requests, r.Clients, r.LeasesPerS, r.P50LeaseUS, r.P99LeaseUS,
+		r.FloorP50US, r.FloorP99US, r.P99OverFloor, r.FsyncP50US, r.FsyncP99US)
 }
 
 // runTracker starts a tracker in this process (its bbolt store in a
@@ -122,39 +129,110 @@ func runTracker(ctx context.Context, opt options) (_ result, err error) {
 			return nil, err
 		}
 	}
+	leaseTime, lat, err := trackerRound(clients, requests, func(w, i int) (time.Duration, error) {
+		t0 := time.Now()
+		l, err := tcs[w].RequestLease(ctx, client.LeaseRequest{Key: fmt.Sprintf("key%d", i%keys), NoRenew: true})
+		took := time.Since(t0)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return took, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	// The floor, from the same clients in the same run and in the same
+	// shape (two calls a cycle, the first timed): a call that takes the
+	// tracker's lock and writes nothing (the status of a job that does not
+	// exist).
+	_, floor, err := trackerRound(clients, requests, func(w, _ int) (time.Duration, error) {
+		var took time.Duration
+		for i := range 2 {
+			t0 := time.Now()
+			_, err := tcs[w].BuildStatus(ctx, "no-such-job")
+			if i == 0 {
+				took = time.Since(t0)
+			}
+			if !errors.Is(err, proto.ErrNotFound) {
+				return 0, fmt.Errorf("want not found, got %v", err)
+			}
+		}
+		return took, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	fsync, err := fsyncLatency(dir, 200)
+	if err != nil {
+		return nil, err
+	}
+	p99 := percentile(lat, 0.99)
+	return trackerResult{
+		Name: "tracker", LeasesPerS: round(float64(requests)/leaseTime.Seconds(), 1),
+		P50LeaseUS: round(percentile(lat, 0.50), 1), P99LeaseUS: round(p99, 1),
+		FloorP50US: round(percentile(floor, 0.50), 1), FloorP99US: round(percentile(floor, 0.99), 1),
+		FsyncP50US: round(percentile(fsync, 0.50), 1), FsyncP99US: round(percentile(fsync, 0.99), 1),
+		P99OverFloor:    round(p99/percentile(floor, 0.99), 2),
+		RegistrationsPS: round(float64(devices)/regTime.Seconds(), 1),
+		Devices:         devices, Keys: keys, Requests: requests, Clients: clients, Quick: opt.quick,
+	}, nil
+}
+
+// trackerRound runs requests calls of op spread over clients goroutines
+// (op(w, i): client w, request i; it returns the latency it measured) and
+// returns the time they took and the latencies in µs, sorted.
+func trackerRound(clients, requests int, op func(w, i int) (time.Duration, error)) (time.Duration, []float64, error) {
 	lats := make([][]float64, clients)
-	cerrs := make([]error, clients)
-	start = time.Now()
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
 	for w := range clients {
 		wg.Go(func() {
 			for i := w; i < requests; i += clients {
-				t0 := time.Now()
-				l, err := tcs[w].RequestLease(ctx, client.LeaseRequest{Key: fmt.Sprintf("key%d", i%keys), NoRenew: true})
-				lats[w] = append(lats[w], float64(time.Since(t0).Nanoseconds())/1e3)
-				if err == nil {
-					err = l.Release(ctx)
-				}
+				took, err := op(w, i)
+				lats[w] = append(lats[w], float64(took.Nanoseconds())/1e3)
 				if err != nil {
-					cerrs[w] = err
+					errs[w] = err
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	leaseTime := time.Since(start)
-	if err := errors.Join(cerrs...); err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+	took := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
 	}
-	var lat []float64
+	var all []float64
 	for _, l := range lats {
-		lat = append(lat, l...)
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return took, all, nil
+}
+
+// fsyncLatency writes 4 KiB and fdatasyncs it n times in dir (the
+// tracker's data directory) and returns each round's latency in µs,
+// sorted: the cost of one durable write on this disk.
+func fsyncLatency(dir string, n int) ([]float64, error) {
+	f, err := os.CreateTemp(dir, "fsync-")
+	if err != nil {
+		return nil, fmt.Errorf("fsync floor: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 4096)
+	lat := make([]float64, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := f.WriteAt(buf, int64(i%16)*4096); err != nil {
+			return nil, fmt.Errorf("fsync floor: %w", err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return nil, fmt.Errorf("fsync floor: %w", err)
+		}
+		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
 	}
 	slices.Sort(lat)
-	return trackerResult{
-		Name: "tracker", LeasesPerS: round(float64(requests)/leaseTime.Seconds(), 1),
-		P50LeaseUS: round(percentile(lat, 0.50), 1), P99LeaseUS: round(percentile(lat, 0.99), 1),
-		RegistrationsPS: round(float64(devices)/regTime.Seconds(), 1),
-		Devices:         devices, Keys: keys, Requests: requests, Clients: clients, Quick: opt.quick,
-	}, nil
+	return lat, nil
 }
