@@ -58,6 +58,10 @@ type Config struct {
 	// Insecure lets the tracker listen beyond loopback with neither a
 	// token nor mutual TLS (New refuses that otherwise); it then warns.
 	Insecure bool
+	// JobRetention is how long a finished build job (succeeded, failed or
+	// cancelled) is kept, in memory and in tracker.db, before it is
+	// forgotten (default 168h). Its artifact is not removed with it.
+	JobRetention time.Duration
 	// RecentJobs is how many jobs a query lists by default (20).
 	RecentJobs int
 	// Tick is how often expiries are checked (default HeartbeatInterval/4,
@@ -90,6 +94,7 @@ func (c *Config) setDefaults() error {
 	def(&c.JobRunTimeout, 10*time.Minute)
 	def(&c.MaxJobQueueTimeout, 24*time.Hour)
 	def(&c.MaxJobRunTimeout, time.Hour)
+	def(&c.JobRetention, 7*24*time.Hour)
 	if c.MaxQueuedJobs <= 0 {
 		c.MaxQueuedJobs = 256
 	}

@@ -180,7 +180,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 func (s *Server) jobLocked(id string) (*job, error) {
 	j := s.jobs[id]
 	if j == nil {
-		return nil, fmt.Errorf("build job %q: %w", id, proto.ErrNotFound)
+		return nil, fmt.Errorf("build job %q: %w (finished jobs are kept for %s, --job-retention)", id, proto.ErrNotFound, s.cfg.JobRetention)
 	}
 	return j, nil
 }
@@ -445,6 +445,32 @@ func (s *Server) expireJobsLocked(now time.Time) {
 		case j.State == proto.JobRunning && now.Sub(j.Started) > j.RunTimeout:
 			s.finishJobLocked(j, proto.JobFailed, fmt.Sprintf("ran %s on compiler node %q, over its run limit of %s",
 				now.Sub(j.Started).Round(time.Millisecond), j.Node, j.RunTimeout), now)
+		case j.State.Final() && now.Sub(finishedAt(j)) > s.cfg.JobRetention:
+			s.forgetJobLocked(j)
 		}
 	}
+}
+
+// finishedAt is when j ended (when it was queued, for a job stored
+// without an end time).
+func finishedAt(j *job) time.Time {
+	if !j.Finished.IsZero() {
+		return j.Finished
+	}
+	return j.queuedAt
+}
+
+// forgetJobLocked removes a finished job past its retention from memory
+// and from the store; a status request for it is then answered not found.
+func (s *Server) forgetJobLocked(j *job) {
+	delete(s.jobs, j.ID)
+	notify(&j.changed)
+	id := j.ID
+	s.st.write(func(tx *bolt.Tx) error {
+		if err := del(tx, bucketModules, id); err != nil {
+			return err
+		}
+		return del(tx, bucketJobs, id)
+	})
+	s.log.Info("build job forgotten", "job", id, "state", j.State, "finished", finishedAt(j), "retention", s.cfg.JobRetention)
 }

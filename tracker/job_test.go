@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -186,4 +187,45 @@ func TestBuildJobLimits(t *testing.T) {
 		check.Equal(t, got.ID, j.ID)
 		check.Equal(t, got.Attempt, 2)
 	})
+}
+
+// TestJobRetention: a finished job is forgotten once --job-retention has
+// passed since it ended (in memory and in tracker.db: a restart does not
+// bring it back), while a job still queued is kept however old.
+func TestJobRetention(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.JobRetention = 300 * time.Millisecond
+	a := startTracker(t, cfg)
+	ctx := testCtx(t)
+	tc := dialTracker(t, a.Addr())
+	done, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "done", Module: module, Target: "cpu"})
+	check.NoError(t, err)
+	_, err = tc.CancelBuild(ctx, done.ID)
+	check.NoError(t, err)
+	queued, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "queued", Module: module + "# 2\n", Target: "cpu"})
+	check.NoError(t, err)
+
+	// Still there right after it ended.
+	got, err := tc.BuildStatus(ctx, done.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobCancelled)
+	eventually(t, "the finished job is forgotten", func() bool {
+		_, err := tc.BuildStatus(ctx, done.ID)
+		return errors.Is(err, proto.ErrNotFound)
+	})
+	_, err = tc.BuildStatus(ctx, done.ID)
+	check.Error(t, err, done.ID, "--job-retention")
+	got, err = tc.BuildStatus(ctx, queued.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobQueued)
+
+	a.stop(t)
+	cfg.Listen = a.Addr()
+	b := startTracker(t, cfg)
+	tc = dialTracker(t, b.Addr())
+	_, err = tc.BuildStatus(ctx, done.ID)
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	got, err = tc.BuildStatus(ctx, queued.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobQueued)
 }
