@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -107,4 +109,29 @@ func TestWorkerFailsToStart(t *testing.T) {
 		check.NoError(t, s.Upload(ctx, "x.bin", []byte("x")))
 		s.Close()
 	})
+}
+
+// TestWorkerEnvironment: a session's worker, where uploaded kernels run,
+// does not inherit the daemon's secrets: the token file's path and other
+// variables stay with the daemon.
+func TestWorkerEnvironment(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads the worker's environment from /proc")
+	}
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	check.NoError(t, os.WriteFile(tok, []byte("s3cret"), 0o600))
+	p := startProcEnv(t, "daemon", []string{"KILN_TOKEN_FILE=" + tok, "AWS_SECRET_ACCESS_KEY=hunter2"},
+		"rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "d"))
+	ctx, cancel := context.WithTimeout(context.Background(), procGuard)
+	defer cancel()
+	s, err := client.Connect(ctx, p.addr(t), client.SessionOptions{Token: "s3cret"})
+	check.NoError(t, err)
+	defer s.Close()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.Info().WorkerPID))
+	check.NoError(t, err)
+	for _, secret := range []string{"KILN_TOKEN_FILE", "hunter2", tok} {
+		check.True(t, !strings.Contains(string(env), secret), "the worker's environment holds", secret)
+	}
+	check.True(t, strings.Contains(string(env), "PATH="), "the worker has no PATH")
 }

@@ -61,6 +61,12 @@ type proc struct {
 // the test failed.
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, name, nil, args...)
+}
+
+// startProcEnv is startProc with env added to the process's environment.
+func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
 	exe, err := os.Executable()
 	check.NoError(t, err)
 	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
@@ -68,6 +74,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	p.cmd.Env = append(os.Environ(), testMainEnv+"=1",
 		// A race-enabled binary sleeps a second at exit unless told not to.
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	check.NoError(t, p.cmd.Start(), "start", name)
 	go func() {

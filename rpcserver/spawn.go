@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,29 @@ type WorkerSpec struct {
 // DefaultWorkerArgs are the arguments that make the kiln binary run
 // WorkerMain: the CLI registers a hidden subcommand of this name.
 var DefaultWorkerArgs = []string{"rpcserver-worker"}
+
+// workerEnvKeep are the variables of the daemon's environment a worker
+// inherits: what the C runtime, OpenMP, CUDA and Go need to run kernels.
+// Everything else (KILN_TOKEN_FILE, credentials, the operator's shell
+// settings) stays with the daemon: uploaded kernels run in the worker.
+var workerEnvKeep = []string{
+	"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+	"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_CACHE_PATH",
+	"OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "GOMP_CPU_AFFINITY",
+	"GORACE", "GOCOVERDIR", "GODEBUG", EnvWorkerLogLevel,
+}
+
+// workerEnviron keeps the variables of env named in workerEnvKeep.
+func workerEnviron(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(workerEnvKeep, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
 
 // workerGOMAXPROCS is a worker's GOMAXPROCS unless WorkerSpec.Env sets it.
 const workerGOMAXPROCS = "1"
@@ -130,7 +154,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog
 	// call's median fell from ~200 µs to ~90 µs). Kernels' own threads
 	// (OpenMP) are not Go threads and are not limited. Spec.Env may set
 	// GOMAXPROCS otherwise.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS="+workerGOMAXPROCS)
+	cmd.Env = append(workerEnviron(os.Environ()), "GOMAXPROCS="+workerGOMAXPROCS)
 	cmd.Env = append(cmd.Env, spec.Env...)
 	cmd.Env = append(cmd.Env,
 		EnvWorkerFD+"=3",
