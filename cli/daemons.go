@@ -52,6 +52,7 @@ Examples:
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
+			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
 			insecureFlag(),
 		}, listenFlags()...),
 		OnUsageError: usageError,
@@ -74,7 +75,7 @@ func runTracker(c *ucli.Context) error {
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
 		MaxJobQueueTimeout: c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
-		JobRetention: c.Duration("job-retention"),
+		JobRetention: c.Duration("job-retention"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
 	})
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -21,6 +22,104 @@ import (
 type artifactRecord struct {
 	Size    int64     `msgpack:"size"`
 	Created time.Time `msgpack:"created"`
+	// Used is when it was last stored or downloaded (zero in records
+	// written before it existed: Created stands in).
+	Used time.Time `msgpack:"used,omitempty"`
+}
+
+// artIndex is the artifact store's accounting, guarded by Server.mu: each
+// artifact's size and last use, for the least-recently-used eviction that
+// keeps the store within MaxArtifactBytes.
+type artIndex struct {
+	recs  map[string]artifactRecord
+	bytes int64
+}
+
+func (x *artIndex) add(sha string, rec artifactRecord) {
+	if old, ok := x.recs[sha]; ok {
+		x.bytes -= old.Size
+	}
+	if x.recs == nil {
+		x.recs = map[string]artifactRecord{}
+	}
+	x.recs[sha] = rec
+	x.bytes += rec.Size
+}
+
+func (x *artIndex) remove(sha string) {
+	if old, ok := x.recs[sha]; ok {
+		x.bytes -= old.Size
+		delete(x.recs, sha)
+	}
+}
+
+// lastUse is when rec was last stored or downloaded.
+func (rec artifactRecord) lastUse() time.Time {
+	if rec.Used.IsZero() {
+		return rec.Created
+	}
+	return rec.Used
+}
+
+// evictLocked removes least-recently-used artifacts other than keep until
+// the store holds at most MaxArtifactBytes. Their index entries go in one
+// write; their files are removed once it is durable.
+func (s *Server) evictLocked(keep string) {
+	if s.arti.bytes <= s.cfg.MaxArtifactBytes {
+		return
+	}
+	shas := make([]string, 0, len(s.arti.recs))
+	for sha := range s.arti.recs {
+		if sha != keep {
+			shas = append(shas, sha)
+		}
+	}
+	slices.SortFunc(shas, func(a, b string) int {
+		return s.arti.recs[a].lastUse().Compare(s.arti.recs[b].lastUse())
+	})
+	var gone []string
+	for _, sha := range shas {
+		if s.arti.bytes <= s.cfg.MaxArtifactBytes {
+			break
+		}
+		s.log.Info("artifact evicted", "sha256", sha, "size", s.arti.recs[sha].Size, "last_used", s.arti.recs[sha].lastUse(),
+			"store_bytes", s.arti.bytes, "limit", s.cfg.MaxArtifactBytes)
+		s.arti.remove(sha)
+		gone = append(gone, sha)
+	}
+	if len(gone) == 0 {
+		return
+	}
+	durable := s.st.write(func(tx *bolt.Tx) error {
+		for _, sha := range gone {
+			if err := del(tx, bucketArtifacts, sha); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	go func() {
+		if err := <-durable; err != nil {
+			s.log.Error("evict artifacts: index", "err", err)
+			return
+		}
+		for _, sha := range gone {
+			if err := os.Remove(s.artifactPath(sha)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("evict artifact", "sha256", sha, "err", err)
+			}
+		}
+	}()
+}
+
+// touchArtifactLocked records a download of sha as its last use.
+func (s *Server) touchArtifactLocked(sha string, now time.Time) {
+	rec, ok := s.arti.recs[sha]
+	if !ok {
+		return
+	}
+	rec.Used = now
+	s.arti.recs[sha] = rec
+	s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketArtifacts, sha, rec) })
 }
 
 func (s *Server) artifactPath(sha string) string {
@@ -58,6 +157,10 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	if err := proto.ValidSHA256(in.Name); err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact: %w", err)
 	}
+	if in.Size > s.cfg.MaxArtifactBytes {
+		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %d bytes is over the artifact store's limit of %d bytes (--max-artifact-bytes): %w",
+			in.Name, in.Size, s.cfg.MaxArtifactBytes, proto.ErrTooLarge)
+	}
 	if size, err := s.artifactSize(in.Name); err == nil && size == in.Size {
 		return proto.Bulk{}, nil // already stored
 	}
@@ -90,10 +193,13 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, err)
 	}
-	rec := artifactRecord{Size: in.Size, Created: time.Now()}
+	now := time.Now()
+	rec := artifactRecord{Size: in.Size, Created: now, Used: now}
 	name := in.Name
 	s.mu.Lock()
 	durable := s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketArtifacts, name, rec) })
+	s.arti.add(name, rec)
+	s.evictLocked(name)
 	s.mu.Unlock()
 	if err := <-durable; err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: index: %w", in.Name, err)
@@ -107,10 +213,18 @@ func (s *Server) handleArtifactDownload(ctx context.Context, c *proto.Conn, in p
 		return proto.Bulk{}, fmt.Errorf("download artifact: %w", err)
 	}
 	size, err := s.artifactSize(in.Name)
+	if errors.Is(err, proto.ErrNotFound) {
+		return proto.Bulk{}, fmt.Errorf("download artifact: %w (never stored, or evicted as least recently used to keep the store within --max-artifact-bytes, %d bytes)", err, s.cfg.MaxArtifactBytes)
+	}
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("download artifact: %w", err)
 	}
 	f, err := os.Open(s.artifactPath(in.Name))
+	if err == nil {
+		s.mu.Lock()
+		s.touchArtifactLocked(in.Name, time.Now())
+		s.mu.Unlock()
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return proto.Bulk{}, fmt.Errorf("download artifact %s: indexed but missing on disk: %w", in.Name, proto.ErrNotFound)
 	}

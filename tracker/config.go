@@ -62,6 +62,10 @@ type Config struct {
 	// cancelled) is kept, in memory and in tracker.db, before it is
 	// forgotten (default 168h). Its artifact is not removed with it.
 	JobRetention time.Duration
+	// MaxArtifactBytes bounds the artifact store (default 10 GiB): an
+	// upload over it is refused, and storing one evicts the least recently
+	// used (stored or downloaded) others until the store fits.
+	MaxArtifactBytes int64
 	// RecentJobs is how many jobs a query lists by default (20).
 	RecentJobs int
 	// Tick is how often expiries are checked (default HeartbeatInterval/4,
@@ -112,6 +116,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxModuleSize <= 0 {
 		c.MaxModuleSize = 32 << 20
+	}
+	if c.MaxArtifactBytes <= 0 {
+		c.MaxArtifactBytes = 10 << 30
 	}
 	if c.RecentJobs <= 0 {
 		c.RecentJobs = 20

@@ -12,8 +12,9 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// load restores jobs and leases from the store: running jobs go back to
-// the queue, expired leases are dropped.
+// load restores jobs, leases and the artifact index from the store:
+// running jobs go back to the queue, expired leases are dropped, and
+// artifacts past the store's limit are evicted.
 func (s *Server) load() error {
 	now := time.Now()
 	var requeue []*job
@@ -46,6 +47,17 @@ func (s *Server) load() error {
 		if err != nil {
 			return err
 		}
+		err = tx.Bucket(bucketArtifacts).ForEach(func(k, v []byte) error {
+			var rec artifactRecord
+			if err := msgpack.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("artifact %s: %w", k, err)
+			}
+			s.arti.add(string(k), rec)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
 			var rec leaseRecord
 			if err := msgpack.Unmarshal(v, &rec); err != nil {
@@ -72,6 +84,7 @@ func (s *Server) load() error {
 	for _, id := range expired {
 		s.deleteLeaseLocked(id)
 	}
+	s.evictLocked("") // the limit may have been lowered since the last run
 	s.mu.Unlock()
 	if len(s.jobs) > 0 || len(s.leases) > 0 {
 		s.log.Info("tracker state restored", "jobs", len(s.jobs), "queued", len(s.queued), "requeued", len(requeue), "leases", len(s.leases))

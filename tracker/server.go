@@ -46,6 +46,7 @@ type Server struct {
 	seq      uint64 // ticket order
 	stopping bool   // set when shutdown starts: dropped connections no longer mark nodes lost
 	m        trackerMetrics
+	arti     artIndex // artifact store accounting
 
 	tvm tvmState
 
