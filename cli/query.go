@@ -18,7 +18,7 @@ func queryCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "query",
 		Usage:     "show a tracker's devices, queues, compiler nodes and recent build jobs",
-		UsageText: "kiln query --tracker HOST:PORT [--jobs N] [--json]",
+		UsageText: "kiln query --tracker HOST:PORT [--jobs N] [--jobs-before ID] [--json]",
 		Description: `Prints the tracker's view of the fleet: per device key how many devices are
 free, busy, lost or quarantined and how many requests wait; every device and
 compiler node with its state and address; each request queue in order (so a
@@ -30,7 +30,8 @@ Examples:
    kiln query --tracker tracker:9190 --token-file token --json | jq '.keys'`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
-			&ucli.IntFlag{Name: "jobs", Value: 10, Usage: "recent build jobs to list"},
+			&ucli.IntFlag{Name: "jobs", Value: 10, Usage: "recent build jobs to list (at most 1000 a page)"},
+			&ucli.StringFlag{Name: "jobs-before", Usage: "list the jobs submitted before this job id (the next page)"},
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object for machines"},
 		}, connFlags()...),
 		OnUsageError: usageError,
@@ -51,7 +52,7 @@ func runQuery(c *ucli.Context) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	defer tr.Close()
-	sum, err := tr.Query(c.Context, c.Int("jobs"))
+	sum, err := tr.QueryPage(c.Context, proto.QueryArgs{Jobs: c.Int("jobs"), JobsBefore: c.String("jobs-before")})
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
@@ -123,6 +124,9 @@ func printSummary(w io.Writer, s proto.TrackerSummary) {
 				s.Now.Sub(j.Submitted).Round(time.Second), strings.ReplaceAll(msg, "\n", " "))
 		}
 		tw.Flush()
+		if s.MoreJobsBefore != "" {
+			fmt.Fprintf(w, "(older jobs: --jobs-before %s)\n", s.MoreJobsBefore)
+		}
 	}
 	fmt.Fprintf(w, "\n%d lease(s) held", s.Leases)
 	for _, st := range []proto.JobState{proto.JobQueued, proto.JobRunning, proto.JobSucceeded, proto.JobFailed, proto.JobCancelled} {

@@ -81,8 +81,14 @@ func (t *Tracker) Close() error {
 // nodes, queues with their waiting requests, recent jobs (up to jobs; 0
 // for the tracker's default).
 func (t *Tracker) Query(ctx context.Context, jobs int) (proto.TrackerSummary, error) {
+	return t.QueryPage(ctx, proto.QueryArgs{Jobs: jobs})
+}
+
+// QueryPage is Query with a page of jobs: a.Jobs of those submitted before
+// a.JobsBefore (the previous page's MoreJobsBefore).
+func (t *Tracker) QueryPage(ctx context.Context, a proto.QueryArgs) (proto.TrackerSummary, error) {
 	var sum proto.TrackerSummary
-	if err := t.c.Call(ctx, proto.MethodTrackerQuery, proto.QueryArgs{Jobs: jobs}, &sum); err != nil {
+	if err := t.c.Call(ctx, proto.MethodTrackerQuery, a, &sum); err != nil {
 		return sum, fmt.Errorf("query tracker: %w", err)
 	}
 	return sum, nil

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +230,40 @@ func TestJobRetention(t *testing.T) {
 	got, err = tc.BuildStatus(ctx, queued.ID)
 	check.NoError(t, err)
 	check.Equal(t, got.State, proto.JobQueued)
+}
+
+// TestQueryPages lists the jobs a page at a time, newest first, and refuses
+// a page over the limit naming it and the flag.
+func TestQueryPages(t *testing.T) {
+	a := startTracker(t, fastConfig(t))
+	ctx := testCtx(t)
+	tc := dialTracker(t, a.Addr())
+	var ids []string
+	for i := range 5 {
+		j, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: fmt.Sprint("j", i), Module: module + fmt.Sprintf("# %d\n", i), Target: "cpu"})
+		check.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	var got []string
+	args := proto.QueryArgs{Jobs: 2}
+	for pages := 0; ; pages++ {
+		check.True(t, pages < 5, "paging does not end")
+		sum, err := tc.QueryPage(ctx, args)
+		check.NoError(t, err)
+		check.True(t, len(sum.Jobs) <= 2, len(sum.Jobs))
+		check.Equal(t, sum.JobCounts[proto.JobQueued], 5)
+		for _, j := range sum.Jobs {
+			got = append(got, j.ID)
+		}
+		if sum.MoreJobsBefore == "" {
+			break
+		}
+		args.JobsBefore = sum.MoreJobsBefore
+	}
+	slices.Reverse(ids)
+	check.Equal(t, got, ids)
+
+	_, err := tc.QueryPage(ctx, proto.QueryArgs{Jobs: proto.MaxQueryJobs + 1})
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	check.Error(t, err, "1001 jobs", "limit of 1000", "--jobs", "--jobs-before")
 }

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -10,13 +11,21 @@ import (
 )
 
 func (s *Server) handleQuery(ctx context.Context, c *proto.Conn, a proto.QueryArgs) (any, error) {
-	return s.Summary(a.Jobs), nil
+	if a.Jobs > proto.MaxQueryJobs {
+		return nil, fmt.Errorf("query: %d jobs asked for, over the limit of %d a page (--jobs); page on with --jobs-before: %w",
+			a.Jobs, proto.MaxQueryJobs, proto.ErrBadRequest)
+	}
+	return s.summary(a.Jobs, a.JobsBefore), nil
 }
 
 // Summary returns the tracker's state: devices by key and state, compiler
 // nodes, every queue with its waiting requests in order, the most recent
 // jobs (up to jobs, the configured default when 0) and TVM servers.
-func (s *Server) Summary(jobs int) proto.TrackerSummary {
+func (s *Server) Summary(jobs int) proto.TrackerSummary { return s.summary(jobs, "") }
+
+// summary is Summary listing the jobs submitted before the job id before
+// (all when empty).
+func (s *Server) summary(jobs int, before string) proto.TrackerSummary {
 	if jobs <= 0 {
 		jobs = s.cfg.RecentJobs
 	}
@@ -73,11 +82,16 @@ func (s *Server) Summary(jobs int) proto.TrackerSummary {
 	all := make([]*job, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		sum.JobCounts[j.State]++
-		all = append(all, j)
+		if before == "" || j.ID < before {
+			all = append(all, j)
+		}
 	}
 	slices.SortFunc(all, func(a, b *job) int { return strings.Compare(b.ID, a.ID) })
 	for _, j := range all[:min(jobs, len(all))] {
 		sum.Jobs = append(sum.Jobs, j.BuildJob)
+	}
+	if len(all) > jobs {
+		sum.MoreJobsBefore = sum.Jobs[len(sum.Jobs)-1].ID
 	}
 	s.mu.Unlock()
 	for _, ks := range keys {

@@ -401,9 +401,16 @@ type LeaseInfo struct {
 
 // QueryArgs asks for the tracker's summary.
 type QueryArgs struct {
-	// Jobs bounds the recent jobs listed (0: the tracker's default, 20).
+	// Jobs bounds the recent jobs listed (0: the tracker's default, 20; at
+	// most MaxQueryJobs).
 	Jobs int `msgpack:"jobs,omitempty"`
+	// JobsBefore, when set, lists the jobs submitted before this job id
+	// (the previous page's TrackerSummary.MoreJobsBefore).
+	JobsBefore string `msgpack:"jobs_before,omitempty"`
 }
+
+// MaxQueryJobs is the most jobs one query lists; page on with JobsBefore.
+const MaxQueryJobs = 1000
 
 // TrackerSummary answers tracker.query.
 type TrackerSummary struct {
@@ -413,6 +420,9 @@ type TrackerSummary struct {
 	Compiler []NodeSummary  `msgpack:"compilers" json:"compilers"`
 	Queues   []QueueSummary `msgpack:"queues" json:"queues"`
 	Jobs     []BuildJob     `msgpack:"jobs" json:"jobs"`
+	// MoreJobsBefore, when older jobs than those listed remain, is the
+	// QueryArgs.JobsBefore of the next page.
+	MoreJobsBefore string `msgpack:"more_jobs_before,omitempty" json:"more_jobs_before,omitempty"`
 	// JobCounts counts all jobs by state.
 	JobCounts map[JobState]int `msgpack:"job_counts" json:"job_counts"`
 	// TVMServers lists servers registered through the TVM tracker protocol.
