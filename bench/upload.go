@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"slices"
 	"time"
 )
@@ -29,12 +32,20 @@ type uploadResult struct {
 	Uploads   int     `json:"uploads"`
 	GoalGBps  float64 `json:"goal_gb_per_s"`
 	MeetsGoal bool    `json:"meets_goal"`
-	Quick     bool    `json:"quick,omitempty"`
+	// FloorGBps is plain TCP on loopback into a file in the same
+	// directory, measured in the same rounds (median): what the machine
+	// allows. Ratio is GBps / FloorGBps.
+	FloorGBps float64 `json:"floor_gb_per_s"`
+	Ratio     float64 `json:"ratio_to_floor"`
+	// RSSGrowth is how much this process (client and daemon) grew in
+	// resident memory over the timed uploads, beyond the data buffer.
+	RSSGrowth int64 `json:"rss_growth_bytes"`
+	Quick     bool  `json:"quick,omitempty"`
 }
 
 func (r uploadResult) Line() string {
-	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s) over %d uploads",
-		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Uploads)
+	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s) over %d uploads; plain TCP into a file %.2f GB/s (ratio %.2f); RSS grew %d KiB",
+		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Uploads, r.FloorGBps, r.Ratio, r.RSSGrowth>>10)
 }
 
 // runUpload uploads the same data several times into one session (each
@@ -62,20 +73,98 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 	if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
 		return nil, err
 	}
+	floor, err := newTCPFloor(bd.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer floor.close()
+	rss0 := rssBytes()
 	secs := make([]float64, uploads)
+	floorSecs := make([]float64, uploads)
 	for i := range secs {
 		start := time.Now()
 		if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
 			return nil, err
 		}
 		secs[i] = time.Since(start).Seconds()
+		if floorSecs[i], err = floor.send(data); err != nil {
+			return nil, err
+		}
 	}
+	growth := rssBytes() - rss0
 	slices.Sort(secs)
 	med := median(secs)
+	floorMed := median(floorSecs)
 	r := uploadResult{
 		Name: "upload", GBps: round(float64(size)/med/1e9, 3), BestGBps: round(float64(size)/secs[0]/1e9, 3),
 		MedianMS: round(med*1e3, 2), Bytes: int64(size), Uploads: uploads, GoalGBps: uploadGoalGBps, Quick: opt.quick,
+		FloorGBps: round(float64(size)/floorMed/1e9, 3), Ratio: round(floorMed/med, 3), RSSGrowth: growth,
 	}
 	r.MeetsGoal = r.GBps >= uploadGoalGBps
 	return r, nil
+}
+
+// tcpFloor is plain TCP on loopback into a file: a listener whose every
+// connection is copied (spliced) into a file of dir.
+type tcpFloor struct {
+	ln  net.Listener
+	dir string
+}
+
+func newTCPFloor(dir string) (*tcpFloor, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tcp floor: %w", err)
+	}
+	return &tcpFloor{ln: ln, dir: dir}, nil
+}
+
+// send writes data over a fresh connection and returns the seconds until
+// the receiver has it all in the file.
+func (f *tcpFloor) send(data []byte) (float64, error) {
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		c, err := f.ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		out, err := os.CreateTemp(f.dir, "floor-")
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.CopyN(out, c, int64(len(data)))
+		out.Close()
+		os.Remove(out.Name())
+		done <- err
+	}()
+	c, err := net.Dial("tcp", f.ln.Addr().String())
+	if err != nil {
+		return 0, fmt.Errorf("tcp floor: %w", err)
+	}
+	_, werr := c.Write(data)
+	c.Close()
+	if err := <-done; err != nil {
+		return 0, fmt.Errorf("tcp floor: %w", err)
+	}
+	if werr != nil {
+		return 0, fmt.Errorf("tcp floor: %w", werr)
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+func (f *tcpFloor) close() { f.ln.Close() }
+
+// rssBytes is this process's resident memory (0 where /proc is absent).
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	fmt.Sscan(string(b), &size, &rss)
+	return rss * int64(os.Getpagesize())
 }

@@ -51,6 +51,8 @@ type SessionOptions struct {
 type Session struct {
 	c    *proto.Client
 	info SessionInfo
+	addr string
+	opts SessionOptions
 
 	mu     sync.Mutex
 	endErr error // set once the daemon said the session ended
@@ -83,7 +85,7 @@ func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 	if err != nil {
 		return nil, fmt.Errorf("connect to device %s: %w", addr, err)
 	}
-	s := &Session{c: c}
+	s := &Session{c: c, addr: addr, opts: opts}
 	if err := c.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: opts.LeaseToken}, &s.info); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("open session on %s: %w", addr, err)
@@ -170,11 +172,88 @@ func (s *Session) Upload(ctx context.Context, name string, data []byte) error {
 }
 
 // UploadFrom stores size bytes of r as the file name.
+// Files of rawUploadMin bytes or more go on a connection of their own
+// (proto.FileUploadTicket), smaller ones on the session's connection.
+const rawUploadMin = 1 << 20
+
 func (s *Session) UploadFrom(ctx context.Context, name string, size int64, r io.Reader) error {
+	if size >= rawUploadMin {
+		err := s.rawUpload(ctx, name, size, r)
+		if !errors.Is(err, errNoRawUpload) {
+			if err != nil {
+				return fmt.Errorf("upload %q: %w", name, err)
+			}
+			return nil
+		}
+	}
 	if _, err := s.bulk(ctx, proto.FileUpload, proto.Bulk{Name: name, Size: size, Body: r}, nil); err != nil {
 		return fmt.Errorf("upload %q: %w", name, err)
 	}
 	return nil
+}
+
+// errNoRawUpload says the daemon predates uploads on their own
+// connections: the session's connection carries the file instead.
+var errNoRawUpload = errors.New("the daemon takes no uploads on connections of their own")
+
+// rawUpload sends the file on a connection of its own: a ticket from the
+// session, then a RoleBulk connection carrying the ticket, the bytes, and
+// the daemon's answer. Nothing multiplexes that connection, so the bytes
+// move at the socket's speed (sendfile from a file).
+func (s *Session) rawUpload(ctx context.Context, name string, size int64, r io.Reader) error {
+	var t proto.UploadTicket
+	if err := s.call(ctx, proto.FileUploadTicket, proto.UploadTicketArgs{Name: name, Size: size}, &t); err != nil {
+		if errors.Is(err, proto.ErrNotFound) {
+			return errNoRawUpload
+		}
+		return err
+	}
+	nc, err := proto.DialRaw(ctx, s.addr, proto.DialOptions{
+		Role: proto.RoleBulk, Token: s.opts.Token, TLS: s.opts.TLS, HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := proto.WriteFrame(nc, proto.BulkTicket{Ticket: t.Ticket}, 0); err != nil {
+		return s.rawErr(ctx, err)
+	}
+	if sr, ok := r.(*sliceReader); ok && int64(len(sr.b)) == size {
+		_, err = nc.Write(sr.b)
+	} else {
+		_, err = io.CopyN(nc, r, size)
+	}
+	// The daemon answers once it has the bytes, or as soon as it refuses
+	// them (a quota, say): after a broken write its answer may still be
+	// there to read.
+	b, rerr := proto.ReadFrame(nc, 0)
+	if rerr == nil {
+		resp, derr := proto.DecodeResponse(b)
+		if derr != nil {
+			return derr
+		}
+		if resp.Error != nil {
+			return s.explain(resp.Error)
+		}
+	}
+	if err != nil {
+		return s.rawErr(ctx, err)
+	}
+	if rerr != nil {
+		return s.rawErr(ctx, rerr)
+	}
+	return nil
+}
+
+// rawErr is the error of a broken upload connection: the context's, or
+// the connection's as unavailable.
+func (s *Session) rawErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("upload connection: %w", ctx.Err())
+	}
+	return s.explain(fmt.Errorf("upload connection: %v: %w", err, proto.ErrUnavailable))
 }
 
 // UploadFile stores the local file path as the file name.

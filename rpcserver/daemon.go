@@ -122,6 +122,9 @@ type Daemon struct {
 	idle     chan struct{} // closed when the last slot is released while draining
 	nextID   atomic.Uint64
 	ran      atomic.Bool
+
+	tmu     sync.Mutex
+	tickets map[string]uploadTicket // upload tickets waiting for their connections
 }
 
 // daemonMetrics are the daemon's Prometheus metrics.
@@ -189,7 +192,7 @@ func New(cfg Config) (*Daemon, error) {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(),
-		sessions: map[*session]bool{}}
+		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
 		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
@@ -205,11 +208,12 @@ func New(cfg Config) (*Daemon, error) {
 	d.m.inflight.Set(0)
 	d.srv = proto.NewServer(proto.ServerConfig{
 		Token:        cfg.Token,
-		Roles:        []proto.Role{proto.RoleClient},
+		Roles:        []proto.Role{proto.RoleClient, proto.RoleBulk},
 		MaxFrameSize: cfg.MaxFrameSize,
 		Logger:       d.log,
 		OnConnect:    d.admit,
 		OnDisconnect: d.disconnect,
+		OnRaw:        d.serveRaw,
 	})
 	d.registerHandlers()
 	return d, nil
@@ -316,6 +320,9 @@ type sessionKey struct{}
 // admit runs at a client's hello: it takes a session slot or refuses the
 // client with ErrBusy.
 func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
+	if c.Role() == proto.RoleBulk {
+		return nil // an upload for a session that holds its slot already
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.draining {

@@ -572,6 +572,13 @@ func TestTLS(t *testing.T) {
 	_, err = s.Download(testCtx(t), "x", &buf)
 	check.NoError(t, err)
 	check.Equal(t, buf.String(), "over tls")
+	// A large file goes on a TLS connection of its own.
+	big := bytes.Repeat([]byte("tls bulk "), 300_000)
+	check.NoError(t, s.Upload(testCtx(t), "big", big))
+	buf.Reset()
+	_, err = s.Download(testCtx(t), "big", &buf)
+	check.NoError(t, err)
+	check.True(t, bytes.Equal(buf.Bytes(), big), "large upload over TLS differs")
 	check.NoError(t, s.Close())
 	td.waitIdle(t)
 

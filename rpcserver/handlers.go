@@ -37,6 +37,13 @@ func (d *Daemon) registerHandlers() {
 		}
 		return box.List()
 	})
+	d.handle(proto.FileUploadTicket, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
+		var a proto.UploadTicketArgs
+		if err := decodeArgs(raw, &a); err != nil {
+			return nil, err
+		}
+		return d.issueTicket(s, a)
+	})
 	d.handle(proto.FileStat, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
 		var a proto.FileArgs
 		if err := decodeArgs(raw, &a); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -149,8 +150,14 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 	if err != nil {
 		return fmt.Errorf("upload: %w", rootErr("create", name, err))
 	}
-	buf := make([]byte, min(size, 1<<20)+1)
-	n, err := io.CopyBuffer(writerOnly{f}, io.LimitReader(r, size), buf)
+	var n int64
+	if _, isConn := r.(net.Conn); isConn {
+		// A socket of its own: let the kernel splice it into the file.
+		n, err = f.ReadFrom(io.LimitReader(r, size))
+	} else {
+		buf := make([]byte, min(size, 1<<20)+1)
+		n, err = io.CopyBuffer(writerOnly{f}, io.LimitReader(r, size), buf)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -62,6 +62,35 @@ type Client struct {
 // not the Client's life. A dial that fails wraps ErrUnavailable; a refused
 // hello wraps ErrUnauthorized, ErrVersion or ErrBadRequest.
 func Dial(ctx context.Context, addr string, opts DialOptions) (*Client, error) {
+	nc, err := dialConn(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewClient(ctx, nc, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// DialRaw connects to addr as Dial does and says hello with opts.Role
+// (RoleBulk), but starts no multiplexer: the caller owns the returned
+// connection and speaks on it what the listener's OnRaw expects.
+func DialRaw(ctx context.Context, addr string, opts DialOptions) (net.Conn, error) {
+	nc, err := dialConn(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := clientHello(ctx, nc, opts); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return nc, nil
+}
+
+// dialConn opens the TCP connection and, when opts.TLS is set, runs the
+// TLS handshake.
+func dialConn(ctx context.Context, addr string, opts DialOptions) (net.Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -90,11 +119,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Client, error) {
 		}
 		nc = tc
 	}
-	c, err := NewClient(ctx, nc, opts)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	return c, nil
+	return nc, nil
 }
 
 // NewClient says hello on an established connection (a socket pair to a

@@ -34,6 +34,10 @@ const (
 	RoleCompiler Role = 3 // a compiler node
 	RoleTracker  Role = 4 // a tracker
 	RoleWorker   Role = 5 // a device daemon's worker subprocess
+	// RoleBulk is a connection that carries one bulk transfer as raw
+	// bytes after the hello, with no multiplexer (see Server's OnRaw and
+	// DialRaw): a file upload at the speed of the socket.
+	RoleBulk Role = 6
 )
 
 // String returns the role's lowercase name.
@@ -49,12 +53,14 @@ func (r Role) String() string {
 		return "tracker"
 	case RoleWorker:
 		return "worker"
+	case RoleBulk:
+		return "bulk"
 	}
 	return fmt.Sprintf("role(%d)", uint8(r))
 }
 
 // Valid reports whether r is one of the defined roles.
-func (r Role) Valid() bool { return r >= RoleClient && r <= RoleWorker }
+func (r Role) Valid() bool { return r >= RoleClient && r <= RoleBulk }
 
 // Status is the listener's verdict on a hello.
 type Status uint8

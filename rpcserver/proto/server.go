@@ -83,6 +83,10 @@ type ServerConfig struct {
 	// has ended and every handler it started has returned; it is where that
 	// state is cleaned up.
 	OnDisconnect func(c *Conn)
+	// OnRaw, when set, serves a RoleBulk connection after its hello: the
+	// connection is handed over as it is, with no multiplexer, and closed
+	// when OnRaw returns. Without it RoleBulk is refused.
+	OnRaw func(ctx context.Context, c *Conn, nc net.Conn) error
 }
 
 // Server is the listening end of the kiln protocol: it checks each
@@ -253,6 +257,13 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 	if s.cfg.OnDisconnect != nil {
 		defer s.cfg.OnDisconnect(c) // runs after every handler has returned
 	}
+	if c.role == RoleBulk {
+		stop := context.AfterFunc(cctx, func() { nc.Close() })
+		defer stop()
+		err := s.cfg.OnRaw(cctx, c, nc)
+		c.log.Debug("raw connection closed", "err", err)
+		return err
+	}
 	if plain {
 		c.ctl = nc
 		c.log.Debug("connection open (plain frames)")
@@ -324,7 +335,7 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	case s.cfg.Token != "" && !tokenEqual(h.Token, s.cfg.Token):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
 		err = newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
-	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)):
+	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)) || (h.Role == RoleBulk && s.cfg.OnRaw == nil):
 		rep.Status, rep.Message = StatusBadRole, fmt.Sprintf("this listener does not serve role %s", h.Role)
 		err = newError(CodeBadRequest, rep.Message)
 	default:

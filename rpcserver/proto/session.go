@@ -27,6 +27,13 @@ const (
 	FileList = "file.list"
 	// FileStat describes one file: FileArgs → FileInfo.
 	FileStat = "file.stat"
+	// FileUploadTicket reserves an upload on a connection of its own:
+	// UploadTicketArgs → UploadTicket. The client then dials the daemon
+	// with RoleBulk, sends one frame holding BulkTicket and exactly Size
+	// raw bytes, and reads one Response frame (ID 1) saying how it went.
+	// Nothing multiplexes that connection, so a large file moves at the
+	// speed of the socket (spliced into the file where the kernel can).
+	FileUploadTicket = "file.upload_ticket"
 
 	// ModuleLoad loads a module from a file of the session's directory
 	// (a .kiln artifact, or a bare shared object): ModuleLoadArgs → ModuleInfo.
@@ -163,6 +170,22 @@ type Value struct {
 	// Fields are a tuple result's values (a graph function's several
 	// outputs), in order.
 	Fields []Value `msgpack:"fields,omitempty"`
+}
+
+// UploadTicketArgs asks for a ticket to upload Size bytes as the file Name.
+type UploadTicketArgs struct {
+	Name string `msgpack:"name"`
+	Size int64  `msgpack:"size"`
+}
+
+// UploadTicket is a one-time ticket for one upload; it expires unused.
+type UploadTicket struct {
+	Ticket string `msgpack:"ticket"`
+}
+
+// BulkTicket opens a RoleBulk connection.
+type BulkTicket struct {
+	Ticket string `msgpack:"ticket"`
 }
 
 // CallArgs calls the function Func with Args.
