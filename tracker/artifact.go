@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,6 +123,22 @@ func (s *Server) touchArtifactLocked(sha string, now time.Time) {
 	s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketArtifacts, sha, rec) })
 }
 
+// hidePaths returns err as a peer may see it: a file operation's error
+// without the tracker's paths (which the log keeps).
+func (s *Server) hidePaths(err error) error {
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		s.log.Error("artifact store", "err", err)
+		return fmt.Errorf("artifact store: %s: %w", pe.Op, pe.Err)
+	case errors.As(err, &le):
+		s.log.Error("artifact store", "err", err)
+		return fmt.Errorf("artifact store: %s: %w", le.Op, le.Err)
+	}
+	return err
+}
+
 func (s *Server) artifactPath(sha string) string {
 	return filepath.Join(s.arts, sha[:2], sha)
 }
@@ -166,7 +183,7 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	}
 	tmp, err := os.CreateTemp(filepath.Join(s.arts, "tmp"), "upload-*")
 	if err != nil {
-		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, err)
+		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
@@ -181,17 +198,17 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 		err = cerr
 	}
 	if err != nil {
-		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, err)
+		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != in.Name {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: the bytes hash to %s: %w", in.Name, got, proto.ErrBadRequest)
 	}
 	dst := s.artifactPath(in.Name)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, err)
+		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, err)
+		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	now := time.Now()
 	rec := artifactRecord{Size: in.Size, Created: now, Used: now}
@@ -229,7 +246,7 @@ func (s *Server) handleArtifactDownload(ctx context.Context, c *proto.Conn, in p
 		return proto.Bulk{}, fmt.Errorf("download artifact %s: indexed but missing on disk: %w", in.Name, proto.ErrNotFound)
 	}
 	if err != nil {
-		return proto.Bulk{}, fmt.Errorf("download artifact %s: %w", in.Name, err)
+		return proto.Bulk{}, fmt.Errorf("download artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	return proto.Bulk{Name: in.Name, Size: size, Body: f}, nil
 }

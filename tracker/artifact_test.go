@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
@@ -86,4 +87,20 @@ func TestArtifactStoreLimit(t *testing.T) {
 	check.ErrorIs(t, download(t, tc, B), proto.ErrNotFound)
 	check.NoError(t, download(t, tc, C))
 	check.NoError(t, download(t, tc, D))
+}
+
+// TestArtifactErrorsHidePaths breaks the artifact store's spool directory:
+// the uploader learns what failed, but not where the tracker keeps its
+// data.
+func TestArtifactErrorsHidePaths(t *testing.T) {
+	cfg := fastConfig(t)
+	a := startTracker(t, cfg)
+	tmp := filepath.Join(cfg.DataDir, "artifacts", "tmp")
+	check.NoError(t, os.RemoveAll(tmp))
+	check.NoError(t, os.WriteFile(tmp, nil, 0o600)) // a file where the directory was
+	tc := dialTracker(t, a.Addr())
+	b, sha := blob('P', 100)
+	err := upload(t, tc, b, sha)
+	check.Error(t, err, "upload artifact", "not a directory")
+	check.True(t, !strings.Contains(err.Error(), cfg.DataDir), "the error shows the tracker's data directory:", err)
 }

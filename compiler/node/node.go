@@ -282,13 +282,26 @@ func (n *node) serve(ctx context.Context, job *proto.BuildJob) {
 	log.Info("built", "artifact", sha, "took", time.Since(start))
 }
 
-// build runs the job subprocess and uploads the artifact.
+// build runs the job subprocess and uploads the artifact. The error and
+// the log it returns go to the tracker and the client: the node's own paths
+// in them (its work directory) are replaced by "<job>" and "<work>".
 func (n *node) build(ctx context.Context, job *proto.BuildJob) (sha, logText string, err error) {
 	dir, err := os.MkdirTemp(n.work, "job-")
 	if err != nil {
-		return "", "", err
+		n.log.Error("build job directory", "err", err)
+		return "", "", errors.New("compiler node: cannot create a job directory")
 	}
 	defer os.RemoveAll(dir)
+	hide := strings.NewReplacer(dir, "<job>", n.work, "<work>")
+	sha, logText, err = n.buildIn(ctx, job, dir)
+	if err != nil {
+		err = errors.New(hide.Replace(err.Error()))
+	}
+	return sha, hide.Replace(logText), err
+}
+
+// buildIn is build in the job directory dir.
+func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sha, logText string, err error) {
 	spec := Job{ID: job.ID, Name: job.Name, Target: job.Target, Format: job.Format, Options: job.Options}
 	b, _ := json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {

@@ -123,3 +123,45 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestNodeHidesItsPaths runs a job command that fails naming its job
+// directory: the error and log the client gets name "<job>" instead of the
+// node's paths.
+func TestNodeHidesItsPaths(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	defer func() { check.NoError(t, tr.Close()); <-trDone }()
+
+	work := t.TempDir()
+	ready := make(chan struct{})
+	nctx, ncancel := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready,
+			Command: []string{"/bin/sh", "-c", `echo "compiling in $0/module.py"; echo "no luck in $0" >&2; exit 1`}})
+	}()
+	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		t.Fatalf("node stopped: %v", err)
+	}
+	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
+	check.NoError(t, err)
+	defer c.Close()
+	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu"})
+	check.NoError(t, err)
+	_, err = c.WaitBuild(ctx, job.ID, nil)
+	check.ErrorIs(t, err, client.ErrBuildFailed)
+	check.Error(t, err, "no luck in <job>")
+	got, err := c.BuildStatus(ctx, job.ID)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(got.Log, "compiling in <job>/module.py"), got.Log)
+	for _, text := range []string{got.Error, got.Log} {
+		check.True(t, !strings.Contains(text, work), "the node's work directory reached the client:", text)
+	}
+}
