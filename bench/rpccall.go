@@ -46,12 +46,19 @@ type rpcCallResult struct {
 	GoalUS    float64 `json:"goal_us"` // the target for MedianUS
 	MeetsGoal bool    `json:"meets_goal"`
 	Calls     int     `json:"calls"`
-	Quick     bool    `json:"quick,omitempty"`
+	// FloorMedianUS and FloorP99US are a bare one-byte TCP ping-pong
+	// between this process and a subprocess, measured in the same run:
+	// what two processes on loopback cost with no protocol. Ratio is
+	// MedianUS / FloorMedianUS.
+	FloorMedianUS float64 `json:"floor_median_us"`
+	FloorP99US    float64 `json:"floor_p99_us"`
+	Ratio         float64 `json:"ratio_to_floor"`
+	Quick         bool    `json:"quick,omitempty"`
 }
 
 func (r rpcCallResult) Line() string {
-	return fmt.Sprintf("rpc-call: empty remote function round trip median %.1f µs, p99 %.1f µs, mean %.1f µs, min %.1f µs (goal median ≤ %.0f µs) over %d calls",
-		r.MedianUS, r.P99US, r.MeanUS, r.MinUS, r.GoalUS, r.Calls)
+	return fmt.Sprintf("rpc-call: empty remote function round trip median %.1f µs, p99 %.1f µs, mean %.1f µs, min %.1f µs (goal median ≤ %.0f µs) over %d calls; bare TCP ping-pong between two processes median %.1f µs, p99 %.1f µs (ratio %.1f)",
+		r.MedianUS, r.P99US, r.MeanUS, r.MinUS, r.GoalUS, r.Calls, r.FloorMedianUS, r.FloorP99US, r.Ratio)
 }
 
 // benchDaemon is a device daemon in this process on 127.0.0.1:0 whose
@@ -146,10 +153,18 @@ func runRPCCall(ctx context.Context, opt options) (_ result, err error) {
 		sum += x
 	}
 	slices.Sort(lat)
+	floor, err := pingPong(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
 	r := rpcCallResult{
 		Name: "rpc-call", MedianUS: round(median(lat), 2), P99US: round(percentile(lat, 0.99), 2),
 		MeanUS: round(sum/float64(len(lat)), 2), MinUS: round(lat[0], 2), GoalUS: rpcCallGoalUS,
 		Calls: calls, Quick: opt.quick,
+		FloorMedianUS: round(median(floor), 2), FloorP99US: round(percentile(floor, 0.99), 2),
+	}
+	if r.FloorMedianUS > 0 {
+		r.Ratio = round(r.MedianUS/r.FloorMedianUS, 2)
 	}
 	r.MeetsGoal = r.MedianUS <= rpcCallGoalUS
 	return r, nil
