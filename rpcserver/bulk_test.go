@@ -2,6 +2,9 @@ package rpcserver_test
 
 import (
 	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
@@ -47,4 +50,22 @@ func TestRawUpload(t *testing.T) {
 	// Without the token, no bulk connection.
 	_, err = proto.DialRaw(ctx, td.addr, proto.DialOptions{Role: proto.RoleBulk})
 	check.ErrorIs(t, err, proto.ErrUnauthorized)
+}
+
+// TestInsecureFlagMetric: a daemon started with Insecure beyond loopback
+// says so in /metrics; one on loopback does not.
+func TestInsecureFlagMetric(t *testing.T) {
+	for _, tc := range []struct {
+		listen string
+		want   string
+	}{{"0.0.0.0:0", "kiln_rpcserver_insecure 1"}, {"127.0.0.1:0", "kiln_rpcserver_insecure 0"}} {
+		d, err := rpcserver.New(rpcserver.Config{Listen: tc.listen, Dir: t.TempDir(), Insecure: true})
+		check.NoError(t, err)
+		rec := httptest.NewRecorder()
+		d.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		check.True(t, strings.Contains(rec.Body.String(), tc.want), tc.listen, "metrics lack", tc.want)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		check.NoError(t, d.Run(ctx)) // releases the listener
+	}
 }

@@ -178,7 +178,8 @@ func New(cfg Config) (*Daemon, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := proto.CheckExposure("rpcserver", cfg.Listen, cfg.Token, cfg.TLS, "--insecure"); err != nil {
+	exposed := proto.CheckExposure("rpcserver", cfg.Listen, cfg.Token, cfg.TLS, "--insecure")
+	if err := exposed; err != nil {
 		if !cfg.Insecure {
 			return nil, err
 		}
@@ -204,6 +205,7 @@ func New(cfg Config) (*Daemon, error) {
 		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
 		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
 	}
+	d.reg.Flag("kiln_rpcserver_insecure", "1 when the daemon was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", exposed != nil)
 	d.m.active.Set(0)
 	d.m.inflight.Set(0)
 	d.srv = proto.NewServer(proto.ServerConfig{
