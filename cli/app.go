@@ -49,6 +49,7 @@ Examples:
 			benchCommand(),
 			demoCommand(),
 			queryCommand(),
+			tokenCommand(),
 			trackerCommand(),
 			rpcserverCommand(),
 			compilerCommand(),

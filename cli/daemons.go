@@ -51,6 +51,7 @@ Examples:
 			&ucli.Int64Flag{Name: "max-queued-bytes", Value: 512 << 20, Usage: "bytes of module text the queued jobs may hold (they are kept in memory)"},
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
+			&ucli.StringFlag{Name: "users-file", Usage: "file of named user tokens (kiln token create); each admits its user in its one role, and is re-read when the file changes"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
 			insecureFlag(),
@@ -76,6 +77,7 @@ func runTracker(c *ucli.Context) error {
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
 		MaxJobQueueTimeout: c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 		JobRetention: c.Duration("job-retention"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
+		UsersFile: c.String("users-file"),
 	})
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)

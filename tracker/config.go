@@ -62,6 +62,10 @@ type Config struct {
 	// cancelled) is kept, in memory and in tracker.db, before it is
 	// forgotten (default 168h). Its artifact is not removed with it.
 	JobRetention time.Duration
+	// UsersFile, when set, names the file of named user tokens (see
+	// CreateUserToken): each admits its user in its one role, beside Token
+	// (which admits any role). It is read again when it changes.
+	UsersFile string
 	// MaxArtifactBytes bounds the artifact store (default 10 GiB): an
 	// upload over it is refused, and storing one evicts the least recently
 	// used (stored or downloaded) others until the store fits.

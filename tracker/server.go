@@ -48,6 +48,9 @@ type Server struct {
 	m        trackerMetrics
 	arti     artIndex // artifact store accounting
 
+	users     *users                   // nil without a users file
+	userConns map[*proto.Conn]struct{} // connections with a user token
+
 	tvm tvmState
 
 	runMu     sync.Mutex
@@ -65,18 +68,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		arts:     filepath.Join(cfg.DataDir, "artifacts"),
-		nodes:    make(map[string]*node),
-		byKey:    make(map[string]map[string]*node),
-		queues:   make(map[string]*queue),
-		tickets:  make(map[string]*ticket),
-		leases:   make(map[string]*lease),
-		byToken:  make(map[string]*lease),
-		jobs:     make(map[string]*job),
-		jobAvail: make(chan struct{}),
-		runDone:  make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		arts:      filepath.Join(cfg.DataDir, "artifacts"),
+		nodes:     make(map[string]*node),
+		byKey:     make(map[string]map[string]*node),
+		queues:    make(map[string]*queue),
+		tickets:   make(map[string]*ticket),
+		leases:    make(map[string]*lease),
+		byToken:   make(map[string]*lease),
+		jobs:      make(map[string]*job),
+		userConns: make(map[*proto.Conn]struct{}),
+		jobAvail:  make(chan struct{}),
+		runDone:   make(chan struct{}),
 	}
 	s.initMetrics()
 	s.tvm.init()
@@ -88,6 +92,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open tracker store: %w", err)
 	}
 	s.st = st
+	if cfg.UsersFile != "" {
+		s.users = &users{path: cfg.UsersFile}
+		if _, err := s.users.load(); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
 	if err := s.load(); err != nil {
 		st.close()
 		return nil, fmt.Errorf("load tracker state: %w", err)
@@ -97,18 +108,23 @@ func New(cfg Config) (*Server, error) {
 		st.close()
 		return nil, err
 	}
-	s.rpc = proto.NewServer(proto.ServerConfig{
+	scfg := proto.ServerConfig{
 		Token:        cfg.Token,
 		Roles:        []proto.Role{proto.RoleClient, proto.RoleDevice, proto.RoleCompiler},
 		Logger:       s.log,
 		OnDisconnect: s.disconnected,
-	})
+	}
+	if s.users != nil {
+		scfg.Authenticate = s.authenticate
+		scfg.OnConnect = s.connected
+	}
+	s.rpc = proto.NewServer(scfg)
 	s.routes()
 	return s, nil
 }
 
 func (s *Server) listen() error {
-	if err := proto.CheckExposure("tracker", s.cfg.Listen, s.cfg.Token, s.cfg.TLS, "--insecure"); err != nil {
+	if err := proto.CheckExposure("tracker", s.cfg.Listen, s.cfg.Token+s.cfg.UsersFile, s.cfg.TLS, "--insecure"); err != nil {
 		if !s.cfg.Insecure {
 			return err
 		}
@@ -309,9 +325,21 @@ func (s *Server) routes() {
 // disconnected drops what a connection owned: its queued lease requests
 // (and leases granted to them but never delivered), and the node it
 // registered, which is marked lost.
+// connected records a user's connection, so that revoking the user closes
+// it.
+func (s *Server) connected(ctx context.Context, c *proto.Conn) error {
+	if c.User() != "" {
+		s.mu.Lock()
+		s.userConns[c] = struct{}{}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 func (s *Server) disconnected(c *proto.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.userConns, c)
 	for _, t := range s.tickets {
 		if t.conn == c {
 			s.dropTicketLocked(t, fmt.Errorf("lease request %s: client connection closed: %w", t.id, proto.ErrCancelled))
@@ -344,6 +372,9 @@ func (s *Server) expiryLoop(ctx context.Context) {
 			s.expireTicketsLocked(now)
 			s.expireJobsLocked(now)
 			s.mu.Unlock()
+			if s.users != nil {
+				s.reloadUsers()
+			}
 		}
 	}
 }

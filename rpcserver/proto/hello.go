@@ -260,3 +260,7 @@ func tokenEqual(got, want string) bool {
 	w := sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
+
+// TokenEqual compares a token a peer sent with a known one in constant
+// time.
+func TokenEqual(got, want string) bool { return tokenEqual(got, want) }

@@ -56,6 +56,12 @@ type BulkHandlerFunc func(ctx context.Context, c *Conn, in Bulk) (Bulk, error)
 type ServerConfig struct {
 	// Token, when not empty, is the token every hello must carry.
 	Token string
+	// Authenticate, when set, replaces the Token check: it gets the
+	// hello's token and role and returns the peer's user name (Conn.User),
+	// or an error. An error wrapping ErrUnauthorized is answered as a wrong
+	// token; any other refuses the connection with its message (a token
+	// issued for another role).
+	Authenticate func(token string, role Role) (user string, err error)
 	// Roles lists the roles this listener serves; empty means all.
 	Roles []Role
 	// HandshakeTimeout bounds the hello and the opening of the control
@@ -318,6 +324,11 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	h, err := ReadHello(nc)
 	rep := HelloReply{Version: ProtocolVersion, Status: StatusOK}
+	var user string
+	var authErr error
+	if err == nil && s.cfg.Authenticate != nil {
+		user, authErr = s.cfg.Authenticate(h.Token, h.Role)
+	}
 	switch {
 	case errors.Is(err, errBadMagic):
 		stop()
@@ -332,7 +343,13 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 			return fmt.Errorf("handshake: %w", ctx.Err())
 		}
 		return err
-	case s.cfg.Token != "" && !tokenEqual(h.Token, s.cfg.Token):
+	case authErr != nil && errors.Is(authErr, ErrUnauthorized):
+		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
+		err = newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
+	case authErr != nil:
+		rep.Status, rep.Message = StatusBadRole, authErr.Error()
+		err = newError(CodeUnauthorized, authErr.Error())
+	case s.cfg.Authenticate == nil && s.cfg.Token != "" && !tokenEqual(h.Token, s.cfg.Token):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
 		err = newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
 	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)) || (h.Role == RoleBulk && s.cfg.OnRaw == nil):
@@ -340,7 +357,11 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 		err = newError(CodeBadRequest, rep.Message)
 	default:
 		c.role = h.Role
+		c.user = user
 		c.log = c.log.With("role", h.Role)
+		if user != "" {
+			c.log = c.log.With("user", user)
+		}
 		if s.cfg.OnConnect != nil {
 			if err = s.admit(c); err != nil {
 				we := ToWire(err)
@@ -406,6 +427,7 @@ func (s *Server) bulkHandler(method string) BulkHandlerFunc {
 type Conn struct {
 	srv  *Server
 	role Role
+	user string // from ServerConfig.Authenticate
 	nc   net.Conn
 	sess *yamux.Session
 	log  *slog.Logger
@@ -425,6 +447,10 @@ type Conn struct {
 
 // Role returns the role the peer declared in its hello.
 func (c *Conn) Role() Role { return c.role }
+
+// User returns the user name ServerConfig.Authenticate gave the peer ("" for
+// none).
+func (c *Conn) User() string { return c.user }
 
 // RemoteAddr returns the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
