@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,11 +21,7 @@ func TestBuildOptionsCannotRunCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	fl, err := startFleet(ctx, dir, "tok", exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	check.NoError(t, err)
-	defer func() { check.NoError(t, fl.stop()) }()
+	fl, _ := testFleet(t, dir, "tok")
 	src, err := os.ReadFile("testdata/vadd.py")
 	check.NoError(t, err)
 	marker := filepath.Join(dir, "pwned")

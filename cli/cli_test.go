@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -126,4 +131,24 @@ func TestHumanBytes(t *testing.T) {
 	for n, want := range map[int64]string{512: "512 B", 2048: "2.0 KiB", 3 << 30: "3.0 GiB", 1536 << 20: "1.5 GiB"} {
 		check.Equal(t, humanBytes(n), want)
 	}
+}
+
+// testFleet starts an in-process fleet (tracker, compiler node and CPU
+// device daemon on loopback) with its files in dir and the token tok,
+// stopped when the test ends, and writes tok to dir/token; it returns the
+// fleet and that file.
+func testFleet(t *testing.T, dir, tok string) (*fleet, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	fl, err := startFleet(ctx, dir, tok, exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	check.NoError(t, err)
+	t.Cleanup(func() {
+		check.NoError(t, fl.stop())
+		cancel()
+	})
+	tokFile := filepath.Join(dir, "token")
+	check.NoError(t, os.WriteFile(tokFile, []byte(tok+"\n"), 0o600))
+	return fl, tokFile
 }

@@ -1,15 +1,10 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -30,16 +25,8 @@ func TestDemo(t *testing.T) {
 // TestRemoteCommands runs build, run, bench and query against an
 // in-process fleet, as a user with a token file would.
 func TestRemoteCommands(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	fl, err := startFleet(ctx, dir, "tok123", exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	check.NoError(t, err)
-	defer func() { check.NoError(t, fl.stop()) }()
-	tokFile := filepath.Join(dir, "token")
-	check.NoError(t, os.WriteFile(tokFile, []byte("tok123\n"), 0o600))
+	fl, tokFile := testFleet(t, dir, "tok123")
 	addr := fl.tracker.Addr()
 
 	art := filepath.Join(dir, "vadd.kiln")

@@ -1,14 +1,10 @@
 package cli
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/kiln-ml/kiln/compiler/frontend/nn"
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -24,8 +20,6 @@ import (
 // --params, and locally from an artifact with the weights bundled; both
 // match a reference computed here.
 func TestMLPRemote(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
 	mod, params, err := nn.Export(nn.NewNamedSequential(
 		nn.Named("fc1", nn.NewLinear(784, 256, true)),
@@ -67,13 +61,7 @@ func TestMLPRemote(t *testing.T) {
 		}
 	}
 
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	fl, err := startFleet(ctx, dir, "tok", exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	check.NoError(t, err)
-	defer func() { check.NoError(t, fl.stop()) }()
-	tok := filepath.Join(dir, "token")
-	check.NoError(t, os.WriteFile(tok, []byte("tok"), 0o600))
+	fl, tok := testFleet(t, dir, "tok")
 	addr := fl.tracker.Addr()
 
 	art := filepath.Join(dir, "mlp.kiln")

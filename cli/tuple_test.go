@@ -1,13 +1,8 @@
 package cli
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -40,15 +35,7 @@ func TestRunTupleOutputs(t *testing.T) {
 	check.NoError(t, err, errOut)
 	checkOutputs(local)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	fl, err := startFleet(ctx, dir, "tok", exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	check.NoError(t, err)
-	defer func() { check.NoError(t, fl.stop()) }()
-	tokFile := filepath.Join(dir, "token")
-	check.NoError(t, os.WriteFile(tokFile, []byte("tok"), 0o600))
+	fl, tokFile := testFleet(t, dir, "tok")
 	remote := filepath.Join(dir, "remote")
 	_, errOut, err = runApp(t, "run", art, "--tracker", fl.tracker.Addr(), "--key", "cpu", "--token-file", tokFile,
 		"--input", "x="+in, "--output", remote)
