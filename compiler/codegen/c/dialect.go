@@ -32,6 +32,13 @@ type Dialect struct {
 	// function; inParallel is set inside an OpenMP region, where return
 	// is not allowed.
 	Fail func(message string, inParallel bool) string
+	// Allocate returns the declaration of a buffer allocated inside a
+	// function (a storage scope the dialect owns, such as CUDA's shared
+	// memory), or handled=false for the default (C: registers, stack or
+	// heap).
+	Allocate func(r *Renderer, b *ir.Buffer) (decl string, handled bool, err error)
+	// Return is the statement that ends a function; "" is "return 0;".
+	Return string
 }
 
 // C returns the dialect for host C compiled by GCC or Clang.

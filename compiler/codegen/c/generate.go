@@ -44,7 +44,7 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 		if sym == "" {
 			sym = name
 		}
-		if !isIdent(sym) {
+		if !IsIdent(sym) {
 			return "", nil, fmt.Errorf("function %q: exported name %q is not a C identifier", name, sym)
 		}
 		if seen[sym] {
@@ -113,7 +113,9 @@ func init() {
 	}
 }
 
-func isIdent(s string) bool {
+// IsIdent reports whether s can name a generated function: a C
+// identifier, not a keyword, not in kiln's reserved kiln_ prefix.
+func IsIdent(s string) bool {
 	if s == "" || (cKeywords[s] && s != "main") || strings.HasPrefix(s, "kiln_") {
 		return false
 	}

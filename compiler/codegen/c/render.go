@@ -74,7 +74,11 @@ func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.line(sig)
 	r.indent++
 	r.stmt(f.Body)
-	r.line("return 0;")
+	if r.d.Return != "" {
+		r.line(r.d.Return)
+	} else {
+		r.line("return 0;")
+	}
 	r.indent--
 	r.line("}")
 	if r.err != nil {
@@ -83,6 +87,12 @@ func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.funcs.WriteString(r.b.String())
 	r.funcs.WriteString("\n")
 	return nil
+}
+
+// Source returns the functions rendered so far, after the vector types
+// they use.
+func (r *Renderer) Source() string {
+	return r.vectorDecls() + r.funcs.String()
 }
 
 func (r *Renderer) packedSignature(name string, f *ir.PrimFunc) (string, error) {
@@ -378,6 +388,18 @@ func (r *Renderer) allocate(a *ir.Allocate) {
 		r.promote(b, slots)
 		r.stmt(a.Body)
 		return
+	}
+	if r.d.Allocate != nil {
+		decl, handled, err := r.d.Allocate(r, b)
+		if err != nil {
+			r.fail("%v", err)
+			return
+		}
+		if handled {
+			r.line(decl)
+			r.stmt(a.Body)
+			return
+		}
 	}
 	name := r.VarName(b.Data)
 	elem := r.Type(b.DType)

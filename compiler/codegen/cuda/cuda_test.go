@@ -1,0 +1,179 @@
+package cuda
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	cudadev "github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+func sm80(t *testing.T) Limits {
+	t.Helper()
+	lim, err := ArchLimits("sm_80")
+	check.NoError(t, err)
+	return lim
+}
+
+// lower parses a TVMScript module and lowers it for this generator.
+func lower(t *testing.T, name, src string) *ir.IRModule {
+	t.Helper()
+	m, err := script.Parse(name, src)
+	check.NoError(t, err)
+	l, err := transform.LowerModule(m, LowerOptions())
+	check.NoError(t, err)
+	return l
+}
+
+func kernelsModule(t *testing.T) *ir.IRModule {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("testdata", "kernels.py"))
+	check.NoError(t, err)
+	return lower(t, "kernels.py", string(src))
+}
+
+// TestGolden compares each kernel's generated CUDA with
+// testdata/NAME.golden and checks its launch metadata.
+func TestGolden(t *testing.T) {
+	m := kernelsModule(t)
+	want := map[string]Kernel{
+		"add":     {Name: "add", Grid: [3]int64{16, 1, 1}, Block: [3]int64{256, 1, 1}},
+		"scale2d": {Name: "scale2d", Grid: [3]int64{3, 8, 1}, Block: [3]int64{32, 8, 1}},
+		"rowsum":  {Name: "rowsum", Grid: [3]int64{2, 1, 1}, Block: [3]int64{64, 1, 1}},
+	}
+	for name, f := range m.PrimFuncs() {
+		t.Run(name, func(t *testing.T) {
+			src, ks, err := Generate(ir.NewIRModule().With(name, f), sm80(t))
+			check.NoError(t, err)
+			check.Equal(t, len(ks), 1)
+			w := want[name]
+			check.Equal(t, ks[0].Grid, w.Grid)
+			check.Equal(t, ks[0].Block, w.Block)
+			check.Equal(t, ks[0].SharedBytes, int64(0))
+			path := filepath.Join("testdata", name+".golden")
+			if *update {
+				check.NoError(t, os.WriteFile(path, []byte(src), 0o644))
+			}
+			golden, err := os.ReadFile(path)
+			check.NoError(t, err, "run go test -update")
+			check.Equal(t, src, string(golden))
+		})
+	}
+}
+
+// TestNVRTC compiles every generated kernel to PTX for each architecture
+// the installed NVRTC knows.
+func TestNVRTC(t *testing.T) {
+	major, minor, _, err := cudadev.NVRTCVersion()
+	if errors.Is(err, cudadev.ErrNoNVRTC) {
+		t.Skipf("NVRTC is not installed (%v)", err)
+	}
+	check.NoError(t, err)
+	src, ks, err := Generate(kernelsModule(t), sm80(t))
+	check.NoError(t, err)
+	check.Equal(t, len(ks), 3)
+	for _, arch := range Archs {
+		t.Run(arch, func(t *testing.T) {
+			if need := nvrtcFor[arch]; major*10+minor < need {
+				t.Skipf("NVRTC %d.%d cannot compile for %s (needs %d.%d)", major, minor, arch, need/10, need%10)
+			}
+			ptx, log, err := cudadev.CompilePTX(src, "kernels.cu", []string{"--gpu-architecture=compute_" + strings.TrimPrefix(arch, "sm_")})
+			check.NoError(t, err, log)
+			for _, k := range ks {
+				check.True(t, strings.Contains(ptx, ".entry "+k.Name+"("), "no entry for", k.Name, "in PTX")
+			}
+		})
+	}
+}
+
+// nvrtcFor is the NVRTC version (major*10+minor) that first compiles for
+// each architecture.
+var nvrtcFor = map[string]int{"sm_80": 110, "sm_86": 111, "sm_89": 118, "sm_90": 118}
+
+func TestErrors(t *testing.T) {
+	kernel := func(body string) string {
+		return `# from tvm.script import tir as T
+@T.prim_func
+def k(A: T.Buffer((4096,), "float32")):
+    T.func_attr({"global_symbol": "k"})
+` + body
+	}
+	cases := []struct{ name, src, want string }{
+		{"too many threads", kernel(`    for ty in T.thread_binding(2, thread="threadIdx.y"):
+        for tx in T.thread_binding(1024, thread="threadIdx.x"):
+            with T.block("A"):
+                vi = T.axis.spatial(4096, ty * 1024 + tx)
+                A[vi] = T.float32(1)
+`), `kernel "k": 2048 threads per block exceed sm_80's limit 1024`},
+		{"block dim", kernel(`    for tz in T.thread_binding(128, thread="threadIdx.z"):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, tz)
+            A[vi] = T.float32(1)
+`), `kernel "k": threadIdx.z extent 128 exceeds sm_80's limit 64`},
+		{"inconsistent", kernel(`    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, tx)
+            A[vi] = T.float32(1)
+    for tx2 in T.thread_binding(128, thread="threadIdx.x"):
+        with T.block("B"):
+            vi = T.axis.spatial(4096, tx2)
+            A[vi] = T.float32(2)
+`), `kernel "k": threadIdx.x is bound with extent 64 and with extent 128 (loop "tx2")`},
+		{"unbound store", kernel(`    for i in range(4096):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, i)
+            A[vi] = T.float32(1)
+`), `kernel "k": store to "A" outside every thread-bound loop`},
+		{"unknown axis", kernel(`    for v in T.thread_binding(4, thread="warpIdx.x"):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, v)
+            A[vi] = T.float32(1)
+`), `kernel "k": loop "v" is bound to "warpIdx.x", which is not a CUDA thread axis`},
+		{"parallel", kernel(`    for i in T.parallel(4096):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, i)
+            A[vi] = T.float32(1)
+`), `kernel "k": loop "i" is parallel`},
+		{"shared past limit", kernel(`    S = T.alloc_buffer((16384,), scope="shared")
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for j in range(256):
+            with T.block("S"):
+                vi = T.axis.spatial(16384, tx * 256 + j)
+                S[vi] = A[vi % 4096]
+        with T.block("A"):
+            vi = T.axis.spatial(4096, tx)
+            A[vi] = S[vi * 4]
+`), `kernel "k": 65536 bytes of shared memory exceed sm_80's limit 49152 per block`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := Generate(lower(t, "k.py", c.src), sm80(t))
+			check.Error(t, err, c.want)
+		})
+	}
+	t.Run("packed", func(t *testing.T) {
+		m, err := script.Parse("k.py", kernel(`    for tx in T.thread_binding(4, thread="threadIdx.x"):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, tx)
+            A[vi] = T.float32(1)
+`))
+		check.NoError(t, err)
+		l, err := transform.LowerModule(m, transform.Options{})
+		check.NoError(t, err)
+		_, _, err = Generate(l, sm80(t))
+		check.Error(t, err, "packed API")
+	})
+	t.Run("arch", func(t *testing.T) {
+		_, err := ArchLimits("sm_70")
+		check.Error(t, err, `"sm_70" is not supported`)
+	})
+}

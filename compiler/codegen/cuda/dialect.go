@@ -1,0 +1,101 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kiln-ml/kiln/compiler/codegen/c"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+// dialect is CUDA C as a dialect of the C renderer.
+func dialect() c.Dialect {
+	return c.Dialect{
+		Name:      "cuda",
+		Restrict:  "__restrict__",
+		Signature: signature,
+		Loop:      loop,
+		Fail:      func(string, bool) string { return "{ __trap(); }" },
+		Allocate:  allocate,
+		Return:    "return;",
+	}
+}
+
+func signature(r *c.Renderer, name string, f *ir.PrimFunc) (string, error) {
+	var ps []string
+	for _, p := range f.Params {
+		if b, ok := f.BufferMap[p]; ok {
+			ps = append(ps, fmt.Sprintf("%s* __restrict__ %s", r.Type(b.DType), r.VarName(b.Data)))
+			continue
+		}
+		if p.Type.Lanes > 1 || p.Type.Code == ndarray.Handle {
+			return "", fmt.Errorf("parameter %q of type %s cannot be passed to a kernel", p.Name, p.Type)
+		}
+		ps = append(ps, fmt.Sprintf("%s %s", r.Type(p.Type), r.VarName(p)))
+	}
+	return fmt.Sprintf(`extern "C" __global__ void %s(%s) {`, name, strings.Join(ps, ", ")), nil
+}
+
+func loop(r *c.Renderer, f *ir.For) ([]string, bool, error) {
+	switch f.Kind {
+	case ir.ForThreadBinding:
+		return []string{"{", fmt.Sprintf("  %s %s = (%s)%s;", r.Type(f.Var.Type), r.VarName(f.Var), r.Type(f.Var.Type), f.ThreadTag)}, true, nil
+	case ir.ForUnrolled:
+		return []string{"#pragma unroll", r.ForHeader(f)}, true, nil
+	case ir.ForVectorized:
+		return []string{r.ForHeader(f)}, true, nil
+	}
+	return nil, false, nil
+}
+
+func allocate(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
+	n, ok := constElems(b)
+	scope := b.StorageScope()
+	switch scope {
+	case "shared", "local":
+	default:
+		return "", false, fmt.Errorf("buffer %q in %s memory is allocated inside the kernel; a kernel allocates only shared and local buffers", b.Name, scope)
+	}
+	if !ok {
+		return "", false, fmt.Errorf("%s buffer %q has no constant size", scope, b.Name)
+	}
+	decl := fmt.Sprintf("%s %s[%d];", r.Type(b.DType), r.VarName(b.Data), max(n, 1))
+	if scope == "shared" {
+		decl = "__shared__ " + decl
+	}
+	return decl, true, nil
+}
+
+// prelude defines what generated kernels use: NVRTC has no standard
+// headers, so the fixed-width integer types are defined here.
+const prelude = `typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+
+
+// The integer helpers printed expressions call (the C dialect's are GNU
+// statement expressions, which NVRTC does not read): the result has the
+// first operand's type, as in C.
+template <typename A, typename B> static __device__ __forceinline__ A kiln_min(A a, B b) { return a < (A)b ? a : (A)b; }
+template <typename A, typename B> static __device__ __forceinline__ A kiln_max(A a, B b) { return a > (A)b ? a : (A)b; }
+template <typename A, typename B> static __device__ __forceinline__ A kiln_floordiv(A a, B b) {
+  A q = a / (A)b;
+  return (q * (A)b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename A, typename B> static __device__ __forceinline__ A kiln_floormod(A a, B b) {
+  A r = a % (A)b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + (A)b : r;
+}
+template <typename A> static __device__ __forceinline__ A kiln_abs(A a) { return a < 0 ? -a : a; }
+#define KILN_MIN(a, b) kiln_min((a), (b))
+#define KILN_MAX(a, b) kiln_max((a), (b))
+#define KILN_FLOORDIV(a, b) kiln_floordiv((a), (b))
+#define KILN_FLOORMOD(a, b) kiln_floormod((a), (b))
+#define KILN_ABS(a) kiln_abs((a))
+`

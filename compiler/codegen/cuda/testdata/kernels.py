@@ -1,0 +1,43 @@
+# Thread-bound kernels whose generated CUDA is kept in testdata/<name>.golden.
+# from tvm.script import ir as I
+# from tvm.script import tir as T
+@I.ir_module
+class Module:
+    @T.prim_func
+    def add(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32"), C: T.Buffer((4096,), "float32")):
+        T.func_attr({"global_symbol": "add", "tir.noalias": T.bool(True)})
+        for bx in T.thread_binding(16, thread="blockIdx.x"):
+            for tx in T.thread_binding(256, thread="threadIdx.x"):
+                with T.block("C"):
+                    vi = T.axis.spatial(4096, bx * 256 + tx)
+                    C[vi] = A[vi] + B[vi]
+
+    @T.prim_func
+    def scale2d(A: T.Buffer((64, 96), "float32"), B: T.Buffer((64, 96), "float32"), alpha: T.float32):
+        T.func_attr({"global_symbol": "scale2d", "tir.noalias": T.bool(True)})
+        for by in T.thread_binding(8, thread="blockIdx.y"):
+            for bx in T.thread_binding(3, thread="blockIdx.x"):
+                for ty in T.thread_binding(8, thread="threadIdx.y"):
+                    for tx in T.thread_binding(32, thread="threadIdx.x"):
+                        with T.block("B"):
+                            vi = T.axis.spatial(64, by * 8 + ty)
+                            vj = T.axis.spatial(96, bx * 32 + tx)
+                            B[vi, vj] = T.max(A[vi, vj] * alpha, T.float32(0))
+
+    @T.prim_func
+    def rowsum(A: T.Buffer((128, 300), "float32"), S: T.Buffer((128,), "float32")):
+        T.func_attr({"global_symbol": "rowsum", "tir.noalias": T.bool(True)})
+        acc = T.alloc_buffer((1,), scope="local")
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("init"):
+                    vi = T.axis.spatial(128, bx * 64 + tx)
+                    acc[0] = T.float32(0)
+                for k in range(300):
+                    with T.block("update"):
+                        vi = T.axis.spatial(128, bx * 64 + tx)
+                        vk = T.axis.reduce(300, k)
+                        acc[0] = acc[0] + A[vi, vk]
+                with T.block("store"):
+                    vi = T.axis.spatial(128, bx * 64 + tx)
+                    S[vi] = acc[0]
