@@ -147,7 +147,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	next := s.nextJob
 	j := &job{
 		BuildJob: proto.BuildJob{
-			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options,
+			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options, Owner: userOf(c),
 			State: proto.JobQueued, Submitted: now, QueueTimeout: a.QueueTimeout, RunTimeout: a.RunTimeout,
 		},
 		module: a.Module, queuedAt: now, changed: make(chan struct{}),
@@ -192,7 +192,25 @@ func (s *Server) handleBuildStatus(ctx context.Context, c *proto.Conn, a proto.B
 	if err != nil {
 		return nil, err
 	}
-	return j.BuildJob, nil
+	return jobFor(c, j.BuildJob), nil
+}
+
+// userOf is the named user on c ("" for the fleet token or none).
+func userOf(c *proto.Conn) string {
+	if c == nil {
+		return ""
+	}
+	return c.User()
+}
+
+// jobFor is j as the peer on c may see it: a named user sees other users'
+// jobs without their options, message, error and log.
+func jobFor(c *proto.Conn, j proto.BuildJob) proto.BuildJob {
+	if u := userOf(c); u == "" || u == j.Owner {
+		return j
+	}
+	j.Options, j.Message, j.Error, j.Log = nil, "", "", ""
+	return j
 }
 
 func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.BuildWaitArgs) (any, error) {
@@ -210,7 +228,7 @@ func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.Bui
 			return nil, err
 		}
 		if j.Seq > a.Seq || j.State.Final() {
-			out := j.BuildJob
+			out := jobFor(c, j.BuildJob)
 			s.mu.Unlock()
 			return out, nil
 		}
@@ -232,6 +250,10 @@ func (s *Server) handleBuildCancel(ctx context.Context, c *proto.Conn, a proto.B
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err
+	}
+	if u := userOf(c); u != "" && u != j.Owner {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("cancel build job %q: it is not user %q's; only its owner or a holder of the fleet token may cancel it: %w", a.ID, u, proto.ErrUnauthorized)
 	}
 	if j.State.Final() {
 		out := j.BuildJob

@@ -15,7 +15,11 @@ func (s *Server) handleQuery(ctx context.Context, c *proto.Conn, a proto.QueryAr
 		return nil, fmt.Errorf("query: %d jobs asked for, over the limit of %d a page (--jobs); page on with --jobs-before: %w",
 			a.Jobs, proto.MaxQueryJobs, proto.ErrBadRequest)
 	}
-	return s.summary(a.Jobs, a.JobsBefore), nil
+	sum := s.summary(a.Jobs, a.JobsBefore)
+	for i, j := range sum.Jobs {
+		sum.Jobs[i] = jobFor(c, j)
+	}
+	return sum, nil
 }
 
 // Summary returns the tracker's state: devices by key and state, compiler

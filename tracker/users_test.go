@@ -1,10 +1,12 @@
 package tracker
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
@@ -90,4 +92,80 @@ func TestUsersFileErrors(t *testing.T) {
 	check.Error(t, err, `"al ice"`)
 	_, err = CreateUserToken(filepath.Join(dir, "u"), "alice", "admin")
 	check.Error(t, err, `role "admin"`, "client, device or compiler")
+}
+
+// TestUsersSeparated: with named user tokens, bob sees alice's job without
+// its options and messages and may not cancel it; alice and the fleet token
+// see and cancel it; a lease is in the name the token says, not the one the
+// client declares.
+func TestUsersSeparated(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.Token = "fleet"
+	cfg.UsersFile = filepath.Join(t.TempDir(), "users")
+	aliceTok, err := CreateUserToken(cfg.UsersFile, "alice", "client")
+	check.NoError(t, err)
+	bobTok, err := CreateUserToken(cfg.UsersFile, "bob", "client")
+	check.NoError(t, err)
+	a := startTracker(t, cfg)
+	ctx := testCtx(t)
+	as := func(tok string) *client.Tracker {
+		tc, err := client.DialTracker(ctx, a.Addr(), client.TrackerOptions{Token: tok, Logger: quietLogger()})
+		check.NoError(t, err)
+		t.Cleanup(func() { tc.Close() })
+		return tc
+	}
+	alice, bob, admin := as(aliceTok), as(bobTok), as("fleet")
+
+	j, err := alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "secret.py", Module: module, Target: "cpu", Options: map[string]string{"cflags": "-O3"}})
+	check.NoError(t, err)
+	check.Equal(t, j.Owner, "alice")
+
+	// Bob: the job without its options; cancelling it is refused.
+	got, err := bob.BuildStatus(ctx, j.ID)
+	check.NoError(t, err)
+	check.Equal(t, len(got.Options), 0)
+	sum, err := bob.Query(ctx, 0)
+	check.NoError(t, err)
+	check.Equal(t, len(sum.Jobs), 1)
+	check.Equal(t, len(sum.Jobs[0].Options), 0)
+	_, err = bob.CancelBuild(ctx, j.ID)
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.Error(t, err, `not user "bob"'s`)
+
+	// Alice and the fleet token see everything.
+	got, err = alice.BuildStatus(ctx, j.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.Options["cflags"], "-O3")
+	sum, err = admin.Query(ctx, 0)
+	check.NoError(t, err)
+	check.Equal(t, sum.Jobs[0].Options["cflags"], "-O3")
+
+	// Alice cancels her own job; bob sees it cancelled, without the message.
+	got, err = alice.CancelBuild(ctx, j.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobCancelled)
+	check.True(t, got.Message+got.Error != "", "alice sees no message")
+	got, err = bob.BuildStatus(ctx, j.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobCancelled)
+	check.Equal(t, got.Message+got.Error, "")
+
+	// A lease is in the token's name, whatever the request says: the
+	// device verifying it hears "bob".
+	reg := client.NewRegistrar(a.Addr(), client.TrackerOptions{Token: "fleet", Logger: quietLogger()},
+		proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"})
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); reg.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	select {
+	case <-reg.Ready():
+	case <-time.After(guard):
+		t.Fatal("device did not register")
+	}
+	l, err := bob.RequestLease(ctx, client.LeaseRequest{Key: "k", User: "alice", NoRenew: true})
+	check.NoError(t, err)
+	info, err := reg.VerifyLease(ctx, l.Token)
+	check.NoError(t, err)
+	check.Equal(t, info.User, "bob")
 }

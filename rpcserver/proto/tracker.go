@@ -541,6 +541,10 @@ type BuildJob struct {
 	Artifact     string            `msgpack:"artifact,omitempty" json:"artifact,omitempty"`
 	ArtifactSize int64             `msgpack:"artifact_size,omitempty" json:"artifact_size,omitempty"`
 	Log          string            `msgpack:"log,omitempty" json:"log,omitempty"`
+	// Owner is the user whose named token submitted the job ("" for the
+	// fleet token). Other users see the job without its options, message,
+	// error and log.
+	Owner string `msgpack:"owner,omitempty" json:"owner,omitempty"`
 }
 
 // BuildJobArgs names a job.
