@@ -117,6 +117,9 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if target.Kind == "" {
 		target.Kind = "cpu"
 	}
+	if target.Kind == "cuda" {
+		return nil, fmt.Errorf("build: target %q: Build does not produce CUDA artifacts yet (build for cpu)", target)
+	}
 	if target.Kind != "cpu" {
 		return nil, fmt.Errorf("build: target %q is not supported (want cpu)", target)
 	}

@@ -507,6 +507,18 @@ def dyn(var_A: T.handle):
 	})
 }
 
+func TestCUDATarget(t *testing.T) {
+	lim, err := compiler.MustParseTarget("cuda -arch=sm_90").CUDA()
+	check.NoError(t, err)
+	check.Equal(t, lim.Arch, "sm_90")
+	check.Equal(t, lim.MaxThreadsPerBlock, int64(1024))
+	check.Equal(t, lim.WarpSize, int64(32))
+	_, err = compiler.MustParseTarget("cpu").CUDA()
+	check.Error(t, err, `target "cpu" is not a cuda target`)
+	_, err = compiler.Build(context.Background(), ir.NewIRModule(), compiler.MustParseTarget("cuda"), compiler.BuildOptions{NoCache: true})
+	check.Error(t, err, `target "cuda -arch=sm_80": Build does not produce CUDA artifacts yet`)
+}
+
 func TestParseTarget(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -517,7 +529,11 @@ func TestParseTarget(t *testing.T) {
 		{in: "llvm", want: "cpu"},
 		{in: "cpu -mcpu=znver4", want: "cpu -mcpu=znver4"},
 		{in: "cpu -mtriple=aarch64-linux-gnu", want: "cpu -mtriple=aarch64-linux-gnu"},
-		{in: "cuda", err: "CUDA is not supported"},
+		{in: "cuda", want: "cuda -arch=sm_80"},
+		{in: "cuda -arch=sm_90", want: "cuda -arch=sm_90"},
+		{in: "nvptx -arch=sm_86", want: "cuda -arch=sm_86"},
+		{in: "cuda -arch=sm_70", err: `cuda architecture "sm_70" is not supported (want one of sm_80, sm_86, sm_89, sm_90)`},
+		{in: "cuda -mcpu=x", err: `option "-mcpu=x": a cuda target takes -arch=sm_80|sm_86|sm_89|sm_90`},
 		{in: "tpu", err: `unknown kind "tpu"`},
 		{in: "cpu -O3", err: `option "-O3"`},
 		{in: "cpu -mfoo=1", err: `unknown option "-mfoo"`},

@@ -6,14 +6,20 @@ import (
 	"strings"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
 )
 
-// Target is what Build compiles for. Only "cpu" (the host, or a CPU named
-// by -mcpu, or a cross-compilation triple) is supported; "cuda" is
-// reserved.
+// Target is what Build compiles for: "cpu" (the host, or a CPU named by
+// -mcpu, or a cross-compilation triple), or "cuda" (an NVIDIA GPU
+// architecture named by -arch, sm_80 by default). Build compiles only cpu
+// targets; a cuda target is parsed and gives the limits kernels are
+// generated against (CUDA).
 type Target struct {
-	// Kind is "cpu".
+	// Kind is "cpu" or "cuda".
 	Kind string
+	// Arch is the CUDA architecture ("sm_80") of a cuda target.
+	Arch string
 	// MCPU is the CPU to tune for (-march for GCC); "" means the host
 	// (-march=native) unless a triple is set.
 	MCPU string
@@ -23,7 +29,8 @@ type Target struct {
 
 // ParseTarget parses a target string: a kind ("cpu"; "llvm" and "c" are
 // accepted as aliases) followed by options "-mcpu=NAME" and
-// "-mtriple=TRIPLE", e.g. "cpu -mcpu=znver4".
+// "-mtriple=TRIPLE", e.g. "cpu -mcpu=znver4"; or "cuda" (alias "nvptx")
+// with an optional "-arch=sm_80" (sm_80, sm_86, sm_89 or sm_90).
 func ParseTarget(s string) (Target, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
@@ -34,9 +41,9 @@ func ParseTarget(s string) (Target, error) {
 	case "cpu", "llvm", "c":
 		t.Kind = "cpu"
 	case "cuda", "nvptx":
-		return Target{}, fmt.Errorf("target %q: CUDA is not supported by this build yet (use cpu)", s)
+		return parseCUDATarget(s, fields[1:])
 	default:
-		return Target{}, fmt.Errorf("target %q: unknown kind %q (want cpu)", s, fields[0])
+		return Target{}, fmt.Errorf("target %q: unknown kind %q (want cpu or cuda)", s, fields[0])
 	}
 	for _, f := range fields[1:] {
 		key, val, ok := strings.Cut(f, "=")
@@ -55,6 +62,34 @@ func ParseTarget(s string) (Target, error) {
 	return t, nil
 }
 
+func parseCUDATarget(s string, opts []string) (Target, error) {
+	t := Target{Kind: "cuda", Arch: cuda.DefaultArch}
+	for _, f := range opts {
+		key, val, ok := strings.Cut(f, "=")
+		if !ok || val == "" || key != "-arch" {
+			return Target{}, fmt.Errorf("target %q: option %q: a cuda target takes -arch=%s", s, f, strings.Join(cuda.Archs, "|"))
+		}
+		if _, err := cuda.ArchLimits(val); err != nil {
+			return Target{}, fmt.Errorf("target %q: %w", s, err)
+		}
+		t.Arch = val
+	}
+	return t, nil
+}
+
+// CUDA returns the limits of a cuda target's architecture (thread and
+// block dimensions, shared memory and registers per block, warp size).
+func (t Target) CUDA() (cuda.Limits, error) {
+	if t.Kind != "cuda" {
+		return cuda.Limits{}, fmt.Errorf("target %q is not a cuda target", t)
+	}
+	arch := t.Arch
+	if arch == "" {
+		arch = cuda.DefaultArch
+	}
+	return cuda.ArchLimits(arch)
+}
+
 // MustParseTarget is ParseTarget for constants; it panics on error.
 func MustParseTarget(s string) Target {
 	t, err := ParseTarget(s)
@@ -69,6 +104,13 @@ func (t Target) String() string {
 	s := t.Kind
 	if s == "" {
 		s = "cpu"
+	}
+	if s == "cuda" {
+		arch := t.Arch
+		if arch == "" {
+			arch = cuda.DefaultArch
+		}
+		return s + " -arch=" + arch
 	}
 	if t.MCPU != "" {
 		s += " -mcpu=" + t.MCPU
