@@ -48,6 +48,7 @@ Examples:
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
 			&ucli.IntFlag{Name: "max-queued-jobs", Value: 256, Usage: "build jobs that may wait in the queue at once"},
+			&ucli.IntFlag{Name: "max-queued-jobs-per-user", Value: 64, Usage: "build jobs one named user (--users-file) may have queued at once"},
 			&ucli.Int64Flag{Name: "max-queued-bytes", Value: 512 << 20, Usage: "bytes of module text the queued jobs may hold (they are kept in memory)"},
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
@@ -75,7 +76,8 @@ func runTracker(c *ucli.Context) error {
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
-		MaxJobQueueTimeout: c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
+		MaxQueuedJobsPerUser: c.Int("max-queued-jobs-per-user"),
+		MaxJobQueueTimeout:   c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 		JobRetention: c.Duration("job-retention"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
 		UsersFile: c.String("users-file"),
 	})

@@ -50,8 +50,11 @@ type Config struct {
 	// MaxQueuedJobs and MaxQueuedBytes bound the build jobs waiting in
 	// the queue and the bytes of their modules (defaults 256 and 512 MiB):
 	// queued modules are held in memory.
-	MaxQueuedJobs  int
-	MaxQueuedBytes int64
+	MaxQueuedJobs int
+	// MaxQueuedJobsPerUser bounds the queued jobs of one named user (see
+	// UsersFile; default 64).
+	MaxQueuedJobsPerUser int
+	MaxQueuedBytes       int64
 	// MaxJobQueueTimeout and MaxJobRunTimeout are the longest queue and
 	// run limits a job may ask for (defaults 24h and 1h).
 	MaxJobQueueTimeout, MaxJobRunTimeout time.Duration
@@ -103,6 +106,9 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxJobQueueTimeout, 24*time.Hour)
 	def(&c.MaxJobRunTimeout, time.Hour)
 	def(&c.JobRetention, 7*24*time.Hour)
+	if c.MaxQueuedJobsPerUser <= 0 {
+		c.MaxQueuedJobsPerUser = 64
+	}
 	if c.MaxQueuedJobs <= 0 {
 		c.MaxQueuedJobs = 256
 	}

@@ -127,14 +127,21 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	}
 	now := time.Now()
 	s.mu.Lock()
-	queued, queuedBytes := 0, int64(0)
+	owner := userOf(c)
+	queued, queuedBytes, mine := 0, int64(0), 0
 	for _, q := range s.jobs {
 		if q.State == proto.JobQueued {
 			queued++
 			queuedBytes += int64(len(q.module))
+			if owner != "" && q.Owner == owner {
+				mine++
+			}
 		}
 	}
 	switch {
+	case owner != "" && mine >= s.cfg.MaxQueuedJobsPerUser:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: user %q has %d jobs queued, the limit per user (--max-queued-jobs-per-user); try again when some have been built: %w", owner, mine, proto.ErrBusy)
 	case queued >= s.cfg.MaxQueuedJobs:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("submit build: %d jobs are queued, the tracker's limit (--max-queued-jobs); try again when some have been built: %w", queued, proto.ErrBusy)
@@ -147,7 +154,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	next := s.nextJob
 	j := &job{
 		BuildJob: proto.BuildJob{
-			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options, Owner: userOf(c),
+			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options, Owner: owner,
 			State: proto.JobQueued, Submitted: now, QueueTimeout: a.QueueTimeout, RunTimeout: a.RunTimeout,
 		},
 		module: a.Module, queuedAt: now, changed: make(chan struct{}),

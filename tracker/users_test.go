@@ -169,3 +169,32 @@ func TestUsersSeparated(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, info.User, "bob")
 }
+
+// TestQueuedJobsPerUser: one named user cannot fill the build queue; the
+// refusal names the limit and its flag, and other users still get in.
+func TestQueuedJobsPerUser(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.Token = "fleet"
+	cfg.UsersFile = filepath.Join(t.TempDir(), "users")
+	cfg.MaxQueuedJobsPerUser = 2
+	aliceTok, err := CreateUserToken(cfg.UsersFile, "alice", "client")
+	check.NoError(t, err)
+	bobTok, err := CreateUserToken(cfg.UsersFile, "bob", "client")
+	check.NoError(t, err)
+	a := startTracker(t, cfg)
+	ctx := testCtx(t)
+	submit := func(tok string, i int) error {
+		tc, err := client.DialTracker(ctx, a.Addr(), client.TrackerOptions{Token: tok, Logger: quietLogger()})
+		check.NoError(t, err)
+		defer tc.Close()
+		_, err = tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: module + strings.Repeat("#\n", i), Target: "cpu"})
+		return err
+	}
+	check.NoError(t, submit(aliceTok, 1))
+	check.NoError(t, submit(aliceTok, 2))
+	err = submit(aliceTok, 3)
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.Error(t, err, `user "alice" has 2 jobs queued`, "--max-queued-jobs-per-user")
+	check.NoError(t, submit(bobTok, 4))
+	check.NoError(t, submit("fleet", 5))
+}
