@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,4 +262,28 @@ func TestTVMLimits(t *testing.T) {
 	eventually(t, "its servers are forgotten", func() bool { s, _ := tr.tvm.counts(); return s == 0 })
 	other := dialTVM(t, tr.TVMAddr())
 	check.Equal(t, other.call([]any{tvmPing}), any(float64(tvmSuccess)))
+}
+
+// TestTVMSummaryKeysWithColon: meta_schedule's count_num_servers() splits
+// every server_info key on ':' into exactly two parts ("server:KEY") and
+// raises for all keys otherwise. A kiln device whose key holds a ':' must
+// not reach the TVM side's SUMMARY and break it for everyone.
+func TestTVMSummaryKeysWithColon(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.TVMListen = "127.0.0.1:0"
+	tr := startTracker(t, cfg)
+	device(t, tr.Addr(), "cpu:fast", proto.NodeAttrs{})
+	srv := dialTVM(t, tr.TVMAddr())
+	check.Equal(t, srv.call([]any{tvmUpdateInfo, map[string]any{"key": "server:rasp"}}), any(float64(tvmSuccess)))
+	check.Equal(t, srv.call([]any{tvmPut, "rasp", []any{9091, "rasp:0.1"}, nil}), any(float64(tvmSuccess)))
+
+	rep := dialTVM(t, tr.TVMAddr()).call([]any{tvmSummary}).([]any)
+	check.Equal(t, rep[0], any(float64(tvmSuccess)))
+	var keys []string
+	for _, s := range rep[1].(map[string]any)["server_info"].([]any) {
+		key := s.(map[string]any)["key"].(string)
+		keys = append(keys, key)
+		check.Equal(t, len(strings.Split(key, ":")), 2, "count_num_servers would raise on", key)
+	}
+	check.Equal(t, keys, []string{"server:rasp"})
 }
