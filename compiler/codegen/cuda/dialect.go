@@ -68,8 +68,10 @@ func allocate(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
 }
 
 // prelude defines what generated kernels use: NVRTC has no standard
-// headers, so the fixed-width integer types are defined here.
-const prelude = `typedef signed char int8_t;
+// headers, so the fixed-width integer types are defined here under NVRTC
+// (other compilers of the source take stdint.h).
+const prelude = `#ifdef __CUDACC_RTC__
+typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
 typedef long long int64_t;
@@ -77,6 +79,9 @@ typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
 
 
 // The integer helpers printed expressions call (the C dialect's are GNU

@@ -1,0 +1,154 @@
+package cuda
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/compiler/interp"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	_ "github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+// TestEmulate compiles the generated CUDA source of every test kernel with
+// the host C++ compiler and testdata/kiln_cuda_emulate.h (threads of a
+// block as real threads, blocks in turn), runs each kernel with its launch
+// metadata on random inputs, and compares every buffer with the reference
+// interpreter's run of the kernel's TensorIR on the same inputs.
+func TestEmulate(t *testing.T) {
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ is not installed: the CUDA source cannot be emulated on the host")
+	}
+	text, err := os.ReadFile(filepath.Join("testdata", "kernels.py"))
+	check.NoError(t, err)
+	orig, err := script.Parse("kernels.py", string(text))
+	check.NoError(t, err)
+	src, ks, err := Generate(kernelsModule(t), sm80(t))
+	check.NoError(t, err)
+	header, err := os.ReadFile(filepath.Join("testdata", "kiln_cuda_emulate.h"))
+	check.NoError(t, err)
+	dir := t.TempDir()
+	check.NoError(t, os.WriteFile(filepath.Join(dir, "kiln_cuda_emulate.h"), header, 0o644))
+	check.NoError(t, os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644))
+	fs := map[string]*ir.PrimFunc{}
+	for name, f := range orig.PrimFuncs() {
+		fs[name] = f
+	}
+	rng := rand.New(rand.NewSource(1))
+	for _, k := range ks {
+		t.Run(k.Name, func(t *testing.T) {
+			f := fs[k.Name]
+			check.True(t, f != nil, "no function", k.Name)
+			kdir := filepath.Join(dir, k.Name)
+			check.NoError(t, os.Mkdir(kdir, 0o755))
+			var args []any
+			var arrays []*ndarray.NDArray
+			var files []string
+			var call []string
+			for i, p := range f.Params {
+				b, ok := f.BufferMap[p]
+				if !ok {
+					check.Equal(t, p.Type.String(), "float32", "scalar parameter", p.Name)
+					args = append(args, float32(1.5))
+					call = append(call, "1.5f")
+					continue
+				}
+				check.Equal(t, b.DType.String(), "float32", "buffer", b.Name)
+				shape := ndarray.Shape{}
+				for _, s := range b.Shape {
+					v, ok := ir.IsConstInt(s)
+					check.True(t, ok, "buffer", b.Name, "has a symbolic shape")
+					shape = append(shape, v)
+				}
+				data := make([]float32, shape.NumElements())
+				for j := range data {
+					data[j] = rng.Float32()*2 - 1
+				}
+				file := filepath.Join(kdir, fmt.Sprintf("p%d.bin", i))
+				check.NoError(t, os.WriteFile(file, float32Bytes(data), 0o644))
+				a, err := ndarray.FromSlice(data, shape)
+				check.NoError(t, err)
+				args = append(args, a)
+				arrays = append(arrays, a)
+				files = append(files, file)
+				call = append(call, fmt.Sprintf("kiln_buf[%d].data()", len(files)-1))
+			}
+			check.NoError(t, interp.Run(f, args...))
+
+			main := fmt.Sprintf(`#include "kiln_cuda_emulate.h"
+#include "kernels.cu"
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+int main(int argc, char** argv) {
+  std::vector<std::vector<float>> kiln_buf;
+  for (int i = 1; i < argc; i++) {
+    std::ifstream in(argv[i], std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    kiln_buf.push_back(v);
+  }
+  kiln_emulate(dim3{%d, %d, %d}, dim3{%d, %d, %d}, %s, %s);
+  for (int i = 1; i < argc; i++) {
+    std::ofstream out(argv[i], std::ios::binary | std::ios::trunc);
+    out.write((const char*)kiln_buf[i - 1].data(), kiln_buf[i - 1].size() * sizeof(float));
+    if (!out) { std::perror(argv[i]); return 1; }
+  }
+  return 0;
+}
+`, k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], k.Name, strings.Join(call, ", "))
+			mainPath := filepath.Join(kdir, "main.cpp")
+			check.NoError(t, os.WriteFile(mainPath, []byte(strings.Replace(main, "#include <cstdio>", "#include <cstdio>\n#include <cstring>", 1)), 0o644))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			bin := filepath.Join(kdir, "main")
+			out, err := exec.CommandContext(ctx, cxx, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-I", dir, "-o", bin, mainPath).CombinedOutput()
+			check.NoError(t, err, string(out))
+			out, err = exec.CommandContext(ctx, bin, files...).CombinedOutput()
+			check.NoError(t, err, string(out))
+			for i, a := range arrays {
+				want, err := ndarray.ToSlice[float32](a)
+				check.NoError(t, err)
+				raw, err := os.ReadFile(files[i])
+				check.NoError(t, err)
+				got := bytesFloat32(raw)
+				check.Equal(t, len(got), len(want), "buffer", i)
+				for j := range want {
+					d := math.Abs(float64(got[j]) - float64(want[j]))
+					if d > 1e-4*math.Max(1, math.Abs(float64(want[j]))) {
+						t.Fatalf("%s: buffer %d element %d: emulated %g, interpreter %g", k.Name, i, j, got[j], want[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+func float32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func bytesFloat32(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
