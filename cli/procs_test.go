@@ -69,8 +69,15 @@ func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc
 	t.Helper()
 	exe, err := os.Executable()
 	check.NoError(t, err)
+	return startProcPath(t, name, exe, env, args...)
+}
+
+// startProcPath starts the program at path (this test binary for kiln, or
+// another program) as startProc does.
+func startProcPath(t *testing.T, name, path string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, args...)
+	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(os.Environ(), testMainEnv+"=1",
 		// A race-enabled binary sleeps a second at exit unless told not to.
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// emulatedBoard is an architecture the tests run a board daemon for under
+// qemu-user: kiln cross-built with its cgo C compiler.
+type emulatedBoard struct {
+	goarch, triple, qemu string
+}
+
+var emulatedBoards = []emulatedBoard{
+	{"arm64", "aarch64-linux-gnu", "qemu-aarch64"},
+	{"riscv64", "riscv64-linux-gnu", "qemu-riscv64"},
+}
+
+// TestEmulatedBoards runs, for ARM64 and RISC-V, the cross-compilation
+// workflow of a board that cannot compile for itself: an x86 tracker and
+// compiler node (this machine), and a `kiln rpcserver` cross-built for the
+// board and run under qemu-user, its session workers too (through
+// --worker-wrapper). A build for the board's triple goes through the
+// tracker's queue, the compiler node cross-compiles it, the board runs it
+// and the result is checked; the time evaluator answers (emulated times
+// mean nothing as performance).
+func TestEmulatedBoards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-builds kiln and runs it under qemu (-short)")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the emulated boards are run from an amd64 machine")
+	}
+	f := newProcFleet(t, 500*time.Millisecond)
+	f.startTracker("")
+	f.startCompiler()
+	for _, b := range emulatedBoards {
+		t.Run(b.goarch, func(t *testing.T) {
+			for _, tool := range []string{b.qemu, b.triple + "-gcc", "go"} {
+				if _, err := exec.LookPath(tool); err != nil {
+					t.Skipf("%s not found: install qemu-user and gcc-%s (Debian) to run the %s board", tool, b.triple, b.goarch)
+				}
+			}
+			sysroot := "/usr/" + b.triple
+			if _, err := os.Stat(sysroot); err != nil {
+				t.Skipf("%s not found: install libc6-dev-%s-cross", sysroot, map[string]string{"arm64": "arm64", "riscv64": "riscv64"}[b.goarch])
+			}
+			exe := crossBuildKiln(t, b)
+			wrapper := b.qemu + " -L " + sysroot
+			key := "board-" + b.goarch
+			dev := startCommand(t, key, b.qemu, "-L", sysroot, exe, "rpcserver", "--key", key,
+				"--tracker", f.trackerAddr, "--listen", "127.0.0.1:0", "--token-file", f.tokFile,
+				"--dir", filepath.Join(f.dir, key), "--worker-wrapper", wrapper)
+			dev.addr(t)
+			f.waitFree(key, 1)
+
+			dir := t.TempDir()
+			art := filepath.Join(dir, "vadd.kiln")
+			_, errOut, err := runApp(t, "build", "testdata/vadd.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+				"--target", "cpu -mtriple="+b.triple, "-o", art)
+			check.NoError(t, err, errOut)
+
+			x := make([]float32, 1024)
+			for i := range x {
+				x[i] = float32(i) / 4
+			}
+			xa, err := ndarray.FromSlice(x, ndarray.Shape{1024})
+			check.NoError(t, err)
+			in := filepath.Join(dir, "x.npy")
+			check.NoError(t, ndarray.SaveNPY(in, xa))
+			out := filepath.Join(dir, "out")
+			_, errOut, err = runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+				"--input", "A="+in, "--input", "B="+in, "--output", out)
+			check.NoError(t, err, errOut)
+			c, err := ndarray.LoadNPY(filepath.Join(out, "C.npy"))
+			check.NoError(t, err)
+			got, err := ndarray.ToSlice[float32](c)
+			check.NoError(t, err)
+			for i := range got {
+				if got[i] != 2*x[i] {
+					t.Fatalf("%s board: C[%d] = %g, want %g", b.goarch, i, got[i], 2*x[i])
+				}
+			}
+
+			js, errOut, err := runApp(t, "bench", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+				"--input", "A="+in, "--input", "B="+in, "--repeat", "2", "--min-repeat-ms", "1", "--json")
+			check.NoError(t, err, errOut)
+			var res proto.TimeResult
+			check.NoError(t, json.Unmarshal([]byte(js), &res), js)
+			check.Equal(t, len(res.Results), 2)
+			t.Logf("%s board under %s: vadd of 1024 floats %.1f µs per call (emulated: not a performance figure)", b.goarch, b.qemu, res.Median*1e6)
+
+			// An artifact for this machine is refused by the board, naming
+			// both architectures.
+			host := filepath.Join(dir, "host.kiln")
+			_, errOut, err = runApp(t, "build", "testdata/vadd.py", "-o", host)
+			check.NoError(t, err, errOut)
+			_, _, err = runApp(t, "run", host, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+				"--input", "A="+in, "--input", "B="+in, "--output", out)
+			check.True(t, err != nil && strings.Contains(err.Error(), "this machine is "+b.goarch), "an amd64 artifact on the board:", err)
+		})
+	}
+}
+
+// crossBuildKiln builds kiln for b with cgo and b's cross compiler.
+func crossBuildKiln(t *testing.T, b emulatedBoard) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "kiln-"+b.goarch)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "../cmd/kiln")
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+b.goarch, "CGO_ENABLED=1", "CC="+b.triple+"-gcc", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cross-build kiln for %s: %v\n%s", b.goarch, err, out)
+	}
+	return exe
+}
+
+// startCommand starts a program (not this test binary) as a fleet process
+// with the same life and logging as startProc.
+func startCommand(t *testing.T, name, path string, args ...string) *proc {
+	t.Helper()
+	return startProcPath(t, name, path, nil, args...)
+}
