@@ -24,6 +24,9 @@ static struct {
 	nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
 	nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
 	const char* (*nvrtcGetErrorString)(nvrtcResult);
+	// Optional (NVRTC 11.1 and later): the cubin of a real architecture.
+	nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+	nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
 } kiln_nvrtc;
 
 struct kiln_nvrtc_sym { const char* name; void** slot; };
@@ -63,8 +66,12 @@ static char* kiln_nvrtc_open(const char* path) {
 			return msg;
 		}
 	}
+	kiln_nvrtc.nvrtcGetCUBINSize = dlsym(h, "nvrtcGetCUBINSize");
+	kiln_nvrtc.nvrtcGetCUBIN = dlsym(h, "nvrtcGetCUBIN");
 	return NULL;
 }
+
+static int kiln_nvrtc_has_cubin(void) { return kiln_nvrtc.nvrtcGetCUBIN != NULL && kiln_nvrtc.nvrtcGetCUBINSize != NULL; }
 
 static void kiln_nvrtc_version(int* major, int* minor) {
 	if (kiln_nvrtc.nvrtcVersion(major, minor) != 0) *major = *minor = 0;
@@ -72,14 +79,16 @@ static void kiln_nvrtc_version(int* major, int* minor) {
 
 static const char* kiln_nvrtc_error(nvrtcResult r) { return kiln_nvrtc.nvrtcGetErrorString(r); }
 
-// kiln_nvrtc_compile compiles src. *ptx and *log come back malloc'd (or
-// NULL); *stage names the call that failed.
+// kiln_nvrtc_compile compiles src. *out (PTX, or the cubin when cubin is
+// set) and *log come back malloc'd (or NULL), with *out_size bytes in *out;
+// *stage names the call that failed.
 static nvrtcResult kiln_nvrtc_compile(const char* src, const char* name, int nopts, const char* const* opts,
-		char** ptx, char** log, const char** stage) {
+		int cubin, char** out, size_t* out_size, char** log, const char** stage) {
 	nvrtcProgram prog = NULL;
 	nvrtcResult r;
 	size_t n = 0;
-	*ptx = NULL;
+	*out = NULL;
+	*out_size = 0;
 	*log = NULL;
 	*stage = "create program";
 	r = kiln_nvrtc.nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
@@ -91,15 +100,16 @@ static nvrtcResult kiln_nvrtc_compile(const char* src, const char* name, int nop
 		if (*log != NULL && kiln_nvrtc.nvrtcGetProgramLog(prog, *log) != 0) (*log)[0] = 0;
 	}
 	if (r == 0) {
-		*stage = "get ptx";
+		*stage = cubin ? "get cubin" : "get ptx";
 		n = 0;
-		r = kiln_nvrtc.nvrtcGetPTXSize(prog, &n);
+		r = cubin ? kiln_nvrtc.nvrtcGetCUBINSize(prog, &n) : kiln_nvrtc.nvrtcGetPTXSize(prog, &n);
 		if (r == 0) {
-			*ptx = (char*)calloc(n + 1, 1);
-			if (*ptx == NULL) {
-				*stage = "allocate ptx";
+			*out = (char*)calloc(n + 1, 1);
+			if (*out == NULL) {
+				*stage = "allocate output";
 			} else {
-				r = kiln_nvrtc.nvrtcGetPTX(prog, *ptx);
+				*out_size = n;
+				r = cubin ? kiln_nvrtc.nvrtcGetCUBIN(prog, *out) : kiln_nvrtc.nvrtcGetPTX(prog, *out);
 			}
 		}
 	}
@@ -207,8 +217,27 @@ func NVRTCVersion() (major, minor int, path string, err error) {
 // and, on failure, included in err. Without NVRTC the error wraps
 // ErrNoNVRTC.
 func CompilePTX(src, name string, opts []string) (ptx string, log string, err error) {
+	out, log, err := compile(src, name, opts, false)
+	return string(out), log, err
+}
+
+// CompileCUBIN is CompilePTX for a real architecture's machine code: opts
+// name one ("--gpu-architecture=sm_90"), and with "--ptxas-options=-v" the
+// log holds ptxas's resource report of every kernel. NVRTC before 11.1
+// cannot produce cubins; that is an error naming its version.
+func CompileCUBIN(src, name string, opts []string) (cubin []byte, log string, err error) {
 	if err := loadNVRTC(); err != nil {
-		return "", "", err
+		return nil, "", err
+	}
+	if C.kiln_nvrtc_has_cubin() == 0 {
+		return nil, "", fmt.Errorf("nvrtc %d.%d (%s) cannot produce cubins (NVRTC 11.1 or later can)", nvrtc.version[0], nvrtc.version[1], nvrtc.path)
+	}
+	return compile(src, name, opts, true)
+}
+
+func compile(src, name string, opts []string, cubin bool) (out []byte, log string, err error) {
+	if err := loadNVRTC(); err != nil {
+		return nil, "", err
 	}
 	if name == "" {
 		name = "kernel.cu"
@@ -220,7 +249,7 @@ func CompilePTX(src, name string, opts []string) (ptx string, log string, err er
 	if len(opts) > 0 {
 		copts = (**C.char)(C.calloc(C.size_t(len(opts)), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
 		if copts == nil {
-			return "", "", errors.New("nvrtc: out of host memory")
+			return nil, "", errors.New("nvrtc: out of host memory")
 		}
 		list := unsafe.Slice(copts, len(opts))
 		for i, o := range opts {
@@ -233,18 +262,27 @@ func CompilePTX(src, name string, opts []string) (ptx string, log string, err er
 			C.free(unsafe.Pointer(copts))
 		}()
 	}
-	var cptx, clog *C.char
+	var cout, clog *C.char
+	var n C.size_t
 	var stage *C.char
+	want := C.int(0)
+	if cubin {
+		want = 1
+	}
 	nvrtc.mu.Lock()
-	r := C.kiln_nvrtc_compile(csrc, cname, C.int(len(opts)), copts, &cptx, &clog, &stage)
+	r := C.kiln_nvrtc_compile(csrc, cname, C.int(len(opts)), copts, want, &cout, &n, &clog, &stage)
 	nvrtc.mu.Unlock()
 	if clog != nil {
 		log = strings.TrimRight(C.GoString(clog), "\x00\n ")
 		C.free(unsafe.Pointer(clog))
 	}
-	if cptx != nil {
-		ptx = C.GoString(cptx)
-		C.free(unsafe.Pointer(cptx))
+	if cout != nil {
+		if cubin {
+			out = C.GoBytes(unsafe.Pointer(cout), C.int(n))
+		} else {
+			out = []byte(C.GoString(cout))
+		}
+		C.free(unsafe.Pointer(cout))
 	}
 	if r != 0 {
 		msg := C.GoString(C.kiln_nvrtc_error(r))
@@ -252,7 +290,7 @@ func CompilePTX(src, name string, opts []string) (ptx string, log string, err er
 		if log != "" {
 			err = fmt.Errorf("%w:\n%s", err, log)
 		}
-		return "", log, err
+		return nil, log, err
 	}
-	return ptx, log, nil
+	return out, log, nil
 }

@@ -70,8 +70,9 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestNVRTC compiles every generated kernel to PTX for each architecture
-// the installed NVRTC knows.
+// TestNVRTC compiles every generated kernel to PTX and to a cubin for
+// each architecture the installed NVRTC knows, and checks ptxas's resource
+// report: no spills, shared memory as generated and within the limit.
 func TestNVRTC(t *testing.T) {
 	major, minor, _, err := cudadev.NVRTCVersion()
 	if errors.Is(err, cudadev.ErrNoNVRTC) {
@@ -90,6 +91,21 @@ func TestNVRTC(t *testing.T) {
 			check.NoError(t, err, log)
 			for _, k := range ks {
 				check.True(t, strings.Contains(ptx, ".entry "+k.Name+"("), "no entry for", k.Name, "in PTX")
+			}
+			cubin, log, err := cudadev.CompileCUBIN(src, "kernels.cu", []string{"--gpu-architecture=" + arch, "--ptxas-options=-v"})
+			check.NoError(t, err, log)
+			check.True(t, len(cubin) > 4 && string(cubin[1:4]) == "ELF", "the cubin is not an ELF file")
+			report, err := ParsePTXASReport(log)
+			check.NoError(t, err)
+			lim, err := ArchLimits(arch)
+			check.NoError(t, err)
+			for _, k := range ks {
+				res, ok := report[k.Name]
+				check.True(t, ok, "ptxas reported nothing for", k.Name, "in", log)
+				check.Equal(t, res.Arch, arch)
+				check.True(t, res.Registers > 0, k.Name, "uses no registers?", log)
+				check.Equal(t, res.SharedBytes, k.SharedBytes, k.Name)
+				check.NoError(t, res.Check(k.Name, lim))
 			}
 		})
 	}
