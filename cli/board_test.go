@@ -93,7 +93,8 @@ func TestEmulatedBoards(t *testing.T) {
 				}
 			}
 
-			js, errOut, err := runApp(t, "bench", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+			// The board is found by its architecture as well as by its key.
+			js, errOut, err := runApp(t, "bench", art, "--tracker", f.trackerAddr, "--selector", "arch="+b.goarch+",cores>=1", "--token-file", f.tokFile,
 				"--input", "A="+in, "--input", "B="+in, "--repeat", "2", "--min-repeat-ms", "1", "--json")
 			check.NoError(t, err, errOut)
 			var res proto.TimeResult

@@ -157,6 +157,26 @@ type NodeAttrs struct {
 
 // Flatten returns the attributes as the selector names listed on NodeAttrs.
 // Booleans are "true"; absent attributes are absent.
+// TripleArch names a target triple's architecture as Go does ("arm64" for
+// aarch64-linux-gnu, "amd64" for x86_64-linux-gnu, "riscv64"): the
+// selector key "arch", as in `--selector "arch=arm64,cores>=4"`.
+func TripleArch(triple string) string {
+	arch, _, _ := strings.Cut(triple, "-")
+	switch arch {
+	case "aarch64", "arm64":
+		return "arm64"
+	case "x86_64", "amd64":
+		return "amd64"
+	case "i386", "i486", "i586", "i686":
+		return "386"
+	case "armv7l", "armv7", "arm", "armhf":
+		return "arm"
+	case "powerpc64le", "ppc64le":
+		return "ppc64le"
+	}
+	return arch
+}
+
 func (a NodeAttrs) Flatten() map[string]string {
 	m := make(map[string]string)
 	for _, t := range a.DeviceTypes {
@@ -184,9 +204,11 @@ func (a NodeAttrs) Flatten() map[string]string {
 	}
 	if a.CPUCores > 0 {
 		m["cpu.cores"] = strconv.Itoa(a.CPUCores)
+		m["cores"] = m["cpu.cores"]
 	}
 	if a.Triple != "" {
 		m["target"] = a.Triple
+		m["arch"] = TripleArch(a.Triple)
 	}
 	if a.KilnVersion != "" {
 		m["kiln.version"] = a.KilnVersion

@@ -18,12 +18,15 @@ func TestNodeAttrsFlatten(t *testing.T) {
 		CPUFeatures: []string{"avx2", "avx512f"},
 		Targets:     []string{"cuda -arch=sm_86", "cpu"},
 		Extra:       map[string]string{"rack": "b3"},
+		Triple:      "aarch64-linux-gnu",
+		CPUCores:    4,
 	}
 	got := a.Flatten()
 	for k, want := range map[string]string{
 		"device.cuda": "true", "device.cpu": "true", "memory.gib": "8",
 		"cuda.compute": "8.6", "cpu.avx512": "true", "cpu.avx2": "true",
 		"target.cuda": "true", "target.cpu": "true", "rack": "b3",
+		"arch": "arm64", "cores": "4", "target": "aarch64-linux-gnu",
 	} {
 		check.Equal(t, got[k], want, k)
 	}
