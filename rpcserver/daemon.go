@@ -168,6 +168,9 @@ func New(cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("rpcserver: session directory: %w", err)
 	}
+	if err := checkSessionRoot(cfg.Dir); err != nil {
+		return nil, err
+	}
 	switch {
 	case cfg.SessionQuota == 0:
 		cfg.SessionQuota = defaultQuota(cfg.Dir)
@@ -397,4 +400,27 @@ func defaultQuota(dir string) int64 {
 		return DefaultSessionQuota
 	}
 	return int64(st.Bavail) * int64(st.Bsize) / 4
+}
+
+// checkSessionRoot refuses a session directory that another user owns or
+// that is a symbolic link: whoever controls it could read or replace the
+// sessions' files and the libraries workers load. A directory of the
+// daemon's own that others may enter is made private (0700).
+func checkSessionRoot(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("rpcserver: session directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rpcserver: session directory %q is not a directory (a symbolic link is refused too); give --dir a directory of the daemon's own", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("rpcserver: session directory %q belongs to user %d, not to the daemon's user %d; give --dir a directory of the daemon's own", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("rpcserver: make session directory %q private: %w", dir, err)
+		}
+	}
+	return nil
 }

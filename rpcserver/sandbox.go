@@ -32,6 +32,10 @@ type sandbox struct {
 	dir   string
 	root  *os.Root
 	quota int64 // bytes; 0 means no limit
+	// counted is the directory whose files the quota covers: the
+	// session's directory, so that the worker's private copies of loaded
+	// modules count too (dir itself when empty).
+	counted string
 
 	mu   sync.Mutex // serializes quota checks of uploads
 	used int64      // bytes reserved by uploads in progress
@@ -96,10 +100,18 @@ func (s *sandbox) noLink(op, host, name string) error {
 	return nil
 }
 
-// usage sums the sizes of the sandbox's files.
+// usage sums the sizes of the files the quota covers.
 func (s *sandbox) usage() int64 {
+	if s.counted != "" {
+		return dirBytes(s.counted)
+	}
+	return dirBytes(s.dir)
+}
+
+// dirBytes sums the sizes of the regular files under dir.
+func dirBytes(dir string) int64 {
 	var n int64
-	fs.WalkDir(s.root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
 				n += info.Size()

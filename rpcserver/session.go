@@ -199,7 +199,8 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		os.RemoveAll(dir)
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
-	w, err := spawnWorker(ctx, d.cfg.Worker, s.id, dir, s.log, &d.wg, s.workerExited)
+	box.counted = dir
+	w, err := spawnWorker(ctx, d.cfg.Worker, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
 	if err != nil {
 		box.Close()
 		os.RemoveAll(dir)

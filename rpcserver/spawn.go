@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,7 +114,7 @@ func (w *workerProc) reason() (string, bool) {
 // spawnWorker starts a worker for session id in dir, connected to the
 // daemon by a socket pair, and says hello to it. onExit runs (in a goroutine
 // owned by wg) once the process has ended and been waited for.
-func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
+func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int64, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
 	path := spec.Path
 	if path == "" {
 		exe, err := os.Executable()
@@ -161,6 +162,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, log *slog
 		EnvWorkerCallFD+"=4",
 		EnvWorkerDir+"="+dir,
 		EnvWorkerSession+"="+id,
+		EnvWorkerQuota+"="+strconv.FormatInt(quota, 10),
 	)
 	if log.Enabled(ctx, slog.LevelDebug) {
 		cmd.Env = append(cmd.Env, EnvWorkerLogLevel+"=debug")

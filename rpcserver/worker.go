@@ -41,6 +41,9 @@ const (
 	EnvWorkerDir = "KILN_RPC_WORKER_DIR"
 	// EnvWorkerSession is the session id, for logs.
 	EnvWorkerSession = "KILN_RPC_WORKER_SESSION"
+	// EnvWorkerQuota is the session's disk quota in bytes (0: none); the
+	// worker's private copies of loaded modules count against it.
+	EnvWorkerQuota = "KILN_RPC_WORKER_QUOTA"
 	// EnvWorkerLogLevel is the worker's slog level ("debug", "info", …).
 	EnvWorkerLogLevel = "KILN_RPC_WORKER_LOG"
 )
@@ -64,6 +67,9 @@ type WorkerConfig struct {
 	Session string
 	// Logger receives the worker's logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// Quota bounds the bytes of the session's directory (see
+	// EnvWorkerQuota); 0 means no limit.
+	Quota int64
 	// Calls, when set, is a second connection from the daemon that carries
 	// calls as plain frames (see EnvWorkerCallFD); the worker serves it
 	// beside conn and stops when either ends.
@@ -111,7 +117,14 @@ func WorkerMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls})
+	var quota int64
+	if v := os.Getenv(EnvWorkerQuota); v != "" {
+		if quota, err = strconv.ParseInt(v, 10, 64); err != nil || quota < 0 {
+			log.Error("bad session quota", "env", EnvWorkerQuota, "value", v)
+			return 2
+		}
+	}
+	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls, Quota: quota})
 	if err != nil {
 		log.Error("worker stopped", "err", err)
 		return 1
@@ -147,7 +160,7 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer box.Close()
-	w := &worker{box: box, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log}
+	w := &worker{box: box, dir: cfg.Dir, quota: cfg.Quota, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log}
 	defer w.h.closeAll()
 
 	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
@@ -180,11 +193,16 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 type worker struct {
 	box    *sandbox
 	modDir string
+	dir    string // the session's directory
+	quota  int64  // bytes of dir; 0 means no limit
 	h      *handles
 	log    *slog.Logger
 
+	// loadMu serializes module loads, so that a quota check holds until
+	// its copy is written.
+	loadMu  sync.Mutex
 	mu      sync.Mutex
-	modules int // modules loaded, to name their directories
+	modules int // modules loaded, to name their directories (under loadMu)
 	// vms are the graph-level modules loaded; their cached weight
 	// transforms are dropped whenever an array's contents change.
 	vms []*vm.VM
@@ -263,43 +281,62 @@ func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, err
 	default:
 		return nil, fmt.Errorf("load module %q: neither a .kiln artifact nor a shared object: %w", a.Name, proto.ErrBadRequest)
 	}
-	w.mu.Lock()
-	w.modules++
+	w.loadMu.Lock()
+	defer w.loadMu.Unlock()
+	if w.quota > 0 {
+		if used := dirBytes(w.dir); used+int64(len(lib)) > w.quota {
+			return nil, fmt.Errorf("load module %q: its private copy of %d bytes would take the session past its disk quota of %d bytes (the daemon's --max-session-bytes; %d in use): %w", a.Name, len(lib), w.quota, used, proto.ErrQuota)
+		}
+	}
+	w.modules++ // only loads change it, under loadMu
 	dir := filepath.Join(w.modDir, strconv.Itoa(w.modules))
-	w.mu.Unlock()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
-	}
-	path := filepath.Join(dir, artifact.HostLib)
-	if err := os.WriteFile(path, lib, 0o700); err != nil {
-		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
-	}
-	var mod packedfunc.Module
-	mod, err = cpu.Load(path)
+	mod, err := w.loadCopy(dir, lib, exeBytes, a)
 	if err != nil {
-		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		// Nothing of a failed load stays behind. A library that did load
+		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
-	if exeBytes != nil {
-		// A graph-level artifact: its VM executable runs the kernels.
-		exe, err := vm.Unmarshal(exeBytes)
-		if err != nil {
-			mod.Close()
-			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
-		}
-		m, err := vm.New(exe, mod, devices.CPUDevice, vm.Options{MemoryCfg: a.MemoryCfg})
-		if err != nil {
-			mod.Close()
-			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
-		}
-		m.Import(mod)
-		mod = m
+	if vmMod, ok := mod.(*vm.VM); ok {
 		w.mu.Lock()
-		w.vms = append(w.vms, m)
+		w.vms = append(w.vms, vmMod)
 		w.mu.Unlock()
 	}
 	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
 	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())
 	return proto.ModuleInfo{Handle: h, Type: mod.Type(), Functions: mod.Functions()}, nil
+}
+
+// loadCopy writes lib to dir and loads it, with exeBytes (when set) as the
+// VM executable that runs its kernels.
+func (w *worker) loadCopy(dir string, lib, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, artifact.HostLib)
+	if err := os.WriteFile(path, lib, 0o700); err != nil {
+		return nil, err
+	}
+	mod, err := cpu.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	}
+	if exeBytes == nil {
+		return mod, nil
+	}
+	// A graph-level artifact: its VM executable runs the kernels.
+	exe, err := vm.Unmarshal(exeBytes)
+	if err != nil {
+		mod.Close()
+		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	}
+	m, err := vm.New(exe, mod, devices.CPUDevice, vm.Options{MemoryCfg: a.MemoryCfg})
+	if err != nil {
+		mod.Close()
+		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	}
+	m.Import(mod)
+	return m, nil
 }
 
 // getFunction looks a function up in a module or in the global registry.

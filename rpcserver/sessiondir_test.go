@@ -1,0 +1,88 @@
+package rpcserver_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// TestSessionRoot: the daemon refuses a session directory that is a
+// symbolic link or belongs to another user, and makes its own private.
+func TestSessionRoot(t *testing.T) {
+	base := t.TempDir()
+	target := filepath.Join(base, "target")
+	check.NoError(t, os.Mkdir(target, 0o700))
+	link := filepath.Join(base, "link")
+	check.NoError(t, os.Symlink(target, link))
+	_, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: link})
+	check.Error(t, err, "is not a directory")
+
+	open := filepath.Join(base, "open")
+	check.NoError(t, os.Mkdir(open, 0o777))
+	check.NoError(t, os.Chmod(open, 0o777)) // past the umask
+	startDaemon(t, rpcserver.Config{Dir: open})
+	fi, err := os.Stat(open)
+	check.NoError(t, err)
+	check.Equal(t, fi.Mode().Perm(), fs.FileMode(0o700))
+
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user needs root")
+	}
+	theirs := filepath.Join(base, "theirs")
+	check.NoError(t, os.Mkdir(theirs, 0o700))
+	check.NoError(t, os.Chown(theirs, 65534, 65534))
+	_, err = rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: theirs})
+	check.Error(t, err, "belongs to user 65534")
+}
+
+// TestModuleCopies: the worker's private copy of a loaded module counts
+// against the session's disk quota, and a load that fails leaves no copy.
+func TestModuleCopies(t *testing.T) {
+	so := kernels(t)
+	quota := int64(len(so))*5/2 + 1024
+	td := startDaemon(t, rpcserver.Config{SessionQuota: quota})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+
+	// An ELF header with nothing behind it: the load fails.
+	check.NoError(t, s.Upload(ctx, "broken.so", []byte("\x7fELF not a library")))
+	_, err := s.LoadModule(ctx, "broken.so")
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	check.Equal(t, moduleCopies(t, td.dir), 0, "copies after a failed load")
+	check.NoError(t, s.Remove(ctx, "broken.so"))
+
+	check.NoError(t, s.Upload(ctx, "kernels.so", so))
+	_, err = s.LoadModule(ctx, "kernels.so")
+	check.NoError(t, err)
+	check.Equal(t, moduleCopies(t, td.dir), 1, "copies after a load")
+
+	// The file and its copy take two of the two and a half shares.
+	_, err = s.LoadModule(ctx, "kernels.so")
+	check.ErrorIs(t, err, proto.ErrQuota)
+	check.Error(t, err, "--max-session-bytes")
+	check.Equal(t, moduleCopies(t, td.dir), 1, "copies after a refused load")
+	err = s.Upload(ctx, "more.bin", bytes.Repeat([]byte{1}, len(so)))
+	check.ErrorIs(t, err, proto.ErrQuota)
+}
+
+// moduleCopies counts the loaded modules' copies under a daemon's
+// session directory.
+func moduleCopies(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	check.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(filepath.ToSlash(p), "/modules/") {
+			n++
+		}
+		return err
+	}))
+	return n
+}
