@@ -74,14 +74,22 @@ func TestGolden(t *testing.T) {
 // each architecture the installed NVRTC knows, and checks ptxas's resource
 // report: no spills, shared memory as generated and within the limit.
 func TestNVRTC(t *testing.T) {
+	src, ks, err := Generate(kernelsModule(t), sm80(t))
+	check.NoError(t, err)
+	check.Equal(t, len(ks), 3)
+	compileAll(t, src, ks)
+}
+
+// compileAll compiles src to PTX and to a cubin for every architecture the
+// installed NVRTC knows (skipping when there is none) and checks ptxas's
+// report of each kernel of ks.
+func compileAll(t *testing.T, src string, ks []Kernel) {
+	t.Helper()
 	major, minor, _, err := cudadev.NVRTCVersion()
 	if errors.Is(err, cudadev.ErrNoNVRTC) {
 		t.Skipf("NVRTC is not installed (%v)", err)
 	}
 	check.NoError(t, err)
-	src, ks, err := Generate(kernelsModule(t), sm80(t))
-	check.NoError(t, err)
-	check.Equal(t, len(ks), 3)
 	for _, arch := range Archs {
 		t.Run(arch, func(t *testing.T) {
 			if need := nvrtcFor[arch]; major*10+minor < need {
@@ -135,15 +143,25 @@ def k(A: T.Buffer((4096,), "float32")):
             vi = T.axis.spatial(4096, tz)
             A[vi] = T.float32(1)
 `), `kernel "k": threadIdx.z extent 128 exceeds sm_80's limit 64`},
-		{"inconsistent", kernel(`    for tx in T.thread_binding(64, thread="threadIdx.x"):
-        with T.block("A"):
-            vi = T.axis.spatial(4096, tx)
-            A[vi] = T.float32(1)
-    for tx2 in T.thread_binding(128, thread="threadIdx.x"):
-        with T.block("B"):
-            vi = T.axis.spatial(4096, tx2)
-            A[vi] = T.float32(2)
+		{"inconsistent", kernel(`    for bx in T.thread_binding(2, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            with T.block("A"):
+                vi = T.axis.spatial(4096, bx * 128 + tx)
+                A[vi] = T.float32(1)
+        for tx2 in T.thread_binding(128, thread="threadIdx.x"):
+            with T.block("B"):
+                vi = T.axis.spatial(4096, bx * 128 + tx2)
+                A[vi] = T.float32(2)
 `), `kernel "k": threadIdx.x is bound with extent 64 and with extent 128 (loop "tx2")`},
+		{"two nests", kernel(`    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        with T.block("A"):
+            vi = T.axis.spatial(4096, bx)
+            A[vi] = T.float32(1)
+    for bx2 in T.thread_binding(4, thread="blockIdx.x"):
+        with T.block("B"):
+            vi = T.axis.spatial(4096, bx2 + 4)
+            A[vi] = A[vi - 4]
+`), `kernel "k": 2 thread-bound loop nests in sequence`},
 		{"unbound store", kernel(`    for i in range(4096):
         with T.block("A"):
             vi = T.axis.spatial(4096, i)

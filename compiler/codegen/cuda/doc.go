@@ -13,8 +13,9 @@
 // (Limits): a thread axis bound with a constant extent, the same extent
 // wherever the axis is bound, threads per block and grid dimensions within
 // the architecture's limits, static shared memory within the per-block
-// limit, and no store executed outside the thread-bound loops (which every
-// thread would repeat). Errors name the kernel and the limit.
+// limit, one thread-bound loop nest per kernel, and no store executed
+// outside the thread-bound loops (which every thread would repeat). Errors
+// name the kernel and the limit.
 //
 // The input is a PrimFunc lowered up to, and not including,
 // make_packed_api (see LowerOptions): a kernel takes raw pointers and

@@ -27,23 +27,31 @@ import (
 // metadata on random inputs, and compares every buffer with the reference
 // interpreter's run of the kernel's TensorIR on the same inputs.
 func TestEmulate(t *testing.T) {
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ is not installed: the CUDA source cannot be emulated on the host")
-	}
 	text, err := os.ReadFile(filepath.Join("testdata", "kernels.py"))
 	check.NoError(t, err)
 	orig, err := script.Parse("kernels.py", string(text))
 	check.NoError(t, err)
 	src, ks, err := Generate(kernelsModule(t), sm80(t))
 	check.NoError(t, err)
+	emulate(t, orig, src, ks)
+}
+
+// emulate runs each kernel ks of the generated src on the host and
+// compares its buffers with the interpreter's run of the function of the
+// same name in ref.
+func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
+	t.Helper()
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ is not installed: the CUDA source cannot be emulated on the host")
+	}
 	header, err := os.ReadFile(filepath.Join("testdata", "kiln_cuda_emulate.h"))
 	check.NoError(t, err)
 	dir := t.TempDir()
 	check.NoError(t, os.WriteFile(filepath.Join(dir, "kiln_cuda_emulate.h"), header, 0o644))
 	check.NoError(t, os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644))
 	fs := map[string]*ir.PrimFunc{}
-	for name, f := range orig.PrimFuncs() {
+	for name, f := range ref.PrimFuncs() {
 		fs[name] = f
 	}
 	rng := rand.New(rand.NewSource(1))

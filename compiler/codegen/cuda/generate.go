@@ -102,6 +102,7 @@ type checker struct {
 	ext    [6]int64
 	bound  [6]bool
 	shared int64
+	nests  int // thread-bound loops outside every other
 	err    error
 }
 
@@ -117,6 +118,9 @@ func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
 	k.walk(f.Body, false)
 	if k.err != nil {
 		return Kernel{}, k.err
+	}
+	if k.nests > 1 {
+		return Kernel{}, fmt.Errorf("kernel %q: %d thread-bound loop nests in sequence; one kernel is one nest (a grid-wide barrier between them needs a launch each)", name, k.nests)
 	}
 	kern := Kernel{Name: name, SharedBytes: k.shared}
 	for i := range 6 {
@@ -168,6 +172,9 @@ func (k *checker) walk(s ir.Stmt, bound bool) {
 			}
 			if n.Kind != ir.ForThreadBinding {
 				return true
+			}
+			if !bound {
+				k.nests++
 			}
 			k.bind(n)
 			k.walk(n.Body, true)

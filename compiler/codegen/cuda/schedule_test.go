@@ -1,0 +1,63 @@
+package cuda
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// TestDefaultSchedule gives each function of testdata/unscheduled.py the
+// default GPU schedule, generates CUDA, compiles it with NVRTC for every
+// architecture (no spills), and runs it on the host against the
+// interpreter's run of the unscheduled function.
+func TestDefaultSchedule(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("testdata", "unscheduled.py"))
+	check.NoError(t, err)
+	orig, err := script.Parse("unscheduled.py", string(text))
+	check.NoError(t, err)
+	scheduled := ir.NewIRModule()
+	for name, f := range orig.PrimFuncs() {
+		g, err := auto.GPUFunc(f, auto.GPUOptions{})
+		check.NoError(t, err, name)
+		scheduled = scheduled.With(name, g)
+	}
+	lowered, err := transform.LowerModule(scheduled, LowerOptions())
+	check.NoError(t, err)
+	src, ks, err := Generate(lowered, sm80(t))
+	check.NoError(t, err)
+	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {1, 100}, "small": {1, 5}}
+	check.Equal(t, len(ks), len(want))
+	for _, k := range ks {
+		check.Equal(t, [2]int64{k.Grid[0], k.Block[0]}, want[k.Name], k.Name)
+	}
+	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
+	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
+}
+
+func TestDefaultScheduleErrors(t *testing.T) {
+	src := `# from tvm.script import tir as T
+@T.prim_func
+def two(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32")):
+    T.func_attr({"global_symbol": "two"})
+    for i in range(8):
+        with T.block("B"):
+            vi = T.axis.spatial(8, i)
+            B[vi] = A[vi]
+    for i in range(8):
+        with T.block("A"):
+            vi = T.axis.spatial(8, i)
+            A[vi] = B[vi]
+`
+	m, err := script.Parse("two.py", src)
+	check.NoError(t, err)
+	for _, f := range m.PrimFuncs() {
+		_, err := auto.GPUFunc(f, auto.GPUOptions{})
+		check.Error(t, err, `the function has 2 blocks ("B", "A"`)
+	}
+}

@@ -1,0 +1,39 @@
+# Unscheduled kernels that the default GPU schedule (the fallback rule)
+# binds to threads before code generation.
+# from tvm.script import ir as I
+# from tvm.script import tir as T
+@I.ir_module
+class Module:
+    @T.prim_func
+    def relu(A: T.Buffer((37, 129), "float32"), B: T.Buffer((37, 129), "float32")):
+        T.func_attr({"global_symbol": "relu", "tir.noalias": T.bool(True)})
+        for i, j in T.grid(37, 129):
+            with T.block("B"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                B[vi, vj] = T.max(A[vi, vj], T.float32(0))
+
+    @T.prim_func
+    def add_bias(A: T.Buffer((64, 512), "float32"), bias: T.Buffer((512,), "float32"), C: T.Buffer((64, 512), "float32")):
+        T.func_attr({"global_symbol": "add_bias", "tir.noalias": T.bool(True)})
+        for i, j in T.grid(64, 512):
+            with T.block("C"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                C[vi, vj] = A[vi, vj] + bias[vj]
+
+    @T.prim_func
+    def row_sum(A: T.Buffer((100, 77), "float32"), S: T.Buffer((100,), "float32")):
+        T.func_attr({"global_symbol": "row_sum", "tir.noalias": T.bool(True)})
+        for i, k in T.grid(100, 77):
+            with T.block("S"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    S[vi] = T.float32(0)
+                S[vi] = S[vi] + A[vi, vk]
+
+    @T.prim_func
+    def small(A: T.Buffer((5,), "float32"), B: T.Buffer((5,), "float32")):
+        T.func_attr({"global_symbol": "small", "tir.noalias": T.bool(True)})
+        for i in range(5):
+            with T.block("B"):
+                vi = T.axis.spatial(5, i)
+                B[vi] = A[vi] * T.float32(3)
