@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	cudadev "github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -22,6 +23,7 @@ var headline = map[string]string{
 	"upload":          "gb_per_s",
 	"tracker":         "leases_per_s",
 	"timing-fidelity": "ratio",
+	"cuda":            "median_nvrtc_ms",
 }
 
 // TestQuickJSON runs every registered benchmark in quick mode and checks it
@@ -29,6 +31,9 @@ var headline = map[string]string{
 func TestQuickJSON(t *testing.T) {
 	for _, name := range names() {
 		t.Run(name, func(t *testing.T) {
+			if _, _, _, err := cudadev.NVRTCVersion(); name == "cuda" && err != nil {
+				t.Skipf("NVRTC is not installed: %v", err)
+			}
 			var out, errOut bytes.Buffer
 			err := run(context.Background(), []string{name, "--json", "--quick"}, &out, &errOut)
 			check.NoError(t, err, "stderr:", errOut.String())

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	cudadev "github.com/kiln-ml/kiln/devices/cuda"
+)
+
+func init() {
+	register(benchmark{
+		name:    "cuda",
+		summary: "NVRTC compile time, cubin size, registers and shared memory of default-scheduled CUDA kernels (no GPU needed; no GPU timing)",
+		run:     runCUDA,
+	})
+}
+
+// cudaKernel is one kernel's figures: the median NVRTC time to a cubin
+// (with ptxas), its ratio to the empty kernel's in the same run (the
+// fixed cost of an NVRTC compile, the floor), and ptxas's report.
+type cudaKernel struct {
+	Func       string  `json:"func"`
+	Arch       string  `json:"arch"`
+	Grid       int64   `json:"grid"`
+	Block      int64   `json:"block"`
+	NVRTCMS    float64 `json:"nvrtc_ms"`
+	VsFloor    float64 `json:"vs_empty_kernel"`
+	CubinBytes int     `json:"cubin_bytes"`
+	PTXBytes   int     `json:"ptx_bytes"`
+	Registers  int64   `json:"registers"`
+	SharedMem  int64   `json:"smem_bytes"`
+	Spills     int64   `json:"spill_bytes"`
+}
+
+type cudaResult struct {
+	Name    string       `json:"name"`
+	NVRTC   string       `json:"nvrtc"`
+	Repeats int          `json:"repeats"`
+	FloorMS float64      `json:"empty_kernel_ms"`
+	Median  float64      `json:"median_nvrtc_ms"`
+	Kernels []cudaKernel `json:"kernels"`
+	Note    string       `json:"note"`
+	Quick   bool         `json:"quick,omitempty"`
+}
+
+func (r cudaResult) Line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cuda: NVRTC %s, empty kernel %.1f ms [median of %d]", r.NVRTC, r.FloorMS, r.Repeats)
+	for _, k := range r.Kernels {
+		fmt.Fprintf(&b, "\n  %s (%s, %d×%d): %.1f ms (%.2f× empty), cubin %d B, %d registers, %d B smem, %d B spilled",
+			k.Func, k.Arch, k.Grid, k.Block, k.NVRTCMS, k.VsFloor, k.CubinBytes, k.Registers, k.SharedMem, k.Spills)
+	}
+	return b.String()
+}
+
+// cudaKernels are the functions the benchmark schedules with the default
+// GPU rule, as TVMScript, at full and at quick size.
+func cudaKernels(quick bool) map[string]string {
+	n, m := 4096, 4096
+	if quick {
+		n, m = 64, 64
+	}
+	return map[string]string{
+		"add": fmt.Sprintf(`@T.prim_func
+def add(A: T.Buffer((%[1]d, %[2]d), "float32"), B: T.Buffer((%[1]d, %[2]d), "float32"), C: T.Buffer((%[1]d, %[2]d), "float32")):
+    T.func_attr({"global_symbol": "add", "tir.noalias": T.bool(True)})
+    for i, j in T.grid(%[1]d, %[2]d):
+        with T.block("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[vi, vj] + B[vi, vj]
+`, n, m),
+		"gemv": fmt.Sprintf(`@T.prim_func
+def gemv(A: T.Buffer((%[1]d, %[2]d), "float32"), x: T.Buffer((%[2]d,), "float32"), y: T.Buffer((%[1]d,), "float32")):
+    T.func_attr({"global_symbol": "gemv", "tir.noalias": T.bool(True)})
+    for i, k in T.grid(%[1]d, %[2]d):
+        with T.block("y"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                y[vi] = T.float32(0)
+            y[vi] = y[vi] + A[vi, vk] * x[vk]
+`, n, m),
+		"matmul": fmt.Sprintf(`@T.prim_func
+def matmul(A: T.Buffer((%[1]d, %[1]d), "float32"), B: T.Buffer((%[1]d, %[1]d), "float32"), C: T.Buffer((%[1]d, %[1]d), "float32")):
+    T.func_attr({"global_symbol": "matmul", "tir.noalias": T.bool(True)})
+    for i, j, k in T.grid(%[1]d, %[1]d, %[1]d):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+`, n),
+	}
+}
+
+func runCUDA(ctx context.Context, opt options) (result, error) {
+	major, minor, _, err := cudadev.NVRTCVersion()
+	if err != nil {
+		return nil, err
+	}
+	repeats := 5
+	if opt.quick {
+		repeats = 1
+	}
+	archs := []string{"sm_80", "sm_90"}
+	r := cudaResult{Name: "cuda", NVRTC: fmt.Sprintf("%d.%d", major, minor), Repeats: repeats, Quick: opt.quick,
+		Note: "default GPU schedule = fallback rule only (fused spatial loops on blockIdx.x/threadIdx.x, reductions serial per thread); no kernel timed on a GPU"}
+	timeIt := func(src, arch string) (float64, []byte, string, error) {
+		var ts []float64
+		var cubin []byte
+		var log string
+		for range repeats {
+			if err := ctx.Err(); err != nil {
+				return 0, nil, "", err
+			}
+			start := time.Now()
+			var err error
+			cubin, log, err = cudadev.CompileCUBIN(src, "bench.cu", []string{"--gpu-architecture=" + arch, "--ptxas-options=-v"})
+			if err != nil {
+				return 0, nil, "", err
+			}
+			ts = append(ts, ms(time.Since(start)))
+		}
+		return median(ts), cubin, log, nil
+	}
+	// The first compile loads NVRTC's builtins; time from the second.
+	if _, _, err := cudadev.CompileCUBIN(`extern "C" __global__ void warm() {}`, "warm.cu", []string{"--gpu-architecture=" + archs[0]}); err != nil {
+		return nil, fmt.Errorf("nvrtc: %w", err)
+	}
+	floor, _, _, err := timeIt(`extern "C" __global__ void empty() {}`, archs[0])
+	if err != nil {
+		return nil, fmt.Errorf("empty kernel: %w", err)
+	}
+	r.FloorMS = sig(floor, 3)
+	var all []float64
+	for _, name := range []string{"add", "gemv", "matmul"} {
+		src := cudaKernels(opt.quick)[name]
+		m, err := script.Parse(name+".py", "# from tvm.script import tir as T\n"+src)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		f := m.PrimFunc(name)
+		if f == nil {
+			for _, g := range m.PrimFuncs() {
+				f = g
+			}
+		}
+		g, err := auto.GPUFunc(f, auto.GPUOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		l, err := transform.LowerModule(ir.NewIRModule().With(name, g), cuda.LowerOptions())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, arch := range archs {
+			lim, err := cuda.ArchLimits(arch)
+			if err != nil {
+				return nil, err
+			}
+			cu, ks, err := cuda.Generate(l, lim)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			ptx, _, err := cudadev.CompilePTX(cu, name+".cu", []string{"--gpu-architecture=compute_" + strings.TrimPrefix(arch, "sm_")})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			t, cubin, log, err := timeIt(cu, arch)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			rep, err := cuda.ParsePTXASReport(log)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			res := rep[name]
+			r.Kernels = append(r.Kernels, cudaKernel{Func: name + " " + shapeOf(src), Arch: arch, Grid: ks[0].Grid[0], Block: ks[0].Block[0],
+				NVRTCMS: sig(t, 3), VsFloor: sig(t/floor, 3), CubinBytes: len(cubin), PTXBytes: len(ptx),
+				Registers: res.Registers, SharedMem: res.SharedBytes, Spills: res.SpillStores + res.SpillLoads})
+			all = append(all, t)
+		}
+	}
+	r.Median = sig(median(all), 3)
+	return r, nil
+}
+
+// shapeOf is the first buffer's shape in a kernel's TVMScript.
+func shapeOf(src string) string {
+	_, rest, _ := strings.Cut(src, "T.Buffer(")
+	shape, _, _ := strings.Cut(rest, ", \"")
+	return shape
+}
