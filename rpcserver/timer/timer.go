@@ -31,6 +31,15 @@ const DefaultLimitZeroTimeIterations = 100
 // for the clock cannot make the count overflow.
 const MaxNumber = 1 << 40
 
+// MaxRepeat bounds the measurements of one evaluation (each is a result
+// the client receives).
+const MaxRepeat = 1 << 20
+
+// MaxCalls bounds the calls an evaluation may ask for (number × repeat):
+// a request that could never finish is refused before it runs, rather
+// than left to its deadline.
+const MaxCalls = 1 << 40
+
 // MaxCacheFlushBytes bounds Options.CacheFlushBytes (1 GiB).
 const MaxCacheFlushBytes = 1 << 30
 
@@ -213,6 +222,10 @@ func (o Options) normalize() (Options, error) {
 		return o, fmt.Errorf("time evaluator: cache_flush_bytes %d exceeds %d: %w", o.CacheFlushBytes, MaxCacheFlushBytes, ErrOptions)
 	case o.Number > MaxNumber:
 		return o, fmt.Errorf("time evaluator: number %d exceeds %d: %w", o.Number, MaxNumber, ErrOptions)
+	case o.Repeat > MaxRepeat:
+		return o, fmt.Errorf("time evaluator: repeat %d exceeds %d: %w", o.Repeat, MaxRepeat, ErrOptions)
+	case int64(o.Number)*int64(o.Repeat) > MaxCalls:
+		return o, fmt.Errorf("time evaluator: number × repeat = %d calls exceeds %d: %w", int64(o.Number)*int64(o.Repeat), int64(MaxCalls), ErrOptions)
 	}
 	return o, nil
 }

@@ -181,6 +181,8 @@ func TestEvaluateErrors(t *testing.T) {
 		{"no call", &Evaluator{}, Options{}, ErrOptions, "no function"},
 		{"negative min_repeat_ms", &Evaluator{Call: func() error { return nil }}, Options{MinRepeatMS: -1}, ErrOptions, "min_repeat_ms"},
 		{"huge flush", &Evaluator{Call: func() error { return nil }}, Options{CacheFlushBytes: MaxCacheFlushBytes + 1}, ErrOptions, "cache_flush_bytes"},
+		{"huge repeat", &Evaluator{Call: func() error { return nil }}, Options{Repeat: MaxRepeat + 1}, ErrOptions, "repeat"},
+		{"too many calls", &Evaluator{Call: func() error { return nil }}, Options{Number: MaxNumber, Repeat: 2}, ErrOptions, "number × repeat"},
 		{"warm-up fails", &Evaluator{Call: func() error { return boom }}, Options{}, boom, "warm-up"},
 	}
 	for _, tc := range tests {
