@@ -322,12 +322,29 @@ func (d *Daemon) drain() {
 // sessionKey is the proto.Conn value key of a connection's session.
 type sessionKey struct{}
 
-// admit runs at a client's hello: it takes a session slot or refuses the
-// client with ErrBusy.
+// admit runs at a client's hello: it refuses clients while the daemon
+// drains. The device's slot is taken later, by session.open, once the
+// client's lease (if the device is leased) has been verified: a client
+// with the token but no lease cannot keep the lease's holder out.
 func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 	if c.Role() == proto.RoleBulk {
 		return nil // an upload for a session that holds its slot already
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.draining {
+		d.m.refused.Inc("shutting_down")
+		return fmt.Errorf("device daemon is shutting down: %w", proto.ErrUnavailable)
+	}
+	s := newSession(d, c, fmt.Sprintf("s%d", d.nextID.Add(1)))
+	c.SetValue(sessionKey{}, s)
+	s.log.Debug("connection admitted")
+	return nil
+}
+
+// take gives s one of the device's session slots or refuses it with
+// ErrBusy.
+func (d *Daemon) take(s *session) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.draining {
@@ -355,9 +372,7 @@ func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 		return fmt.Errorf("device %s is busy: it is in %s (session %s since %s); try again later or ask the tracker for another device: %w",
 			key, what, holder.id, holder.started.Format(time.RFC3339), proto.ErrBusy)
 	}
-	s := newSession(d, c, fmt.Sprintf("s%d", d.nextID.Add(1)))
 	d.sessions[s] = true
-	c.SetValue(sessionKey{}, s)
 	d.m.total.Inc()
 	d.m.active.Set(float64(len(d.sessions)))
 	s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout)

@@ -608,3 +608,26 @@ func TestWorkerFailsToStart(t *testing.T) {
 		check.NoError(t, <-done)
 	}
 }
+
+// TestSlotAfterLease: connections that never open a session, or open one
+// with a forged lease, do not take the device: the lease's holder gets it.
+func TestSlotAfterLease(t *testing.T) {
+	ft := &fakeTracker{}
+	td := startDaemon(t, rpcserver.Config{Tracker: ft})
+	ctx := testCtx(t)
+	idle, err := proto.Dial(ctx, td.addr, proto.DialOptions{})
+	check.NoError(t, err)
+	defer idle.Close()
+	forged, err := proto.Dial(ctx, td.addr, proto.DialOptions{})
+	check.NoError(t, err)
+	defer forged.Close()
+	err = forged.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: "forged"}, nil)
+	check.ErrorIs(t, err, proto.ErrNotFound)
+
+	s := td.connect(t, client.SessionOptions{LeaseToken: "good"})
+	check.NoError(t, s.Upload(ctx, "x", []byte("x")))
+	// The holder keeps it: a second lease is refused as busy.
+	_, err = client.Connect(ctx, td.addr, client.SessionOptions{LeaseToken: "short"})
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.True(t, strings.Contains(td.metrics(t), "kiln_rpcserver_sessions_active 1\n"), td.metrics(t))
+}

@@ -171,6 +171,9 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			if err != nil {
 				return proto.SessionInfo{}, fmt.Errorf("open session: lease not valid for this device: %w", err)
 			}
+			if err := d.take(s); err != nil {
+				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+			}
 			s.mu.Lock()
 			s.lease = li.ID
 			s.mu.Unlock()
@@ -182,7 +185,13 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			d.cfg.Tracker.SetActiveLease(li.ID)
 		case !d.cfg.AllowWithoutLease:
 			return proto.SessionInfo{}, fmt.Errorf("open session: this device serves clients with a tracker lease only; request one from the tracker: %w", proto.ErrUnauthorized)
+		default:
+			if err := d.take(s); err != nil {
+				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+			}
 		}
+	} else if err := d.take(s); err != nil {
+		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
 	dir, err := os.MkdirTemp(d.cfg.Dir, "session-"+s.id+"-")
 	if err != nil {
