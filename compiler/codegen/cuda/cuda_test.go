@@ -187,6 +187,21 @@ def k(A: T.Buffer((4096,), "float32")):
             vi = T.axis.spatial(4096, tx)
             A[vi] = S[vi * 4]
 `), `kernel "k": 65536 bytes of shared memory exceed sm_80's limit 49152 per block`},
+		{"fp16", `# from tvm.script import tir as T
+@T.prim_func
+def k(A: T.Buffer((64,), "float16")):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        with T.block("A"):
+            vi = T.axis.spatial(64, tx)
+            A[vi] = A[vi] * T.float16(2)
+`, `kernel "k": float16 arithmetic (in`},
+		{"vector", kernel(`    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for v in T.vectorized(4):
+            with T.block("A"):
+                vi = T.axis.spatial(4096, tx * 4 + v)
+                A[vi] = A[vi] + T.float32(1)
+`), `kernel "k": vector type float32x4`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

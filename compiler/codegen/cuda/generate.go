@@ -8,6 +8,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // LowerOptions are the transform options that lower a PrimFunc for this
@@ -164,6 +165,9 @@ func (k *checker) walk(s ir.Stmt, bound bool) {
 		if k.err != nil {
 			return false
 		}
+		if e, ok := n.(ir.Expr); ok {
+			k.dtype(e)
+		}
 		switch n := n.(type) {
 		case *ir.For:
 			if n.Kind == ir.ForParallel {
@@ -195,6 +199,19 @@ func (k *checker) walk(s ir.Stmt, bound bool) {
 		}
 		return true
 	})
+}
+
+// dtype refuses the types the generator cannot print yet: half
+// precision (CUDA's __half and __nv_bfloat16 need their headers) and
+// vectors (C's GCC vector types are not CUDA's).
+func (k *checker) dtype(e ir.Expr) {
+	t := e.DType()
+	switch {
+	case t.Lanes > 1:
+		k.fail("vector type %s (in %s) is not supported by the CUDA generator yet", t, e)
+	case t.Code == ndarray.BFloat || (t.Code == ndarray.Float && t.Bits == 16):
+		k.fail("%s arithmetic (in %s) is not supported by the CUDA generator yet", t, e)
+	}
 }
 
 func (k *checker) bind(f *ir.For) {
