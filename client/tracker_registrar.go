@@ -36,6 +36,8 @@ type Registrar struct {
 	load        string
 	state       proto.NodeState
 
+	onLeaseEnded func(id string)
+
 	ready     chan struct{}
 	readyOnce sync.Once
 	kick      chan struct{}
@@ -82,6 +84,14 @@ func (r *Registrar) SetActiveLease(id string) {
 	r.args.ActiveLease = id
 	r.mu.Unlock()
 	r.Kick()
+}
+
+// WatchLeases has fn called with the active lease's id when a heartbeat
+// reply says that lease was released or expired.
+func (r *Registrar) WatchLeases(fn func(id string)) {
+	r.mu.Lock()
+	r.onLeaseEnded = fn
+	r.mu.Unlock()
 }
 
 // SetLoad sets the free-form load text sent with heartbeats.
@@ -214,7 +224,11 @@ func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
 	if rep.HeartbeatInterval > 0 {
 		r.interval = rep.HeartbeatInterval
 	}
+	onEnded := r.onLeaseEnded
 	r.mu.Unlock()
+	if rep.LeaseEnded && args.ActiveLease != "" && onEnded != nil {
+		onEnded(args.ActiveLease)
+	}
 	if rep.HealthCheck && r.OnHealthCheck != nil {
 		herr := r.OnHealthCheck(ctx)
 		rep := proto.ReportArgs{NodeID: args.NodeID, Kind: proto.ReportHealth, OK: herr == nil}

@@ -51,6 +51,12 @@ type FailureReporter interface {
 	ReportFailure(ctx context.Context, message string) error
 }
 
+// LeaseWatcher is implemented by a Tracker that learns when a lease ends
+// before its session does: the daemon then ends that session.
+type LeaseWatcher interface {
+	WatchLeases(fn func(id string))
+}
+
 // Runner is implemented by a Tracker with a life of its own (registration
 // and heartbeats): the daemon runs it for as long as it runs.
 type Runner interface {
@@ -251,6 +257,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var parts sync.WaitGroup
 	var serveErr error
 	parts.Go(func() { serveErr = d.srv.Serve(serveCtx, d.ln) })
+	if w, ok := d.cfg.Tracker.(LeaseWatcher); ok {
+		w.WatchLeases(d.leaseEnded)
+	}
 	if r, ok := d.cfg.Tracker.(Runner); ok {
 		parts.Go(func() {
 			if err := r.Run(serveCtx); err != nil && serveCtx.Err() == nil {
@@ -438,4 +447,23 @@ func checkSessionRoot(dir string) error {
 		}
 	}
 	return nil
+}
+
+// leaseEnded ends the session served under lease id, which the tracker
+// says was released or expired: its worker is killed and the device freed
+// for the lease's next holder.
+func (d *Daemon) leaseEnded(id string) {
+	d.mu.Lock()
+	var held *session
+	for s := range d.sessions {
+		s.mu.Lock()
+		if s.lease == id {
+			held = s
+		}
+		s.mu.Unlock()
+	}
+	d.mu.Unlock()
+	if held != nil {
+		held.leaseGone()
+	}
 }

@@ -485,6 +485,22 @@ type fakeTracker struct {
 	mu       sync.Mutex
 	active   []string
 	failures []string
+	onEnded  func(id string)
+}
+
+func (f *fakeTracker) WatchLeases(fn func(id string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onEnded = fn
+}
+
+// endLease plays the tracker's heartbeat reply saying lease id ended.
+func (f *fakeTracker) endLease(t *testing.T, id string) {
+	f.mu.Lock()
+	fn := f.onEnded
+	f.mu.Unlock()
+	check.True(t, fn != nil, "the daemon did not watch its leases")
+	fn(id)
 }
 
 func (f *fakeTracker) VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error) {
@@ -630,4 +646,24 @@ func TestSlotAfterLease(t *testing.T) {
 	_, err = client.Connect(ctx, td.addr, client.SessionOptions{LeaseToken: "short"})
 	check.ErrorIs(t, err, proto.ErrBusy)
 	check.True(t, strings.Contains(td.metrics(t), "kiln_rpcserver_sessions_active 1\n"), td.metrics(t))
+}
+
+// TestLeaseEndsSession: when the tracker says a session's lease was
+// released or expired, the session ends and the device is free again.
+func TestLeaseEndsSession(t *testing.T) {
+	ft := &fakeTracker{}
+	td := startDaemon(t, rpcserver.Config{Tracker: ft})
+	ctx := testCtx(t)
+	s := td.connect(t, client.SessionOptions{LeaseToken: "good"})
+	check.NoError(t, s.Upload(ctx, "x", []byte("x")))
+	ft.endLease(t, "other-lease") // not this session's: nothing happens
+	check.NoError(t, s.Upload(ctx, "y", []byte("y")))
+
+	ft.endLease(t, "lease-1") // ends the session before it returns
+	_, err := s.List(ctx)
+	check.ErrorIs(t, err, proto.ErrSessionExpired)
+	check.Error(t, err, "lease lease-1 was released or expired")
+	td.waitIdle(t)
+	next := td.connect(t, client.SessionOptions{LeaseToken: "short"})
+	check.NoError(t, next.Upload(ctx, "x", []byte("x")))
 }

@@ -273,6 +273,22 @@ func (s *session) expire() {
 	}
 }
 
+// leaseGone ends a session whose lease the tracker says was released or
+// expired: its worker is killed.
+func (s *session) leaseGone() {
+	s.mu.Lock()
+	lease, w := s.lease, s.worker
+	s.mu.Unlock()
+	err := fmt.Errorf("session %s has ended: its lease %s was released or expired; ask the tracker for a new lease: %w", s.id, lease, proto.ErrSessionExpired)
+	if !s.end("lease_ended", err) {
+		return
+	}
+	s.log.Warn("lease ended: stopping the session's worker", "lease", lease)
+	if w != nil {
+		w.kill()
+	}
+}
+
 // workerExited runs when the worker process has ended. Unless the session
 // had already ended, the worker crashed: the session ends with ErrCrashed,
 // naming the signal and the calls that were running.

@@ -163,7 +163,14 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 	if n.state() != was {
 		s.nodeChangedLocked(n)
 	}
-	return proto.HeartbeatReply{State: n.state(), HeartbeatInterval: s.cfg.HeartbeatInterval, HealthCheck: n.quarantine && !n.lost}, nil
+	// A session whose lease was released or expired must end, so that
+	// the device goes to the lease's next holder.
+	ended := false
+	if a.ActiveLease != "" {
+		l := s.leases[a.ActiveLease]
+		ended = l == nil || l.NodeID != n.id
+	}
+	return proto.HeartbeatReply{State: n.state(), HeartbeatInterval: s.cfg.HeartbeatInterval, HealthCheck: n.quarantine && !n.lost, LeaseEnded: ended}, nil
 }
 
 func (s *Server) handleDeregister(ctx context.Context, c *proto.Conn, a proto.DeregisterArgs) (any, error) {

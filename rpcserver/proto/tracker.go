@@ -297,6 +297,9 @@ type HeartbeatReply struct {
 	// HealthCheck asks a quarantined device to run its self-check and
 	// report the result (ReportArgs, Kind ReportHealth).
 	HealthCheck bool `msgpack:"health_check,omitempty"`
+	// LeaseEnded says that the lease the heartbeat named as active is no
+	// longer held (released or expired): the daemon ends its session.
+	LeaseEnded bool `msgpack:"lease_ended,omitempty"`
 }
 
 // DeregisterArgs removes a node (a daemon that shuts down cleanly).
