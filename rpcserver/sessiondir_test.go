@@ -2,6 +2,7 @@ package rpcserver_test
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -85,4 +86,35 @@ func moduleCopies(t *testing.T, dir string) int {
 		return err
 	}))
 	return n
+}
+
+// TestLoadCPUGlobal: runtime.module.load_cpu loads the session's own
+// files only: a path on the machine outside the session is refused.
+func TestLoadCPUGlobal(t *testing.T) {
+	so := kernels(t)
+	outside := filepath.Join(t.TempDir(), "outside.so")
+	check.NoError(t, os.WriteFile(outside, so, 0o600))
+	td := startDaemon(t, rpcserver.Config{})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	check.NoError(t, s.Upload(ctx, "lib/k.so", so))
+	load, err := s.GetGlobal(ctx, "runtime.module.load_cpu")
+	check.NoError(t, err)
+
+	got, err := s.Call(ctx, load, "lib/k.so")
+	check.NoError(t, err)
+	mod, ok := got.(*client.Module)
+	check.True(t, ok, "load_cpu returned", got)
+	nop, err := mod.GetFunction(ctx, "nop")
+	check.NoError(t, err)
+	_, err = s.Call(ctx, nop)
+	check.NoError(t, err)
+
+	for _, path := range []string{outside, "../" + filepath.Base(outside), "lib/../../k.so", "missing.so"} {
+		_, err := s.Call(ctx, load, path)
+		check.True(t, err != nil, "load_cpu loaded", path)
+		check.True(t, errors.Is(err, proto.ErrBadRequest) || errors.Is(err, proto.ErrNotFound), path, err)
+	}
+	_, err = s.Call(ctx, load)
+	check.ErrorIs(t, err, proto.ErrBadRequest)
 }

@@ -254,6 +254,41 @@ func (w *worker) register(srv *proto.Server) {
 // from the session's files. The worker loads a private copy, so the client
 // may replace or remove the file afterwards.
 func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, error) {
+	mod, err := w.openModule(a)
+	if err != nil {
+		return nil, err
+	}
+	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
+	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())
+	return proto.ModuleInfo{Handle: h, Type: mod.Type(), Functions: mod.Functions()}, nil
+}
+
+// globalLoadCPU is the TVM runtime's global that loads a shared object
+// from a path.
+const globalLoadCPU = "runtime.module.load_cpu"
+
+// loadCPU is runtime.module.load_cpu as a session sees it: its path names
+// one of the session's files (resolved through the session's os.Root, so
+// nothing else on the machine), loaded as session.module.load does.
+func (w *worker) loadCPU() *packedfunc.Func {
+	return packedfunc.New(globalLoadCPU, func(args []packedfunc.Value) (packedfunc.Value, error) {
+		if len(args) != 1 {
+			return packedfunc.Nil, fmt.Errorf("%s: takes 1 argument (a file of the session), got %d: %w", globalLoadCPU, len(args), proto.ErrBadRequest)
+		}
+		name, err := args[0].AsString()
+		if err != nil {
+			return packedfunc.Nil, fmt.Errorf("%s: %v: %w", globalLoadCPU, err, proto.ErrBadRequest)
+		}
+		mod, err := w.openModule(proto.ModuleLoadArgs{Name: name})
+		if err != nil {
+			return packedfunc.Nil, err
+		}
+		return packedfunc.ModuleValue(mod), nil
+	})
+}
+
+// openModule loads the module a names from the session's files.
+func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	f, size, err := w.box.Open(a.Name)
 	if err != nil {
 		return nil, fmt.Errorf("load module: %w", err)
@@ -302,9 +337,7 @@ func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, err
 		w.vms = append(w.vms, vmMod)
 		w.mu.Unlock()
 	}
-	h := w.h.add(&object{kind: proto.KindModule, name: a.Name, mod: mod})
-	w.log.Debug("module loaded", "name", a.Name, "handle", h, "functions", mod.Functions())
-	return proto.ModuleInfo{Handle: h, Type: mod.Type(), Functions: mod.Functions()}, nil
+	return mod, nil
 }
 
 // loadCopy writes lib to dir and loads it, with exeBytes (when set) as the
@@ -343,9 +376,12 @@ func (w *worker) loadCopy(dir string, lib, exeBytes []byte, a proto.ModuleLoadAr
 func (w *worker) getFunction(_ context.Context, a proto.GetFunctionArgs) (any, error) {
 	var fn *packedfunc.Func
 	var err error
-	if a.Module == 0 {
+	switch {
+	case a.Module == 0 && a.Name == globalLoadCPU:
+		fn = w.loadCPU()
+	case a.Module == 0:
 		fn, err = packedfunc.Get(a.Name)
-	} else {
+	default:
 		var o *object
 		if o, err = w.h.acquire(a.Module, proto.KindModule); err != nil {
 			return nil, fmt.Errorf("get function %q: %w", a.Name, err)
