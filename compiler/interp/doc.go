@@ -26,6 +26,17 @@
 // thread-bound loops too), before lowering (blocks with iteration
 // variables, predicates, Init, multi-dimensional buffers) and after it
 // (flat buffers, Allocate, DeclBuffer, thread_extent attributes).
+// Loops bound to GPU thread axes run with CUDA's semantics as far as they
+// can serially: each iteration of a blockIdx loop is a new block, whose
+// "shared" buffers hold nothing its threads have written, and the threads
+// of a block (the threadIdx loops) run one after another. Every access to
+// shared memory inside a threadIdx loop is checked: reading what another
+// thread of the block wrote, overwriting it, or reading what no thread of
+// the block wrote is ErrDataRace, naming the buffer, the element and both
+// threads. Sibling threadIdx loop nests are separated by a barrier (the
+// one barrier insertion places between them, as TVM's thread sync does);
+// within one nest there is none. A vector access is checked at its first
+// element.
 // Memory belongs to a buffer's Data variable, so buffers that alias
 // (a flattened view declared over a parameter) share it. Every access is
 // checked against the buffer's shape and the memory behind it: an out of

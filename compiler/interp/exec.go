@@ -12,6 +12,9 @@ func (m *machine) exec(s ir.Stmt) error {
 	case nil:
 		return nil
 	case *ir.For:
+		if s.Kind == ir.ForThreadBinding {
+			return m.boundLoop(s.ThreadTag, s.Var, s.Min, s.Extent, s.Body)
+		}
 		return m.loop(s.Var, s.Min, s.Extent, s.Body)
 	case *ir.BlockRealize:
 		if err := m.block(s); err != nil {
@@ -69,7 +72,7 @@ func (m *machine) exec(s ir.Stmt) error {
 	case *ir.AttrStmt:
 		if v, ok := s.Node.(*ir.Var); ok && (s.Key == "thread_extent" || s.Key == "virtual_thread") && v.Type.IsInt() {
 			// A thread axis: run the body once per thread, in order.
-			return m.loop(v, &ir.IntImm{Type: v.Type, Value: 0}, s.Value, s.Body)
+			return m.boundLoop(v.Name, v, &ir.IntImm{Type: v.Type, Value: 0}, s.Value, s.Body)
 		}
 		if _, err := m.eval(s.Value); err != nil {
 			return fmt.Errorf("attr %q: %w", s.Key, err)
@@ -90,6 +93,12 @@ func (m *machine) exec(s ir.Stmt) error {
 
 // loop runs body with v taking min, min+1, …, min+extent-1.
 func (m *machine) loop(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
+	return m.loopEach(v, min, extent, body, nil)
+}
+
+// loopEach is loop calling each (when not nil) with the value of v before
+// every iteration.
+func (m *machine) loopEach(v *ir.Var, min, extent ir.Expr, body ir.Stmt, each func(int64)) error {
 	lo, err := m.evalInt(min, "loop min")
 	if err != nil {
 		return fmt.Errorf("for %q: %w", v.Name, err)
@@ -105,6 +114,9 @@ func (m *machine) loop(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 			return fmt.Errorf("for %q: %w", v.Name, err)
 		}
 		m.vars[v] = Int(v.Type, lo+i)
+		if each != nil {
+			each(lo + i)
+		}
 		if err := m.exec(body); err != nil {
 			return err
 		}
@@ -240,7 +252,7 @@ func (m *machine) allocate(buf *ir.Buffer) (func(), error) {
 			data[i] = 0xff
 		}
 	}
-	return m.bindMem(buf.Data, &memory{name: buf.Name, data: data}), nil
+	return m.bindMem(buf.Data, &memory{name: buf.Name, data: data, shared: buf.StorageScope() == "shared"}), nil
 }
 
 func (m *machine) bufferStore(s *ir.BufferStore) error {

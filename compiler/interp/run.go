@@ -66,8 +66,9 @@ func RunOptions(f *ir.PrimFunc, opts Options, args ...any) error {
 
 // memory is a block of host bytes that buffers view.
 type memory struct {
-	name string
-	data []byte
+	name   string
+	data   []byte
+	shared bool // GPU shared memory: accesses are checked for races
 }
 
 // layout is a buffer's shape, strides and offset, in elements, evaluated.
@@ -82,6 +83,7 @@ type machine struct {
 	layouts map[*ir.Buffer]*layout
 	opts    Options
 	steps   int64
+	gpu     gpu
 }
 
 // Var returns the value bound to v.
@@ -419,6 +421,11 @@ func (m *machine) Load(b *ir.Buffer, indices []int64) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
+	if mem.shared {
+		if err := m.shared(mem, off, b, indices, false); err != nil {
+			return Value{}, err
+		}
+	}
 	t := b.DType
 	es := int(t.Bits+7) / 8
 	lanes := make([]uint64, max(int(t.Lanes), 1))
@@ -432,6 +439,11 @@ func (m *machine) store(b *ir.Buffer, indices []int64, v Value) error {
 	mem, off, err := m.address(b, indices, "store to")
 	if err != nil {
 		return err
+	}
+	if mem.shared {
+		if err := m.shared(mem, off, b, indices, true); err != nil {
+			return err
+		}
 	}
 	t := b.DType
 	if v.Type != t {
