@@ -3,10 +3,12 @@ package rpcserver_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
@@ -117,4 +119,30 @@ func TestLoadCPUGlobal(t *testing.T) {
 	}
 	_, err = s.Call(ctx, load)
 	check.ErrorIs(t, err, proto.ErrBadRequest)
+}
+
+// TestWorkerInheritsNoDescriptors: a descriptor the daemon's process holds
+// without close-on-exec (inherited from whoever started it) does not reach
+// a session's worker.
+func TestWorkerInheritsNoDescriptors(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("no /proc/self/fd to list a process's descriptors")
+	}
+	leak, err := os.Create(filepath.Join(t.TempDir(), "daemon-secret"))
+	check.NoError(t, err)
+	defer leak.Close()
+	_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, leak.Fd(), syscall.F_SETFD, 0)
+	check.True(t, errno == 0, "clear close-on-exec:", errno)
+
+	td := startDaemon(t, rpcserver.Config{})
+	s := td.connect(t, client.SessionOptions{})
+	pid := s.Info().WorkerPID
+	check.True(t, pid > 0, "worker pid", pid)
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	check.NoError(t, err)
+	for _, e := range ents {
+		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		check.True(t, target != leak.Name(), "the worker holds the daemon's descriptor as its fd", e.Name())
+	}
 }

@@ -170,6 +170,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 	cmd.ExtraFiles = []*os.File{theirs, ctheirs}
 	cmd.Stdout, cmd.Stderr = errW, errW
 	cmd.SysProcAttr = workerSysProcAttr()
+	closeOnExec()
 	err = cmd.Start()
 	// Only the worker holds its ends now: its exit closes the connections.
 	theirs.Close()

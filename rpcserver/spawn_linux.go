@@ -1,10 +1,30 @@
 package rpcserver
 
-import "syscall"
+import (
+	"os"
+	"strconv"
+	"syscall"
+)
 
 // workerSysProcAttr puts a worker in a process group of its own (a Ctrl-C
 // at the daemon's terminal reaches the daemon, which ends its sessions in
 // order) and kills it if the daemon dies.
 func workerSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// closeOnExec marks every descriptor of the daemon's process but stdin,
+// stdout and stderr close-on-exec: descriptors the daemon inherited from
+// whoever started it, or that C libraries opened without the flag, must
+// not reach a worker, which gets only the connections handed to it.
+func closeOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -8,3 +8,6 @@ import "syscall"
 func workerSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// closeOnExec does nothing here: Go opens every descriptor close-on-exec.
+func closeOnExec() {}
