@@ -2,15 +2,18 @@ package cuda
 
 import (
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // TestDefaultSchedule gives each function of testdata/unscheduled.py the
@@ -39,6 +42,53 @@ func TestDefaultSchedule(t *testing.T) {
 	}
 	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
+	t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled) })
+}
+
+// interpretBoth runs every function of ref and its scheduled version in
+// got with the interpreter (the scheduled one with CUDA's block and thread
+// semantics and its shared-memory race checks) on the same random inputs,
+// and requires the same bits in every buffer.
+func interpretBoth(t *testing.T, ref, got *ir.IRModule) {
+	rng := rand.New(rand.NewSource(2))
+	for name, f := range ref.PrimFuncs() {
+		g := got.PrimFunc(name)
+		check.True(t, g != nil, "no scheduled", name)
+		var want, have []any
+		var wantArrays, haveArrays []*ndarray.NDArray
+		for _, p := range f.Params {
+			b, ok := f.BufferMap[p]
+			if !ok {
+				want, have = append(want, float32(1.5)), append(have, float32(1.5))
+				continue
+			}
+			shape := ndarray.Shape{}
+			for _, s := range b.Shape {
+				v, ok := ir.IsConstInt(s)
+				check.True(t, ok, name, "buffer", b.Name, "has a symbolic shape")
+				shape = append(shape, v)
+			}
+			data := make([]float32, shape.NumElements())
+			for j := range data {
+				data[j] = rng.Float32()*2 - 1
+			}
+			a, err := ndarray.FromSlice(append([]float32(nil), data...), shape)
+			check.NoError(t, err)
+			c, err := ndarray.FromSlice(data, shape)
+			check.NoError(t, err)
+			want, have = append(want, a), append(have, c)
+			wantArrays, haveArrays = append(wantArrays, a), append(haveArrays, c)
+		}
+		check.NoError(t, interp.Run(f, want...), name)
+		check.NoError(t, interp.Run(g, have...), name, "scheduled")
+		for i := range wantArrays {
+			w, err := ndarray.ToSlice[float32](wantArrays[i])
+			check.NoError(t, err)
+			h, err := ndarray.ToSlice[float32](haveArrays[i])
+			check.NoError(t, err)
+			check.Equal(t, h, w, name, "buffer", i)
+		}
+	}
 }
 
 func TestDefaultScheduleErrors(t *testing.T) {
@@ -95,6 +145,7 @@ func TestSeedModules(t *testing.T) {
 			check.Equal(t, len(ks), n)
 			t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 			t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
+			t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled) })
 		})
 	}
 }
