@@ -1,11 +1,15 @@
 // Runs generated CUDA C on the host, for tests: each block of the grid in
 // turn, the threads of a block as real threads meeting at __syncthreads.
 // __shared__ variables are static (one copy, used by one block at a time),
-// locals are per thread. Test tool only.
+// locals are per thread. Warp shuffles exchange through the block (every
+// thread of the block must call them, as full-mask shuffles in uniform
+// code do); atomics are std::atomic_ref. Test tool only.
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -23,6 +27,50 @@ static std::barrier<>* kiln_block_barrier;
 #define __shared__ static
 
 inline void __syncthreads() { kiln_block_barrier->arrive_and_wait(); }
+
+static constexpr int warpSize = 32;
+static std::vector<unsigned long long> kiln_shfl;  // one slot per thread of the block
+
+inline unsigned kiln_thread_rank() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+// kiln_shfl_from publishes v and returns the value of the thread of rank
+// src (the caller's own when src is outside its warp or the block).
+template <typename T>
+T kiln_shfl_from(T v, long src) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long));
+  const unsigned me = kiln_thread_rank();
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  kiln_shfl[me] = bits;
+  __syncthreads();
+  unsigned long long got = bits;
+  if (src >= 0 && (unsigned long)src < kiln_shfl.size() && (unsigned)src / warpSize == me / warpSize) got = kiln_shfl[src];
+  __syncthreads();
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+template <typename T> T __shfl_sync(unsigned, T v, int lane, int = warpSize) {
+  return kiln_shfl_from(v, long(kiln_thread_rank() / warpSize * warpSize + lane));
+}
+template <typename T> T __shfl_down_sync(unsigned, T v, unsigned delta, int = warpSize) {
+  return kiln_shfl_from(v, long(kiln_thread_rank()) + delta);
+}
+template <typename T> T __shfl_up_sync(unsigned, T v, unsigned delta, int = warpSize) {
+  return kiln_shfl_from(v, long(kiln_thread_rank()) - long(delta));
+}
+template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = warpSize) {
+  return kiln_shfl_from(v, long(kiln_thread_rank() ^ unsigned(mask)));
+}
+
+template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <typename T> T atomicMax(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  T old = a.load();
+  while (old < v && !a.compare_exchange_weak(old, v)) {
+  }
+  return old;
+}
 [[noreturn]] inline void __trap() { std::abort(); }
 
 template <typename F, typename... A>
@@ -35,6 +83,7 @@ void kiln_emulate(dim3 grid, dim3 block, F kernel, A... args) {
       for (unsigned bx = 0; bx < grid.x; bx++) {
         std::barrier<> bar(n);
         kiln_block_barrier = &bar;
+        kiln_shfl.assign(n, 0);
         std::vector<std::thread> threads;
         for (unsigned tz = 0; tz < block.z; tz++)
           for (unsigned ty = 0; ty < block.y; ty++)
