@@ -345,13 +345,13 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 		return err
 	case authErr != nil && errors.Is(authErr, ErrUnauthorized):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
-		err = newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
+		err = tokenRefused(h)
 	case authErr != nil:
 		rep.Status, rep.Message = StatusBadRole, authErr.Error()
 		err = newError(CodeUnauthorized, authErr.Error())
 	case s.cfg.Authenticate == nil && s.cfg.Token != "" && !tokenEqual(h.Token, s.cfg.Token):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
-		err = newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
+		err = tokenRefused(h)
 	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)) || (h.Role == RoleBulk && s.cfg.OnRaw == nil):
 		rep.Status, rep.Message = StatusBadRole, fmt.Sprintf("this listener does not serve role %s", h.Role)
 		err = newError(CodeBadRequest, rep.Message)
@@ -794,3 +794,12 @@ func copyExactly(w io.Writer, r io.Reader, n int64) (int64, error) {
 type onlyWriter struct{ w io.Writer }
 
 func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
+
+// tokenRefused is the server side's error for a hello whose token was
+// refused: it says whether the peer sent none or a wrong one.
+func tokenRefused(h Hello) error {
+	if h.Token == "" {
+		return newError(CodeUnauthorized, fmt.Sprintf("authentication failed: no token from a %s", h.Role))
+	}
+	return newError(CodeUnauthorized, fmt.Sprintf("authentication failed: wrong token from a %s", h.Role))
+}

@@ -191,6 +191,14 @@ func TestWrongToken(t *testing.T) {
 		}
 	}
 	check.Equal(t, calls.Load(), int32(0))
+	// The server's log tells a missing token from a wrong one.
+	for _, want := range []string{"no token from a client", "wrong token from a client"} {
+		deadline := time.Now().Add(guard)
+		for !ts.logs.contains(want) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		check.True(t, ts.logs.contains(want), "logged "+want)
+	}
 
 	// Nothing is served after a refused hello, even to a peer that goes on.
 	nc, err := net.Dial("tcp", ts.addr)
