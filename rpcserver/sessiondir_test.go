@@ -10,9 +10,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -145,4 +148,41 @@ func TestWorkerInheritsNoDescriptors(t *testing.T) {
 		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
 		check.True(t, target != leak.Name(), "the worker holds the daemon's descriptor as its fd", e.Name())
 	}
+}
+
+// TestSessionOutlivedByNone: a process a kernel double-forks does not
+// outlive its session.
+func TestSessionOutlivedByNone(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	mod := loadKernels(t, s)
+	orphan, err := mod.GetFunction(ctx, "orphan")
+	check.NoError(t, err)
+	out, err := s.Empty(ctx, ndarray.Shape{1}, ndarray.Int64, devices.CPUDevice)
+	check.NoError(t, err)
+	_, err = s.Call(ctx, orphan, out, int64(2*guard/time.Millisecond)) // past the wait below
+	check.NoError(t, err)
+	host, err := s.CopyTo(ctx, out)
+	check.NoError(t, err)
+	pids, err := ndarray.ToSlice[int64](host)
+	check.NoError(t, err)
+	pid := int(pids[0])
+	check.True(t, pid > 0, "the kernel's grandchild pid", pid)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	check.True(t, alive(pid), "the grandchild is not running")
+
+	check.NoError(t, s.Close())
+	eventually(t, "the session's grandchild is gone", func() bool { return !alive(pid) })
+}
+
+// alive says whether process pid runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }

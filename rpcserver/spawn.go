@@ -200,6 +200,8 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 		io.Copy(io.Discard, errR)
 	})
 	wg.Go(func() {
+		// What the worker's kernels forked ends with it.
+		waitThenKillGroup(cmd.Process.Pid)
 		cmd.Wait()
 		t := time.NewTimer(2 * time.Second)
 		select {

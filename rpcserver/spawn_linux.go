@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // workerSysProcAttr puts a worker in a process group of its own (a Ctrl-C
@@ -27,4 +29,19 @@ func closeOnExec() {
 			syscall.CloseOnExec(fd)
 		}
 	}
+}
+
+// waitThenKillGroup waits until the worker pid has exited without reaping
+// it, then kills what is left of its process group (what its kernels
+// forked): while the worker is not reaped its pid, and so its group id,
+// cannot name another process.
+func waitThenKillGroup(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	syscall.Kill(-pid, syscall.SIGKILL)
 }

@@ -11,3 +11,6 @@ func workerSysProcAttr() *syscall.SysProcAttr {
 
 // closeOnExec does nothing here: Go opens every descriptor close-on-exec.
 func closeOnExec() {}
+
+// waitThenKillGroup does nothing here: the worker's exit is seen by Wait.
+func waitThenKillGroup(pid int) {}

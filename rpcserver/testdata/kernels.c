@@ -1,7 +1,11 @@
 // Kernels for the device daemon's tests: a real computation, an empty one,
-// one that crashes the worker and one that blocks.
+// one that crashes the worker, one that blocks and one that leaves a
+// process behind.
 #include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "kiln_abi.h"
 
 KILN_DEFINE_LAST_ERROR()
@@ -48,6 +52,40 @@ KILN_EXPORT int32_t fail(KilnValue* args, int32_t* codes, int32_t n) {
   return 3;
 }
 
+// orphan double-forks: the grandchild sleeps for args[1] ms, outliving the
+// call and its parent, and its pid is written to the int64 tensor args[0].
+KILN_EXPORT int32_t orphan(KilnValue* args, int32_t* codes, int32_t n) {
+  DLTensor* out = (DLTensor*)args[0].v_handle;
+  int64_t ms = args[1].v_int64;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    kiln_set_last_error("orphan: pipe failed");
+    return 1;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    kiln_set_last_error("orphan: fork failed");
+    return 1;
+  }
+  if (child == 0) {
+    pid_t g = fork();
+    if (g == 0) {
+      struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+      while (nanosleep(&ts, &ts) != 0) {}
+      _exit(0);
+    }
+    if (write(fds[1], &g, sizeof g) != sizeof g) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t g = -1;
+  if (read(fds[0], &g, sizeof g) != sizeof g) g = -1;
+  close(fds[0]);
+  waitpid(child, NULL, 0);
+  *(int64_t*)((char*)out->data + out->byte_offset) = g;
+  return 0;
+}
+
 KILN_EXPORT const char* kiln_module_metadata(void) {
   return "{\"format_version\":1,\"target\":\"c\",\"functions\":["
          "{\"name\":\"vadd\",\"params\":["
@@ -58,6 +96,9 @@ KILN_EXPORT const char* kiln_module_metadata(void) {
          "{\"name\":\"crash\",\"params\":[{\"name\":\"addr\",\"kind\":\"int\"}]},"
          "{\"name\":\"sleep_ms\",\"params\":[{\"name\":\"ms\",\"kind\":\"int\"}]},"
          "{\"name\":\"fail\",\"params\":[]},"
-         "{\"name\":\"abort_now\",\"params\":[]}"
+         "{\"name\":\"abort_now\",\"params\":[]},"
+         "{\"name\":\"orphan\",\"params\":["
+         "{\"name\":\"pid\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[1]},"
+         "{\"name\":\"ms\",\"kind\":\"int\"}]}"
          "]}";
 }
