@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -91,7 +93,8 @@ func numpyPython() string {
 
 // TestREADME runs every block marked "```sh test" in README.md and
 // docs/*.md, file by file, in order, each file in a fresh directory with
-// this test binary standing in for the kiln binary on PATH. A block that
+// this test binary standing in for the kiln binary on PATH and the
+// loopback ports the blocks name replaced by free ones. A block that
 // fails fails the test with its file, line and output. Processes a block
 // leaves in the background (a fleet on loopback) are killed when its file
 // is done.
@@ -127,9 +130,36 @@ func TestREADME(t *testing.T) {
 	check.True(t, total > 0, "no runnable blocks in README.md or docs/")
 }
 
-// runDocBlocks runs one file's blocks in order in a fresh directory.
+// loopbackRE matches the loopback addresses the documents' blocks use.
+var loopbackRE = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
+
+// freeLoopbackPorts maps every loopback address the blocks name to a free
+// port on 127.0.0.1, the same one wherever an address recurs, so that the
+// blocks run beside anything already listening on the documents' ports.
+func freeLoopbackPorts(t *testing.T, blocks []docBlock) map[string]string {
+	ports := map[string]string{}
+	for _, b := range blocks {
+		for _, a := range loopbackRE.FindAllString(b.text, -1) {
+			if _, ok := ports[a]; ok {
+				continue
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			check.NoError(t, err)
+			ports[a] = ln.Addr().String()
+			ln.Close()
+		}
+	}
+	return ports
+}
+
+// runDocBlocks runs one file's blocks in order in a fresh directory, with
+// the loopback ports they name replaced by free ones.
 func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
 	dir := t.TempDir()
+	ports := freeLoopbackPorts(t, blocks)
+	if len(ports) > 0 {
+		t.Logf("loopback addresses in this run: %v", ports)
+	}
 	var groups []int
 	defer func() {
 		// Stop what the blocks left running (their process groups),
@@ -150,7 +180,8 @@ func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		out, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("block%d.out", i)))
 		check.NoError(t, err)
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b.text)
+		text := loopbackRE.ReplaceAllStringFunc(b.text, func(a string) string { return ports[a] })
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", text)
 		cmd.Dir, cmd.Env = dir, env
 		// Output goes to a file, not a pipe: a daemon started in the
 		// background keeps its descriptors, and Wait must not wait for it.
@@ -164,7 +195,7 @@ func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
 		}
 		cancel()
 		out.Close()
-		text, _ := os.ReadFile(out.Name())
+		output, _ := os.ReadFile(out.Name())
 		if err != nil {
 			logs := ""
 			for _, l := range []string{"tracker.log", "compiler.log", "device.log"} {
@@ -172,8 +203,8 @@ func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
 					logs += fmt.Sprintf("\n--- %s:\n%s", l, b)
 				}
 			}
-			t.Fatalf("%s:%d: block failed: %v\n--- block:\n%s--- output:\n%s%s", b.file, b.line, err, b.text, text, logs)
+			t.Fatalf("%s:%d: block failed: %v\n--- block (as run):\n%s--- output:\n%s%s", b.file, b.line, err, text, output, logs)
 		}
-		t.Logf("%s:%d: ok\n%s", b.file, b.line, text)
+		t.Logf("%s:%d: ok\n%s", b.file, b.line, output)
 	}
 }
