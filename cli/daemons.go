@@ -204,7 +204,8 @@ Examples:
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
-			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive)"},
+			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs --insecure-shared)"},
+			&ucli.BoolFlag{Name: "insecure-shared", Usage: "allow --max-sessions above 1 although sessions are not sandboxed from each other"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
@@ -233,7 +234,7 @@ func runRPCServer(c *ucli.Context) error {
 		Listen: c.String("listen"), Key: c.String("key"), Token: tok, TLS: tlsCfg,
 		SessionTimeout: c.Duration("session-timeout"), MaxSessions: c.Int("max-sessions"),
 		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
-		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"),
+		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"), InsecureShared: c.Bool("insecure-shared"),
 		SessionQuota: c.Int64("max-session-bytes"),
 		Worker:       rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}

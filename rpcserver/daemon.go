@@ -106,6 +106,12 @@ type Config struct {
 	// Insecure lets the daemon listen beyond loopback with neither a
 	// token nor mutual TLS (New refuses that otherwise); it then warns.
 	Insecure bool
+	// InsecureShared lets MaxSessions exceed 1 (New refuses that
+	// otherwise): sessions are not sandboxed from each other (their
+	// workers run as the daemon's user, in its namespaces), so serving
+	// several tenants at once is the operator's explicit choice; the
+	// daemon then warns.
+	InsecureShared bool
 	// Logger receives the daemon's logs (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -187,6 +193,12 @@ func New(cfg Config) (*Daemon, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.MaxSessions > 1 {
+		if !cfg.InsecureShared {
+			return nil, fmt.Errorf("rpcserver: --max-sessions %d: this daemon cannot sandbox sessions from each other (workers run as its user, in its namespaces), so it serves one session at a time; give --insecure-shared to serve several anyway", cfg.MaxSessions)
+		}
+		log.Warn("INSECURE: sessions are not sandboxed from each other; with --insecure-shared, concurrent sessions can read each other's files and signal each other's workers", "max_sessions", cfg.MaxSessions)
+	}
 	exposed := proto.CheckExposure("rpcserver", cfg.Listen, cfg.Token, cfg.TLS, "--insecure")
 	if err := exposed; err != nil {
 		if !cfg.Insecure {
@@ -214,6 +226,8 @@ func New(cfg Config) (*Daemon, error) {
 		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
 		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
 	}
+	d.reg.Flag("kiln_rpcserver_sandboxed", "1 when sessions are sandboxed from each other; 0 here: workers run as the daemon's user, in its namespaces.", false)
+	d.reg.Flag("kiln_rpcserver_insecure_shared", "1 when the daemon serves several unsandboxed sessions at once (--insecure-shared).", cfg.MaxSessions > 1)
 	d.reg.Flag("kiln_rpcserver_insecure", "1 when the daemon was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", exposed != nil)
 	d.m.active.Set(0)
 	d.m.inflight.Set(0)

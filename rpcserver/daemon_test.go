@@ -287,7 +287,7 @@ func TestWorkerKilledMidCall(t *testing.T) {
 func TestSessionDeadline(t *testing.T) {
 	kernelsArtifact(t) // build before the clock runs
 	// Long enough for the upload and load below on a loaded machine.
-	td := startDaemon(t, rpcserver.Config{SessionTimeout: 4 * time.Second, MaxSessions: 2})
+	td := startDaemon(t, rpcserver.Config{SessionTimeout: 4 * time.Second, MaxSessions: 2, InsecureShared: true})
 	busy := td.connect(t, client.SessionOptions{})
 	idle := td.connect(t, client.SessionOptions{})
 	ctx := testCtx(t)

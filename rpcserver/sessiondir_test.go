@@ -186,3 +186,16 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
+
+// TestSharedNeedsConsent: unsandboxed sessions are served one at a time
+// unless the operator says otherwise, and /metrics says which.
+func TestSharedNeedsConsent(t *testing.T) {
+	_, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), MaxSessions: 2})
+	check.Error(t, err, "--max-sessions 2", "--insecure-shared")
+	td := startDaemon(t, rpcserver.Config{MaxSessions: 2, InsecureShared: true})
+	m := td.metrics(t)
+	check.True(t, strings.Contains(m, "kiln_rpcserver_insecure_shared 1\n") && strings.Contains(m, "kiln_rpcserver_sandboxed 0\n"), m)
+	check.True(t, strings.Contains(td.logs.String(), "not sandboxed from each other"), td.logs.String())
+	one := startDaemon(t, rpcserver.Config{})
+	check.True(t, strings.Contains(one.metrics(t), "kiln_rpcserver_insecure_shared 0\n"), one.metrics(t))
+}
