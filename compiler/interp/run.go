@@ -69,6 +69,11 @@ type memory struct {
 	name   string
 	data   []byte
 	shared bool // GPU shared memory: accesses are checked for races
+	// arr is the array whose memory data aliases, held so that the
+	// garbage collector does not free that memory while the function
+	// runs (the caller may drop its last reference to the array once it
+	// has passed it in).
+	arr *ndarray.NDArray
 }
 
 // layout is a buffer's shape, strides and offset, in elements, evaluated.
@@ -280,7 +285,7 @@ func (m *machine) bindArray(b *ir.Buffer, arr *ndarray.NDArray) error {
 	if n > 0 {
 		data = arr.Data().HostBytes(n)
 	}
-	mem := &memory{name: b.Name, data: data}
+	mem := &memory{name: b.Name, data: data, arr: arr}
 	m.mem[b.Data] = mem
 	m.layouts[b] = lay
 	return nil
