@@ -49,10 +49,14 @@ type SessionOptions struct {
 // Session is an open session on a device daemon. Its methods are safe for
 // concurrent use. Handles (Module, Func, Array) belong to their session.
 type Session struct {
-	c    *proto.Client
-	info SessionInfo
-	addr string
-	opts SessionOptions
+	c *proto.Client
+	// calls, when set, is the session's call connection, served by the
+	// worker itself (see proto.SessionInfo.CallTicket): the methods the
+	// worker serves go there, one hop instead of two.
+	calls *proto.Client
+	info  SessionInfo
+	addr  string
+	opts  SessionOptions
 
 	mu     sync.Mutex
 	endErr error // set once the daemon said the session ended
@@ -90,7 +94,69 @@ func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 		c.Close()
 		return nil, fmt.Errorf("open session on %s: %w", addr, err)
 	}
+	if s.info.CallTicket != "" && opts.TLS == nil {
+		calls, err := s.dialCalls(ctx)
+		if err != nil {
+			// The session's connection carries the calls instead.
+			s.log().Debug("no call connection: calls go through the daemon", "addr", addr, "err", err)
+		}
+		s.calls = calls
+	}
 	return s, nil
+}
+
+func (s *Session) log() *slog.Logger {
+	if s.opts.Logger != nil {
+		return s.opts.Logger
+	}
+	return slog.Default()
+}
+
+// dialCalls opens the session's call connection: a RoleCall connection
+// carrying the session's call ticket, which the daemon hands to the
+// worker; the worker's answer says it serves the connection from now on.
+func (s *Session) dialCalls(ctx context.Context) (*proto.Client, error) {
+	opts := proto.DialOptions{Role: proto.RoleCall, Token: s.opts.Token, HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger}
+	nc, err := proto.DialRaw(ctx, s.addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(proto.DefaultHandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	err = proto.WriteFrame(nc, proto.CallTicket{Ticket: s.info.CallTicket}, 0)
+	var b []byte
+	if err == nil {
+		b, err = proto.ReadFrame(nc, 64<<10)
+	}
+	var resp proto.Response
+	if err == nil {
+		resp, err = proto.DecodeResponse(b)
+	}
+	if err == nil && resp.Error != nil {
+		err = resp.Error
+	}
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err == nil {
+		err = nc.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("call connection: %w", err)
+	}
+	return proto.NewAdoptedFrameClient(nc, opts), nil
+}
+
+// workerMethods are the methods the session's worker serves, which go on
+// the call connection when there is one.
+var workerMethods = map[string]bool{
+	proto.ModuleLoad: true, proto.ModuleGetFunction: true, proto.GlobalGet: true, proto.GlobalList: true,
+	proto.FuncCall: true, proto.FuncTime: true, proto.ArrayEmpty: true, proto.HandleFree: true, proto.DeviceAttrs: true,
 }
 
 // Info describes the session (id, worker pid, expiry).
@@ -101,7 +167,12 @@ func (s *Session) Expires() time.Time { return time.Unix(0, s.info.ExpiresAt) }
 
 // Close ends the session: the daemon stops its worker and removes its
 // files. It is idempotent.
-func (s *Session) Close() error { return s.c.Close() }
+func (s *Session) Close() error {
+	if s.calls != nil {
+		s.calls.Close()
+	}
+	return s.c.Close()
+}
 
 // Err returns why the session ended (crashed, expired, connection lost), or
 // nil while it is usable.
@@ -154,7 +225,28 @@ func (s *Session) call(ctx context.Context, method string, args, result any) err
 	if err := s.ended(); err != nil {
 		return err
 	}
+	if s.calls != nil && workerMethods[method] {
+		err := s.calls.Call(ctx, method, args, result)
+		if err != nil && errors.Is(err, proto.ErrUnavailable) {
+			err = s.whyBroken(ctx, err)
+		}
+		return s.explain(err)
+	}
 	return s.explain(s.c.Call(ctx, method, args, result))
+}
+
+// whyBroken asks the daemon why the call connection broke: a worker that
+// died (a crashed kernel, a session past its deadline) takes it down, and
+// the daemon, which saw it die, says how and in which function.
+func (s *Session) whyBroken(ctx context.Context, err error) error {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	why := s.c.Call(qctx, proto.SessionStatus, nil, nil)
+	var we *proto.WireError
+	if why != nil && !errors.Is(why, proto.ErrUnavailable) && !errors.Is(why, proto.ErrNotFound) && errors.As(why, &we) {
+		return we
+	}
+	return err
 }
 
 // bulk runs a bulk method.

@@ -73,13 +73,17 @@ func (d *Daemon) takeTicket(t string) (uploadTicket, bool) {
 	return v, true
 }
 
-// serveRaw serves a RoleBulk connection: the ticket frame, the upload,
-// and one response frame saying how it went.
-func (d *Daemon) serveRaw(ctx context.Context, _ *proto.Conn, nc net.Conn) error {
+// serveRaw serves a RoleBulk connection (the ticket frame, the upload,
+// and one response frame saying how it went) or a RoleCall connection
+// (the ticket frame; then the connection is the worker's).
+func (d *Daemon) serveRaw(ctx context.Context, c *proto.Conn, nc net.Conn) error {
 	nc.SetReadDeadline(time.Now().Add(proto.DefaultHandshakeTimeout))
 	b, err := proto.ReadFrame(nc, 4<<10)
 	if err != nil {
-		return fmt.Errorf("bulk connection: %w", err)
+		return fmt.Errorf("%s connection: %w", c.Role(), err)
+	}
+	if c.Role() == proto.RoleCall {
+		return d.serveCallConn(nc, b)
 	}
 	var bt proto.BulkTicket
 	if err := msgpack.Unmarshal(b, &bt); err != nil {
@@ -113,4 +117,66 @@ func (d *Daemon) rawUpload(ctx context.Context, nc net.Conn, ticket string) erro
 	}
 	d.m.bulkByte.Add(float64(t.size), proto.FileUpload)
 	return nil
+}
+
+// serveCallConn hands a RoleCall connection to the worker of the session
+// whose call ticket its first frame b holds: from then on the worker
+// answers it (first with a Response frame, ID 1) and serves its calls, and
+// the daemon is off their path. A refusal is answered here.
+func (d *Daemon) serveCallConn(nc net.Conn, b []byte) error {
+	var ct proto.CallTicket
+	err := msgpack.Unmarshal(b, &ct)
+	if err != nil {
+		err = fmt.Errorf("call connection: ticket: %v: %w", err, proto.ErrBadRequest)
+	} else {
+		err = d.handCall(nc, ct.Ticket)
+	}
+	if err == nil {
+		return nil
+	}
+	nc.SetWriteDeadline(time.Now().Add(proto.DefaultHandshakeTimeout))
+	proto.WriteFrame(nc, proto.Response{ID: 1, Error: proto.ToWire(err)}, 0)
+	return err
+}
+
+// handCall passes nc to the worker of the session holding ticket.
+func (d *Daemon) handCall(nc net.Conn, ticket string) error {
+	d.tmu.Lock()
+	s := d.calls[ticket]
+	delete(d.calls, ticket)
+	d.tmu.Unlock()
+	if s == nil || ticket == "" {
+		return fmt.Errorf("call connection: unknown or used ticket: %w", proto.ErrUnauthorized)
+	}
+	w, err := s.live()
+	if err != nil {
+		return err
+	}
+	nc.SetReadDeadline(time.Time{})
+	if err := w.handoff(nc); err != nil {
+		return err
+	}
+	s.log.Debug("call connection handed to the worker", "remote", nc.RemoteAddr())
+	return nil
+}
+
+// issueCallTicket gives s a ticket for its call connection.
+func (d *Daemon) issueCallTicket(s *session) string {
+	var b [16]byte
+	rand.Read(b[:])
+	t := hex.EncodeToString(b[:])
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	d.calls[t] = s
+	return t
+}
+
+// dropCallTicket forgets s's unused call ticket.
+func (d *Daemon) dropCallTicket(t string) {
+	if t == "" {
+		return
+	}
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	delete(d.calls, t)
 }

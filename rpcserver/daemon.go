@@ -137,6 +137,7 @@ type Daemon struct {
 
 	tmu     sync.Mutex
 	tickets map[string]uploadTicket // upload tickets waiting for their connections
+	calls   map[string]*session     // call tickets waiting for their connections
 }
 
 // daemonMetrics are the daemon's Prometheus metrics.
@@ -214,7 +215,7 @@ func New(cfg Config) (*Daemon, error) {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(),
-		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}}
+		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
 		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
@@ -222,7 +223,7 @@ func New(cfg Config) (*Daemon, error) {
 		ended:    d.reg.Counter("kiln_rpcserver_sessions_ended_total", "Sessions ended, by how.", "how"),
 		crashes:  d.reg.Counter("kiln_rpcserver_worker_crashes_total", "Worker processes that crashed or were killed."),
 		calls:    d.reg.Counter("kiln_rpcserver_calls_total", "Requests served, by method and result code.", "method", "code"),
-		inflight: d.reg.Gauge("kiln_rpcserver_worker_calls_in_flight", "Requests forwarded to workers and not yet answered."),
+		inflight: d.reg.Gauge("kiln_rpcserver_worker_calls_in_flight", "Requests running in session workers, those on clients' call connections included."),
 		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
 		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
 	}
@@ -233,7 +234,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.m.inflight.Set(0)
 	d.srv = proto.NewServer(proto.ServerConfig{
 		Token:        cfg.Token,
-		Roles:        []proto.Role{proto.RoleClient, proto.RoleBulk},
+		Roles:        []proto.Role{proto.RoleClient, proto.RoleBulk, proto.RoleCall},
 		MaxFrameSize: cfg.MaxFrameSize,
 		Logger:       d.log,
 		OnConnect:    d.admit,
@@ -253,7 +254,33 @@ func (d *Daemon) SetTracker(t Tracker) { d.cfg.Tracker = t }
 func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
 
 // MetricsHandler serves the daemon's metrics in Prometheus's text format.
-func (d *Daemon) MetricsHandler() http.Handler { return d.reg.Handler() }
+func (d *Daemon) MetricsHandler() http.Handler {
+	h := d.reg.Handler()
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		d.refreshMetrics()
+		h.ServeHTTP(rw, r)
+	})
+}
+
+// refreshMetrics reads the sessions' call boards: calls in flight, and
+// the calls their workers served on the clients' call connections.
+func (d *Daemon) refreshMetrics() {
+	d.mu.Lock()
+	open := make([]*session, 0, len(d.sessions))
+	for s := range d.sessions {
+		open = append(open, s)
+	}
+	d.mu.Unlock()
+	n := 0
+	for _, s := range open {
+		n += s.inFlight()
+		s.mu.Lock()
+		w := s.worker
+		s.mu.Unlock()
+		s.syncCounts(w)
+	}
+	d.m.inflight.Set(float64(n))
+}
 
 // Run serves until ctx is cancelled, then stops in order: it refuses new
 // sessions, lets open ones end for up to DrainTimeout, cuts the rest (their
@@ -350,8 +377,8 @@ type sessionKey struct{}
 // client's lease (if the device is leased) has been verified: a client
 // with the token but no lease cannot keep the lease's holder out.
 func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
-	if c.Role() == proto.RoleBulk {
-		return nil // an upload for a session that holds its slot already
+	if c.Role().Raw() {
+		return nil // an upload or call connection of a session that holds its slot already
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

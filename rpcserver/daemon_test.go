@@ -564,7 +564,10 @@ func TestLeases(t *testing.T) {
 	check.True(t, strings.Contains(failures[0], "SIGSEGV"), failures)
 }
 
-func TestTLS(t *testing.T) {
+// testTLS makes a self-signed certificate for 127.0.0.1: the server's TLS
+// configuration and a client's that trusts it.
+func testTLS(t testing.TB) (*tls.Config, *tls.Config) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	check.NoError(t, err)
 	tmpl := &x509.Certificate{
@@ -580,12 +583,16 @@ func TestTLS(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	srvTLS := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	return srvTLS, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
 
+func TestTLS(t *testing.T) {
+	srvTLS, cliTLS := testTLS(t)
 	td := startDaemon(t, rpcserver.Config{TLS: srvTLS, Token: "tok"})
-	s := td.connect(t, client.SessionOptions{Token: "tok", TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	s := td.connect(t, client.SessionOptions{Token: "tok", TLS: cliTLS})
 	check.NoError(t, s.Upload(testCtx(t), "x", []byte("over tls")))
 	var buf bytes.Buffer
-	_, err = s.Download(testCtx(t), "x", &buf)
+	_, err := s.Download(testCtx(t), "x", &buf)
 	check.NoError(t, err)
 	check.Equal(t, buf.String(), "over tls")
 	// A large file goes on a TLS connection of its own.

@@ -20,22 +20,39 @@
 // creates the session directory and starts the worker: the daemon's own
 // executable with Config.Worker.Args (DefaultWorkerArgs,
 // "rpcserver-worker"), connected by two AF_UNIX socket pairs passed as file
-// descriptors 3 and 4. The daemon serves the file methods itself and
-// forwards every other request to the worker as plain frames on fd 4
-// (proto.NewFrameClient / Server.ServeFrames: no yamux on the hot path),
-// and the array bulk transfers over fd 3 (a proto connection with role
-// worker, yamux and bulk streams). The worker runs with GOMAXPROCS=1
-// unless WorkerSpec.Env sets it: its Go code is the call path only, and
-// kernels' own threads (OpenMP) are not Go threads.
+// descriptors 3 and 4, a packet socket (5) that passes it clients' call
+// connections, and the call board (6), a memfd page both map. The daemon
+// serves the file methods itself.
+//
+// One hop per call: session.open answers with a call ticket; the client
+// dials a second connection with proto.RoleCall and sends the ticket, and
+// the daemon hands that TCP socket to the worker with SCM_RIGHTS. The
+// worker answers it and serves the session's calls on it as plain frames
+// (Server.ServeAdopted), so a call goes client → worker → client. Before
+// each request it notes on the call board what it runs (the function's
+// name), with plain stores and no system call; the daemon reads the board
+// when the worker has died (to name the function that crashed, or the call
+// that ran past its deadline) and when /metrics is scraped (calls in
+// flight, calls served). TLS sessions get no ticket: their encryption
+// state cannot leave the daemon's process, so the daemon forwards their
+// calls to the worker as plain frames on fd 4 (proto.NewFrameClient /
+// Server.ServeFrames). Array bulk transfers go through the daemon over fd
+// 3 (a proto connection with role worker, yamux and bulk streams). The
+// worker runs with GOMAXPROCS=1 unless WorkerSpec.Env sets it: its Go code
+// is the call path only, and kernels' own threads (OpenMP) are not Go
+// threads.
 //
 // A kernel that crashes kills the worker, not the daemon: the daemon reads
 // the worker's exit status (or, for a fatal signal the Go runtime caught,
-// the "[signal SIGSEGV: …]" line of its stderr), answers the calls in
-// flight with ErrCrashed naming the signal and the function, ends the
-// session and frees the device at once. A session past its deadline has its
-// worker killed; its calls get ErrSessionExpired. In both cases the daemon
-// closes the client's connection a little later (2 s), and a new session
-// can start at once.
+// the "[signal SIGSEGV: …]" line of its stderr) and the call board, ends
+// the session and frees the device at once. A client whose call connection
+// broke asks session.status and gets ErrCrashed naming the signal and the
+// function; calls through the daemon get it directly. A session past its
+// deadline has its worker killed; its calls get ErrSessionExpired. A call
+// or timing past its own deadline makes the worker kill itself (it marks
+// the call on the board first); the session ends with ErrDeadline naming
+// it. In each case the daemon closes the client's connection a little
+// later (2 s), and a new session can start at once.
 //
 // # Wiring the CLI
 //

@@ -25,6 +25,9 @@ func (d *Daemon) registerHandlers() {
 		}
 		return s.open(ctx, a)
 	})
+	d.handle(proto.SessionStatus, func(ctx context.Context, s *session, _ msgpack.RawMessage) (any, error) {
+		return nil, s.status(ctx)
+	})
 	for _, m := range forwarded {
 		d.handle(m, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
 			return s.forward(ctx, m, raw)

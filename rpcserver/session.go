@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -55,6 +56,11 @@ type session struct {
 	nextCall  uint64
 	funcNames map[uint64]string // function handle → name
 	closed    bool
+	// callTicket admits the client's call connection (see
+	// proto.SessionInfo.CallTicket); counted holds the call board's
+	// counters already added to the daemon's metrics.
+	callTicket string
+	counted    [boardMethods][boardCodes]uint64
 }
 
 func newSession(d *Daemon, c *proto.Conn, id string) *session {
@@ -224,9 +230,17 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		return proto.SessionInfo{}, fmt.Errorf("open session: the connection closed: %w", proto.ErrUnavailable)
 	}
 	s.dir, s.box, s.worker = dir, box, w
+	// Calls go straight to the worker on a connection of their own,
+	// unless TLS keeps them here: the encryption state of a TLS
+	// connection cannot leave the daemon's process.
+	var ticket string
+	if d.cfg.TLS == nil && w.board != nil {
+		ticket = d.issueCallTicket(s)
+		s.callTicket = ticket
+	}
 	s.mu.Unlock()
-	s.log.Info("session open", "worker", w.pid(), "dir", dir)
-	return proto.SessionInfo{ID: s.id, Key: d.cfg.Key, WorkerPID: w.pid(), Version: d.cfg.Version}, nil
+	s.log.Info("session open", "worker", w.pid(), "dir", dir, "direct_calls", ticket != "")
+	return proto.SessionInfo{ID: s.id, Key: d.cfg.Key, WorkerPID: w.pid(), Version: d.cfg.Version, CallTicket: ticket}, nil
 }
 
 // end marks the session ended with err (the first end wins), gives the
@@ -248,8 +262,9 @@ func (s *session) end(how string, err error) bool {
 	if !s.closed {
 		s.closer = time.AfterFunc(endGrace, func() { s.c.Close() })
 	}
-	lease := s.lease
+	lease, ticket := s.lease, s.callTicket
 	s.mu.Unlock()
+	s.d.dropCallTicket(ticket)
 	s.d.m.ended.Inc(how)
 	s.d.release(s)
 	if lease != "" && s.d.cfg.Tracker != nil {
@@ -307,6 +322,30 @@ func (s *session) workerExited() {
 	if w == nil {
 		return // it died while starting; open reports that
 	}
+	// The call board says what the worker was doing, calls that came on
+	// the client's call connection included (the daemon never saw those).
+	var overran []string
+	for _, c := range w.board.calls() {
+		if c.overran {
+			overran = append(overran, c.text)
+		}
+		if !slices.Contains(running, c.text) {
+			running = append(running, c.text)
+		}
+		if c.direct {
+			s.d.m.calls.Inc(c.method, string(proto.CodeCrashed))
+		}
+	}
+	s.syncCounts(w)
+	if len(overran) > 0 {
+		sort.Strings(overran)
+		err := fmt.Errorf("%s ran past the call's deadline: its worker (process %d) was killed and session %s has ended, so the device is free; open a new session to go on: %w",
+			strings.Join(overran, ", "), w.pid(), s.id, proto.ErrDeadline)
+		if s.end("call_deadline", err) {
+			s.log.Warn("call past its deadline: worker killed", "call", strings.Join(overran, ", "))
+		}
+		return
+	}
 	reason, crashed := w.reason()
 	sort.Strings(running)
 	during := "while idle"
@@ -349,6 +388,8 @@ func (s *session) close() {
 	s.mu.Unlock()
 	if w != nil {
 		w.stop(5 * time.Second)
+		s.syncCounts(w)
+		w.board.unmap()
 	}
 	if box != nil {
 		box.Close()
@@ -371,7 +412,6 @@ type inflightCall struct {
 // track records a call in flight for crash reports; untrack forgets it.
 // Describing the call is left to the crash report.
 func (s *session) track(what inflightCall) uint64 {
-	s.d.m.inflight.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextCall++
@@ -380,7 +420,6 @@ func (s *session) track(what inflightCall) uint64 {
 }
 
 func (s *session) untrack(id uint64) {
-	s.d.m.inflight.Add(-1)
 	s.mu.Lock()
 	delete(s.inflight, id)
 	s.mu.Unlock()
@@ -549,4 +588,59 @@ func (p *pipeBody) Close() error {
 		p.stop()
 	})
 	return nil
+}
+
+// inFlight counts the session's requests running in its worker: those on
+// the call board (which the daemon's forwarded ones are on too), else
+// those the daemon forwarded.
+func (s *session) inFlight() int {
+	s.mu.Lock()
+	w, n, ended := s.worker, len(s.inflight), s.state == stateEnded
+	s.mu.Unlock()
+	if w != nil && w.board != nil {
+		if ended {
+			return 0
+		}
+		return len(w.board.calls())
+	}
+	return n
+}
+
+// syncCounts adds the calls the worker served on the client's call
+// connection since the last sync to the daemon's calls_total.
+func (s *session) syncCounts(w *workerProc) {
+	if w == nil || w.board == nil {
+		return
+	}
+	now := w.board.counts()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m := range len(boardMethodNames) {
+		for c := range len(boardCodeNames) {
+			if now[m][c] > s.counted[m][c] {
+				s.d.m.calls.Add(float64(now[m][c]-s.counted[m][c]), boardMethodNames[m], string(boardCodeNames[c]))
+				s.counted[m][c] = now[m][c]
+			}
+		}
+	}
+}
+
+// status answers proto.SessionStatus: nil while the session is open, else
+// why it ended. A client asks when its call connection broke, which the
+// worker's death does: the answer waits a moment for the daemon to see it.
+func (s *session) status(ctx context.Context) error {
+	s.mu.Lock()
+	state, w := s.state, s.worker
+	s.mu.Unlock()
+	if state == stateOpen && w != nil {
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-w.exited:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	_, err := s.live()
+	return err
 }

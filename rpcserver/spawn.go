@@ -74,6 +74,11 @@ type workerProc struct {
 	client *proto.Client // yamux: bulk transfers
 	calls  *proto.Client // plain frames: calls
 	stderr *tail
+	// hand passes clients' call connections to the worker (SCM_RIGHTS);
+	// board is the call board the worker writes (nil where there is none).
+	hand  *net.UnixConn
+	hmu   sync.Mutex
+	board *board
 
 	exited chan struct{} // closed once the process has been waited for
 	state  *os.ProcessState
@@ -96,6 +101,7 @@ func (w *workerProc) kill() {
 func (w *workerProc) stop(grace time.Duration) {
 	w.calls.Close()
 	w.client.Close()
+	w.hand.Close()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -137,12 +143,25 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 		nc.Close()
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
+	closeAll := func(fs ...io.Closer) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	hand, htheirs, err := packetPair()
+	if err != nil {
+		closeAll(theirs, nc, ctheirs, cnc)
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	brd, bfile, err := newBoard()
+	if err != nil {
+		closeAll(theirs, nc, ctheirs, cnc, hand, htheirs)
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		theirs.Close()
-		nc.Close()
-		ctheirs.Close()
-		cnc.Close()
+		closeAll(theirs, nc, ctheirs, cnc, hand, htheirs, bfile)
+		brd.unmap()
 		return nil, fmt.Errorf("start worker: pipe: %w", err)
 	}
 
@@ -160,6 +179,8 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 	cmd.Env = append(cmd.Env,
 		EnvWorkerFD+"=3",
 		EnvWorkerCallFD+"=4",
+		EnvWorkerHandoffFD+"=5",
+		EnvWorkerBoardFD+"=6",
 		EnvWorkerDir+"="+dir,
 		EnvWorkerSession+"="+id,
 		EnvWorkerQuota+"="+strconv.FormatInt(quota, 10),
@@ -167,22 +188,19 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 	if log.Enabled(ctx, slog.LevelDebug) {
 		cmd.Env = append(cmd.Env, EnvWorkerLogLevel+"=debug")
 	}
-	cmd.ExtraFiles = []*os.File{theirs, ctheirs}
+	cmd.ExtraFiles = []*os.File{theirs, ctheirs, htheirs, bfile}
 	cmd.Stdout, cmd.Stderr = errW, errW
 	cmd.SysProcAttr = workerSysProcAttr()
 	closeOnExec()
 	err = cmd.Start()
 	// Only the worker holds its ends now: its exit closes the connections.
-	theirs.Close()
-	ctheirs.Close()
-	errW.Close()
+	closeAll(theirs, ctheirs, htheirs, bfile, errW)
 	if err != nil {
-		errR.Close()
-		nc.Close()
-		cnc.Close()
+		closeAll(errR, nc, cnc, hand)
+		brd.unmap()
 		return nil, fmt.Errorf("start worker %s: %w", strings.Join(argv, " "), err)
 	}
-	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{})}
+	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{}), hand: hand, board: brd}
 	wlog := log.With("worker", cmd.Process.Pid)
 
 	// The stderr reader and the waiter: the waiter gives the reader a
@@ -235,6 +253,8 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 	if err != nil {
 		w.kill()
 		<-w.exited
+		hand.Close()
+		brd.unmap()
 		reason, _ := w.reason()
 		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", strings.Join(argv, " "), err, reason, lastLines(w.stderr.Lines(), 5))
 	}
@@ -257,6 +277,58 @@ func socketPair() (net.Conn, *os.File, error) {
 		return nil, nil, err
 	}
 	return nc, theirs, nil
+}
+
+// packetPair returns a connected AF_UNIX packet pair for passing
+// descriptors: the daemon's end as a *net.UnixConn and the worker's as a
+// file to pass on.
+func packetPair() (*net.UnixConn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "handoff")
+	theirs := os.NewFile(uintptr(fds[1]), "daemon-handoff")
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		theirs.Close()
+		return nil, nil, fmt.Errorf("socketpair: got a %T", c)
+	}
+	return uc, theirs, nil
+}
+
+// handoff passes the client's call connection nc to the worker, which
+// answers the client and serves its calls from then on; the daemon's copy
+// of the descriptor is the caller's to close.
+func (w *workerProc) handoff(nc net.Conn) error {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("a %T connection cannot be handed to the worker: %w", nc, proto.ErrBadRequest)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("hand the call connection to the worker: %w", err)
+	}
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		_, _, serr = w.hand.WriteMsgUnix([]byte{1}, syscall.UnixRights(int(fd)), nil)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("hand the call connection to the worker: %v: %w", err, proto.ErrUnavailable)
+	}
+	return nil
 }
 
 // lastLines joins the last n lines for an error message.

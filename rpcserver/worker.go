@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -36,6 +37,14 @@ const (
 	// connection to the daemon, which carries calls as plain frames
 	// (proto.Server.ServeFrames; 4, the second of exec.Cmd.ExtraFiles).
 	EnvWorkerCallFD = "KILN_RPC_WORKER_CALL_FD"
+	// EnvWorkerHandoffFD is the file descriptor of an AF_UNIX packet
+	// socket on which the daemon passes clients' call connections
+	// (SCM_RIGHTS; 5). The worker answers each and serves its calls.
+	EnvWorkerHandoffFD = "KILN_RPC_WORKER_HANDOFF_FD"
+	// EnvWorkerBoardFD is the file descriptor of the call board, memory
+	// the worker shares with the daemon (6): it says there which requests
+	// are running, so that the daemon can name the one that crashed.
+	EnvWorkerBoardFD = "KILN_RPC_WORKER_BOARD_FD"
 	// EnvWorkerDir is the session's directory: files/ holds the client's
 	// files, modules/ the worker's copies of loaded modules.
 	EnvWorkerDir = "KILN_RPC_WORKER_DIR"
@@ -74,6 +83,13 @@ type WorkerConfig struct {
 	// calls as plain frames (see EnvWorkerCallFD); the worker serves it
 	// beside conn and stops when either ends.
 	Calls net.Conn
+	// Handoff, when set, brings clients' call connections from the daemon
+	// (see EnvWorkerHandoffFD); the worker serves each until it ends.
+	Handoff *net.UnixConn
+
+	// board is the call board shared with the daemon (WorkerMain maps
+	// it); with one, a call past its deadline kills this process.
+	board *board
 }
 
 // WorkerMain is the body of a worker process: the hidden CLI subcommand the
@@ -88,43 +104,54 @@ func WorkerMain() int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
 		With("worker", os.Getpid(), "session", os.Getenv(EnvWorkerSession))
-	fd, err := strconv.Atoi(os.Getenv(EnvWorkerFD))
-	if err != nil || fd < 3 {
+	if os.Getenv(EnvWorkerFD) == "" {
 		log.Error("not started by a kiln device daemon: no worker connection", "env", EnvWorkerFD)
 		return 2
 	}
-	f := os.NewFile(uintptr(fd), "daemon")
-	conn, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		log.Error("open worker connection", "err", err)
-		return 2
-	}
-	var calls net.Conn
-	if v := os.Getenv(EnvWorkerCallFD); v != "" {
-		cfd, err := strconv.Atoi(v)
-		if err != nil || cfd < 3 {
-			log.Error("bad call connection", "env", EnvWorkerCallFD, "value", v)
+	var conn, calls, hand net.Conn
+	var brd *board
+	for _, e := range []struct {
+		env, what string
+		open      func(*os.File) error
+	}{
+		{EnvWorkerFD, "worker connection", func(f *os.File) (err error) { conn, err = net.FileConn(f); return err }},
+		{EnvWorkerCallFD, "call connection", func(f *os.File) (err error) { calls, err = net.FileConn(f); return err }},
+		{EnvWorkerHandoffFD, "handoff connection", func(f *os.File) (err error) { hand, err = net.FileConn(f); return err }},
+		{EnvWorkerBoardFD, "call board", func(f *os.File) (err error) { brd, err = mapBoard(f); return err }},
+	} {
+		v := os.Getenv(e.env)
+		if v == "" {
+			continue
+		}
+		fd, err := strconv.Atoi(v)
+		if err != nil || fd < 3 {
+			log.Error("bad "+e.what+" descriptor", "env", e.env, "value", v)
 			return 2
 		}
-		f := os.NewFile(uintptr(cfd), "daemon-calls")
-		calls, err = net.FileConn(f)
+		f := os.NewFile(uintptr(fd), e.what)
+		err = e.open(f)
 		f.Close()
 		if err != nil {
-			log.Error("open worker call connection", "err", err)
+			log.Error("open "+e.what, "err", err)
 			return 2
 		}
+	}
+	handoff, ok := hand.(*net.UnixConn)
+	if hand != nil && !ok {
+		log.Error("the handoff connection is not a Unix socket", "type", fmt.Sprintf("%T", hand))
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var quota int64
+	var err error
 	if v := os.Getenv(EnvWorkerQuota); v != "" {
 		if quota, err = strconv.ParseInt(v, 10, 64); err != nil || quota < 0 {
 			log.Error("bad session quota", "env", EnvWorkerQuota, "value", v)
 			return 2
 		}
 	}
-	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls, Quota: quota})
+	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls, Quota: quota, Handoff: handoff, board: brd})
 	if err != nil {
 		log.Error("worker stopped", "err", err)
 		return 1
@@ -160,7 +187,7 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer box.Close()
-	w := &worker{box: box, dir: cfg.Dir, quota: cfg.Quota, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log}
+	w := &worker{box: box, dir: cfg.Dir, quota: cfg.Quota, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log, board: cfg.board}
 	defer w.h.closeAll()
 
 	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
@@ -176,6 +203,11 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 			cancel()
 		})
 	}
+	if cfg.Handoff != nil {
+		stopHand := context.AfterFunc(sctx, func() { cfg.Handoff.Close() })
+		defer stopHand()
+		wg.Go(func() { w.adoptCalls(sctx, srv, cfg.Handoff, &wg) })
+	}
 	err = srv.ServeConn(sctx, conn)
 	cancel()
 	wg.Wait()
@@ -189,8 +221,56 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 	return nil
 }
 
+// adoptCalls receives clients' call connections from the daemon until the
+// handoff socket closes: it answers each (a Response frame, ID 1, saying
+// the worker has it) and serves its calls until it ends.
+func (w *worker) adoptCalls(ctx context.Context, srv *proto.Server, hand *net.UnixConn, wg *sync.WaitGroup) {
+	buf := make([]byte, 16)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	for {
+		_, oobn, _, _, err := hand.ReadMsgUnix(buf, oob)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+				w.log.Warn("handoff connection", "err", err)
+			}
+			return
+		}
+		msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			w.log.Warn("handoff: bad control message", "err", err)
+			continue
+		}
+		for _, m := range msgs {
+			fds, err := syscall.ParseUnixRights(&m)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				syscall.CloseOnExec(fd)
+				f := os.NewFile(uintptr(fd), "call")
+				nc, err := net.FileConn(f)
+				f.Close()
+				if err != nil {
+					w.log.Warn("handoff: adopt call connection", "err", err)
+					continue
+				}
+				nc.SetWriteDeadline(time.Now().Add(proto.DefaultHandshakeTimeout))
+				if err := proto.WriteFrame(nc, proto.Response{ID: 1}, 0); err != nil {
+					w.log.Warn("handoff: answer call connection", "err", err)
+					nc.Close()
+					continue
+				}
+				nc.SetWriteDeadline(time.Time{})
+				w.log.Debug("serving a call connection", "remote", nc.RemoteAddr())
+				wg.Go(func() { srv.ServeAdopted(ctx, nc, proto.RoleCall) })
+			}
+		}
+	}
+}
+
 // worker holds one session's objects.
 type worker struct {
+	board  *board // nil when there is none
 	box    *sandbox
 	modDir string
 	dir    string // the session's directory
@@ -229,23 +309,50 @@ func handler[A any](fn func(ctx context.Context, a A) (any, error)) proto.Handle
 	}
 }
 
+// handle registers a method whose requests go on the call board, and
+// kills this worker when a call or timing runs past its deadline (with a
+// board: the daemon then names it): a kernel cannot be interrupted, and the
+// device must not stay busy until the session's deadline.
+func (w *worker) handle(srv *proto.Server, method string, fn proto.HandlerFunc) {
+	mi := boardMethod(method)
+	watch := method == proto.FuncCall || method == proto.FuncTime
+	srv.Handle(method, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (out any, err error) {
+		if w.board == nil {
+			return fn(ctx, c, raw)
+		}
+		slot := w.board.claim(mi, c.Role() == proto.RoleCall)
+		defer func() { w.board.release(slot, err) }()
+		ctx = context.WithValue(ctx, slotKey{}, slot)
+		if _, ok := ctx.Deadline(); ok && watch {
+			stop := context.AfterFunc(ctx, func() {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) && w.board.overran(slot) {
+					w.log.Error("call past its deadline: this worker ends itself", "method", method)
+					syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
+			})
+			defer stop()
+		}
+		return fn(ctx, c, raw)
+	})
+}
+
 func (w *worker) register(srv *proto.Server) {
-	srv.Handle(proto.ModuleLoad, handler(w.loadModule))
-	srv.Handle(proto.ModuleGetFunction, handler(w.getFunction))
-	srv.Handle(proto.GlobalGet, handler(w.getFunction))
-	srv.Handle(proto.GlobalList, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
+	w.handle(srv, proto.ModuleLoad, handler(w.loadModule))
+	w.handle(srv, proto.ModuleGetFunction, handler(w.getFunction))
+	w.handle(srv, proto.GlobalGet, handler(w.getFunction))
+	w.handle(srv, proto.GlobalList, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
 		return packedfunc.List(), nil
 	})
-	srv.Handle(proto.FuncCall, handler(w.call))
-	srv.Handle(proto.FuncTime, handler(w.timeEvaluator))
-	srv.Handle(proto.ArrayEmpty, handler(w.empty))
-	srv.Handle(proto.HandleFree, handler(func(_ context.Context, a proto.HandleArgs) (any, error) {
+	w.handle(srv, proto.FuncCall, handler(w.call))
+	w.handle(srv, proto.FuncTime, handler(w.timeEvaluator))
+	w.handle(srv, proto.ArrayEmpty, handler(w.empty))
+	w.handle(srv, proto.HandleFree, handler(func(_ context.Context, a proto.HandleArgs) (any, error) {
 		return nil, w.h.free(a.Handle)
 	}))
-	srv.Handle(proto.DeviceAttrs, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
+	w.handle(srv, proto.DeviceAttrs, func(context.Context, *proto.Conn, msgpack.RawMessage) (any, error) {
 		return CollectDeviceAttrs(), nil
 	})
-	srv.Handle(proto.WorkerBulkSize, handler(w.bulkSize))
+	w.handle(srv, proto.WorkerBulkSize, handler(w.bulkSize))
 	srv.HandleBulk(proto.ArrayCopyFrom, w.copyFrom)
 	srv.HandleBulk(proto.ArrayCopyTo, w.copyTo)
 }
@@ -253,7 +360,8 @@ func (w *worker) register(srv *proto.Server) {
 // loadModule loads a .kiln artifact's host.so, or a bare shared object,
 // from the session's files. The worker loads a private copy, so the client
 // may replace or remove the file afterwards.
-func (w *worker) loadModule(_ context.Context, a proto.ModuleLoadArgs) (any, error) {
+func (w *worker) loadModule(ctx context.Context, a proto.ModuleLoadArgs) (any, error) {
+	w.board.label(slotOf(ctx), proto.ModuleLoad, " of \"", a.Name, "\"")
 	mod, err := w.openModule(a)
 	if err != nil {
 		return nil, err
@@ -440,11 +548,12 @@ func (w *worker) done(cs *callSetup) {
 }
 
 // call calls a function.
-func (w *worker) call(_ context.Context, a proto.CallArgs) (any, error) {
+func (w *worker) call(ctx context.Context, a proto.CallArgs) (any, error) {
 	cs, err := w.setup(a.Func, a.Args)
 	if err != nil {
 		return nil, fmt.Errorf("call: %w", err)
 	}
+	w.board.label(slotOf(ctx), "function \"", cs.fn.name, "\" (", proto.FuncCall, ")")
 	defer w.done(cs)
 	out, err := cs.fn.fn.Call(cs.args...)
 	if err != nil {
@@ -479,6 +588,7 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		return nil, fmt.Errorf("time evaluator: %w", err)
 	}
 	defer w.done(cs)
+	w.board.label(slotOf(ctx), "function \"", cs.fn.name, "\" (", proto.FuncTime, ")")
 	e := &timer.Evaluator{Call: func() error {
 		_, err := cs.fn.fn.Call(cs.args...)
 		return err

@@ -176,6 +176,18 @@ func NewFrameClient(ctx context.Context, nc net.Conn, opts DialOptions) (*Client
 	return startClient(nc, nil, nc, opts.MaxFrameSize), nil
 }
 
+// NewAdoptedFrameClient returns a Client that sends its requests as plain
+// frames on nc, whose hello was said already (DialRaw with RoleCall, and
+// the ticket exchange after it): a device session's call connection,
+// served by the session's worker with Server.ServeAdopted. Like
+// NewFrameClient's, it makes calls only. It owns nc.
+func NewAdoptedFrameClient(nc net.Conn, opts DialOptions) *Client {
+	if opts.MaxFrameSize <= 0 {
+		opts.MaxFrameSize = DefaultMaxFrameSize
+	}
+	return startClient(nc, nil, nc, opts.MaxFrameSize)
+}
+
 // startClient builds a Client on its control stream and starts its reader.
 func startClient(nc net.Conn, sess *yamux.Session, ctl net.Conn, maxFrame int) *Client {
 	c := &Client{

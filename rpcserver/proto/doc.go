@@ -19,7 +19,8 @@
 //	offset  size  field
 //	0       4     magic: the bytes 'K' 'I' 'L' 'N' (0x4b 0x49 0x4c 0x4e)
 //	4       2     protocol version (uint16), ProtocolVersion = 1
-//	6       1     role (uint8): 1 client, 2 device, 3 compiler, 4 tracker, 5 worker
+//	6       1     role (uint8): 1 client, 2 device, 3 compiler, 4 tracker, 5 worker,
+//	              6 bulk, 7 call
 //	7       2     token length N (uint16), at most 4096
 //	9       N     token bytes
 //
@@ -56,8 +57,9 @@
 // An internal link may skip yamux: a dialer that uses NewFrameClient, served
 // with Server.ServeFrames, sends its frames on the connection itself right
 // after the hello, with no control stream and no bulk streams (the device
-// daemon's call link to its worker). Clients and other listeners always use
-// yamux.
+// daemon's call link to its worker). A RoleCall connection carries plain
+// frames too, once its ticket has been accepted (see SessionInfo.CallTicket
+// and Server.ServeAdopted). Other connections always use yamux.
 //
 // # Frames
 //

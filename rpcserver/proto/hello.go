@@ -38,6 +38,13 @@ const (
 	// bytes after the hello, with no multiplexer (see Server's OnRaw and
 	// DialRaw): a file upload at the speed of the socket.
 	RoleBulk Role = 6
+	// RoleCall is a connection that carries one device session's calls
+	// as plain frames, with no multiplexer: after the hello the dialer
+	// sends one frame holding a CallTicket (SessionInfo.CallTicket), and
+	// the device daemon hands the connection to the session's worker,
+	// which answers with one Response frame (ID 1) and then serves the
+	// calls itself (see Server's OnRaw and ServeAdopted).
+	RoleCall Role = 7
 )
 
 // String returns the role's lowercase name.
@@ -55,12 +62,18 @@ func (r Role) String() string {
 		return "worker"
 	case RoleBulk:
 		return "bulk"
+	case RoleCall:
+		return "call"
 	}
 	return fmt.Sprintf("role(%d)", uint8(r))
 }
 
 // Valid reports whether r is one of the defined roles.
-func (r Role) Valid() bool { return r >= RoleClient && r <= RoleBulk }
+func (r Role) Valid() bool { return r >= RoleClient && r <= RoleCall }
+
+// Raw reports whether connections of role r are handed to the listener's
+// OnRaw as they are, with no multiplexer.
+func (r Role) Raw() bool { return r == RoleBulk || r == RoleCall }
 
 // Status is the listener's verdict on a hello.
 type Status uint8

@@ -89,9 +89,10 @@ type ServerConfig struct {
 	// has ended and every handler it started has returned; it is where that
 	// state is cleaned up.
 	OnDisconnect func(c *Conn)
-	// OnRaw, when set, serves a RoleBulk connection after its hello: the
-	// connection is handed over as it is, with no multiplexer, and closed
-	// when OnRaw returns. Without it RoleBulk is refused.
+	// OnRaw, when set, serves a RoleBulk or RoleCall connection after its
+	// hello: the connection is handed over as it is, with no multiplexer,
+	// and closed when OnRaw returns (a descriptor passed on to another
+	// process stays open there). Without it those roles are refused.
 	OnRaw func(ctx context.Context, c *Conn, nc net.Conn) error
 }
 
@@ -234,6 +235,31 @@ func (s *Server) ServeFrames(ctx context.Context, nc net.Conn) error {
 	return s.serveConn(ctx, nc, true)
 }
 
+// ServeAdopted serves plain frames (as ServeFrames does) on a connection
+// whose hello another process already checked: a device session's call
+// connection, handed by the daemon to its worker. role is what that hello
+// said. It returns as ServeConn does.
+func (s *Server) ServeAdopted(ctx context.Context, nc net.Conn, role Role) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	defer nc.Close()
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	c := &Conn{
+		srv:    s,
+		role:   role,
+		nc:     nc,
+		log:    s.log.With("remote", nc.RemoteAddr().String(), "role", role),
+		ctx:    cctx,
+		cancel: ccancel,
+		sem:    make(chan struct{}, s.cfg.MaxInFlight),
+		work:   make(chan Request),
+	}
+	return c.servePlain(cctx, ccancel)
+}
+
 // serveConn runs one connection: hello (with admission by OnConnect), yamux,
 // control stream, bulk streams. With plain, requests come as frames on nc
 // itself and there is no yamux session.
@@ -263,7 +289,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 	if s.cfg.OnDisconnect != nil {
 		defer s.cfg.OnDisconnect(c) // runs after every handler has returned
 	}
-	if c.role == RoleBulk {
+	if c.role.Raw() {
 		stop := context.AfterFunc(cctx, func() { nc.Close() })
 		defer stop()
 		err := s.cfg.OnRaw(cctx, c, nc)
@@ -271,18 +297,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 		return err
 	}
 	if plain {
-		c.ctl = nc
-		c.log.Debug("connection open (plain frames)")
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			<-cctx.Done()
-			nc.Close()
-		})
-		err := c.readRequests(&wg)
-		ccancel()
-		wg.Wait()
-		c.log.Debug("connection closed", "err", err)
-		return err
+		return c.servePlain(cctx, ccancel)
 	}
 
 	sess, err := yamux.Server(coalesce(nc), muxConfig(s.cfg.KeepAlive, c.log))
@@ -308,6 +323,24 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 	})
 	wg.Go(func() { c.acceptBulk(&wg) })
 	err = c.readRequests(&wg)
+	ccancel()
+	wg.Wait()
+	c.log.Debug("connection closed", "err", err)
+	return err
+}
+
+// servePlain reads requests as plain frames on c.nc until it ends or cctx
+// does.
+func (c *Conn) servePlain(cctx context.Context, ccancel context.CancelFunc) error {
+	nc := c.nc
+	c.ctl = nc
+	c.log.Debug("connection open (plain frames)")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-cctx.Done()
+		nc.Close()
+	})
+	err := c.readRequests(&wg)
 	ccancel()
 	wg.Wait()
 	c.log.Debug("connection closed", "err", err)
@@ -352,7 +385,7 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	case s.cfg.Authenticate == nil && s.cfg.Token != "" && !tokenEqual(h.Token, s.cfg.Token):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
 		err = tokenRefused(h)
-	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)) || (h.Role == RoleBulk && s.cfg.OnRaw == nil):
+	case !h.Role.Valid() || (len(s.cfg.Roles) > 0 && !slices.Contains(s.cfg.Roles, h.Role)) || (h.Role.Raw() && s.cfg.OnRaw == nil):
 		rep.Status, rep.Message = StatusBadRole, fmt.Sprintf("this listener does not serve role %s", h.Role)
 		err = newError(CodeBadRequest, rep.Message)
 	default:

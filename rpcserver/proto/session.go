@@ -66,6 +66,13 @@ const (
 	// DeviceAttrs describes the devices the daemon serves: nil → DeviceAttrsResult.
 	DeviceAttrs = "device.attrs"
 
+	// SessionStatus says why the session ended: nil → nil while it is
+	// open, else the error that ended it (ErrCrashed naming the signal and
+	// the function that was running, ErrSessionExpired, ErrDeadline). A
+	// client asks when its call connection (RoleCall) breaks; the daemon
+	// waits a moment for the worker's exit before it answers.
+	SessionStatus = "session.status"
+
 	// WorkerBulkSize is internal to the daemon: the size of what a bulk
 	// download method of the worker will send (BulkSizeArgs → int64).
 	WorkerBulkSize = "worker.bulk_size"
@@ -90,6 +97,20 @@ type SessionInfo struct {
 	WorkerPID int `msgpack:"worker_pid"`
 	// Version is the daemon's kiln version.
 	Version string `msgpack:"version"`
+	// CallTicket, when set, lets the client carry the session's calls on
+	// a connection of its own that the daemon hands to the worker: the
+	// client dials with RoleCall, sends one frame holding CallTicket{Ticket},
+	// reads one Response frame (ID 1), then sends plain request frames
+	// served by the worker itself, one hop instead of two. Empty when the
+	// daemon keeps itself on the path (TLS connections, whose encryption
+	// state cannot leave its process); calls then go on the session's
+	// connection. The ticket is good once, while the session lives.
+	CallTicket string `msgpack:"call_ticket,omitempty"`
+}
+
+// CallTicket opens a RoleCall connection.
+type CallTicket struct {
+	Ticket string `msgpack:"ticket"`
 }
 
 // FileArgs names one file of the session's directory: a relative,
