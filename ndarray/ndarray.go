@@ -53,10 +53,17 @@ type allocation struct {
 	nbytes int64
 	scope  string
 	freed  atomic.Bool
+	// release, when set, gives borrowed memory back to its owner instead
+	// of freeing it through the DeviceAPI (see Borrow).
+	release func()
 }
 
 func (a *allocation) free() {
 	if a.freed.CompareAndSwap(false, true) {
+		if a.release != nil {
+			a.release()
+			return
+		}
 		_ = a.api.Free(a.dev, a.ptr)
 	}
 }
@@ -124,6 +131,51 @@ func EmptyScoped(shape Shape, dtype DType, dev devices.Device, scope string) (*N
 	if err != nil {
 		a.free()
 		return nil, err
+	}
+	arr.owner = true
+	return arr, nil
+}
+
+// Borrow makes an array over memory kiln did not allocate (a DLPack tensor
+// from another library, a numpy buffer): nbytes at ptr on dev, viewed with
+// shape, dtype, strides (in elements; nil when compact row-major) and a byte
+// offset. No copy is made. release is called once, when the array is
+// Released or collected, to give the memory back to its owner; it is also
+// called when Borrow fails, so the memory is the array's from the call on.
+// Every addressed element must lie inside the nbytes.
+func Borrow(ptr devices.Ptr, nbytes int64, dev devices.Device, shape Shape, dtype DType, strides []int64, byteOffset int64, release func()) (*NDArray, error) {
+	if release == nil {
+		release = func() {}
+	}
+	if ptr == 0 && nbytes > 0 {
+		release()
+		return nil, errors.New("borrow: nil data pointer")
+	}
+	if nbytes < 0 {
+		release()
+		return nil, fmt.Errorf("borrow: negative size %d", nbytes)
+	}
+	api, err := devices.For(dev)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	a := &allocation{api: api, dev: dev, ptr: ptr, nbytes: nbytes, release: release}
+	st := &storage{a: a}
+	runtime.AddCleanup(st, (*allocation).free, a)
+	whole := &NDArray{st: st}
+	var arr *NDArray
+	if strides == nil && byteOffset == 0 {
+		arr, err = whole.View(shape, dtype)
+	} else {
+		if strides == nil {
+			strides = CompactStrides(shape)
+		}
+		arr, err = whole.StridedView(shape, dtype, strides, byteOffset)
+	}
+	if err != nil {
+		a.free()
+		return nil, fmt.Errorf("borrow: %w", err)
 	}
 	arr.owner = true
 	return arr, nil

@@ -1,0 +1,201 @@
+/*
+ * kiln.h — the C API of kiln (libkiln.so).
+ *
+ * One implementation for every language: this library is kiln's Go SDK and
+ * compiler built with `go build -buildmode=c-shared -o libkiln.so ./capi`.
+ * Bindings (the Python package `kiln` among them) call these functions; the
+ * wire protocol is never written a second time.
+ *
+ * Conventions
+ *   - Every object (tracker, session, module, function, array, tuple, cancel
+ *     token) is an opaque KilnHandle, never 0, freed explicitly with
+ *     kiln_free. kiln_live_handles counts the handles not yet freed.
+ *   - Functions returning int return 0 on success and -1 on failure; then
+ *     kiln_last_error() is the calling thread's message and
+ *     kiln_last_error_kind() its class (KILN_ERR_*). Both stay until the
+ *     thread's next failing call.
+ *   - Strings returned through char** are malloc'd; free them with
+ *     kiln_string_free.
+ *   - Blocking functions take a cancel token (0 for none): kiln_cancel on it,
+ *     from any thread, makes them return KILN_ERR_CANCELLED.
+ *   - Tensors cross the boundary as DLPack (DLTensor, DLManagedTensor).
+ *   - Every function is safe to call from any thread.
+ */
+#ifndef KILN_H_
+#define KILN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef DLPACK_VERSION
+/* DLPack's structs, laid out as in dlpack.h (v0.8). */
+typedef enum {
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,
+} DLDeviceType;
+
+typedef struct {
+  int32_t device_type;
+  int32_t device_id;
+} DLDevice;
+
+typedef enum {
+  kDLInt = 0U,
+  kDLUInt = 1U,
+  kDLFloat = 2U,
+  kDLOpaqueHandle = 3U,
+  kDLBfloat = 4U,
+  kDLComplex = 5U,
+  kDLBool = 6U,
+} DLDataTypeCode;
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(struct DLManagedTensor* self);
+} DLManagedTensor;
+#endif
+
+/* An opaque object; 0 is "none". */
+typedef uint64_t KilnHandle;
+
+/* Error classes (kiln_last_error_kind). */
+enum {
+  KILN_ERR_NONE = 0,
+  KILN_ERR_ARGUMENT = 1,  /* bad argument: shape, dtype, freed handle, ... */
+  KILN_ERR_TRACKER = 2,   /* tracker: unreachable, refused, no such key */
+  KILN_ERR_SESSION = 3,   /* device session: unreachable, closed, call failed */
+  KILN_ERR_BUILD = 4,     /* compiling a module */
+  KILN_ERR_CANCELLED = 5, /* kiln_cancel was called on the token */
+  KILN_ERR_INTERNAL = 6,
+};
+
+/* Value type codes of call arguments and results. */
+enum {
+  KILN_INT = 0,
+  KILN_FLOAT = 2,
+  KILN_NULL = 4,
+  KILN_ARRAY = 7, /* v_handle: an array handle */
+  KILN_STR = 11,  /* v_str: a NUL-terminated string (results: malloc'd) */
+  KILN_TUPLE = 20, /* v_handle: a tuple handle (results only) */
+  KILN_FUNC = 21,  /* v_handle: a function handle (results only) */
+};
+
+typedef union {
+  int64_t v_int64;
+  double v_float64;
+  KilnHandle v_handle;
+  const char* v_str;
+} KilnArg;
+
+/* Called with each progress line of a waiting request or a build. */
+typedef void (*KilnProgressFn)(const char* line, void* user);
+
+/* The prototypes below are left out where libkiln's own Go code includes
+ * this header (it defines KILN_NO_PROTOTYPES): cgo declares the exported
+ * functions itself, without const. */
+#ifndef KILN_NO_PROTOTYPES
+
+/* Errors and handles. */
+const char* kiln_last_error(void);
+int kiln_last_error_kind(void);
+int64_t kiln_live_handles(void);
+int kiln_free(KilnHandle h);
+void kiln_string_free(char* s);
+/* The library's version string (static; do not free). */
+const char* kiln_version(void);
+
+/* Cancel tokens. */
+int kiln_cancel_new(KilnHandle* out);
+int kiln_cancel(KilnHandle token);
+
+/* Tracker. addr is "HOST:PORT"; token may be NULL or "". */
+int kiln_tracker_connect(const char* addr, const char* token, KilnHandle cancel, KilnHandle* out);
+/* The tracker's summary (keys, devices, compilers, queues, jobs) as JSON. */
+int kiln_tracker_summary(KilnHandle tracker, char** out_json);
+/* Leases a device by key (and/or selector) and opens a session on it. The
+ * session holds the lease; kiln_free on the session releases it. wait_s > 0
+ * bounds the wait in the queue; with wait_s == 0 a key no device is
+ * registered under fails at once. */
+int kiln_tracker_request(KilnHandle tracker, const char* key, const char* selector, int32_t priority,
+                         double session_timeout_s, double wait_s, KilnProgressFn progress, void* user,
+                         KilnHandle cancel, KilnHandle* out_session);
+
+/* Sessions. */
+int kiln_connect(const char* addr, const char* token, KilnHandle cancel, KilnHandle* out_session);
+/* A session on this machine's CPU with the same API as a remote one. */
+int kiln_local(KilnHandle* out_session);
+/* JSON: {"kind": "remote"|"local", "addr", "key", "id", "expires", ...}. */
+int kiln_session_info(KilnHandle session, char** out_json);
+/* Copies the local file path into the session's directory as name. */
+int kiln_session_upload(KilnHandle session, const char* path, const char* name, KilnHandle cancel);
+int kiln_session_load_module(KilnHandle session, const char* name, KilnHandle* out_module);
+/* JSON list of the module's function names. */
+int kiln_module_functions(KilnHandle module, char** out_json);
+int kiln_module_get_function(KilnHandle module, const char* name, KilnHandle* out_func);
+
+/* Arrays. */
+int kiln_array_empty(KilnHandle session, int32_t ndim, const int64_t* shape, DLDataType dtype, DLDevice device,
+                     KilnHandle* out_array);
+/* The array's shape (up to max_ndim entries), ndim, dtype and device; for a
+ * local array *data is its element zero (NULL for a remote one). */
+int kiln_array_info(KilnHandle array, int32_t max_ndim, int64_t* shape, int32_t* ndim, DLDataType* dtype,
+                    DLDevice* device, void** data);
+/* Copies host memory (a compact CPU DLTensor of the same shape and dtype)
+ * into the array, and the array into one. */
+int kiln_array_copy_from(KilnHandle array, const DLTensor* src, KilnHandle cancel);
+int kiln_array_copy_to(KilnHandle array, DLTensor* dst, KilnHandle cancel);
+/* Wraps a DLPack tensor (CPU memory) as a local array without copying. The
+ * array owns t from the call on, also when the call fails: its deleter is
+ * called when the array is freed. */
+int kiln_array_from_dlpack(DLManagedTensor* t, KilnHandle* out_array);
+/* Exports a local array as a DLPack tensor sharing its memory; the array's
+ * memory lives until the tensor's deleter is called. */
+int kiln_array_to_dlpack(KilnHandle array, DLManagedTensor** out);
+
+/* Calls. A result handle (array, tuple, function) is new; free it. */
+int kiln_call(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs, KilnHandle cancel,
+              KilnArg* ret, int32_t* ret_code);
+int kiln_tuple_size(KilnHandle tuple, int32_t* out);
+int kiln_tuple_get(KilnHandle tuple, int32_t i, KilnArg* ret, int32_t* ret_code);
+/* TVM's time_evaluator: one warm-up call, then repeat measurements of
+ * number calls each (number grown until a measurement lasts min_repeat_ms).
+ * The result is JSON: results, mean, median, min, max, std (seconds per
+ * call), number, device. */
+int kiln_time_evaluator(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs, int32_t number,
+                        int32_t repeat, int32_t min_repeat_ms, KilnHandle cancel, char** out_json);
+
+/* Builds TVMScript source (name names it in messages) for target into the
+ * artifact output, here (tracker == 0) or on a compiler node of the fleet,
+ * and returns the artifact's path. progress (may be NULL) gets a line per
+ * change of a remote build's state. */
+int kiln_build(const char* source, const char* name, const char* target, KilnHandle tracker, const char* output,
+               KilnProgressFn progress, void* user, KilnHandle cancel, char** out_path);
+
+#endif /* KILN_NO_PROTOTYPES */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H_ */

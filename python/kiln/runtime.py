@@ -1,0 +1,249 @@
+"""Modules, functions and the time evaluator, named after TVM's
+``tvm.runtime``."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+
+from . import _lib
+from ._lib import KilnArg, lib
+from .errors import KilnValueError
+from .nd import Device, NDArray
+
+if TYPE_CHECKING:
+    from .rpc import RPCSession
+
+
+class _Object:
+    """A libkiln handle freed when the object is collected (or by free())."""
+
+    def __init__(self, handle: int) -> None:
+        self._h = handle
+        self._freed = False
+        self._lock = threading.Lock()
+
+    def free(self) -> None:
+        with self._lock:
+            if self._freed:
+                return
+            self._freed = True
+        _lib.free(self._h)
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Module(_Object):
+    """A module loaded in a session: ``mod["name"]`` or ``mod.name`` is one
+    of its functions; ``mod.time_evaluator(...)`` times one."""
+
+    def __init__(self, handle: int, session: "RPCSession", name: str) -> None:
+        super().__init__(handle)
+        self.session = session
+        self.name = name
+        self._funcs: dict[str, Function] = {}
+        out = ctypes.c_void_p()
+        _lib.check(lib.kiln_module_functions(handle, ctypes.byref(out)))
+        self.functions: List[str] = json.loads(_lib.take_string(out))
+
+    def get_function(self, name: str) -> "Function":
+        """The function called name (KilnValueError naming the module's
+        functions when there is none)."""
+        f = self._funcs.get(name)
+        if f is None:
+            h = _lib.Handle()
+            _lib.check(lib.kiln_module_get_function(self._h, name.encode(), ctypes.byref(h)))
+            f = Function(h.value, self, name)
+            self._funcs[name] = f
+        return f
+
+    def __getitem__(self, name: str) -> "Function":
+        return self.get_function(name)
+
+    def __getattr__(self, name: str) -> "Function":
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self.get_function(name)
+        except KilnValueError as e:
+            raise AttributeError(str(e)) from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    def time_evaluator(
+        self,
+        func_name: str,
+        dev: Optional[Device] = None,
+        number: int = 10,
+        repeat: int = 1,
+        min_repeat_ms: int = 0,
+    ) -> "TimeEvaluator":
+        """TVM's time_evaluator: a callable that times func_name on the
+        device, called with the function's arguments. One warm-up call, then
+        repeat measurements of number calls each (number grown until a
+        measurement lasts min_repeat_ms); it returns a BenchmarkResult in
+        seconds per call. dev is accepted for TVM's signature; the function
+        runs on the device its arrays are on."""
+        return TimeEvaluator(self.get_function(func_name), number, repeat, min_repeat_ms)
+
+    def __repr__(self) -> str:
+        return f"<kiln.runtime.Module {self.name!r} functions={self.functions} on {self.session._where()}>"
+
+
+def _pack(args: Sequence[Any], keep: list) -> tuple:
+    n = len(args)
+    vals = (KilnArg * max(n, 1))()
+    codes = (ctypes.c_int32 * max(n, 1))()
+    for i, a in enumerate(args):
+        if isinstance(a, NDArray):
+            vals[i].v_handle = a._live()
+            codes[i] = _lib.CODE_ARRAY
+        elif isinstance(a, bool):
+            vals[i].v_int64 = int(a)
+            codes[i] = _lib.CODE_INT
+        elif isinstance(a, int):
+            vals[i].v_int64 = a
+            codes[i] = _lib.CODE_INT
+        elif isinstance(a, float):
+            vals[i].v_float64 = a
+            codes[i] = _lib.CODE_FLOAT
+        elif a is None:
+            codes[i] = _lib.CODE_NULL
+        elif isinstance(a, str):
+            b = a.encode()
+            keep.append(b)
+            vals[i].v_str = b
+            codes[i] = _lib.CODE_STR
+        else:
+            import numpy as np
+
+            if isinstance(a, np.ndarray):
+                raise KilnValueError(
+                    f"argument {i}: a numpy array; pass kiln.nd.array(x, dev) (a copy on the device) "
+                    "or kiln.nd.from_dlpack(x) (shared, local only)"
+                )
+            if isinstance(a, np.integer):
+                vals[i].v_int64 = int(a)
+                codes[i] = _lib.CODE_INT
+            elif isinstance(a, np.floating):
+                vals[i].v_float64 = float(a)
+                codes[i] = _lib.CODE_FLOAT
+            else:
+                raise KilnValueError(f"argument {i}: cannot pass a {type(a).__name__} to a kiln function")
+    return vals, codes, n
+
+
+def _unpack(session: "RPCSession", val: KilnArg, code: int, module: Optional[Module]) -> Any:
+    if code == _lib.CODE_NULL:
+        return None
+    if code == _lib.CODE_INT:
+        return val.v_int64
+    if code == _lib.CODE_FLOAT:
+        return val.v_float64
+    if code == _lib.CODE_STR:
+        return _lib.take_string(ctypes.c_void_p(val.v_handle))
+    if code == _lib.CODE_ARRAY:
+        return NDArray(val.v_handle, session)
+    if code == _lib.CODE_FUNC:
+        return Function(val.v_handle, module, "<returned>")
+    if code == _lib.CODE_TUPLE:
+        h = val.v_handle
+        try:
+            n = ctypes.c_int32()
+            _lib.check(lib.kiln_tuple_size(h, ctypes.byref(n)))
+            out = []
+            for i in range(n.value):
+                v, c = KilnArg(), ctypes.c_int32()
+                _lib.check(lib.kiln_tuple_get(h, i, ctypes.byref(v), ctypes.byref(c)))
+                out.append(_unpack(session, v, c.value, module))
+            return tuple(out)
+        finally:
+            _lib.free(h)
+    raise KilnValueError(f"result of unknown type code {code}")
+
+
+class Function(_Object):
+    """A function of a module; call it with NDArrays and scalars."""
+
+    def __init__(self, handle: int, module: Optional[Module], name: str) -> None:
+        super().__init__(handle)
+        self.module = module
+        self.name = name
+
+    def __call__(self, *args: Any) -> Any:
+        keep: list = []
+        vals, codes, n = _pack(args, keep)
+        ret, code = KilnArg(), ctypes.c_int32()
+        _lib.check(lib.kiln_call(self._h, vals, codes, n, 0, ctypes.byref(ret), ctypes.byref(code)))
+        if code.value == _lib.CODE_NULL:
+            return None
+        session = self.module.session if self.module is not None else None
+        return _unpack(session, ret, code.value, self.module)
+
+    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: int = 0) -> "TimeEvaluator":
+        """See Module.time_evaluator."""
+        return TimeEvaluator(self, number, repeat, min_repeat_ms)
+
+    def __repr__(self) -> str:
+        mod = self.module.name if self.module is not None else "?"
+        return f"<kiln.runtime.Function {self.name!r} of {mod!r}>"
+
+
+class BenchmarkResult:
+    """What the time evaluator measured, in seconds per call (TVM's
+    BenchmarkResult): results (one per repeat), mean, median, min, max,
+    std, and number (calls per measurement)."""
+
+    def __init__(self, d: dict) -> None:
+        self.results: List[float] = list(d.get("results") or [])
+        self.mean: float = d.get("mean", math.nan)
+        self.median: float = d.get("median", math.nan)
+        self.min: float = d.get("min", math.nan)
+        self.max: float = d.get("max", math.nan)
+        self.std: float = d.get("std", 0.0)
+        self.number: int = d.get("number", 0)
+        self.device: str = d.get("device", "")
+
+    def __repr__(self) -> str:
+        def ms(s: float) -> str:
+            return f"{s * 1e3:.4f}"
+
+        return (
+            "Execution time summary:\n"
+            f" mean (ms)   median (ms)    max (ms)     min (ms)     std (ms)\n"
+            f"  {ms(self.mean):>9}    {ms(self.median):>9}    {ms(self.max):>9}    {ms(self.min):>9}    {ms(self.std):>9}\n"
+            f" ({len(self.results)} repeats of {self.number} calls on {self.device})"
+        )
+
+
+class TimeEvaluator:
+    """The callable time_evaluator returns."""
+
+    def __init__(self, func: Function, number: int, repeat: int, min_repeat_ms: int) -> None:
+        for k, v in (("number", number), ("repeat", repeat), ("min_repeat_ms", min_repeat_ms)):
+            if not isinstance(v, int) or v < 0:
+                raise KilnValueError(f"time_evaluator: {k} must be a non-negative integer, got {v!r}")
+        self.func = func
+        self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+
+    def __call__(self, *args: Any) -> BenchmarkResult:
+        keep: list = []
+        vals, codes, n = _pack(args, keep)
+        out = ctypes.c_void_p()
+        _lib.blocking(
+            lib.kiln_time_evaluator,
+            self.func._h, vals, codes, n, self.number, self.repeat, self.min_repeat_ms, 0, ctypes.byref(out),
+            cancel_at=7,
+        )
+        return BenchmarkResult(json.loads(_lib.take_string(out)))
+
+    def __repr__(self) -> str:
+        return f"<kiln time_evaluator of {self.func.name!r} number={self.number} repeat={self.repeat} min_repeat_ms={self.min_repeat_ms}>"
