@@ -198,7 +198,6 @@ var versionString = C.CString(version())
 //export kiln_version
 func kiln_version() *C.char { return versionString }
 
-
 // version is the module version and VCS revision the library was built from.
 func version() string {
 	info, ok := debug.ReadBuildInfo()
