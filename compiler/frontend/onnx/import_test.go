@@ -1,0 +1,87 @@
+package onnx
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx/onnxpb"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+func readModel(t *testing.T, m *onnxpb.ModelProto) *Model {
+	t.Helper()
+	got, err := Read(marshal(t, m), "")
+	check.NoError(t, err)
+	return got
+}
+
+func TestImportLinear(t *testing.T) {
+	m := readModel(t, linearModel())
+	_, _, err := Import(m, Options{})
+	check.Error(t, err, `input "x": dim 0 is symbolic ("N")`, "--input-shape x=")
+	_, _, err = Import(m, Options{InputShapes: map[string][]int64{"x": {4}}})
+	check.Error(t, err, "--input-shape x: 1 dims given, the model's input has 2")
+	_, _, err = Import(m, Options{InputShapes: map[string][]int64{"y": {4, 3}}})
+	check.Error(t, err, `--input-shape "y": the model has no such input`, `"x"`)
+	_, _, err = Import(m, Options{InputShapes: map[string][]int64{"x": {4, 5}}})
+	check.Error(t, err, "dim 1 is 3 in the model, 5 given")
+
+	mod, ps, err := Import(m, Options{InputShapes: map[string][]int64{"x": {4, 3}}, ConstLimit: 1})
+	check.NoError(t, err)
+	f, ok := mod.Lookup("main")
+	check.True(t, ok)
+	fn := f.(*ir.Function)
+	var names []string
+	for _, p := range fn.Params {
+		names = append(names, p.Name)
+	}
+	// The weight stored transposed for Gemm(transB=1) is a weight of
+	// shape [3, 2]; the input keeps its name.
+	check.Equal(t, strings.Join(names, ","), "x,fc_weight,fc_bias")
+	check.Equal(t, ps.Names(), []string{"fc_weight", "fc_bias"})
+	check.Equal(t, ps.Tensors()[0].Shape, []int64{3, 2})
+	check.Equal(t, ps.Tensors()[0].Floats(), []float64{1, -1, 2, -2, 3, -3})
+	check.Equal(t, fn.Attrs["num_input"], any(int64(1)))
+	ret, _ := fn.Body.Body.(*ir.RVar).Info.(*ir.TensorStructInfo).KnownShape()
+	check.Equal(t, ret, []int64{4, 2})
+}
+
+func TestImportUnsupported(t *testing.T) {
+	pm := linearModel()
+	pm.Graph.Node = append(pm.Graph.Node, nodeOf("Frobnicate", []string{"y"}, []string{"z"}))
+	pm.Graph.Output[0].Name = proto.String("z")
+	m := readModel(t, pm)
+	_, _, err := Import(m, Options{InputShapes: map[string][]int64{"x": {1, 3}}})
+	check.ErrorIs(t, err, ErrUnsupported)
+	check.Error(t, err, `node "frobnicate_z" (Frobnicate), opset 13`)
+}
+
+// TestShapeSubgraphFolds checks that PyTorch's Shape → Gather → Unsqueeze
+// → Concat → Reshape (the flatten before a classifier) folds to one
+// reshape with a constant shape.
+func TestShapeSubgraphFolds(t *testing.T) {
+	pm := model(13, &onnxpb.GraphProto{
+		Name:  proto.String("flatten"),
+		Input: []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, 2, 3, 4)},
+		Initializer: []*onnxpb.TensorProto{
+			int64Init("zero", 0), int64Init("minus1", -1),
+		},
+		Node: []*onnxpb.NodeProto{
+			nodeOf("Shape", []string{"x"}, []string{"s"}),
+			nodeOf("Gather", []string{"s", "zero"}, []string{"n"}),
+			nodeOf("Concat", []string{"n", "minus1"}, []string{"shape"}, intAttr("axis", 0)),
+			nodeOf("Reshape", []string{"x", "shape"}, []string{"y"}),
+		},
+		Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, 2, 12)},
+	})
+	mod, _, err := Import(readModel(t, pm), Options{})
+	check.NoError(t, err)
+	f, _ := mod.Lookup("main")
+	bs := f.(*ir.Function).Body.Blocks[0].Bindings
+	check.Equal(t, len(bs), 2, "a reshape and the output binding")
+	call := bs[0].BoundValue().(*ir.RCall)
+	check.Equal(t, call.Op.(*ir.Op).Name, "relax.reshape")
+}
