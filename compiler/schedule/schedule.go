@@ -490,3 +490,25 @@ func substitute(s ir.Stmt, vmap map[*ir.Var]ir.Expr) ir.Stmt {
 		return e
 	}}, s)
 }
+
+// BlockRealize returns the realize of the block b names now (after the
+// renames that primitives make), for code that inspects a block's
+// iteration variables, bindings and regions. The node is part of the
+// immutable IR: it must not be modified.
+func (s *Schedule) BlockRealize(b BlockRV) (*ir.BlockRealize, error) {
+	st, err := s.block("", b)
+	if err != nil {
+		return nil, err
+	}
+	return st.realize(), nil
+}
+
+// LoopFor returns the loop l names now. The node is part of the
+// immutable IR: it must not be modified.
+func (s *Schedule) LoopFor(l LoopRV) (*ir.For, error) {
+	st, err := s.loop("", l)
+	if err != nil {
+		return nil, err
+	}
+	return st.loop(), nil
+}

@@ -1,0 +1,87 @@
+package rules
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// randomComputeLocation moves blocks that produce an intermediate buffer
+// under a loop of their first consumer (MetaSchedule's
+// RandomComputeLocation): the choice is the root (where the block is) or
+// one of the consumer's outermost loops (at most maxLocations), and
+// compute_at decides whether the move is legal; a refused move leaves the
+// block at the root, which a replay reproduces. Only blocks at the root
+// whose loops nobody transformed are moved.
+type randomComputeLocation struct{}
+
+const maxLocations = 4
+
+func init() { Register(randomComputeLocation{}, "cpu") }
+
+func (randomComputeLocation) Name() string { return "random_compute_location" }
+func (randomComputeLocation) Order() int   { return 30 }
+
+func (randomComputeLocation) Apply(c *Context, s *schedule.Schedule) error {
+	for _, name := range blockNames(s.Func()) {
+		b, err := s.GetBlock(name)
+		if err != nil {
+			continue
+		}
+		br, err := s.BlockRealize(b)
+		if err != nil || len(br.Block.Writes) != 1 || isParamBuffer(s.Func(), br.Block.Writes[0].Buffer) {
+			continue
+		}
+		if _, _, _, ok := loopKinds(s, b); !ok {
+			continue
+		}
+		consumer, ok := firstReader(s, name, br.Block.Writes[0].Buffer)
+		if !ok {
+			continue
+		}
+		cb, err := s.GetBlock(consumer)
+		if err != nil {
+			continue
+		}
+		loops, err := s.GetLoops(cb)
+		if err != nil || len(loops) == 0 {
+			continue
+		}
+		loops = loops[:min(len(loops), maxLocations)]
+		at, err := c.Sampler.Choose(s, fmt.Sprintf("compute_location/%s", name), len(loops)+1, nil)
+		if err != nil {
+			return err
+		}
+		if at > 0 {
+			// A refusal keeps the block at the root.
+			_ = s.ComputeAt(b, loops[at-1])
+		}
+	}
+	return nil
+}
+
+// firstReader returns the first block after producer that reads buf.
+func firstReader(s *schedule.Schedule, producer string, buf *ir.Buffer) (string, bool) {
+	after := false
+	found := ""
+	ir.Visit(s.Func().Body, func(n ir.Node) bool {
+		b, ok := n.(*ir.Block)
+		if !ok || found != "" {
+			return found == ""
+		}
+		if b.Name == producer {
+			after = true
+			return true
+		}
+		if after {
+			for _, r := range b.Reads {
+				if r.Buffer == buf {
+					found = b.Name
+				}
+			}
+		}
+		return true
+	})
+	return found, found != ""
+}

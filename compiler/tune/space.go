@@ -1,0 +1,205 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
+)
+
+// Decision is one sampling decision of a candidate (see rules.Decision).
+type Decision = rules.Decision
+
+// Space is the design space of one PrimFunc for one target: the rules
+// registered for the target's kind, applied in order.
+type Space struct {
+	fn     *ir.PrimFunc
+	target rules.Target
+	rules  []rules.Rule
+}
+
+// ErrUntunable is returned by NewSpace for a function the rules have no
+// choice to make on (no loops, only symbolic extents…).
+var ErrUntunable = errors.New("nothing to tune")
+
+// NewSpace returns the design space of f for target. It checks that the
+// rules make at least one choice on f; a function they leave alone is
+// ErrUntunable.
+func NewSpace(f *ir.PrimFunc, target rules.Target) (*Space, error) {
+	rs := rules.For(target.Kind)
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("tune: no schedule rules for target kind %q", target.Kind)
+	}
+	sp := &Space{fn: f, target: target, rules: rs}
+	c, err := sp.Sample(rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("tune: %w", err)
+	}
+	if len(c.Decisions) == 0 {
+		return nil, fmt.Errorf("tune: %w: the schedule rules (%s) make no choice on this function", ErrUntunable, sp.ruleNames())
+	}
+	return sp, nil
+}
+
+func (sp *Space) ruleNames() string {
+	var n []string
+	for _, r := range sp.rules {
+		n = append(n, r.Name())
+	}
+	return strings.Join(n, ", ")
+}
+
+// Func returns the function the space schedules.
+func (sp *Space) Func() *ir.PrimFunc { return sp.fn }
+
+// Candidate is one point of a space: its decisions, the function they
+// give and the schedule's trace.
+type Candidate struct {
+	Decisions []Decision
+	Func      *ir.PrimFunc
+	Trace     []string
+}
+
+// Key identifies a candidate by its decisions.
+func (c *Candidate) Key() string { return DecisionsKey(c.Decisions) }
+
+// DecisionsKey is the canonical text of a list of decisions.
+func DecisionsKey(ds []Decision) string {
+	var b strings.Builder
+	for _, d := range ds {
+		b.WriteString(d.Site)
+		b.WriteByte('=')
+		if d.Kind == rules.KindTile {
+			fmt.Fprint(&b, d.Tile)
+		} else {
+			fmt.Fprint(&b, d.Choice)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// Sample draws a random candidate.
+func (sp *Space) Sample(rng *rand.Rand) (*Candidate, error) {
+	return sp.apply(rng, nil)
+}
+
+// Replay applies recorded decisions; every choice must have one.
+func (sp *Space) Replay(ds []Decision) (*Candidate, error) {
+	return sp.apply(nil, ds)
+}
+
+// complete applies ds, drawing choices ds has no decision for from rng
+// (after a mutation changed which choices are made).
+func (sp *Space) complete(rng *rand.Rand, ds []Decision) (*Candidate, error) {
+	return sp.apply(rng, ds)
+}
+
+func (sp *Space) apply(rng *rand.Rand, ds []Decision) (c *Candidate, err error) {
+	s, err := schedule.New(sp.fn)
+	if err != nil {
+		return nil, err
+	}
+	x := rules.NewSampler(rng, ds)
+	ctx := &rules.Context{Target: sp.target, Sampler: x}
+	for _, r := range sp.rules {
+		if err := applyRule(r, ctx, s); err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name(), err)
+		}
+	}
+	if err := ir.Verify(s.Func()); err != nil {
+		return nil, fmt.Errorf("the scheduled function does not verify: %w", err)
+	}
+	return &Candidate{Decisions: x.Decisions(), Func: s.Func(), Trace: s.Trace()}, nil
+}
+
+// applyRule runs one rule, turning a panic (a broken invariant in a
+// primitive) into an error naming the rule.
+func applyRule(r rules.Rule, c *rules.Context, s *schedule.Schedule) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return r.Apply(c, s)
+}
+
+// Mutate returns a copy of ds with one decision changed: a tile decision
+// moves a factor from one level to another (keeping the product and the
+// innermost limit), a categorical one picks another index. It reports
+// false when no decision can change.
+func Mutate(rng *rand.Rand, ds []Decision) ([]Decision, bool) {
+	out := make([]Decision, len(ds))
+	copy(out, ds)
+	for _, i := range rng.Perm(len(ds)) {
+		d := ds[i]
+		switch d.Kind {
+		case rules.KindCategorical:
+			if d.N < 2 {
+				continue
+			}
+			c := rng.IntN(d.N - 1)
+			if c >= d.Choice {
+				c++
+			}
+			d.Choice = c
+			out[i] = d
+			return out, true
+		case rules.KindTile:
+			if t, ok := moveFactor(rng, d.Tile, d.Max); ok {
+				d.Tile = t
+				out[i] = d
+				return out, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// moveFactor moves a prime factor of one tile level to another level.
+func moveFactor(rng *rand.Rand, tile []int64, maxInner int64) ([]int64, bool) {
+	n := len(tile)
+	if n < 2 {
+		return nil, false
+	}
+	for range 8 {
+		from, to := rng.IntN(n), rng.IntN(n-1)
+		if to >= from {
+			to++
+		}
+		p := smallestPrime(tile[from])
+		if p == 0 {
+			continue
+		}
+		t := append([]int64(nil), tile...)
+		// Move a random power of the prime that divides the level.
+		for t[from]%p == 0 {
+			t[from] /= p
+			t[to] *= p
+			if rng.IntN(2) == 0 {
+				break
+			}
+		}
+		if maxInner > 0 && t[n-1] > maxInner {
+			continue
+		}
+		return t, true
+	}
+	return nil, false
+}
+
+func smallestPrime(x int64) int64 {
+	if x < 2 {
+		return 0
+	}
+	for p := int64(2); p*p <= x; p++ {
+		if x%p == 0 {
+			return p
+		}
+	}
+	return x
+}

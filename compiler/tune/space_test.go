@@ -1,0 +1,184 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/interp"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+
+	_ "github.com/kiln-ml/kiln/devices/cpu" // host arrays for the interpreter
+)
+
+var testTarget = rules.Target{Kind: "cpu", VectorBytes: 32}
+
+func matmulFunc(t testing.TB, n, m, k int64) *ir.PrimFunc {
+	t.Helper()
+	A := te.Placeholder(te.Shape(n, k), ir.Float32, "A")
+	B := te.Placeholder(te.Shape(k, m), ir.Float32, "B")
+	rk := te.ReduceAxis(ir.RangeFromExtent(ir.I32(k)), "k")
+	C := te.Compute(te.Shape(n, m), func(i, j ir.Expr) ir.Expr {
+		return te.Sum(ir.Mul(A.At(i, rk), B.At(rk, j)), rk)
+	}, "C")
+	f, err := te.CreatePrimFunc([]*te.Tensor{A, B, C})
+	check.NoError(t, err)
+	return f
+}
+
+// reluMatmul adds an injective producer (relu of A) for auto-inline and
+// an injective consumer.
+func reluMatmul(t testing.TB, n, m, k int64) *ir.PrimFunc {
+	t.Helper()
+	A := te.Placeholder(te.Shape(n, k), ir.Float32, "A")
+	B := te.Placeholder(te.Shape(k, m), ir.Float32, "B")
+	R := te.Compute(te.Shape(n, k), func(i, j ir.Expr) ir.Expr { return ir.Max(A.At(i, j), ir.F32(0)) }, "R")
+	rk := te.ReduceAxis(ir.RangeFromExtent(ir.I32(k)), "k")
+	C := te.Compute(te.Shape(n, m), func(i, j ir.Expr) ir.Expr {
+		return te.Sum(ir.Mul(R.At(i, rk), B.At(rk, j)), rk)
+	}, "C")
+	f, err := te.CreatePrimFunc([]*te.Tensor{A, B, C})
+	check.NoError(t, err)
+	return f
+}
+
+// rowMax is a reduction followed by a consumer: max over each row, then
+// x - max (a softmax's first half).
+func rowMax(t testing.TB, n, m int64) *ir.PrimFunc {
+	t.Helper()
+	X := te.Placeholder(te.Shape(n, m), ir.Float32, "X")
+	rk := te.ReduceAxis(ir.RangeFromExtent(ir.I32(m)), "k")
+	M := te.Compute(te.Shape(n), func(i ir.Expr) ir.Expr { return te.Max(X.At(i, rk), rk) }, "M")
+	Y := te.Compute(te.Shape(n, m), func(i, j ir.Expr) ir.Expr { return ir.Sub(X.At(i, j), M.At(i)) }, "Y")
+	f, err := te.CreatePrimFunc([]*te.Tensor{X, Y})
+	check.NoError(t, err)
+	return f
+}
+
+// run runs f on the interpreter with small-integer inputs and returns the
+// last parameter's contents.
+func run(t testing.TB, f *ir.PrimFunc) []float32 {
+	t.Helper()
+	var args []any
+	var last *ndarray.NDArray
+	for i, p := range f.Params {
+		b := f.BufferMap[p]
+		shape := make(ndarray.Shape, len(b.Shape))
+		n := int64(1)
+		for d, e := range b.Shape {
+			v, ok := ir.IsConstInt(e)
+			check.True(t, ok, "static shape")
+			shape[d] = v
+			n *= v
+		}
+		data := make([]float32, n)
+		for j := range data {
+			data[j] = float32((j*7+i*3)%11 - 5)
+			if i == len(f.Params)-1 {
+				data[j] = float32(math.NaN())
+			}
+		}
+		a, err := ndarray.FromSlice(data, shape)
+		check.NoError(t, err)
+		args = append(args, a)
+		last = a
+	}
+	check.NoError(t, interp.RunOptions(f, interp.Options{Poison: true, MaxSteps: 50_000_000}, args...))
+	out, err := ndarray.ToSlice[float32](last)
+	check.NoError(t, err)
+	// The interpreter holds the arrays' memory, not the arrays: keep
+	// them from being collected (and freed) while it runs.
+	runtime.KeepAlive(args)
+	return out
+}
+
+// TestSpaceSamplesComputeTheSame draws candidates from the spaces of
+// three functions; every one must verify, compute what the unscheduled
+// function computes, and replay from its decisions to the same function.
+func TestSpaceSamplesComputeTheSame(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fn   *ir.PrimFunc
+		want []string // choices that some sample must make
+	}{
+		{"matmul", matmulFunc(t, 24, 32, 12), []string{"tile/C/i", "cache_write/C", "cache_read/C/B", "parallel/", "unroll/"}},
+		{"relu_matmul", reluMatmul(t, 16, 16, 8), []string{"tile/C/k"}},
+		{"row_max", rowMax(t, 8, 24), []string{"compute_location/M", "vectorize/Y"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := run(t, tc.fn)
+			sp, err := NewSpace(tc.fn, testTarget)
+			check.NoError(t, err)
+			rng := rand.New(rand.NewPCG(7, 8))
+			sites := map[string]bool{}
+			for i := range 12 {
+				c, err := sp.Sample(rng)
+				check.NoError(t, err)
+				for _, d := range c.Decisions {
+					sites[d.Site] = true
+				}
+				got := run(t, c.Func)
+				for j := range want {
+					if got[j] != want[j] {
+						t.Fatalf("sample %d: element %d = %v, want %v\ntrace:\n%s\n%s", i, j, got[j], want[j], strings.Join(c.Trace, "\n"), script.Print(c.Func))
+					}
+				}
+				r, err := sp.Replay(c.Decisions)
+				check.NoError(t, err)
+				check.True(t, ir.StructuralEqual(r.Func, c.Func), "replay differs")
+				check.Equal(t, strings.Join(r.Trace, "\n"), strings.Join(c.Trace, "\n"))
+				if m, ok := Mutate(rng, c.Decisions); ok {
+					mc, err := sp.complete(rng, m)
+					if err == nil {
+						got := run(t, mc.Func)
+						for j := range want {
+							check.Equal(t, got[j], want[j], fmt.Sprint("mutant element ", j))
+						}
+					}
+				}
+			}
+			for _, w := range tc.want {
+				found := false
+				for s := range sites {
+					found = found || strings.HasPrefix(s, w)
+				}
+				check.True(t, found, "no choice", w, "among", sites)
+			}
+		})
+	}
+}
+
+// TestSpaceUntunable: a function without loops has nothing to tune.
+func TestSpaceUntunable(t *testing.T) {
+	A := te.Placeholder(te.Shape(), ir.Float32, "A")
+	B := te.Compute(te.Shape(), func(_ ...ir.Expr) ir.Expr { return ir.Add(A.At(), ir.F32(1)) }, "B")
+	f, err := te.CreatePrimFunc([]*te.Tensor{A, B})
+	check.NoError(t, err)
+	_, err = NewSpace(f, testTarget)
+	check.True(t, errors.Is(err, ErrUntunable), err)
+	check.Error(t, err, "make no choice")
+}
+
+// TestReplayRefusesBadDecisions: a decision that does not fit, or a
+// missing one, is an error naming the site.
+func TestReplayRefusesBadDecisions(t *testing.T) {
+	sp, err := NewSpace(matmulFunc(t, 16, 16, 8), testTarget)
+	check.NoError(t, err)
+	c, err := sp.Sample(rand.New(rand.NewPCG(1, 2)))
+	check.NoError(t, err)
+	bad := append([]Decision(nil), c.Decisions...)
+	bad[0].Tile = []int64{3, 1, 1, 1}
+	_, err = sp.Replay(bad)
+	check.Error(t, err, bad[0].Site, "does not tile")
+	_, err = sp.Replay(c.Decisions[1:])
+	check.Error(t, err, c.Decisions[0].Site, "no decision")
+}
