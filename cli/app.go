@@ -15,10 +15,14 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/kiln-ml/kiln/compiler"
 	// Backends that `kiln devices` lists.
 	_ "github.com/kiln-ml/kiln/devices/cpu"
-	_ "github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/devices/cuda"
 )
+
+// Builds for cuda compile their kernels with this machine's NVRTC.
+func init() { compiler.RegisterCUDACompiler(cuda.NVRTC{}) }
 
 // App builds a fresh kiln CLI application writing to os.Stdout and
 // os.Stderr. Callers (tests) may replace its Writer and ErrWriter before

@@ -39,7 +39,11 @@ tracker, a compiler node builds it, and the artifact is downloaded to -o,
 with the job's progress shown as it changes.
 
 Targets: cpu (aliases llvm, c), with -mcpu=NAME and -mtriple=TRIPLE for
-cross-compilation, e.g. --target "cpu -mtriple=aarch64-linux-gnu".
+cross-compilation, e.g. --target "cpu -mtriple=aarch64-linux-gnu"; cuda
+[-arch=sm_80|sm_86|sm_89|sm_90] for NVIDIA GPUs (needs NVRTC on the building
+machine, not a GPU): kernels compiled to PTX and a cubin under device/, and a
+host.so that launches them. Functions without a GPU schedule get the default
+one.
 
 Examples:
    kiln build matmul.py -o matmul.kiln
@@ -47,7 +51,7 @@ Examples:
    kiln build matmul.py --cc clang --cflags "-O2 -march=x86-64-v3"
    kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE]"},
+			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE], or cuda [-arch=sm_NN]"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
 			&ucli.StringFlag{Name: "cc", Usage: "C compiler (default: $CC, then cc); local builds only"},
 			&ucli.StringFlag{Name: "cflags", Usage: "C compiler flags replacing the defaults (-O3 -march=native), space separated"},

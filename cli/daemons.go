@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
@@ -114,7 +115,7 @@ Examples:
 			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
-			&ucli.StringSliceFlag{Name: "target", Usage: "targets this node builds (default: cpu)"},
+			&ucli.StringSliceFlag{Name: "target", Usage: "target kinds this node builds: cpu, cuda (default: cpu, and cuda where NVRTC is installed)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 		}, connFlags()...),
 		OnUsageError: usageError,
@@ -134,17 +135,40 @@ func runCompilerNode(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("compiler: %w", err)
 	}
+	targets, err := compilerTargets(c.StringSlice("target"))
+	if err != nil {
+		return fmt.Errorf("compiler: %w", err)
+	}
 	return node.Run(c.Context, node.Config{
 		Tracker:       c.String("tracker"),
 		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c)},
 		Command:       []string{exe, "compiler-job"},
 		WorkDir:       c.String("work-dir"),
 		Concurrency:   c.Int("jobs"),
-		Targets:       c.StringSlice("target"),
+		Targets:       targets,
 		Version:       Version(),
 		Logger:        logger(c),
 		MetricsListen: c.String("metrics-listen"),
 	})
+}
+
+// compilerTargets are the target kinds a compiler node builds: those asked
+// for, each checked (cuda needs NVRTC here), or cpu and, where NVRTC loads,
+// cuda (building for a GPU needs no GPU).
+func compilerTargets(asked []string) ([]string, error) {
+	_, nvrtcErr := cuda.NVRTC{}.Identity()
+	if len(asked) == 0 {
+		if nvrtcErr != nil {
+			return []string{"cpu"}, nil
+		}
+		return []string{"cpu", "cuda"}, nil
+	}
+	for _, t := range asked {
+		if proto.TargetKind(t) == "cuda" && nvrtcErr != nil {
+			return nil, fmt.Errorf("--target %s: building for cuda needs NVRTC on this machine: %w", t, nvrtcErr)
+		}
+	}
+	return asked, nil
 }
 
 // compilerJobCommand is the hidden subprocess of a compiler node.

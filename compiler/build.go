@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
@@ -81,6 +83,9 @@ type BuildOptions struct {
 	// Params, when set, is a safetensors file bundled into the artifact
 	// as params.safetensors (a graph function's weights).
 	Params []byte
+	// CUDA compiles the kernels of a cuda build; nil means the one given
+	// to RegisterCUDACompiler.
+	CUDA CUDACompiler
 }
 
 // Result is a build's artifact and how it was made.
@@ -117,11 +122,15 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if target.Kind == "" {
 		target.Kind = "cpu"
 	}
-	if target.Kind == "cuda" {
-		return nil, fmt.Errorf("build: target %q: Build does not produce CUDA artifacts yet (build for cpu)", target)
+	if target.Kind != "cpu" && target.Kind != "cuda" {
+		return nil, fmt.Errorf("build: target %q is not supported (want cpu or cuda)", target)
 	}
-	if target.Kind != "cpu" {
-		return nil, fmt.Errorf("build: target %q is not supported (want cpu)", target)
+	var nvrtc CUDACompiler
+	if target.Kind == "cuda" {
+		var err error
+		if nvrtc, err = cudaCompiler(opts); err != nil {
+			return nil, fmt.Errorf("build: target %q: %w", target, err)
+		}
 	}
 	if vmgen.HasGraphFunctions(mod) && opts.Pipeline != "none" {
 		p := opts.Pipeline
@@ -132,10 +141,16 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}
-		if !opts.NoDefaultSchedule {
+		if !opts.NoDefaultSchedule && target.Kind == "cpu" {
 			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: target.VectorBytes()}); err != nil {
 				return nil, fmt.Errorf("build: %w", err)
 			}
+		}
+	}
+	if target.Kind == "cuda" && !opts.NoDefaultSchedule {
+		var err error
+		if mod, err = gpuSchedule(mod); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
 	n := 0
@@ -177,6 +192,13 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		cache = nil
 	}
 	key := cacheKey(mod, target, tc)
+	if nvrtc != nil {
+		id, err := nvrtc.Identity()
+		if err != nil {
+			return nil, fmt.Errorf("build: target %q: %w", target, err)
+		}
+		key = toolchain.Key(key, cudaCodegenVersion, id)
+	}
 	if opts.Params != nil {
 		key = toolchain.Key(key, "params", string(opts.Params))
 	}
@@ -210,19 +232,31 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
-	vb := target.VectorBytes()
-	for name, f := range mod.PrimFuncs() {
-		if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
-			mod = mod.With(name, f.WithAttr(transform.AttrVectorBytes, vb))
+	var (
+		src    string
+		meta   *abi.Metadata
+		device map[string][]byte
+	)
+	if target.Kind == "cuda" {
+		src, meta, device, err = generateCUDA(mod, target, nvrtc, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
 		}
-	}
-	lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
-	if err != nil {
-		return nil, fmt.Errorf("build: %w", err)
-	}
-	src, meta, err := c.Generate(onlyPrimFuncs(lowered), c.Options{Target: target.String()})
-	if err != nil {
-		return nil, fmt.Errorf("build: codegen: %w", err)
+	} else {
+		vb := target.VectorBytes()
+		for name, f := range mod.PrimFuncs() {
+			if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
+				mod = mod.With(name, f.WithAttr(transform.AttrVectorBytes, vb))
+			}
+		}
+		lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		src, meta, err = c.Generate(onlyPrimFuncs(lowered), c.Options{Target: target.String()})
+		if err != nil {
+			return nil, fmt.Errorf("build: codegen: %w", err)
+		}
 	}
 	res.Source = src
 	res.Lower = time.Since(start)
@@ -245,6 +279,11 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	a := artifact.New(target.String(), tc.Identity())
 	if err := a.Add(artifact.HostLib, lib); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(device)) {
+		if err := a.Add(name, device[name]); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
 	}
 	if exe != nil {
 		if err := a.Add(artifact.VMExec, exe); err != nil {

@@ -294,3 +294,28 @@ func compile(src, name string, opts []string, cubin bool) (out []byte, log strin
 	}
 	return out, log, nil
 }
+
+// NVRTC is this package's NVRTC as the compiler's build-time CUDA compiler
+// (compiler.CUDACompiler): the kiln command registers it, so builds for
+// cuda compile their kernels with the NVRTC installed on the build machine.
+type NVRTC struct{}
+
+// CompilePTX is the package's CompilePTX.
+func (NVRTC) CompilePTX(src, name string, opts []string) (string, string, error) {
+	return CompilePTX(src, name, opts)
+}
+
+// CompileCUBIN is the package's CompileCUBIN.
+func (NVRTC) CompileCUBIN(src, name string, opts []string) ([]byte, string, error) {
+	return CompileCUBIN(src, name, opts)
+}
+
+// Identity is "nvrtc MAJOR.MINOR", or the error (wrapping ErrNoNVRTC) that
+// says NVRTC cannot be loaded and where it was looked for.
+func (NVRTC) Identity() (string, error) {
+	major, minor, _, err := NVRTCVersion()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("nvrtc %d.%d", major, minor), nil
+}

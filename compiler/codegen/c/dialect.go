@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/transform"
 )
 
 // Dialect is what differs between the C-like languages the Renderer
@@ -47,6 +48,13 @@ func C() Dialect {
 }
 
 func cFail(msg string, inParallel bool) string {
+	if msg == transform.KeepLastError {
+		// The failed call (a kernel launch) has set the message.
+		if inParallel {
+			return "{ __builtin_trap(); }"
+		}
+		return "{ return -1; }"
+	}
 	if inParallel {
 		return fmt.Sprintf("{ kiln_set_last_error(%s); __builtin_trap(); }", cString(msg))
 	}

@@ -54,6 +54,10 @@ func allocate(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
 	scope := b.StorageScope()
 	switch scope {
 	case "shared", "local":
+	case "global":
+		// Verified to lie inside the threadIdx loops (or in a kernel of
+		// one thread per block): private to the thread that runs it.
+		scope = "local"
 	default:
 		return "", false, fmt.Errorf("buffer %q in %s memory is allocated inside the kernel; a kernel allocates only shared and local buffers", b.Name, scope)
 	}

@@ -32,7 +32,9 @@ type Param struct {
 type Kernel struct {
 	// Name is the kernel's symbol in the module.
 	Name string
-	// Grid and Block are the launch dimensions (x, y, z).
+	// Grid and Block are the launch dimensions (x, y, z); a grid
+	// dimension of 0 is computed by the host at each launch (its extent is
+	// not a constant).
 	Grid, Block [3]int64
 	// SharedBytes is the static shared memory one block uses.
 	SharedBytes int64
@@ -101,10 +103,13 @@ var axes = map[string]int{
 type checker struct {
 	kernel string
 	ext    [6]int64
+	dyn    [3]ir.Expr // grid extents that are not constants
 	bound  [6]bool
 	shared int64
 	nests  int // thread-bound loops outside every other
-	err    error
+	// usesThreads is set when some loop is bound to a threadIdx axis.
+	usesThreads bool
+	err         error
 }
 
 func (k *checker) fail(format string, args ...any) {
@@ -116,7 +121,13 @@ func (k *checker) fail(format string, args ...any) {
 // verify checks f against lim and returns its launch metadata.
 func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
 	k := &checker{kernel: name}
-	k.walk(f.Body, false)
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if l, ok := n.(*ir.For); ok && l.Kind == ir.ForThreadBinding && strings.HasPrefix(l.ThreadTag, "threadIdx.") {
+			k.usesThreads = true
+		}
+		return !k.usesThreads
+	})
+	k.walk(f.Body, false, false)
 	if k.err != nil {
 		return Kernel{}, k.err
 	}
@@ -128,6 +139,9 @@ func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
 		e := int64(1)
 		if k.bound[i] {
 			e = k.ext[i]
+		}
+		if i < 3 && k.dyn[i] != nil {
+			e = 0 // computed by the host at each launch
 		}
 		if i < 3 {
 			kern.Grid[i] = e
@@ -159,8 +173,9 @@ func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
 	return kern, nil
 }
 
-// walk visits s; bound is set inside a thread-bound loop.
-func (k *checker) walk(s ir.Stmt, bound bool) {
+// walk visits s; bound is set inside a thread-bound loop, thread inside a
+// threadIdx-bound one.
+func (k *checker) walk(s ir.Stmt, bound, thread bool) {
 	ir.Visit(s, func(n ir.Node) bool {
 		if k.err != nil {
 			return false
@@ -181,13 +196,17 @@ func (k *checker) walk(s ir.Stmt, bound bool) {
 				k.nests++
 			}
 			k.bind(n)
-			k.walk(n.Body, true)
+			k.walk(n.Body, true, thread || strings.HasPrefix(n.ThreadTag, "threadIdx."))
 			return false
 		case *ir.BufferStore:
 			if !bound {
 				k.fail("store to %q outside every thread-bound loop: each thread would repeat it", n.Buffer.Name)
 			}
 		case *ir.Allocate:
+			if n.Buffer.StorageScope() == "global" && !thread && k.usesThreads {
+				k.fail("buffer %q in global memory is allocated outside every threadIdx loop; inside a kernel only an allocation private to one thread (inside its threadIdx loops), shared or local is possible", n.Buffer.Name)
+				return false
+			}
 			if n.Buffer.StorageScope() == "shared" {
 				c, ok := constElems(n.Buffer)
 				if !ok {
@@ -225,8 +244,25 @@ func (k *checker) bind(f *ir.For) {
 		return
 	}
 	e, ok := ir.IsConstInt(f.Extent)
+	if !ok && i < 3 {
+		// A grid extent the host computes at each launch.
+		if k.dyn[i] != nil && !ir.StructuralEqual(k.dyn[i], f.Extent) {
+			k.fail("%s is bound with extent %s and with extent %s (loop %q); every binding of an axis needs the same extent", f.ThreadTag, k.dyn[i], f.Extent, f.Var.Name)
+			return
+		}
+		if k.bound[i] && k.dyn[i] == nil {
+			k.fail("%s is bound with extent %d and with extent %s (loop %q); every binding of an axis needs the same extent", f.ThreadTag, k.ext[i], f.Extent, f.Var.Name)
+			return
+		}
+		k.bound[i], k.dyn[i] = true, f.Extent
+		return
+	}
 	if !ok || e < 1 {
 		k.fail("loop %q bound to %s has extent %s; a thread axis needs a positive constant extent", f.Var.Name, f.ThreadTag, f.Extent)
+		return
+	}
+	if i < 3 && k.dyn[i] != nil {
+		k.fail("%s is bound with extent %s and with extent %d (loop %q); every binding of an axis needs the same extent", f.ThreadTag, k.dyn[i], e, f.Var.Name)
 		return
 	}
 	if k.bound[i] && k.ext[i] != e {

@@ -35,7 +35,8 @@ func TestDefaultSchedule(t *testing.T) {
 	check.NoError(t, err)
 	src, ks, err := Generate(lowered, sm80(t))
 	check.NoError(t, err)
-	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {1, 100}, "small": {1, 5}}
+	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {1, 100}, "small": {1, 5},
+		"gemv_bias": {1, 40}, "scale_relu": {2, 256}}
 	check.Equal(t, len(ks), len(want))
 	for _, k := range ks {
 		check.Equal(t, [2]int64{k.Grid[0], k.Block[0]}, want[k.Name], k.Name)
@@ -92,24 +93,28 @@ func interpretBoth(t *testing.T, ref, got *ir.IRModule) {
 }
 
 func TestDefaultScheduleErrors(t *testing.T) {
+	// The sum reads all of B, which no one thread produced: it cannot run
+	// in the threads of block B.
 	src := `# from tvm.script import tir as T
 @T.prim_func
-def two(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32")):
+def two(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32"), S: T.Buffer((1,), "float32")):
     T.func_attr({"global_symbol": "two"})
     for i in range(8):
         with T.block("B"):
             vi = T.axis.spatial(8, i)
             B[vi] = A[vi]
-    for i in range(8):
-        with T.block("A"):
-            vi = T.axis.spatial(8, i)
-            A[vi] = B[vi]
+    for k in range(8):
+        with T.block("S"):
+            vk = T.axis.reduce(8, k)
+            with T.init():
+                S[0] = T.float32(0)
+            S[0] = S[0] + B[vk]
 `
 	m, err := script.Parse("two.py", src)
 	check.NoError(t, err)
 	for _, f := range m.PrimFuncs() {
 		_, err := auto.GPUFunc(f, auto.GPUOptions{})
-		check.Error(t, err, `the function has 2 blocks ("B", "A"`)
+		check.Error(t, err, `gpu schedule: block "S" cannot run in the threads of block "B"`)
 	}
 }
 

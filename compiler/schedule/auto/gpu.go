@@ -15,13 +15,17 @@ type GPUOptions struct {
 }
 
 // GPUFunc gives f a GPU schedule with the fallback rule (DLight's
-// Fallback): the one block of f that has loops gets its spatial loops
-// fused and split into blockIdx.x and threadIdx.x (a predicate guards the
-// tail when the block size does not divide the extent); its reduction
-// loops stay serial inside each thread. It returns an error naming the
-// block when the rule does not apply: a function with several blocks
-// (each would be its own kernel launch) or with reduction loops outside
-// the spatial ones.
+// Fallback): spatial producers that can be inlined into their consumers
+// are; the first remaining block gets its spatial loops fused and split
+// into blockIdx.x and threadIdx.x (a predicate guards the tail when the
+// block size does not divide the extent), its reduction loops stay serial
+// inside each thread; every later block (an epilogue such as a bias add
+// after a matmul) is moved under that block's threadIdx.x loop, so each
+// thread finishes the elements it computed and the intermediate buffer
+// becomes private to the thread. It returns an error naming the block when
+// the rule does not apply: a later block that reads more of the
+// intermediate than its thread produced (a reduction over it), or
+// reduction loops outside the spatial ones.
 func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 	if opts.ThreadsPerBlock <= 0 {
 		opts.ThreadsPerBlock = 256
@@ -30,6 +34,45 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	blocks := topBlocks(s.Func())
+	if len(blocks) == 0 {
+		return nil, errors.New("gpu schedule: the function has no block to schedule")
+	}
+	if len(blocks) > 1 {
+		for _, br := range blocks[:len(blocks)-1] {
+			if !isSpatial(br.Block) {
+				continue
+			}
+			c := s.Copy()
+			b, err := c.GetBlock(br.Block.Name)
+			if err != nil {
+				return nil, err
+			}
+			if c.ComputeInline(b) == nil {
+				s = c
+			}
+		}
+		blocks = topBlocks(s.Func())
+	}
+	thread, err := bindFallback(s, blocks[0], opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, br := range blocks[1:] {
+		b, err := s.GetBlock(br.Block.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ReverseComputeAt(b, thread); err != nil {
+			return nil, fmt.Errorf("gpu schedule: block %q cannot run in the threads of block %q (one kernel per function): %w", br.Block.Name, blocks[0].Block.Name, err)
+		}
+	}
+	return s.Func(), nil
+}
+
+// topBlocks lists the blocks of f outside every other block but the root,
+// in program order.
+func topBlocks(f *ir.PrimFunc) []*ir.BlockRealize {
 	var blocks []*ir.BlockRealize
 	ir.Visit(f.Body, func(n ir.Node) bool {
 		if br, ok := n.(*ir.BlockRealize); ok && br.Block != ir.RootBlock(f.Body) {
@@ -38,20 +81,30 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 		}
 		return true
 	})
-	switch {
-	case len(blocks) == 0:
-		return nil, errors.New("gpu schedule: the function has no block to schedule")
-	case len(blocks) > 1:
-		return nil, fmt.Errorf("gpu schedule: the function has %d blocks (%q, %q…); the fallback rule schedules one kernel per function", len(blocks), blocks[0].Block.Name, blocks[1].Block.Name)
+	return blocks
+}
+
+// isSpatial reports a block with only spatial iteration variables.
+func isSpatial(b *ir.Block) bool {
+	for _, iv := range b.IterVars {
+		if iv.Kind != ir.IterSpatial {
+			return false
+		}
 	}
-	br := blocks[0]
+	return b.Init == nil
+}
+
+// bindFallback fuses the spatial loops of br, splits them into blockIdx.x
+// and threadIdx.x and returns the threadIdx.x loop.
+func bindFallback(s *schedule.Schedule, br *ir.BlockRealize, opts GPUOptions) (schedule.LoopRV, error) {
+	var none schedule.LoopRV
 	b, err := s.GetBlock(br.Block.Name)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	loops, err := s.GetLoops(b)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	reduceVars := map[*ir.Var]bool{}
 	for i, iv := range br.Block.IterVars {
@@ -73,16 +126,16 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 	}
 	for _, l := range loops[len(spatial):] {
 		if !reduceVars[l.Var()] {
-			return nil, fmt.Errorf("gpu schedule: block %q: spatial loop %q is inside a reduction loop", br.Block.Name, l.Var().Name)
+			return none, fmt.Errorf("gpu schedule: block %q: spatial loop %q is inside a reduction loop", br.Block.Name, l.Var().Name)
 		}
 	}
 	if len(spatial) == 0 {
-		return nil, fmt.Errorf("gpu schedule: block %q has no spatial loop to bind to threads", br.Block.Name)
+		return none, fmt.Errorf("gpu schedule: block %q has no spatial loop to bind to threads", br.Block.Name)
 	}
 	fused := spatial[0]
 	if len(spatial) > 1 {
 		if fused, err = s.Fuse(spatial...); err != nil {
-			return nil, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
+			return none, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
 		}
 	}
 	threads := opts.ThreadsPerBlock
@@ -91,15 +144,15 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 	}
 	split, err := s.Split(fused, -1, threads)
 	if err != nil {
-		return nil, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
+		return none, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
 	}
 	if err := s.Bind(split[0], "blockIdx.x"); err != nil {
-		return nil, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
+		return none, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
 	}
 	if err := s.Bind(split[1], "threadIdx.x"); err != nil {
-		return nil, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
+		return none, fmt.Errorf("gpu schedule: block %q: %w", br.Block.Name, err)
 	}
-	return s.Func(), nil
+	return split[1], nil
 }
 
 // loopExtent returns the constant extent of the loop over v in f.

@@ -37,3 +37,31 @@ class Module:
             with T.block("B"):
                 vi = T.axis.spatial(5, i)
                 B[vi] = A[vi] * T.float32(3)
+
+    @T.prim_func
+    def gemv_bias(A: T.Buffer((40, 64), "float32"), x: T.Buffer((64,), "float32"), b: T.Buffer((40,), "float32"), y: T.Buffer((40,), "float32")):
+        T.func_attr({"global_symbol": "gemv_bias", "tir.noalias": T.bool(True)})
+        t = T.alloc_buffer((40,), "float32")
+        for i, k in T.grid(40, 64):
+            with T.block("t"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    t[vi] = T.float32(0)
+                t[vi] = t[vi] + A[vi, vk] * x[vk]
+        for i in range(40):
+            with T.block("y"):
+                vi = T.axis.spatial(40, i)
+                y[vi] = t[vi] + b[vi]
+
+    @T.prim_func
+    def scale_relu(A: T.Buffer((300,), "float32"), B: T.Buffer((300,), "float32")):
+        T.func_attr({"global_symbol": "scale_relu", "tir.noalias": T.bool(True)})
+        t = T.alloc_buffer((300,), "float32")
+        for i in range(300):
+            with T.block("t"):
+                vi = T.axis.spatial(300, i)
+                t[vi] = A[vi] * T.float32(-2)
+        for i in range(300):
+            with T.block("B"):
+                vi = T.axis.spatial(300, i)
+                B[vi] = T.max(t[vi], T.float32(0))
