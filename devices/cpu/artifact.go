@@ -13,9 +13,23 @@ import (
 // dlopen handle) and loads it. The caller owns dir and removes it after
 // closing the module and dropping its functions.
 func LoadArtifact(a *artifact.Artifact, dir string) (*Module, error) {
+	path, err := WriteHostLib(a, dir)
+	if err != nil {
+		return nil, fmt.Errorf("load artifact: %w", err)
+	}
+	m, err := LoadModule(path)
+	if err != nil {
+		return nil, fmt.Errorf("load artifact: %w", err)
+	}
+	return m, nil
+}
+
+// WriteHostLib writes the artifact's host library into dir, in a fresh
+// file whose name carries the library's digest, and returns its path.
+func WriteHostLib(a *artifact.Artifact, dir string) (string, error) {
 	lib, ok := a.Files[artifact.HostLib]
 	if !ok {
-		return nil, fmt.Errorf("load artifact: no %s in it (entries: %v)", artifact.HostLib, a.Names())
+		return "", fmt.Errorf("no %s in it (entries: %v)", artifact.HostLib, a.Names())
 	}
 	digest := a.Manifest.Entries[artifact.HostLib]
 	if len(digest) > 16 {
@@ -23,19 +37,15 @@ func LoadArtifact(a *artifact.Artifact, dir string) (*Module, error) {
 	}
 	f, err := os.CreateTemp(dir, "host-"+digest+"-*.so")
 	if err != nil {
-		return nil, fmt.Errorf("load artifact: %w", err)
+		return "", err
 	}
 	_, werr := f.Write(lib)
 	cerr := f.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(f.Name())
-		return nil, fmt.Errorf("load artifact: write %s: %w", filepath.Base(f.Name()), firstErr(werr, cerr))
+		return "", fmt.Errorf("write %s: %w", filepath.Base(f.Name()), firstErr(werr, cerr))
 	}
-	m, err := LoadModule(f.Name())
-	if err != nil {
-		return nil, fmt.Errorf("load artifact: %w", err)
-	}
-	return m, nil
+	return f.Name(), nil
 }
 
 func firstErr(errs ...error) error {

@@ -50,6 +50,7 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -78,6 +79,13 @@ type Module struct {
 	meta    *abi.Metadata
 	funcs   map[string]*packedfunc.Func
 	closed  atomic.Bool
+	dev     devices.Device // where the functions' tensors must be
+}
+
+// targetKind is the kind of a target string ("cuda" of "cuda -arch=sm_80").
+func targetKind(target string) string {
+	kind, _, _ := strings.Cut(strings.TrimSpace(target), " ")
+	return kind
 }
 
 // Load opens a shared object that follows the kernel ABI, reads its
@@ -89,6 +97,24 @@ func Load(path string) (packedfunc.Module, error) {
 
 // LoadModule is Load returning the concrete type (for Metadata).
 func LoadModule(path string) (*Module, error) {
+	return load(path, devices.CPUDevice)
+}
+
+// LoadDeviceHost loads the host library of a module built for a device
+// (a cuda artifact's host.so): its functions take tensors on dev, and the
+// backend of dev must give the library its device code (Symbol) before
+// they can run. Only device backends call it.
+func LoadDeviceHost(path string, dev devices.Device) (*Module, error) {
+	if dev.Type == devices.CPU {
+		return nil, fmt.Errorf("load module %q: LoadDeviceHost is for device modules; use LoadModule", path)
+	}
+	return load(path, dev)
+}
+
+// Symbol returns the address of a symbol the library exports, or nil.
+func (m *Module) Symbol(name string) unsafe.Pointer { return m.sym(name) }
+
+func load(path string, dev devices.Device) (*Module, error) {
 	if err := checkArch(path); err != nil {
 		return nil, fmt.Errorf("load module %q: %w", path, err)
 	}
@@ -123,12 +149,18 @@ func LoadModule(path string) (*Module, error) {
 		return fail(err)
 	}
 	m.meta = meta
+	m.dev = dev
+	if kind := targetKind(meta.Target); dev.Type == devices.CPU && (kind == "cuda" || kind == "nvptx") {
+		return fail(fmt.Errorf("the module is built for %q: its functions launch device code and run only where a %s backend loads it, not on %s", meta.Target, kind, dev))
+	} else if dev.Type != devices.CPU && kind != dev.Type.String() {
+		return fail(fmt.Errorf("the module is built for %q, not for %s", meta.Target, dev.Type))
+	}
 	for _, fi := range meta.Functions {
 		fp := m.sym(fi.SymbolName())
 		if fp == nil {
 			return fail(fmt.Errorf("metadata lists function %q but the library does not export %s", fi.Name, fi.SymbolName()))
 		}
-		plan, err := newCallPlan(fi)
+		plan, err := newCallPlan(fi, dev)
 		if err != nil {
 			return fail(err)
 		}
@@ -187,6 +219,7 @@ func (m *Module) Close() error {
 // callPlan is the precomputed argument check of one function.
 type callPlan struct {
 	info  abi.FuncInfo
+	dev   devices.Device  // where tensor arguments must be
 	kinds []paramKind     // per param, for the hot path
 	dtype []ndarray.DType // per tensor param
 	syms  []string        // symbolic dimension names, indexed by symIdx
@@ -221,8 +254,8 @@ type dimCheck struct {
 	sym    int // index into syms, or -1
 }
 
-func newCallPlan(fi abi.FuncInfo) (*callPlan, error) {
-	p := &callPlan{info: fi, kinds: make([]paramKind, len(fi.Params)), dtype: make([]ndarray.DType, len(fi.Params)), dims: make([][]dimCheck, len(fi.Params))}
+func newCallPlan(fi abi.FuncInfo, dev devices.Device) (*callPlan, error) {
+	p := &callPlan{info: fi, dev: dev, kinds: make([]paramKind, len(fi.Params)), dtype: make([]ndarray.DType, len(fi.Params)), dims: make([][]dimCheck, len(fi.Params))}
 	symIdx := map[string]int{}
 	for i, prm := range fi.Params {
 		p.kinds[i] = kindOf(prm.Kind)
@@ -281,8 +314,12 @@ func (p *callPlan) check(args []packedfunc.Value, vals []uint64, codes []C.int32
 			if a.Released() {
 				return packedfunc.ArgError(name, i, "%q: %w", p.info.Params[i].Name, ndarray.ErrReleased)
 			}
-			if a.Device().Type != devices.CPU {
-				return packedfunc.ArgError(name, i, "%q: array is on %s, want cpu", p.info.Params[i].Name, a.Device())
+			if d := a.Device(); d.Type != p.dev.Type || (d.Type != devices.CPU && d.ID != p.dev.ID) {
+				want := p.dev.String()
+				if p.dev.Type == devices.CPU {
+					want = "cpu"
+				}
+				return packedfunc.ArgError(name, i, "%q: array is on %s, want %s", p.info.Params[i].Name, d, want)
 			}
 			if p.dtype[i] != (ndarray.DType{}) && a.DType() != p.dtype[i] {
 				return packedfunc.ArgError(name, i, "%q: dtype %s, want %s", p.info.Params[i].Name, a.DType(), p.dtype[i])

@@ -357,6 +357,71 @@ static CUresult kiln_cu_launch(uintptr_t ctx, uintptr_t fn, const unsigned int* 
 	}
 	return r;
 }
+
+// A host library's view of a loaded device module (see hostmodule.go): the
+// context and stream its launches use and its kernels by launch index.
+// closed is set when the module is closed; the struct itself is never
+// freed, so a launch racing with Close sees closed or a valid handle.
+struct kiln_host_mod {
+	CUcontext ctx;
+	CUstream stream;
+	int closed;
+	int n;
+	CUfunction fns[];
+};
+
+static struct kiln_host_mod* kiln_host_mod_new(uintptr_t ctx, uintptr_t stream, const uintptr_t* fns, int n) {
+	struct kiln_host_mod* m = (struct kiln_host_mod*)calloc(1, sizeof *m + sizeof(CUfunction) * (size_t)n);
+	if (m == NULL) return NULL;
+	m->ctx = (CUcontext)ctx;
+	m->stream = (CUstream)stream;
+	m->n = n;
+	for (int i = 0; i < n; i++) m->fns[i] = (CUfunction)fns[i];
+	return m;
+}
+
+static void kiln_host_mod_close(struct kiln_host_mod* m) { __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE); }
+
+// kiln_host_launch is the launch hook of host libraries (abi's
+// DeviceLaunchHook): dims are grid x, y, z then block x, y, z; args point
+// at the kernel's parameter values. A failure writes the CUDA error's name
+// and description, with the launch's shape, to err.
+static int32_t kiln_host_launch(void* module, int32_t kernel, const int64_t* dims, int32_t shared, void** args, char* err, int32_t err_len) {
+	struct kiln_host_mod* m = (struct kiln_host_mod*)module;
+	if (m == NULL || __atomic_load_n(&m->closed, __ATOMIC_ACQUIRE)) {
+		snprintf(err, (size_t)err_len, "the module's device code was unloaded (module closed)");
+		return -1;
+	}
+	if (kernel < 0 || kernel >= m->n) {
+		snprintf(err, (size_t)err_len, "kernel index %d out of range (the device module has %d)", kernel, m->n);
+		return -1;
+	}
+	CUresult r = kiln_cu.cuCtxSetCurrent(m->ctx);
+	if (r == KILN_CUDA_SUCCESS) {
+		r = kiln_cu.cuLaunchKernel(m->fns[kernel],
+			(unsigned int)dims[0], (unsigned int)dims[1], (unsigned int)dims[2],
+			(unsigned int)dims[3], (unsigned int)dims[4], (unsigned int)dims[5],
+			(unsigned int)shared, m->stream, args, NULL);
+	}
+	if (r != KILN_CUDA_SUCCESS) {
+		const char* name = kiln_cu_error_name(r);
+		const char* msg = kiln_cu_error_string(r);
+		snprintf(err, (size_t)err_len, "cuLaunchKernel (grid %lldx%lldx%lld, block %lldx%lldx%lld, %d bytes of dynamic shared memory): %s: %s",
+			(long long)dims[0], (long long)dims[1], (long long)dims[2], (long long)dims[3], (long long)dims[4], (long long)dims[5], shared,
+			name ? name : "CUDA error", msg ? msg : "unknown error");
+		return -1;
+	}
+	return 0;
+}
+
+typedef int32_t (*kiln_launch_fn)(void*, int32_t, const int64_t*, int32_t, void**, char*, int32_t);
+
+// kiln_host_install stores the hook and the module in a host library's
+// variables (their addresses from dlsym).
+static void kiln_host_install(void* hook_slot, void* module_slot, struct kiln_host_mod* m) {
+	__atomic_store_n((void**)module_slot, (void*)m, __ATOMIC_RELEASE);
+	__atomic_store_n((kiln_launch_fn*)hook_slot, kiln_host_launch, __ATOMIC_RELEASE);
+}
 */
 import "C"
 
@@ -622,4 +687,22 @@ func withOp(err error, op string) error {
 		e.Op = op
 	}
 	return err
+}
+
+// hostModNew allocates a host library's view of a loaded module (C memory,
+// never freed: see struct kiln_host_mod); nil when out of memory.
+func hostModNew(ctx uintptr, fns []uintptr) unsafe.Pointer {
+	cf := make([]C.uintptr_t, len(fns)+1)
+	for i, f := range fns {
+		cf[i] = C.uintptr_t(f)
+	}
+	return unsafe.Pointer(C.kiln_host_mod_new(C.uintptr_t(ctx), 0, &cf[0], C.int(len(fns))))
+}
+
+// hostModClose makes later launches through m fail saying it was closed.
+func hostModClose(m unsafe.Pointer) { C.kiln_host_mod_close((*C.struct_kiln_host_mod)(m)) }
+
+// hostInstall stores the launch hook and m in a host library's variables.
+func hostInstall(hookSlot, moduleSlot, m unsafe.Pointer) {
+	C.kiln_host_install(hookSlot, moduleSlot, (*C.struct_kiln_host_mod)(m))
 }

@@ -22,21 +22,7 @@ func TestFakeDriver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds C libraries and runs a child process")
 	}
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc to build the fake driver")
-	}
-	dir := t.TempDir()
-	for _, lib := range []struct{ src, out string }{
-		{"cuda.c", "libcuda.so.1"},
-		{"nvrtc.c", "libnvrtc.so"},
-	} {
-		cmd := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", filepath.Join(dir, lib.out),
-			filepath.Join("testdata", "fakecuda", lib.src), "-lpthread")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", lib.out, err, out)
-		}
-	}
+	dir := buildFakeDriver(t)
 
 	gpuTests := []string{"TestConformance", "TestAttrs", "TestVAdd", "TestParamKinds", "TestLaunchErrors",
 		"TestModuleClose", "TestLoadErrors", "TestCompilePTX", "TestNVRTCCompileError", "TestEvents", "TestPeerCopy", "TestInterleavedDevices"}
@@ -74,4 +60,26 @@ func TestFakeDriver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildFakeDriver builds the fake libcuda.so.1 and libnvrtc.so into a
+// temporary directory and returns it (skipping without gcc).
+func buildFakeDriver(t *testing.T) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the fake driver")
+	}
+	dir := t.TempDir()
+	for _, lib := range []struct{ src, out string }{
+		{"cuda.c", "libcuda.so.1"},
+		{"nvrtc.c", "libnvrtc.so"},
+	} {
+		cmd := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", filepath.Join(dir, lib.out),
+			filepath.Join("testdata", "fakecuda", lib.src), "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", lib.out, err, out)
+		}
+	}
+	return dir
 }

@@ -12,6 +12,15 @@
 //
 // KILN_FAKE_CUDA_DEVICES sets the number of devices (default 2; 0 makes
 // cuInit fail with CUDA_ERROR_NO_DEVICE).
+//
+// A kernel of a loaded module that has no native implementation here (the
+// kernels kiln generates) is still found and launched: its parameters are
+// counted and sized from the PTX entry's .param list, checked at launch and
+// recorded, and nothing is computed. KILN_FAKE_CUDA_LOG names a file that
+// receives one line per module load, function lookup and launch of those
+// (grid, block, dynamic shared bytes, stream, each parameter's value), so
+// tests check what kiln asks the driver. A launch of the kernel named by
+// KILN_FAKE_CUDA_FAIL_LAUNCH fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
 
 #include <pthread.h>
 #include <stdint.h>
@@ -169,6 +178,7 @@ static const struct { CUresult code; const char* name; const char* msg; } errs[]
 	{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
 	{ CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found" },
 	{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered" },
+	{ 701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch" },
 };
 
 CUresult cuGetErrorName(CUresult r, const char** s) {
@@ -502,6 +512,55 @@ static const struct kdef kdefs[] = {
 	{ "axpy_f64", 4, { 8, 8, 8, 8 }, k_axpy_f64 },
 };
 
+static void fake_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+#include <stdarg.h>
+static void fake_log(const char* fmt, ...) {
+	const char* path = getenv("KILN_FAKE_CUDA_LOG");
+	if (path == NULL || *path == 0) return;
+	static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&log_mu);
+	FILE* f = fopen(path, "a");
+	if (f != NULL) {
+		va_list ap;
+		va_start(ap, fmt);
+		vfprintf(f, fmt, ap);
+		va_end(ap);
+		fclose(f);
+	}
+	pthread_mutex_unlock(&log_mu);
+}
+
+// recording_def makes the definition of a kernel without a native
+// implementation from its PTX entry: .param .u64/.s64/.f64/.b64 are 8
+// bytes, .u32/.s32/.f32/.b32 4, .u16/.s16/.f16/.b16 2, .u8/.s8/.b8 1.
+static const struct kdef* recording_def(const char* image, const char* name) {
+	char entry[256];
+	snprintf(entry, sizeof entry, ".entry %s(", name);
+	const char* p = strstr(image, entry);
+	if (p == NULL) return NULL;
+	p += strlen(entry);
+	const char* end = strchr(p, ')');
+	if (end == NULL) return NULL;
+	struct kdef* d = calloc(1, sizeof *d);
+	d->name = strdup(name);
+	for (const char* q = strstr(p, ".param"); q != NULL && q < end; q = strstr(q + 6, ".param")) {
+		const char* t = q + 6;
+		while (*t == ' ' || *t == '\t') t++;
+		size_t size = 0;
+		if (*t == '.') {
+			int bits = atoi(t + 2);
+			size = (size_t)(bits / 8);
+		}
+		if (size == 0 || d->nparams >= 8) {
+			free((void*)d->name);
+			free(d);
+			return NULL;
+		}
+		d->sizes[d->nparams++] = size;
+	}
+	return d;
+}
+
 CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int nopts, CUjit_option* opts, void** vals) {
 	NEED_CTX();
 	if (m == NULL || image == NULL || (nopts > 0 && (opts == NULL || vals == NULL))) return CUDA_ERROR_INVALID_VALUE;
@@ -517,6 +576,7 @@ CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int nopts, 
 		if (log != NULL && loglen > 0) snprintf(log, loglen, "ptxas fatal   : fake driver: image is not PTX");
 		return CUDA_ERROR_INVALID_PTX;
 	}
+	fake_log("load ptx %zu bytes\n", strlen(text));
 	struct fmod* mod = calloc(1, sizeof *mod);
 	mod->magic = MAGIC_MOD;
 	mod->ctx = cur;
@@ -552,7 +612,16 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
 			return CUDA_SUCCESS;
 		}
 	}
-	return CUDA_ERROR_NOT_FOUND;
+	const struct kdef* d = recording_def(m->image, name);
+	if (d == NULL) return CUDA_ERROR_NOT_FOUND;
+	fake_log("function %s params %d\n", name, d->nparams);
+	struct ffunc* fn = calloc(1, sizeof *fn);
+	fn->magic = MAGIC_FUNC;
+	fn->mod = m;
+	fn->def = d;
+	fn->max_smem = SMEM_DEFAULT;
+	*f = fn;
+	return CUDA_SUCCESS;
 }
 
 CUresult cuFuncSetAttribute(CUfunction f, int attr, int v) {
@@ -587,6 +656,22 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 	if (f->def->nparams > 0 && params == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (int i = 0; i < f->def->nparams; i++) {
 		if (params[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (f->def->run == NULL) {
+		// A recorded kernel: log the launch and each parameter's value.
+		const char* failing = getenv("KILN_FAKE_CUDA_FAIL_LAUNCH");
+		if (failing != NULL && strcmp(failing, f->def->name) == 0) return 701;
+		char vals[512];
+		size_t off = 0;
+		vals[0] = 0;
+		for (int i = 0; i < f->def->nparams && off < sizeof vals; i++) {
+			unsigned long long v = 0;
+			memcpy(&v, params[i], f->def->sizes[i]);
+			off += (size_t)snprintf(vals + off, sizeof vals - off, " %#llx", v);
+		}
+		fake_log("launch %s grid %u %u %u block %u %u %u smem %u stream %s dev %d params%s\n", f->def->name,
+			gx, gy, gz, bx, by, bz, smem, s == NULL ? "default" : "created", cur->dev, vals);
+		return CUDA_SUCCESS;
 	}
 	// The fake kernels are 1-D: threads of the x dimensions only.
 	if (f->def->run(params, (long long)gx * bx, cur->dev) != 0) sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
