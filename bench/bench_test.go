@@ -24,6 +24,7 @@ var headline = map[string]string{
 	"tracker":         "leases_per_s",
 	"timing-fidelity": "ratio",
 	"cuda":            "median_nvrtc_ms",
+	"python":          "ratio_remote_call",
 }
 
 // TestQuickJSON runs every registered benchmark in quick mode and checks it

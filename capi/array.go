@@ -269,7 +269,7 @@ func kiln_array_copy_from(h C.KilnHandle, src *C.DLTensor, cancel C.KilnHandle) 
 		if err := a.r.check(); err != nil {
 			return fail(err, errSession)
 		}
-		if err := a.a.CopyFromBytes(ctx, b); err != nil {
+		if _, err := offThread(func() (struct{}, error) { return struct{}{}, a.a.CopyFromBytes(ctx, b) }); err != nil {
 			return fail(err, errSession)
 		}
 	case *localArray:
@@ -304,7 +304,7 @@ func kiln_array_copy_to(h C.KilnHandle, dst *C.DLTensor, cancel C.KilnHandle) C.
 			return fail(err, errSession)
 		}
 		w := &fillBuffer{b: b}
-		n, err := a.a.CopyTo(ctx, w)
+		n, err := offThread(func() (int64, error) { return a.a.CopyTo(ctx, w) })
 		if err != nil {
 			return fail(err, errSession)
 		}

@@ -407,3 +407,22 @@ func timeLocal(ctx context.Context, f *packedfunc.Func, args []packedfunc.Value,
 	return proto.TimeResult{Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max,
 		Std: r.Std, Number: r.Number, Device: devices.CPUDevice.String()}, nil
 }
+
+// offThread runs a blocking remote operation on a goroutine of its own and
+// waits for it. The goroutine that runs a C caller's call is locked to the
+// caller's thread, so every wake-up of it (each reply, each window update
+// of a bulk copy) is a hand-over to that one thread; a goroutine of its own
+// is woken wherever the scheduler likes, and the caller is woken once.
+func offThread[T any](fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		ch <- result{v, err}
+	}()
+	r := <-ch
+	return r.v, r.err
+}

@@ -150,6 +150,9 @@ int kiln_session_info(KilnHandle session, char** out_json);
 /* Copies the local file path into the session's directory as name. */
 int kiln_session_upload(KilnHandle session, const char* path, const char* name, KilnHandle cancel);
 int kiln_session_load_module(KilnHandle session, const char* name, KilnHandle* out_module);
+/* A global function of the session's registry (on a device daemon, e.g.
+ * "rpcserver.nop", an empty function). */
+int kiln_session_get_function(KilnHandle session, const char* name, KilnHandle* out_func);
 /* JSON list of the module's function names. */
 int kiln_module_functions(KilnHandle module, char** out_json);
 int kiln_module_get_function(KilnHandle module, const char* name, KilnHandle* out_func);

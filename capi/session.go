@@ -444,6 +444,39 @@ func kiln_session_load_module(h C.KilnHandle, name *C.char, out *C.KilnHandle) C
 	return 0
 }
 
+//export kiln_session_get_function
+func kiln_session_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) C.int {
+	s, err := lookup[session](h, "session")
+	if err != nil {
+		return fail(err, errArgument)
+	}
+	if out == nil {
+		return fail(badArg("no place for the function (NULL)"), errArgument)
+	}
+	n := gostr(name)
+	switch s := s.(type) {
+	case *remoteSession:
+		if err := s.check(); err != nil {
+			return fail(err, errSession)
+		}
+		f, err := s.s.GetGlobal(context.Background(), n)
+		if err != nil {
+			return fail(err, errSession)
+		}
+		*out = newHandle(&remoteFunc{r: s, f: f})
+	case *localSession:
+		if err := s.check(); err != nil {
+			return fail(err, errSession)
+		}
+		f, err := packedfunc.Get(n)
+		if err != nil {
+			return fail(&argError{err.Error()}, errArgument)
+		}
+		*out = newHandle(&localFunc{l: s, f: f})
+	}
+	return 0
+}
+
 // remoteModule is a module loaded in a remote session.
 type remoteModule struct {
 	r *remoteSession

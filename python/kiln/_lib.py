@@ -117,6 +117,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "kiln_session_info": (c_int, [Handle, _P(c_void_p)]),
     "kiln_session_upload": (c_int, [Handle, c_char_p, c_char_p, Handle]),
     "kiln_session_load_module": (c_int, [Handle, c_char_p, _P(Handle)]),
+    "kiln_session_get_function": (c_int, [Handle, c_char_p, _P(Handle)]),
     "kiln_module_functions": (c_int, [Handle, _P(c_void_p)]),
     "kiln_module_get_function": (c_int, [Handle, c_char_p, _P(Handle)]),
     "kiln_array_empty": (c_int, [Handle, c_int32, _P(c_int64), DLDataType, DLDevice, _P(Handle)]),
@@ -128,7 +129,9 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "kiln_array_copy_to": (c_int, [Handle, _P(DLTensor), Handle]),
     "kiln_array_from_dlpack": (c_int, [c_void_p, _P(Handle)]),
     "kiln_array_to_dlpack": (c_int, [Handle, _P(c_void_p)]),
-    "kiln_call": (c_int, [Handle, _P(KilnArg), _P(c_int32), c_int32, Handle, _P(KilnArg), _P(c_int32)]),
+    # The arguments go as plain pointers: the call's fast path fills
+    # uint64/int32 scratch arrays (see runtime.Function.__call__).
+    "kiln_call": (c_int, [Handle, c_void_p, c_void_p, c_int32, Handle, c_void_p, c_void_p]),
     "kiln_tuple_size": (c_int, [Handle, _P(c_int32)]),
     "kiln_tuple_get": (c_int, [Handle, c_int32, _P(KilnArg), _P(c_int32)]),
     "kiln_time_evaluator": (

@@ -20,7 +20,7 @@ from . import _lib
 from ._lib import lib
 from .errors import KilnValueError, SessionError
 from .nd import Device
-from .runtime import Module
+from .runtime import Function, Module
 
 
 def _addr(host: str, port: int) -> bytes:
@@ -92,6 +92,13 @@ class RPCSession:
         h = _lib.Handle()
         _lib.check(lib.kiln_session_load_module(self._live(), os.fspath(path).encode(), ctypes.byref(h)))
         return Module(h.value, self, os.path.basename(os.fspath(path)))
+
+    def get_function(self, name: str) -> Function:
+        """A global function of the session's registry (TVM's
+        get_function), e.g. "rpcserver.nop" on a device daemon."""
+        h = _lib.Handle()
+        _lib.check(lib.kiln_session_get_function(self._live(), name.encode(), ctypes.byref(h)))
+        return Function(h.value, None, name, self)
 
     def device(self, dev_type: Any, dev_id: int = 0) -> Device:
         """A device of the session: dev_type is "cpu", "cuda", 1 or 2."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import struct
 import threading
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
@@ -153,7 +154,7 @@ def _unpack(session: "RPCSession", val: KilnArg, code: int, module: Optional[Mod
     if code == _lib.CODE_ARRAY:
         return NDArray(val.v_handle, session)
     if code == _lib.CODE_FUNC:
-        return Function(val.v_handle, module, "<returned>")
+        return Function(val.v_handle, module, "<returned>", session)
     if code == _lib.CODE_TUPLE:
         h = val.v_handle
         try:
@@ -170,23 +171,77 @@ def _unpack(session: "RPCSession", val: KilnArg, code: int, module: Optional[Mod
     raise KilnValueError(f"result of unknown type code {code}")
 
 
+_U64 = (1 << 64) - 1
+_call = lib.kiln_call
+_local = threading.local()
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+class _Scratch:
+    """Per-thread argument buffers for calls (no allocation per call)."""
+
+    def __init__(self, n: int) -> None:
+        self.vals = (ctypes.c_uint64 * n)()
+        self.codes = (ctypes.c_int32 * n)()
+        self.ret = ctypes.c_uint64()
+        self.code = ctypes.c_int32()
+        self.ret_p = ctypes.addressof(self.ret)
+        self.code_p = ctypes.addressof(self.code)
+
+
+def _scratch(n: int) -> _Scratch:
+    sc = getattr(_local, "sc", None)
+    if sc is None or len(sc.vals) < n:
+        sc = _Scratch(max(n, 16))
+        _local.sc = sc
+    return sc
+
+
 class Function(_Object):
     """A function of a module; call it with NDArrays and scalars."""
 
-    def __init__(self, handle: int, module: Optional[Module], name: str) -> None:
+    def __init__(self, handle: int, module: Optional[Module], name: str, session: Optional["RPCSession"] = None) -> None:
         super().__init__(handle)
         self.module = module
         self.name = name
+        self.session = session if session is not None else (module.session if module is not None else None)
 
     def __call__(self, *args: Any) -> Any:
-        keep: list = []
-        vals, codes, n = _pack(args, keep)
-        ret, code = KilnArg(), ctypes.c_int32()
-        _lib.check(lib.kiln_call(self._h, vals, codes, n, 0, ctypes.byref(ret), ctypes.byref(code)))
-        if code.value == _lib.CODE_NULL:
+        n = len(args)
+        sc = _scratch(n)
+        vals, codes = sc.vals, sc.codes
+        keep = None
+        for i, a in enumerate(args):
+            t = type(a)
+            if t is NDArray:
+                if a._freed:
+                    a._live()
+                vals[i] = a._h
+                codes[i] = _lib.CODE_ARRAY
+            elif t is int:
+                vals[i] = a & _U64
+                codes[i] = _lib.CODE_INT
+            elif t is float:
+                vals[i] = _bits(a)
+                codes[i] = _lib.CODE_FLOAT
+            else:
+                # The rare kinds go through the general packer.
+                keep = []
+                v, c, _ = _pack(args, keep)
+                ctypes.memmove(vals, v, 8 * n)
+                ctypes.memmove(codes, c, 4 * n)
+                break
+        rc = _call(self._h, vals, codes, n, 0, sc.ret_p, sc.code_p)
+        if rc:
+            raise _lib.last_error()
+        code = sc.code.value
+        if code == _lib.CODE_NULL:
             return None
-        session = self.module.session if self.module is not None else None
-        return _unpack(session, ret, code.value, self.module)
+        ret = KilnArg.from_buffer_copy(sc.ret)
+        return _unpack(self.session, ret, code, self.module)
 
     def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: int = 0) -> "TimeEvaluator":
         """See Module.time_evaluator."""

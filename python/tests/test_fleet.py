@@ -82,7 +82,8 @@ def test_direct_session_on_a_standalone_daemon(fleet, kiln_binary, matmul_artifa
 
 
 def test_tvm_style_script_runs_as_written(fleet):
-    env = dict(os.environ, KILN_TRACKER=fleet.tracker_addr, KILN_TOKEN_FILE=fleet.token_file)
+    env = dict(os.environ, KILN_TRACKER=fleet.tracker_addr, KILN_TOKEN_FILE=fleet.token_file,
+               PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
     r = subprocess.run(
         [sys.executable, os.path.join(EXAMPLES, "tvm_style.py")],
         env=env, capture_output=True, text=True, timeout=300,
