@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -25,9 +28,11 @@ func buildCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "build",
 		Usage:     "compile an IRModule (TVMScript text) into a .kiln artifact, here or on the fleet",
-		UsageText: "kiln build FILE [--target cpu] [-o out.kiln] [--tracker HOST:PORT] [--cc CC] [--cflags FLAGS] [--dump-ir after:PASS]",
-		Description: `Parses FILE (TVMScript: an @I.ir_module class or @T.prim_func definitions),
-lowers every PrimFunc, generates C for the kernel ABI, compiles it with the
+		UsageText: "kiln build FILE [--target cpu] [-o out.kiln] [--tracker HOST:PORT] [--cc CC] [--cflags FLAGS] [--dump-ir after:PASS] [--input-shape NAME=DIMS]",
+		Description: `Parses FILE (TVMScript: an @I.ir_module class or @T.prim_func definitions;
+or an ONNX model, FILE.onnx, imported into one graph function "main" whose
+inputs are named as in the model, with its weights bundled into the
+artifact), lowers every PrimFunc, generates C for the kernel ABI, compiles it with the
 system C compiler and writes a .kiln artifact (a zip: manifest.json, host.so).
 Builds are cached by the IR's structural hash, the target, the C compiler's
 identity and the flags (in $XDG_CACHE_HOME/kiln); --no-cache skips the cache.
@@ -45,8 +50,14 @@ machine, not a GPU): kernels compiled to PTX and a cubin under device/, and a
 host.so that launches them. Functions without a GPU schedule get the default
 one.
 
+An ONNX model's symbolic dimensions (a batch "N") must be given with
+--input-shape NAME=D1xD2… (one flag per input); a model kiln cannot import
+(an operator it does not support, an opset outside 7–21) is refused before
+anything is built, naming the node, its op type and the opset.
+
 Examples:
    kiln build matmul.py -o matmul.kiln
+   kiln build resnet18.onnx -o resnet18.kiln --input-shape input=1x3x224x224
    kiln build matmul.py --dump-ir after:lower_blocks,after:make_packed_api
    kiln build matmul.py --cc clang --cflags "-O2 -march=x86-64-v3"
    kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln`,
@@ -60,6 +71,7 @@ Examples:
 			&ucli.BoolFlag{Name: "no-cache", Usage: "do not read or write the build cache"},
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2; none to skip; zero, O0-O3)"},
 			&ucli.StringFlag{Name: "params", Usage: "safetensors file of weights to bundle into the artifact (params.safetensors)"},
+			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims (repeatable)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
 		}, connFlags()...),
@@ -81,15 +93,28 @@ func runBuild(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
+	shapes, err := onnx.ParseInputShapes(c.StringSlice("input-shape"))
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	isModel := onnx.IsModelPath(path)
+	if len(shapes) > 0 && !isModel {
+		return fmt.Errorf("build: --input-shape is for ONNX models (FILE.onnx)")
+	}
 	if c.String("tracker") != "" {
-		return buildRemote(c, path, string(src), out)
+		return buildRemote(c, path, src, out, shapes)
 	}
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	mod, err := script.Parse(path, string(src))
-	if err != nil {
+	var mod *ir.IRModule
+	var weights []byte
+	if isModel {
+		if mod, weights, err = onnx.ImportFile(path, onnx.Options{InputShapes: shapes}); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+	} else if mod, err = script.Parse(path, string(src)); err != nil {
 		return err
 	}
 	opts := compiler.BuildOptions{
@@ -102,7 +127,11 @@ func runBuild(c *ucli.Context) error {
 		opts.CFlags = strings.Fields(f)
 	}
 	opts.Pipeline = c.String("pipeline")
+	opts.Params = weights
 	if p := c.String("params"); p != "" {
+		if isModel {
+			return fmt.Errorf("build: --params: an ONNX model's weights come from the model")
+		}
 		if opts.Params, err = os.ReadFile(p); err != nil {
 			return fmt.Errorf("build: --params: %w", err)
 		}
@@ -144,7 +173,7 @@ func runBuild(c *ucli.Context) error {
 
 // buildRemote queues the module at the tracker, shows the job's progress
 // and downloads the artifact.
-func buildRemote(c *ucli.Context, path, src, out string) error {
+func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes map[string][]int64) error {
 	ctx := c.Context
 	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
@@ -170,10 +199,22 @@ func buildRemote(c *ucli.Context, path, src, out string) error {
 			opts[k] = v
 		}
 	}
-	job, err := tr.SubmitBuild(ctx, proto.BuildSubmitArgs{
-		Name: filepath.Base(path), Module: src, Target: c.String("target"), Options: opts,
+	args := proto.BuildSubmitArgs{
+		Name: filepath.Base(path), Module: string(src), Target: c.String("target"), Options: opts,
 		RunTimeout: c.Duration("timeout"),
-	})
+	}
+	if onnx.IsModelPath(path) {
+		// Import here first, so a model kiln cannot import is refused
+		// before it is queued; the compiler node imports the same bytes.
+		if _, _, err := onnx.ImportBytes(path, src, onnx.Options{InputShapes: shapes}); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+		args.Format, args.Module = "onnx-base64", base64.StdEncoding.EncodeToString(src)
+		if len(shapes) > 0 {
+			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
+		}
+	}
+	job, err := tr.SubmitBuild(ctx, args)
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
 	lower "github.com/kiln-ml/kiln/compiler/transform"
@@ -16,9 +18,10 @@ func printCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "print",
 		Usage:     "parse an IRModule in TVMScript syntax and print it back, optionally after graph-level passes",
-		UsageText: "kiln print FILE [--passes P1,P2,…] [--pipeline NAME] [--dump-ir after:PASS]",
+		UsageText: "kiln print FILE [--passes P1,P2,…] [--pipeline NAME] [--dump-ir after:PASS] [--input-shape NAME=DIMS]",
 		Description: `Parses FILE (an @I.ir_module class or bare @T.prim_func / @R.function
-definitions, in TVMScript syntax) and prints the module as kiln's printer
+definitions, in TVMScript syntax; or an ONNX model, FILE.onnx, imported
+into one graph function, its symbolic dims given with --input-shape) and prints the module as kiln's printer
 writes it: the canonical form, which parses back to the same module. A syntax
 error names the file, line and column and shows the line with a caret.
 
@@ -34,11 +37,13 @@ Examples:
    kiln print matmul.py
    kiln print mlp.py --pipeline zero
    kiln print mlp.py --passes LegalizeOps,AnnotateTIROpPattern,FuseOps
-   kiln print matmul.py --dump-ir after:lower_blocks,after:make_packed_api`,
+   kiln print matmul.py --dump-ir after:lower_blocks,after:make_packed_api
+   kiln print model.onnx --input-shape x=1x3x224x224`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "passes", Usage: "comma-separated graph-level passes to run before printing"},
 			&ucli.StringFlag{Name: "pipeline", Usage: "named pass pipeline to run before printing (" + strings.Join(transform.PipelineNames(), ", ") + ")"},
 			&ucli.StringFlag{Name: "dump-ir", Usage: "print the IR after lowering passes: after:PASS[,after:PASS…] or all"},
+			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims (repeatable)"},
 		},
 		OnUsageError: usageError,
 		Action:       runPrint,
@@ -54,8 +59,16 @@ func runPrint(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("print: %w", err)
 	}
-	mod, err := script.Parse(path, string(src))
-	if err != nil {
+	var mod *ir.IRModule
+	if onnx.IsModelPath(path) {
+		shapes, err := onnx.ParseInputShapes(c.StringSlice("input-shape"))
+		if err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+		if mod, _, err = onnx.ImportFile(path, onnx.Options{InputShapes: shapes}); err != nil {
+			return fmt.Errorf("print: %w", err)
+		}
+	} else if mod, err = script.Parse(path, string(src)); err != nil {
 		return err
 	}
 	if name := c.String("pipeline"); name != "" {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 )
 
@@ -34,8 +37,8 @@ func runJob(ctx context.Context, dir string) error {
 	if err := json.Unmarshal(b, &job); err != nil {
 		return fmt.Errorf("read job: %w", err)
 	}
-	if job.Format != "" && job.Format != "tvmscript" {
-		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript only)", job.ID, job.Format)
+	if job.Format != "" && job.Format != "tvmscript" && job.Format != "onnx-base64" {
+		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript or onnx-base64)", job.ID, job.Format)
 	}
 	src, err := os.ReadFile(filepath.Join(dir, ModuleFile))
 	if err != nil {
@@ -49,11 +52,26 @@ func runJob(ctx context.Context, dir string) error {
 	if name == "" {
 		name = "module.py"
 	}
-	mod, err := script.Parse(name, string(src))
-	if err != nil {
+	var opts compiler.BuildOptions
+	var mod *ir.IRModule
+	if job.Format == "onnx-base64" {
+		// An ONNX model: imported here, its weights bundled.
+		b, err := base64.StdEncoding.DecodeString(string(src))
+		if err != nil {
+			return fmt.Errorf("job %s: module is not base64: %w", job.ID, err)
+		}
+		var shapes map[string][]int64
+		if v := job.Options["input-shape"]; v != "" {
+			if shapes, err = onnx.ParseInputShapes(strings.Split(v, ",")); err != nil {
+				return fmt.Errorf("job %s: %w", job.ID, err)
+			}
+		}
+		if mod, opts.Params, err = onnx.ImportBytes(name, b, onnx.Options{InputShapes: shapes}); err != nil {
+			return err
+		}
+	} else if mod, err = script.Parse(name, string(src)); err != nil {
 		return err
 	}
-	var opts compiler.BuildOptions
 	if v, ok := job.Options["cc"]; ok {
 		// The node chooses its compiler: a client that could name the
 		// program to run would run any program here.
@@ -68,8 +86,12 @@ func runJob(ctx context.Context, dir string) error {
 			}
 		case "pipeline":
 			opts.Pipeline = v
+		case "input-shape":
+			if job.Format != "onnx-base64" {
+				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
+			}
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, input-shape)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)

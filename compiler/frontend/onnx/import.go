@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -522,3 +523,83 @@ func anyInts[T int | int64](xs []T) []any {
 }
 
 func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// ParseInputShapes reads --input-shape values, NAME=1x3x224x224 each
+// (NAME= alone for a scalar input).
+func ParseInputShapes(specs []string) (map[string][]int64, error) {
+	out := map[string][]int64{}
+	for _, s := range specs {
+		name, dims, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--input-shape %q: want NAME=D1xD2… (for example x=1x3x224x224)", s)
+		}
+		var shape []int64
+		if dims != "" {
+			for _, d := range strings.Split(dims, "x") {
+				v, err := strconv.ParseInt(d, 10, 64)
+				if err != nil || v < 0 {
+					return nil, fmt.Errorf("--input-shape %q: dim %q is not a size", s, d)
+				}
+				shape = append(shape, v)
+			}
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--input-shape: %q given twice", name)
+		}
+		out[name] = shape
+	}
+	return out, nil
+}
+
+// FormatInputShapes is the inverse of ParseInputShapes, sorted by name.
+func FormatInputShapes(shapes map[string][]int64) []string {
+	var out []string
+	for name, s := range shapes {
+		ds := make([]string, len(s))
+		for i, d := range s {
+			ds[i] = strconv.FormatInt(d, 10)
+		}
+		out = append(out, name+"="+strings.Join(ds, "x"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsModelPath reports whether path names an ONNX model (by its .onnx
+// extension), which the CLI imports instead of parsing as TVMScript.
+func IsModelPath(path string) bool { return strings.EqualFold(filepath.Ext(path), ".onnx") }
+
+// ImportFile reads the model at path and imports it; the weights come
+// back as a safetensors file (nil when the model has none).
+func ImportFile(path string, opts Options) (*ir.IRModule, []byte, error) {
+	m, err := ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return importModel(m, path, opts)
+}
+
+// ImportBytes is ImportFile for a model held in memory (external data is
+// refused).
+func ImportBytes(name string, b []byte, opts Options) (*ir.IRModule, []byte, error) {
+	m, err := Read(b, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return importModel(m, name, opts)
+}
+
+func importModel(m *Model, name string, opts Options) (*ir.IRModule, []byte, error) {
+	mod, ps, err := Import(m, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %s: %w", name, err)
+	}
+	if ps.Len() == 0 {
+		return mod, nil, nil
+	}
+	st, err := ps.Safetensors()
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %s: weights: %w", name, err)
+	}
+	return mod, st, nil
+}
