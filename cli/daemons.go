@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -117,6 +118,7 @@ Examples:
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
 			&ucli.StringSliceFlag{Name: "target", Usage: "target kinds this node builds: cpu, cuda (default: cpu, and cuda where NVRTC is installed)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
+			credentialFlag(),
 		}, connFlags()...),
 		OnUsageError: usageError,
 		Action:       runCompilerNode,
@@ -141,7 +143,7 @@ func runCompilerNode(c *ucli.Context) error {
 	}
 	return node.Run(c.Context, node.Config{
 		Tracker:       c.String("tracker"),
-		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c)},
+		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c), CredentialFile: c.String("credential-file")},
 		Command:       []string{exe, "compiler-job"},
 		WorkDir:       c.String("work-dir"),
 		Concurrency:   c.Int("jobs"),
@@ -235,7 +237,8 @@ Examples:
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
-			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file"},
+			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file (a join token: see --credential-file)"},
+			credentialFlag(),
 			&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the tracker's certificate (turns TLS on toward the tracker; --tls-cert/--tls-key, when given, are presented to it as this daemon's client certificate)"},
 			&ucli.StringFlag{Name: "tls-server-name", Usage: "name to check in the tracker's certificate (default: the --tracker host)"},
 			insecureFlag(),
@@ -252,6 +255,9 @@ func runRPCServer(c *ucli.Context) error {
 	tok, tlsCfg, err := serverAuth(c)
 	if err != nil {
 		return err
+	}
+	if client.IsJoinToken(tok) {
+		return errors.New("rpcserver: --token-file holds a join token, which only a tracker accepts; give it with --tracker-token-file (and --credential-file) and keep a token of the daemon's own in --token-file")
 	}
 	log := logger(c)
 	cfg := rpcserver.Config{
@@ -287,7 +293,7 @@ func runRPCServer(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
-		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log}, proto.RegisterArgs{
+		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log, CredentialFile: c.String("credential-file")}, proto.RegisterArgs{
 			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: rpcserver.NodeAttrs(Version()),
 		})
 		reg.OnHealthCheck = deviceHealthCheck
@@ -295,6 +301,12 @@ func runRPCServer(c *ucli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
 	return d.Run(c.Context)
+}
+
+// credentialFlag is where a node keeps the credential its join token was
+// exchanged for.
+func credentialFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "credential-file", Usage: "file keeping this node's tracker credential (0600): with a join token (kiln token create --role ...), the node joins once and stores its credential here, then presents it instead of the token"}
 }
 
 // registrarTLS is the TLS config of a device daemon's connection to its

@@ -1,63 +1,129 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/kiln-ml/kiln/tracker"
 )
 
-// tokenCommand manages the tracker's named user tokens.
+// tokenCommand manages the tracker's named user tokens, join tokens and
+// node revocations.
 func tokenCommand() *ucli.Command {
 	fileFlag := &ucli.StringFlag{Name: "users-file", Required: true, Usage: "the tracker's --users-file"}
-	userFlag := &ucli.StringFlag{Name: "user", Required: true, Usage: "user name (letters, digits and ._@-)"}
 	return &ucli.Command{
 		Name:  "token",
-		Usage: "create and revoke named user tokens for a tracker's --users-file",
-		Description: `A tracker started with --users-file FILE admits, beside the fleet token,
-each token in FILE as its user, in its one role (client, device or
-compiler): a token made for a client cannot register a device. FILE holds
-only the tokens' hashes. The tracker re-reads it when it changes: a revoked
-user's connections are closed and new ones refused within a second.
+		Usage: "create and revoke user tokens, join tokens and node credentials in a tracker's --users-file",
+		Description: `A tracker started with --users-file FILE admits, beside the fleet token:
+
+  - named user tokens (--user NAME --role client): its user, as a client
+    only; a user token registers nothing;
+  - join tokens (--role device|compiler --ttl D, no --user): short-lived,
+    for bootstrap only. A node presents one once (kiln rpcserver
+    --tracker-token-file / kiln compiler --token-file, with
+    --credential-file F) and gets its own credential, bound to its node
+    id and to the join token's role, which it keeps in F and presents
+    from then on. A device credential cannot take build jobs, a compiler
+    credential cannot register a device, and neither can register under
+    another node's id.
+
+FILE holds only the tokens' hashes; credentials live in the tracker's
+tracker.db. The tracker re-reads FILE when it changes: a revoked user's or
+node's connections are closed and new ones refused within a second.
 
 Examples:
    kiln token create --users-file /etc/kiln/users --user alice --role client > alice.token
-   kiln token revoke --users-file /etc/kiln/users --user alice`,
+   kiln token create --users-file /etc/kiln/users --role device --ttl 1h > join.token
+   kiln token revoke --users-file /etc/kiln/users --user alice
+   kiln token revoke --users-file /etc/kiln/users --node device-3fa29c01a2b4
+   kiln token revoke --users-file /etc/kiln/users --join j5c1e09aa`,
 		Subcommands: []*ucli.Command{
 			{
-				Name:         "create",
-				Usage:        "print a new token for a user (shown once) and add its hash to the users file",
-				UsageText:    "kiln token create --users-file FILE --user NAME --role client|device|compiler",
-				Flags:        []ucli.Flag{fileFlag, userFlag, &ucli.StringFlag{Name: "role", Value: "client", Usage: "client, device or compiler"}},
+				Name:  "create",
+				Usage: "print a new user token or join token (shown once) and add its hash to the users file",
+				UsageText: "kiln token create --users-file FILE --user NAME [--role client]\n" +
+					"   kiln token create --users-file FILE --role device|compiler [--ttl 1h]",
+				Flags: []ucli.Flag{
+					fileFlag,
+					&ucli.StringFlag{Name: "user", Usage: "user name (letters, digits and ._@-) of a named user token; leave it out for a join token"},
+					&ucli.StringFlag{Name: "role", Value: "client", Usage: "client (a named user token), or device or compiler (a join token)"},
+					&ucli.DurationFlag{Name: "ttl", Value: time.Hour, Usage: fmt.Sprintf("life of a join token (at most %v)", tracker.MaxJoinTTL)},
+				},
 				OnUsageError: usageError,
 				Action: func(c *ucli.Context) error {
 					if err := noArgs(c); err != nil {
 						return err
 					}
-					tok, err := tracker.CreateUserToken(c.String("users-file"), c.String("user"), c.String("role"))
+					path, user, role := c.String("users-file"), c.String("user"), c.String("role")
+					if user != "" {
+						if c.IsSet("ttl") {
+							return errors.New("token create: --ttl is for join tokens; a named user token lasts until it is revoked")
+						}
+						tok, err := tracker.CreateUserToken(path, user, role)
+						if err != nil {
+							return fmt.Errorf("token create: %w", err)
+						}
+						fmt.Fprintln(c.App.Writer, tok)
+						return nil
+					}
+					if role == "client" {
+						return errors.New("token create: a client token names its user (--user NAME); --role device or compiler without --user makes a join token")
+					}
+					tok, id, exp, err := tracker.CreateJoinToken(path, role, c.Duration("ttl"))
 					if err != nil {
 						return fmt.Errorf("token create: %w", err)
 					}
 					fmt.Fprintln(c.App.Writer, tok)
+					fmt.Fprintf(c.App.ErrWriter, "join token %s for role %s, valid until %s\n", id, role, exp.Format(time.RFC3339))
 					return nil
 				},
 			},
 			{
-				Name:         "revoke",
-				Usage:        "remove every token of a user from the users file",
-				UsageText:    "kiln token revoke --users-file FILE --user NAME",
-				Flags:        []ucli.Flag{fileFlag, userFlag},
+				Name:      "revoke",
+				Usage:     "remove a user's tokens or a join token, or revoke a node's credential",
+				UsageText: "kiln token revoke --users-file FILE (--user NAME | --join ID | --node NODE-ID)",
+				Flags: []ucli.Flag{
+					fileFlag,
+					&ucli.StringFlag{Name: "user", Usage: "remove every token of this user"},
+					&ucli.StringFlag{Name: "join", Usage: "remove this join token (its id, as create printed it); nodes that joined with it keep their credentials"},
+					&ucli.StringFlag{Name: "node", Usage: "revoke the credential this node holds now (the node may join again with a newer join token)"},
+				},
 				OnUsageError: usageError,
 				Action: func(c *ucli.Context) error {
 					if err := noArgs(c); err != nil {
 						return err
 					}
-					n, err := tracker.RevokeUser(c.String("users-file"), c.String("user"))
-					if err != nil {
-						return fmt.Errorf("token revoke: %w", err)
+					path := c.String("users-file")
+					set := 0
+					for _, f := range []string{"user", "join", "node"} {
+						if c.String(f) != "" {
+							set++
+						}
 					}
-					fmt.Fprintf(c.App.ErrWriter, "revoked %d token(s) of %s\n", n, c.String("user"))
+					if set != 1 {
+						return errors.New("token revoke: give exactly one of --user, --join and --node")
+					}
+					switch {
+					case c.String("user") != "":
+						n, err := tracker.RevokeUser(path, c.String("user"))
+						if err != nil {
+							return fmt.Errorf("token revoke: %w", err)
+						}
+						fmt.Fprintf(c.App.ErrWriter, "revoked %d token(s) of %s\n", n, c.String("user"))
+					case c.String("join") != "":
+						if err := tracker.RevokeJoin(path, c.String("join")); err != nil {
+							return fmt.Errorf("token revoke: %w", err)
+						}
+						fmt.Fprintf(c.App.ErrWriter, "removed join token %s\n", c.String("join"))
+					default:
+						if err := tracker.RevokeNode(path, c.String("node")); err != nil {
+							return fmt.Errorf("token revoke: %w", err)
+						}
+						fmt.Fprintf(c.App.ErrWriter, "revoked the credential of node %s\n", c.String("node"))
+					}
 					return nil
 				},
 			},

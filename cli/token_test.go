@@ -19,6 +19,8 @@ func TestTokenCommands(t *testing.T) {
 	tok := strings.TrimSpace(out)
 	check.True(t, strings.HasPrefix(tok, "kiln-") && len(tok) == 5+64, tok)
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "board-7", "--role", "device")
+	check.Error(t, err, "for clients only", "kiln token create --role device --ttl 1h")
+	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "bob")
 	check.NoError(t, err)
 	text, err := os.ReadFile(users)
 	check.NoError(t, err)
@@ -30,10 +32,44 @@ func TestTokenCommands(t *testing.T) {
 	check.True(t, strings.Contains(errOut, "revoked 1 token(s) of alice"), errOut)
 	text, err = os.ReadFile(users)
 	check.NoError(t, err)
-	check.True(t, !strings.Contains(string(text), "alice") && strings.Contains(string(text), "board-7 device "), string(text))
+	check.True(t, !strings.Contains(string(text), "alice") && strings.Contains(string(text), "bob client "), string(text))
 
 	_, _, err = runApp(t, "token", "revoke", "--users-file", users, "--user", "alice")
 	check.Error(t, err, `no token of user "alice"`)
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "mallory", "--role", "admin")
 	check.Error(t, err, `role "admin"`)
+}
+
+// TestJoinTokenCommands creates a join token (printed once, its hash and
+// expiry in the file), removes it, and revokes a node's credential.
+func TestJoinTokenCommands(t *testing.T) {
+	users := filepath.Join(t.TempDir(), "users")
+	out, errOut, err := runApp(t, "token", "create", "--users-file", users, "--role", "compiler", "--ttl", "30m")
+	check.NoError(t, err, errOut)
+	tok := strings.TrimSpace(out)
+	check.True(t, strings.HasPrefix(tok, "kiln-join-"), tok)
+	check.True(t, strings.Contains(errOut, "for role compiler, valid until"), errOut)
+	id := strings.Fields(errOut)[2]
+	text, err := os.ReadFile(users)
+	check.NoError(t, err)
+	check.True(t, strings.HasPrefix(string(text), "@join "+id+" compiler ") && !strings.Contains(string(text), tok), string(text))
+
+	_, _, err = runApp(t, "token", "create", "--users-file", users, "--role", "client")
+	check.Error(t, err, "--user NAME")
+	_, _, err = runApp(t, "token", "create", "--users-file", users, "--role", "device", "--ttl", "720h")
+	check.Error(t, err, "at most 168h")
+	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "alice", "--ttl", "1h")
+	check.Error(t, err, "--ttl is for join tokens")
+
+	_, errOut, err = runApp(t, "token", "revoke", "--users-file", users, "--join", id)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(errOut, "removed join token "+id), errOut)
+	_, errOut, err = runApp(t, "token", "revoke", "--users-file", users, "--node", "device-1")
+	check.NoError(t, err)
+	check.True(t, strings.Contains(errOut, "revoked the credential of node device-1"), errOut)
+	text, err = os.ReadFile(users)
+	check.NoError(t, err)
+	check.True(t, !strings.Contains(string(text), "@join") && strings.HasPrefix(string(text), "@revoked device-1 "), string(text))
+	_, _, err = runApp(t, "token", "revoke", "--users-file", users, "--node", "device-1", "--user", "x")
+	check.Error(t, err, "exactly one of")
 }

@@ -18,8 +18,14 @@ import (
 
 // TrackerOptions configures DialTracker and NewRegistrar.
 type TrackerOptions struct {
-	// Token is the tracker's auth token.
+	// Token is the tracker's auth token. For a Registrar it may be a join
+	// token (it starts with "kiln-join-"): the node then exchanges it once
+	// for its own credential, kept in CredentialFile.
 	Token string
+	// CredentialFile is where a Registrar keeps the node credential a join
+	// token was exchanged for; when it exists, its credential is used
+	// instead of Token. Required with a join token.
+	CredentialFile string
 	// TLS, when set, dials over TLS (see proto.TLSConfig.Client).
 	TLS *tls.Config
 	// HandshakeTimeout bounds the dial and hello (proto's default when 0).

@@ -120,7 +120,11 @@ func (r *Registrar) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, proto.ErrUnauthorized) || errors.Is(err, proto.ErrBadRequest) || errors.Is(err, proto.ErrVersion) {
+		var fatal fatalError
+		if errors.As(err, &fatal) || errors.Is(err, proto.ErrUnauthorized) || errors.Is(err, proto.ErrBadRequest) || errors.Is(err, proto.ErrVersion) {
+			if r.usesCredential() && !errors.As(err, &fatal) {
+				err = fmt.Errorf("%w (the node credential in %s was refused; if it was revoked, remove that file and start again with a new join token)", err, r.opts.CredentialFile)
+			}
 			return fmt.Errorf("tracker registration: %w", err)
 		}
 		if registered {
@@ -139,7 +143,11 @@ func (r *Registrar) Run(ctx context.Context) error {
 // session runs one connection: dial, register, heartbeat until it fails
 // or ctx ends. registered says whether registration got through.
 func (r *Registrar) session(ctx context.Context) (registered bool, err error) {
-	c, err := r.opts.dial(ctx, r.addr, r.role)
+	opts := r.opts
+	if opts.Token, err = r.token(ctx); err != nil {
+		return false, err
+	}
+	c, err := opts.dial(ctx, r.addr, r.role)
 	if err != nil {
 		return false, err
 	}

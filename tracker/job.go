@@ -202,12 +202,15 @@ func (s *Server) handleBuildStatus(ctx context.Context, c *proto.Conn, a proto.B
 	return jobFor(c, j.BuildJob), nil
 }
 
-// userOf is the named user on c ("" for the fleet token or none).
+// userOf is the named user on c ("" for the fleet token, a node or none).
 func userOf(c *proto.Conn) string {
 	if c == nil {
 		return ""
 	}
-	return c.User()
+	if kind, name := identity(c); kind == "user" {
+		return name
+	}
+	return ""
 }
 
 // jobFor is j as the peer on c may see it: a named user sees other users'

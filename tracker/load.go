@@ -58,6 +58,17 @@ func (s *Server) load() error {
 		if err != nil {
 			return err
 		}
+		err = tx.Bucket(bucketCreds).ForEach(func(k, v []byte) error {
+			var c credential
+			if err := msgpack.Unmarshal(v, &c); err != nil {
+				return fmt.Errorf("credential of node %s: %w", k, err)
+			}
+			s.creds.add(&c)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
 			var rec leaseRecord
 			if err := msgpack.Unmarshal(v, &rec); err != nil {

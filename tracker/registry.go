@@ -57,6 +57,13 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 	default:
 		return nil, fmt.Errorf("register: role %q on a %s connection: want device on a device connection or compiler on a compiler connection: %w", a.Role, c.Role(), proto.ErrBadRequest)
 	}
+	if bound := credentialNode(c); bound != "" {
+		// A node credential names its node: the id is not the node's to choose.
+		if a.NodeID != "" && a.NodeID != bound {
+			return nil, fmt.Errorf("register: this connection's credential is for node %q, not %q: %w", bound, a.NodeID, proto.ErrUnauthorized)
+		}
+		a.NodeID = bound
+	}
 	if a.Role == proto.NodeDevice && a.Key == "" {
 		return nil, fmt.Errorf("register: a device needs a key: %w", proto.ErrBadRequest)
 	}

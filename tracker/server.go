@@ -49,7 +49,9 @@ type Server struct {
 	arti     artIndex // artifact store accounting
 
 	users     *users                   // nil without a users file
-	userConns map[*proto.Conn]struct{} // connections with a user token
+	userConns map[*proto.Conn]struct{} // connections admitted with a user or join token or a node credential
+	creds     creds                    // node credentials
+	usersGen  uint64                   // the users file's generation the expiry loop last acted on
 
 	tvm tvmState
 
@@ -84,6 +86,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.initMetrics()
 	s.tvm.init()
+	s.creds.init()
 	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
@@ -98,6 +101,9 @@ func New(cfg Config) (*Server, error) {
 			st.close()
 			return nil, err
 		}
+	}
+	if cfg.Token != "" {
+		s.log.Warn("the shared fleet token (--token-file) admits any role and acts as administrator; give nodes join tokens (kiln token create --role device|compiler --ttl 1h) and users named tokens (see docs/security.md)")
 	}
 	if err := s.load(); err != nil {
 		st.close()
@@ -285,9 +291,13 @@ func (s *Server) shutdown() error {
 	return s.closeErr
 }
 
-// handle registers a method whose arguments decode into A.
+// handle registers a method whose arguments decode into A, behind the
+// identity gate.
 func handle[A any](s *Server, method string, fn func(ctx context.Context, c *proto.Conn, a A) (any, error)) {
 	s.rpc.Handle(method, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+		if err := gate(c, method); err != nil {
+			return nil, err
+		}
 		var a A
 		if len(raw) > 0 {
 			if err := msgpack.Unmarshal(raw, &a); err != nil {
@@ -295,6 +305,16 @@ func handle[A any](s *Server, method string, fn func(ctx context.Context, c *pro
 			}
 		}
 		return fn(ctx, c, a)
+	})
+}
+
+// handleBulk registers a bulk method behind the identity gate.
+func handleBulk(s *Server, method string, fn proto.BulkHandlerFunc) {
+	s.rpc.HandleBulk(method, func(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+		if err := gate(c, method); err != nil {
+			return proto.Bulk{}, err
+		}
+		return fn(ctx, c, in)
 	})
 }
 
@@ -318,8 +338,9 @@ func (s *Server) routes() {
 	handle(s, proto.MethodBuildProgress, s.handleBuildProgress)
 	handle(s, proto.MethodBuildComplete, s.handleBuildComplete)
 	handle(s, proto.MethodBuildFail, s.handleBuildFail)
-	s.rpc.HandleBulk(proto.BulkArtifactUpload, s.handleArtifactUpload)
-	s.rpc.HandleBulk(proto.BulkArtifactDownload, s.handleArtifactDownload)
+	handle(s, proto.MethodTrackerJoin, s.handleJoin)
+	handleBulk(s, proto.BulkArtifactUpload, s.handleArtifactUpload)
+	handleBulk(s, proto.BulkArtifactDownload, s.handleArtifactDownload)
 }
 
 // disconnected drops what a connection owned: its queued lease requests

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,11 +13,12 @@ import (
 
 // Buckets of tracker.db.
 var (
-	bucketJobs      = []byte("jobs")      // job id → jobRecord
-	bucketModules   = []byte("modules")   // job id → module text
-	bucketArtifacts = []byte("artifacts") // sha256 → artifactRecord
-	bucketLeases    = []byte("leases")    // lease id → leaseRecord
-	bucketMeta      = []byte("meta")      // "next_job" → uint64
+	bucketJobs      = []byte("jobs")        // job id → jobRecord
+	bucketModules   = []byte("modules")     // job id → module text
+	bucketArtifacts = []byte("artifacts")   // sha256 → artifactRecord
+	bucketLeases    = []byte("leases")      // lease id → leaseRecord
+	bucketMeta      = []byte("meta")        // "next_job" → uint64
+	bucketCreds     = []byte("credentials") // node id → credential
 )
 
 var keyNextJob = []byte("next_job")
@@ -45,7 +47,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJobs, bucketModules, bucketArtifacts, bucketLeases, bucketMeta} {
+		for _, b := range [][]byte{bucketJobs, bucketModules, bucketArtifacts, bucketLeases, bucketMeta, bucketCreds} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -156,4 +158,9 @@ func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
 
 func del(tx *bolt.Tx, bucket []byte, key string) error {
 	return tx.Bucket(bucket).Delete([]byte(key))
+}
+
+// putCredential stores a node credential and returns once it is durable.
+func (st *store) putCredential(ctx context.Context, c *credential) error {
+	return <-st.write(func(tx *bolt.Tx) error { return put(tx, bucketCreds, c.NodeID, c) })
 }

@@ -17,38 +17,61 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// The users file (Config.UsersFile) holds named user tokens, one a line:
+// The users file (Config.UsersFile) holds named user tokens, join tokens
+// and node revocations, one a line:
 //
-//	USER ROLE SHA256-OF-TOKEN
+//	USER client SHA256-OF-TOKEN
+//	@join ID ROLE SHA256-OF-TOKEN EXPIRES
+//	@revoked NODE-ID SINCE
 //
-// ROLE is client, device or compiler; '#' starts a comment. The file holds
-// only the tokens' hashes: CreateUserToken prints a token once and appends
-// its line, RevokeUser removes a user's lines. The tracker reads the file
-// again when it changes, so a revocation takes effect within a tick and
-// the revoked user's connections are closed.
+// A named user token admits its user as a client. A join token (ROLE
+// device or compiler, EXPIRES in RFC 3339) admits a node only until it
+// expires and only to tracker.join, which exchanges it for a per-node
+// credential kept in tracker.db. A revocation refuses every credential of
+// NODE-ID issued at or before SINCE. '#' starts a comment. The file holds
+// only the tokens' hashes: CreateUserToken and CreateJoinToken print a
+// token once and append its line; RevokeUser, RevokeJoin and RevokeNode
+// edit the file. The tracker reads the file again when it changes, so a
+// revocation takes effect within a tick and the revoked connections are
+// closed.
 
-// userName is what a user name may be.
+// userName is what a user name, a join token id or a node id may be.
 var userName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
-// userToken is one line of the users file.
+// userToken is a named user's line of the users file.
 type userToken struct {
 	user string
 	role proto.Role
+}
+
+// joinToken is a join token's line of the users file.
+type joinToken struct {
+	id      string
+	role    proto.Role
+	expires time.Time
+}
+
+// usersFile is what a users file holds.
+type usersFile struct {
+	byHash  map[string]userToken
+	joins   map[string]joinToken // by the token's sha256
+	revoked map[string]time.Time // node id → credentials issued up to then are revoked
 }
 
 // users is the users file as last read.
 type users struct {
 	path string
 
-	mu      sync.Mutex
-	byHash  map[string]userToken
+	mu sync.Mutex
+	usersFile
 	modTime time.Time
 	size    int64
+	gen     uint64 // counts the reads that found a change
 }
 
 // parseUsers reads a users file's text.
-func parseUsers(path string, text []byte) (map[string]userToken, error) {
-	m := map[string]userToken{}
+func parseUsers(path string, text []byte) (usersFile, error) {
+	m := usersFile{byHash: map[string]userToken{}, joins: map[string]joinToken{}, revoked: map[string]time.Time{}}
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -56,35 +79,93 @@ func parseUsers(path string, text []byte) (map[string]userToken, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("users file %s:%d: want USER ROLE SHA256, got %d fields", path, n, len(f))
+		bad := func(format string, a ...any) (usersFile, error) {
+			return usersFile{}, fmt.Errorf("users file %s:%d: %s", path, n, fmt.Sprintf(format, a...))
 		}
-		if !userName.MatchString(f[0]) {
-			return nil, fmt.Errorf("users file %s:%d: user name %q: want letters, digits and ._@- (at most 64)", path, n, f[0])
+		switch f[0] {
+		case "@join":
+			if len(f) != 5 {
+				return bad("want @join ID ROLE SHA256 EXPIRES, got %d fields", len(f))
+			}
+			if !userName.MatchString(f[1]) {
+				return bad("join token id %q: want letters, digits and ._@- (at most 64)", f[1])
+			}
+			role, err := nodeRole(f[2])
+			if err != nil {
+				return bad("%v", err)
+			}
+			if !isSHA256(f[3]) {
+				return bad("%q is not a sha256 in hex", f[3])
+			}
+			exp, err := time.Parse(time.RFC3339, f[4])
+			if err != nil {
+				return bad("join token expiry %q: want RFC 3339 (2006-01-02T15:04:05Z)", f[4])
+			}
+			m.joins[strings.ToLower(f[3])] = joinToken{id: f[1], role: role, expires: exp}
+		case "@revoked":
+			if len(f) != 3 {
+				return bad("want @revoked NODE-ID SINCE, got %d fields", len(f))
+			}
+			if !userName.MatchString(f[1]) {
+				return bad("node id %q: want letters, digits and ._@- (at most 64)", f[1])
+			}
+			since, err := time.Parse(time.RFC3339Nano, f[2])
+			if err != nil {
+				return bad("revocation time %q: want RFC 3339", f[2])
+			}
+			if since.After(m.revoked[f[1]]) {
+				m.revoked[f[1]] = since
+			}
+		default:
+			if len(f) != 3 {
+				return bad("want USER ROLE SHA256, got %d fields", len(f))
+			}
+			if !userName.MatchString(f[0]) {
+				return bad("user name %q: want letters, digits and ._@- (at most 64)", f[0])
+			}
+			role, err := userRole(f[1])
+			if err != nil {
+				return bad("%v", err)
+			}
+			if !isSHA256(f[2]) {
+				return bad("%q is not a sha256 in hex", f[2])
+			}
+			m.byHash[strings.ToLower(f[2])] = userToken{user: f[0], role: role}
 		}
-		role, err := userRole(f[1])
-		if err != nil {
-			return nil, fmt.Errorf("users file %s:%d: %w", path, n, err)
-		}
-		if len(f[2]) != 64 {
-			return nil, fmt.Errorf("users file %s:%d: %q is not a sha256 in hex", path, n, f[2])
-		}
-		if _, err := hex.DecodeString(f[2]); err != nil {
-			return nil, fmt.Errorf("users file %s:%d: %q is not a sha256 in hex", path, n, f[2])
-		}
-		m[strings.ToLower(f[2])] = userToken{user: f[0], role: role}
 	}
 	return m, sc.Err()
 }
 
-// userRole parses a role a user token may carry.
-func userRole(s string) (proto.Role, error) {
-	for _, r := range []proto.Role{proto.RoleClient, proto.RoleDevice, proto.RoleCompiler} {
-		if r.String() == s {
-			return r, nil
-		}
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
 	}
-	return 0, fmt.Errorf("role %q: want client, device or compiler", s)
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// userRole parses the role of a named user token: client only, since a
+// node's identity comes from a join token and the credential it is
+// exchanged for.
+func userRole(s string) (proto.Role, error) {
+	switch s {
+	case proto.RoleClient.String():
+		return proto.RoleClient, nil
+	case proto.RoleDevice.String(), proto.RoleCompiler.String():
+		return 0, fmt.Errorf("role %q: a named user token is for clients only; a node joins with a join token (kiln token create --role %s --ttl 1h)", s, s)
+	}
+	return 0, fmt.Errorf("role %q: a named user token takes role client", s)
+}
+
+// nodeRole parses the role of a join token.
+func nodeRole(s string) (proto.Role, error) {
+	switch s {
+	case proto.RoleDevice.String():
+		return proto.RoleDevice, nil
+	case proto.RoleCompiler.String():
+		return proto.RoleCompiler, nil
+	}
+	return 0, fmt.Errorf("role %q: a join token takes role device or compiler", s)
 }
 
 // load reads the file when it changed since the last read; changed says
@@ -109,7 +190,8 @@ func (u *users) load() (changed bool, err error) {
 		return false, err
 	}
 	u.mu.Lock()
-	u.byHash, u.modTime, u.size = m, st.ModTime(), st.Size()
+	u.usersFile, u.modTime, u.size = m, st.ModTime(), st.Size()
+	u.gen++
 	u.mu.Unlock()
 	return true, nil
 }
@@ -120,6 +202,15 @@ func (u *users) lookup(token string) (userToken, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.byHash[hex.EncodeToString(h[:])]
+	return t, ok
+}
+
+// lookupJoin returns the join token a token is.
+func (u *users) lookupJoin(token string) (joinToken, bool) {
+	h := sha256.Sum256([]byte(token))
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t, ok := u.joins[hex.EncodeToString(h[:])]
 	return t, ok
 }
 
@@ -135,53 +226,79 @@ func (u *users) has(user string) bool {
 	return false
 }
 
-// authenticate admits the fleet token (any role, no user name) and the
-// users file's tokens (their own role only).
-func (s *Server) authenticate(token string, role proto.Role) (string, error) {
-	if s.cfg.Token != "" && proto.TokenEqual(token, s.cfg.Token) {
-		return "", nil
-	}
-	if s.users != nil {
-		if t, ok := s.users.lookup(token); ok {
-			if t.role != role {
-				return "", fmt.Errorf("the token of user %q is for role %s, not %s", t.user, t.role, role)
-			}
-			return t.user, nil
+// hasJoin reports whether the join token id is still in the file.
+func (u *users) hasJoin(id string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, t := range u.joins {
+		if t.id == id {
+			return true
 		}
 	}
-	return "", proto.ErrUnauthorized
+	return false
 }
 
-// reloadUsers reads the users file again when it changed and closes the
-// connections of users who no longer have a token.
-func (s *Server) reloadUsers() {
-	changed, err := s.users.load()
+// revokedSince returns when node's credentials were last revoked (zero:
+// never).
+func (u *users) revokedSince(node string) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.revoked[node]
+}
+
+// readUsersFile reads and checks the users file at path; a missing file
+// is an empty one.
+func readUsersFile(path string) ([]byte, error) {
+	text, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		s.log.Error("users file not reloaded; the last good one stays in force", "err", err)
-		return
+		return nil, fmt.Errorf("users file: %w", err)
 	}
-	if !changed {
-		return
+	if _, err := parseUsers(path, text); err != nil {
+		return nil, err
 	}
-	s.log.Info("users file reloaded", "path", s.users.path)
-	s.mu.Lock()
-	var gone []*proto.Conn
-	for c := range s.userConns {
-		if !s.users.has(c.User()) {
-			gone = append(gone, c)
-			delete(s.userConns, c)
-		}
-	}
-	s.mu.Unlock()
-	for _, c := range gone {
-		s.log.Info("closing the connection of a revoked user", "user", c.User(), "remote", c.RemoteAddr())
-		c.Close()
-	}
+	return text, nil
 }
 
-// CreateUserToken makes a new token for user with role, appends its hash
-// to the users file at path (created 0600 when missing) and returns the
-// token, which is not stored anywhere else.
+// appendUsersLine appends one line to the users file at path (created
+// 0600 when missing), after checking what is there.
+func appendUsersLine(path, line string) error {
+	if _, err := readUsersFile(path); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("users file: %w", err)
+	}
+	_, err = fmt.Fprintln(f, line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("users file: %w", err)
+	}
+	return nil
+}
+
+// newSecret returns prefix followed by 32 random bytes in hex, and the
+// hex sha256 of the whole.
+func newSecret(prefix string) (token, hash string) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	token = prefix + hex.EncodeToString(b)
+	h := sha256.Sum256([]byte(token))
+	return token, hex.EncodeToString(h[:])
+}
+
+// CreateUserToken makes a new token for user with role (client: nodes
+// join with CreateJoinToken instead), appends its hash to the users file
+// at path (created 0600 when missing) and returns the token, which is not
+// stored anywhere else.
 func CreateUserToken(path, user, role string) (string, error) {
 	if !userName.MatchString(user) {
 		return "", fmt.Errorf("user name %q: want letters, digits and ._@- (at most 64)", user)
@@ -189,35 +306,81 @@ func CreateUserToken(path, user, role string) (string, error) {
 	if _, err := userRole(role); err != nil {
 		return "", err
 	}
-	if text, err := os.ReadFile(path); err == nil {
-		if _, err := parseUsers(path, text); err != nil {
-			return "", err
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("users file: %w", err)
-	}
-	b := make([]byte, 32)
-	rand.Read(b)
-	token := "kiln-" + hex.EncodeToString(b)
-	h := sha256.Sum256([]byte(token))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("users file: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "%s %s %s\n", user, role, hex.EncodeToString(h[:]))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("users file: %w", err)
+	token, hash := newSecret("kiln-")
+	if err := appendUsersLine(path, fmt.Sprintf("%s %s %s", user, role, hash)); err != nil {
+		return "", err
 	}
 	return token, nil
+}
+
+// JoinTokenPrefix starts every join token, so a node can tell one from a
+// fleet token or a credential.
+const JoinTokenPrefix = "kiln-join-"
+
+// MaxJoinTTL is the longest life a join token may have.
+const MaxJoinTTL = 7 * 24 * time.Hour
+
+// CreateJoinToken makes a join token for role (device or compiler) that
+// expires after ttl, appends its hash to the users file at path and
+// returns the token and its id (for RevokeJoin). A node presents it once
+// to exchange it for its own credential; until it expires it admits any
+// number of nodes, each to tracker.join only.
+func CreateJoinToken(path, role string, ttl time.Duration) (token, id string, expires time.Time, err error) {
+	if _, err := nodeRole(role); err != nil {
+		return "", "", time.Time{}, err
+	}
+	if ttl <= 0 || ttl > MaxJoinTTL {
+		return "", "", time.Time{}, fmt.Errorf("join token ttl %v: want more than 0 and at most %v", ttl, MaxJoinTTL)
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	id = "j" + hex.EncodeToString(b)
+	token, hash := newSecret(JoinTokenPrefix)
+	expires = time.Now().Add(ttl).UTC().Truncate(time.Second)
+	if err := appendUsersLine(path, fmt.Sprintf("@join %s %s %s %s", id, role, hash, expires.Format(time.RFC3339))); err != nil {
+		return "", "", time.Time{}, err
+	}
+	return token, id, expires, nil
+}
+
+// RevokeNode revokes every credential node holds now: the tracker refuses
+// them and closes the node's connections within a tick. The node may join
+// again with a join token issued to it later.
+func RevokeNode(path, node string) error {
+	if !userName.MatchString(node) {
+		return fmt.Errorf("node id %q: want letters, digits and ._@- (at most 64)", node)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("users file: %w", err)
+	}
+	return appendUsersLine(path, fmt.Sprintf("@revoked %s %s", node, time.Now().UTC().Format(time.RFC3339Nano)))
 }
 
 // RevokeUser removes every token of user from the users file at path and
 // returns how many it removed; a running tracker closes the user's
 // connections within a tick.
 func RevokeUser(path, user string) (int, error) {
+	n, err := removeLines(path, func(f []string) bool { return len(f) == 3 && f[0] == user })
+	if err == nil && n == 0 {
+		err = fmt.Errorf("users file %s: no token of user %q: %w", path, user, proto.ErrNotFound)
+	}
+	return n, err
+}
+
+// RevokeJoin removes the join token id from the users file at path; nodes
+// that joined with it keep their credentials (revoke those with
+// RevokeNode).
+func RevokeJoin(path, id string) error {
+	n, err := removeLines(path, func(f []string) bool { return len(f) == 5 && f[0] == "@join" && f[1] == id })
+	if err == nil && n == 0 {
+		err = fmt.Errorf("users file %s: no join token %q: %w", path, id, proto.ErrNotFound)
+	}
+	return err
+}
+
+// removeLines rewrites the users file at path without the lines whose
+// fields drop says, and returns how many it removed.
+func removeLines(path string, drop func(fields []string) bool) (int, error) {
 	text, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("users file: %w", err)
@@ -228,14 +391,14 @@ func RevokeUser(path, user string) (int, error) {
 	var out strings.Builder
 	removed := 0
 	for _, line := range strings.SplitAfter(string(text), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == user {
+		if drop(strings.Fields(line)) {
 			removed++
 			continue
 		}
 		out.WriteString(line)
 	}
 	if removed == 0 {
-		return 0, fmt.Errorf("users file %s: no token of user %q: %w", path, user, proto.ErrNotFound)
+		return 0, nil
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(out.String()), 0o600); err != nil {

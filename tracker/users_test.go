@@ -91,7 +91,7 @@ func TestUsersFileErrors(t *testing.T) {
 	_, err = CreateUserToken(filepath.Join(dir, "u"), "al ice", "client")
 	check.Error(t, err, `"al ice"`)
 	_, err = CreateUserToken(filepath.Join(dir, "u"), "alice", "admin")
-	check.Error(t, err, `role "admin"`, "client, device or compiler")
+	check.Error(t, err, `role "admin"`, "takes role client")
 }
 
 // TestUsersSeparated: with named user tokens, bob sees alice's job without

@@ -86,6 +86,7 @@ const (
 	MethodTrackerHeartbeat  = "tracker.heartbeat"
 	MethodTrackerDeregister = "tracker.deregister"
 	MethodTrackerReport     = "tracker.report"
+	MethodTrackerJoin       = "tracker.join"
 
 	MethodLeaseRequest = "tracker.lease.request"
 	MethodLeaseWait    = "tracker.lease.wait"
@@ -243,6 +244,24 @@ func TargetKind(target string) string {
 		return ""
 	}
 	return f[0]
+}
+
+// JoinArgs exchanges a join token (the hello's token, on a device or
+// compiler connection) for a per-node credential. A connection admitted
+// with a join token may call tracker.join and nothing else.
+type JoinArgs struct {
+	// NodeID asks for this node id; empty lets the tracker choose. An id
+	// that already has a credential is refused.
+	NodeID string `msgpack:"node_id,omitempty"`
+}
+
+// JoinReply answers tracker.join: the node's id and its credential, the
+// token it presents in every later hello. The credential admits only the
+// role of the join token and only registrations under NodeID.
+type JoinReply struct {
+	NodeID     string `msgpack:"node_id"`
+	Role       Role   `msgpack:"role"`
+	Credential string `msgpack:"credential"`
 }
 
 // RegisterArgs registers a device daemon or compiler node.

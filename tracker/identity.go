@@ -1,0 +1,258 @@
+package tracker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Identities. A connection is admitted as one of:
+//
+//   - the fleet token (Config.Token): the legacy shared secret, any role,
+//     acting as an administrator (Conn.User "");
+//   - a named user token: its user, as a client only (Conn.User "alice");
+//   - a join token: a device or compiler node about to join, which may
+//     call tracker.join and nothing else (Conn.User "join:ID");
+//   - a node credential: one node, in the role of the join token it came
+//     from, which may register only under its own node id (Conn.User
+//     "node:ID").
+//
+// User names cannot hold ':', so the kinds cannot be confused.
+
+const (
+	joinPrefix = "join:"
+	nodePrefix = "node:"
+)
+
+// CredentialPrefix starts every node credential.
+const CredentialPrefix = "kiln-node-"
+
+// credential is a node credential as tracker.db keeps it (by node id).
+type credential struct {
+	NodeID string     `msgpack:"node_id"`
+	Role   proto.Role `msgpack:"role"`
+	Hash   string     `msgpack:"hash"` // hex sha256 of the credential
+	Issued time.Time  `msgpack:"issued"`
+	JoinID string     `msgpack:"join_id"` // the join token it was exchanged for
+}
+
+// creds is the tracker's node credentials, loaded from tracker.db.
+type creds struct {
+	mu     sync.Mutex
+	byHash map[string]*credential
+	byNode map[string]*credential
+	// joining holds the node ids a tracker.join is writing now.
+	joining map[string]bool
+}
+
+func (cs *creds) init() {
+	cs.byHash = make(map[string]*credential)
+	cs.byNode = make(map[string]*credential)
+	cs.joining = make(map[string]bool)
+}
+
+func (cs *creds) add(c *credential) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if old := cs.byNode[c.NodeID]; old != nil {
+		delete(cs.byHash, old.Hash)
+	}
+	cs.byHash[c.Hash] = c
+	cs.byNode[c.NodeID] = c
+}
+
+func (cs *creds) lookup(token string) (*credential, bool) {
+	if !strings.HasPrefix(token, CredentialPrefix) {
+		return nil, false
+	}
+	h := sha256.Sum256([]byte(token))
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c, ok := cs.byHash[hex.EncodeToString(h[:])]
+	return c, ok
+}
+
+// identity splits a connection's user into its kind ("admin", "user",
+// "join" or "node") and name.
+func identity(c *proto.Conn) (kind, name string) {
+	u := c.User()
+	switch {
+	case u == "":
+		return "admin", ""
+	case strings.HasPrefix(u, joinPrefix):
+		return "join", u[len(joinPrefix):]
+	case strings.HasPrefix(u, nodePrefix):
+		return "node", u[len(nodePrefix):]
+	}
+	return "user", u
+}
+
+// credentialNode returns the node id c's credential is bound to ("" when c
+// holds no node credential).
+func credentialNode(c *proto.Conn) string {
+	if kind, name := identity(c); kind == "node" {
+		return name
+	}
+	return ""
+}
+
+// authenticate admits the fleet token (any role, as administrator), named
+// user tokens (client only), join tokens (their role, until they expire)
+// and node credentials (their role, until revoked).
+func (s *Server) authenticate(token string, role proto.Role) (string, error) {
+	if s.cfg.Token != "" && proto.TokenEqual(token, s.cfg.Token) {
+		return "", nil
+	}
+	user, err := s.authenticateFile(token, role)
+	if errors.Is(err, proto.ErrUnauthorized) {
+		// A token made a moment ago: read the file now rather than at the
+		// next tick (a stat when nothing changed).
+		if changed, lerr := s.users.load(); lerr == nil && changed {
+			user, err = s.authenticateFile(token, role)
+		}
+	}
+	return user, err
+}
+
+// authenticateFile admits the users file's tokens and node credentials.
+func (s *Server) authenticateFile(token string, role proto.Role) (string, error) {
+	if t, ok := s.users.lookup(token); ok {
+		if t.role != role {
+			return "", fmt.Errorf("the token of user %q is for role %s, not %s (a user token registers nothing; nodes join with a join token)", t.user, t.role, role)
+		}
+		return t.user, nil
+	}
+	if j, ok := s.users.lookupJoin(token); ok {
+		if now := time.Now(); !now.Before(j.expires) {
+			return "", fmt.Errorf("join token %s expired at %s; make a new one (kiln token create --role %s --ttl 1h)", j.id, j.expires.Format(time.RFC3339), j.role)
+		}
+		if j.role != role {
+			return "", fmt.Errorf("join token %s is for role %s, not %s", j.id, j.role, role)
+		}
+		return joinPrefix + j.id, nil
+	}
+	if c, ok := s.creds.lookup(token); ok {
+		if since := s.users.revokedSince(c.NodeID); !since.IsZero() && !c.Issued.After(since) {
+			return "", fmt.Errorf("the credential of node %q was revoked at %s; join again with a new join token", c.NodeID, since.Format(time.RFC3339))
+		}
+		if c.Role != role {
+			return "", fmt.Errorf("the credential of node %q is for role %s, not %s", c.NodeID, c.Role, role)
+		}
+		return nodePrefix + c.NodeID, nil
+	}
+	return "", proto.ErrUnauthorized
+}
+
+// stillValid reports whether the identity c was admitted with still holds
+// after the users file changed.
+func (s *Server) stillValid(c *proto.Conn) bool {
+	kind, name := identity(c)
+	switch kind {
+	case "user":
+		return s.users.has(name)
+	case "join":
+		return s.users.hasJoin(name)
+	case "node":
+		s.creds.mu.Lock()
+		cr := s.creds.byNode[name]
+		s.creds.mu.Unlock()
+		since := s.users.revokedSince(name)
+		return cr != nil && (since.IsZero() || cr.Issued.After(since))
+	}
+	return true
+}
+
+// reloadUsers reads the users file again when it changed and closes the
+// connections whose user token, join token or node credential it no
+// longer admits.
+func (s *Server) reloadUsers() {
+	if _, err := s.users.load(); err != nil {
+		s.log.Error("users file not reloaded; the last good one stays in force", "err", err)
+		return
+	}
+	s.users.mu.Lock()
+	gen := s.users.gen
+	s.users.mu.Unlock()
+	if gen == s.usersGen {
+		return
+	}
+	s.usersGen = gen
+	s.log.Info("users file reloaded", "path", s.users.path)
+	s.mu.Lock()
+	var gone []*proto.Conn
+	for c := range s.userConns {
+		if !s.stillValid(c) {
+			gone = append(gone, c)
+			delete(s.userConns, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range gone {
+		s.log.Info("closing a connection whose token or credential was revoked", "identity", c.User(), "remote", c.RemoteAddr())
+		c.Close()
+	}
+}
+
+// gate refuses what a connection's identity may not call: a connection
+// admitted with a join token may only join.
+func gate(c *proto.Conn, method string) error {
+	kind, name := identity(c)
+	if kind == "join" && method != proto.MethodTrackerJoin {
+		return fmt.Errorf("%s: a connection admitted with join token %s may only call %s; dial again with the credential it returns: %w", method, name, proto.MethodTrackerJoin, proto.ErrUnauthorized)
+	}
+	if kind != "join" && method == proto.MethodTrackerJoin {
+		return fmt.Errorf("%s: only a connection admitted with a join token may join: %w", method, proto.ErrBadRequest)
+	}
+	return nil
+}
+
+// handleJoin exchanges the connection's join token for a new node
+// credential, durable before it is returned.
+func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs) (any, error) {
+	_, joinID := identity(c)
+	role := c.Role()
+	if a.NodeID == "" {
+		nr := proto.NodeDevice
+		if role == proto.RoleCompiler {
+			nr = proto.NodeCompiler
+		}
+		a.NodeID = randomID(string(nr)+"-", 6)
+	} else if !userName.MatchString(a.NodeID) {
+		return nil, fmt.Errorf("join: node id %q: want letters, digits and ._@- (at most 64): %w", a.NodeID, proto.ErrBadRequest)
+	}
+	token, hash := newSecret(CredentialPrefix)
+	cr := &credential{NodeID: a.NodeID, Role: role, Hash: hash, Issued: time.Now().UTC(), JoinID: joinID}
+	// Reserve the id, so two joins cannot both take it.
+	s.creds.mu.Lock()
+	if old := s.creds.byNode[a.NodeID]; old != nil {
+		since := s.users.revokedSince(a.NodeID)
+		if since.IsZero() || old.Issued.After(since) {
+			s.creds.mu.Unlock()
+			return nil, fmt.Errorf("join: node %q already has a credential; revoke it first (kiln token revoke --node %s) or join without asking for an id: %w", a.NodeID, a.NodeID, proto.ErrBusy)
+		}
+	}
+	if s.creds.joining[a.NodeID] {
+		s.creds.mu.Unlock()
+		return nil, fmt.Errorf("join: node %q is joining on another connection: %w", a.NodeID, proto.ErrBusy)
+	}
+	s.creds.joining[a.NodeID] = true
+	s.creds.mu.Unlock()
+	defer func() {
+		s.creds.mu.Lock()
+		delete(s.creds.joining, a.NodeID)
+		s.creds.mu.Unlock()
+	}()
+	if err := s.st.putCredential(ctx, cr); err != nil {
+		return nil, fmt.Errorf("join: %w", err)
+	}
+	s.creds.add(cr)
+	s.log.Info("node joined", "node", cr.NodeID, "role", role, "join_token", joinID, "remote", c.RemoteAddr())
+	return proto.JoinReply{NodeID: cr.NodeID, Role: role, Credential: token}, nil
+}

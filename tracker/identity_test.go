@@ -1,0 +1,327 @@
+package tracker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// identityConfig is a tracker config with a fleet token and a users file.
+func identityConfig(t *testing.T) Config {
+	cfg := fastConfig(t)
+	cfg.Token = "fleet"
+	cfg.UsersFile = filepath.Join(t.TempDir(), "users")
+	check.NoError(t, os.WriteFile(cfg.UsersFile, nil, 0o600))
+	return cfg
+}
+
+func newJoinToken(t *testing.T, path, role string) (tok, id string) {
+	t.Helper()
+	tok, id, _, err := CreateJoinToken(path, role, time.Hour)
+	check.NoError(t, err)
+	return tok, id
+}
+
+// rawDial dials addr with token in role; the connection is closed when the
+// test ends.
+func rawDial(t *testing.T, addr, token string, role proto.Role) (*proto.Client, error) {
+	t.Helper()
+	c, err := proto.Dial(testCtx(t), addr, proto.DialOptions{Role: role, Token: token, Logger: quietLogger()})
+	if err == nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+// join exchanges a join token for a credential over a raw connection.
+func join(t *testing.T, addr, token string, role proto.Role, nodeID string) (proto.JoinReply, error) {
+	t.Helper()
+	c, err := rawDial(t, addr, token, role)
+	if err != nil {
+		return proto.JoinReply{}, err
+	}
+	var rep proto.JoinReply
+	err = c.Call(testCtx(t), proto.MethodTrackerJoin, proto.JoinArgs{NodeID: nodeID}, &rep)
+	return rep, err
+}
+
+// joined runs a device Registrar that joins with tok and keeps its
+// credential in credFile, until the returned stop is called.
+func joined(t *testing.T, addr, tok, credFile string) (*client.Registrar, <-chan error, context.CancelFunc) {
+	t.Helper()
+	r := client.NewRegistrar(addr, client.TrackerOptions{Token: tok, CredentialFile: credFile, Logger: quietLogger()},
+		proto.RegisterArgs{Role: proto.NodeDevice, Key: "board", Addr: "127.0.0.1:1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	t.Cleanup(cancel)
+	return r, errc, cancel
+}
+
+// TestJoinToken: a device joins with a join token, stores its credential
+// (0600) and registers under the node id the credential is bound to; after
+// the join token is gone, and after a tracker restart, the stored
+// credential alone brings the node back under the same id.
+func TestJoinToken(t *testing.T) {
+	cfg := identityConfig(t)
+	a := startTracker(t, cfg)
+	tok, id := newJoinToken(t, cfg.UsersFile, "device")
+	check.True(t, strings.HasPrefix(tok, JoinTokenPrefix) && client.IsJoinToken(tok), tok)
+	text, err := os.ReadFile(cfg.UsersFile)
+	check.NoError(t, err)
+	check.True(t, !strings.Contains(string(text), tok), "the users file holds the join token's hash, not the token")
+
+	credFile := filepath.Join(t.TempDir(), "state", "node.cred")
+	r, _, stop := joined(t, a.Addr(), tok, credFile)
+	select {
+	case <-r.Ready():
+	case <-time.After(guard):
+		t.Fatal("device did not join and register")
+	}
+	node := r.NodeID()
+	check.True(t, strings.HasPrefix(node, "device-"), node)
+	check.Equal(t, nodeState(a.Server, node), proto.StateFree)
+	st, err := os.Stat(credFile)
+	check.NoError(t, err)
+	check.Equal(t, st.Mode().Perm(), os.FileMode(0o600))
+	var stored struct {
+		NodeID     string `json:"node_id"`
+		Role       string `json:"role"`
+		Credential string `json:"credential"`
+	}
+	b, err := os.ReadFile(credFile)
+	check.NoError(t, err)
+	check.NoError(t, json.Unmarshal(b, &stored))
+	check.Equal(t, stored.NodeID, node)
+	check.Equal(t, stored.Role, "device")
+	check.True(t, strings.HasPrefix(stored.Credential, CredentialPrefix), stored.Credential)
+	stop()
+
+	// The join token is removed: the credential still admits the node.
+	check.NoError(t, RevokeJoin(cfg.UsersFile, id))
+	check.ErrorIs(t, RevokeJoin(cfg.UsersFile, id), proto.ErrNotFound)
+	a.stop(t)
+	cfg.Listen = a.Addr()
+	b2 := startTracker(t, cfg)
+	_, err = rawDial(t, b2.Addr(), tok, proto.RoleDevice)
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	r2, _, _ := joined(t, b2.Addr(), tok, credFile)
+	select {
+	case <-r2.Ready():
+	case <-time.After(guard):
+		t.Fatal("device did not register with its stored credential after a restart")
+	}
+	check.Equal(t, r2.NodeID(), node)
+}
+
+// TestIdentityAttacks performs each attack a node or user identity must
+// not allow, and checks the error says why.
+func TestIdentityAttacks(t *testing.T) {
+	cfg := identityConfig(t)
+	a := startTracker(t, cfg)
+	addr := a.Addr()
+	ctx := testCtx(t)
+	devJoin, _ := newJoinToken(t, cfg.UsersFile, "device")
+	cmpJoin, _ := newJoinToken(t, cfg.UsersFile, "compiler")
+	dev, err := join(t, addr, devJoin, proto.RoleDevice, "")
+	check.NoError(t, err)
+	check.Equal(t, dev.Role, proto.RoleDevice)
+	cmp, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
+	check.NoError(t, err)
+	check.Equal(t, cmp.NodeID, "builder-1")
+
+	t.Run("join token in another role", func(t *testing.T) {
+		_, err := rawDial(t, addr, devJoin, proto.RoleCompiler)
+		check.Error(t, err, "is for role device, not compiler")
+		_, err = rawDial(t, addr, devJoin, proto.RoleClient)
+		check.Error(t, err, "not client")
+	})
+	t.Run("join token used for anything but joining", func(t *testing.T) {
+		c, err := rawDial(t, addr, devJoin, proto.RoleDevice)
+		check.NoError(t, err)
+		err = c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, "may only call tracker.join")
+		err = c.Call(ctx, proto.MethodTrackerQuery, proto.QueryArgs{}, nil)
+		check.Error(t, err, "may only call tracker.join")
+	})
+	t.Run("expired join token", func(t *testing.T) {
+		old, oldHash := newSecret(JoinTokenPrefix)
+		check.NoError(t, appendUsersLine(cfg.UsersFile, "@join jold device "+oldHash+" 2020-01-01T00:00:00Z"))
+		eventually(t, "the tracker reads the expired join token", func() bool {
+			_, err := rawDial(t, addr, old, proto.RoleDevice)
+			return err != nil && strings.Contains(err.Error(), "join token jold expired at 2020-01-01T00:00:00Z")
+		})
+	})
+	t.Run("device credential claims a build job", func(t *testing.T) {
+		// As a compiler: refused at the hello, the role is the credential's.
+		_, err := rawDial(t, addr, dev.Credential, proto.RoleCompiler)
+		check.Error(t, err, "credential of node "+`"`+dev.NodeID+`"`, "is for role device, not compiler")
+		// On its own device connection: build.take is for compiler nodes.
+		c, err := rawDial(t, addr, dev.Credential, proto.RoleDevice)
+		check.NoError(t, err)
+		tc, err := client.DialTracker(ctx, addr, client.TrackerOptions{Token: "fleet", Logger: quietLogger()})
+		check.NoError(t, err)
+		defer tc.Close()
+		_, err = tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "victim", Module: module, Target: "cpu"})
+		check.NoError(t, err)
+		err = c.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: dev.NodeID}, nil)
+		check.Error(t, err, "only compiler nodes may")
+	})
+	t.Run("compiler credential registers a device", func(t *testing.T) {
+		_, err := rawDial(t, addr, cmp.Credential, proto.RoleDevice)
+		check.Error(t, err, "is for role compiler, not device")
+		c, err := rawDial(t, addr, cmp.Credential, proto.RoleCompiler)
+		check.NoError(t, err)
+		err = c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, nil)
+		check.Error(t, err, "want device on a device connection")
+		check.Equal(t, len(a.Summary(0).Devices), 0)
+	})
+	t.Run("credential registers under another node's id", func(t *testing.T) {
+		c, err := rawDial(t, addr, dev.Credential, proto.RoleDevice)
+		check.NoError(t, err)
+		err = c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: "someone-else", Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, `credential is for node "`+dev.NodeID+`", not "someone-else"`)
+		var rep proto.RegisterReply
+		check.NoError(t, c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, &rep))
+		check.Equal(t, rep.NodeID, dev.NodeID)
+	})
+	t.Run("join under an id that has a credential", func(t *testing.T) {
+		_, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
+		check.ErrorIs(t, err, proto.ErrBusy)
+		check.Error(t, err, `node "builder-1" already has a credential`)
+		_, err = join(t, addr, cmpJoin, proto.RoleCompiler, "../etc")
+		check.ErrorIs(t, err, proto.ErrBadRequest)
+	})
+	t.Run("a credential or user token cannot join", func(t *testing.T) {
+		c, err := rawDial(t, addr, dev.Credential, proto.RoleDevice)
+		check.NoError(t, err)
+		err = c.Call(ctx, proto.MethodTrackerJoin, proto.JoinArgs{}, nil)
+		check.Error(t, err, "only a connection admitted with a join token may join")
+	})
+	t.Run("user token registers", func(t *testing.T) {
+		alice, err := CreateUserToken(cfg.UsersFile, "alice", "client")
+		check.NoError(t, err)
+		eventually(t, "the tracker reads alice's token", func() bool {
+			_, err := rawDial(t, addr, alice, proto.RoleClient)
+			return err == nil
+		})
+		_, err = rawDial(t, addr, alice, proto.RoleDevice)
+		check.Error(t, err, `user "alice"`, "registers nothing")
+		_, err = CreateUserToken(cfg.UsersFile, "board-7", "device")
+		check.Error(t, err, "for clients only", "kiln token create --role device --ttl 1h")
+	})
+	t.Run("revoked credential", func(t *testing.T) {
+		credFile := filepath.Join(t.TempDir(), "cred")
+		r, errc, _ := joined(t, addr, devJoin, credFile)
+		select {
+		case <-r.Ready():
+		case <-time.After(guard):
+			t.Fatal("device did not join")
+		}
+		node := r.NodeID()
+		held, err := rawDial(t, addr, mustCred(t, credFile), proto.RoleDevice)
+		check.NoError(t, err)
+		check.NoError(t, RevokeNode(cfg.UsersFile, node))
+		// Its open connections are closed and the registrar gives up,
+		// naming the file to remove; a new hello is refused.
+		select {
+		case err := <-errc:
+			check.Error(t, err, "was revoked at", credFile)
+		case <-time.After(guard):
+			t.Fatal("the revoked node's registrar did not stop")
+		}
+		select {
+		case <-held.Done():
+		case <-time.After(guard):
+			t.Fatal("the revoked credential's connection stays open")
+		}
+		_, err = rawDial(t, addr, mustCred(t, credFile), proto.RoleDevice)
+		check.Error(t, err, "was revoked at")
+		eventually(t, "the revoked node is lost", func() bool { return nodeState(a.Server, node) == proto.StateLost })
+		// Other nodes are untouched.
+		_, err = rawDial(t, addr, dev.Credential, proto.RoleDevice)
+		check.NoError(t, err)
+		// With a join token issued later, the node joins again under its id.
+		rep, err := join(t, addr, devJoin, proto.RoleDevice, node)
+		check.NoError(t, err)
+		_, err = rawDial(t, addr, rep.Credential, proto.RoleDevice)
+		check.NoError(t, err)
+	})
+	t.Run("registrar with a join token and no credential file", func(t *testing.T) {
+		r := client.NewRegistrar(addr, client.TrackerOptions{Token: devJoin, Logger: quietLogger()},
+			proto.RegisterArgs{Role: proto.NodeDevice, Key: "board", Addr: "127.0.0.1:1"})
+		err := r.Run(ctx)
+		check.Error(t, err, "--credential-file")
+	})
+}
+
+func mustCred(t *testing.T, path string) string {
+	t.Helper()
+	var c struct{ Credential string }
+	b, err := os.ReadFile(path)
+	check.NoError(t, err)
+	check.NoError(t, json.Unmarshal(b, &c))
+	return c.Credential
+}
+
+// TestUsersFileLines: join and revocation lines are checked like user
+// lines, naming the line and what is wrong.
+func TestUsersFileLines(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	for _, tc := range []struct{ line, want string }{
+		{"@join j1 device " + h, "want @join ID ROLE SHA256 EXPIRES"},
+		{"@join j1 client " + h + " 2030-01-01T00:00:00Z", "a join token takes role device or compiler"},
+		{"@join j1 device xyz 2030-01-01T00:00:00Z", "not a sha256"},
+		{"@join j1 device " + h + " tomorrow", "want RFC 3339"},
+		{"@join ../x device " + h + " 2030-01-01T00:00:00Z", "join token id"},
+		{"@revoked n1", "want @revoked NODE-ID SINCE"},
+		{"@revoked n1 yesterday", "revocation time"},
+		{"bob device " + h, "for clients only"},
+	} {
+		_, err := parseUsers("u", []byte("# ok\n"+tc.line+"\n"))
+		check.Error(t, err, "u:2", tc.want)
+	}
+	m, err := parseUsers("u", []byte("@join j1 compiler "+h+" 2030-01-01T00:00:00Z\n@revoked n1 2026-01-01T00:00:00.5Z\n@revoked n1 2025-01-01T00:00:00Z\n"))
+	check.NoError(t, err)
+	check.Equal(t, m.joins[h].role, proto.RoleCompiler)
+	check.Equal(t, m.revoked["n1"], time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC))
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "device", 30*24*time.Hour)
+	check.Error(t, err, "at most 168h")
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "client", time.Hour)
+	check.Error(t, err, "device or compiler")
+}
+
+// FuzzParseUsers: no users file text makes the parser panic, and what it
+// accepts holds only well-formed entries.
+func FuzzParseUsers(f *testing.F) {
+	h := strings.Repeat("0f", 32)
+	f.Add([]byte("alice client " + h + "\n"))
+	f.Add([]byte("@join j1 device " + h + " 2030-01-01T00:00:00Z\n@revoked device-1 2026-01-01T00:00:00Z\n# c\n"))
+	f.Add([]byte("@join\n@revoked\n\n"))
+	f.Fuzz(func(t *testing.T, text []byte) {
+		m, err := parseUsers("u", text)
+		if err != nil {
+			return
+		}
+		for hash, u := range m.byHash {
+			if !isSHA256(hash) || !userName.MatchString(u.user) || u.role != proto.RoleClient {
+				t.Fatalf("accepted a bad user line: %q %+v", hash, u)
+			}
+		}
+		for hash, j := range m.joins {
+			if !isSHA256(hash) || !userName.MatchString(j.id) || (j.role != proto.RoleDevice && j.role != proto.RoleCompiler) {
+				t.Fatalf("accepted a bad join line: %q %+v", hash, j)
+			}
+		}
+	})
+}
