@@ -54,7 +54,10 @@ def main():
             lat.append(clock() - t0)
         res["remote_call_median_us"] = median(lat) / 1e3
 
-        x = np.frombuffer(bytes((i * 7 + (i >> 13)) & 0xFF for i in range(min(size, 1 << 16))) * (size // min(size, 1 << 16)), dtype=np.uint8)
+        # Fresh, page-aligned memory, as the Go side's make([]byte).
+        block = min(size, 1 << 16)
+        x = np.empty(size, np.uint8)
+        x[:] = np.tile(np.frombuffer(bytes((i * 7 + (i >> 13)) & 0xFF for i in range(block)), np.uint8), size // block)
         arr = kiln.nd.empty((x.size,), "uint8", remote.cpu(0))
         arr.copyfrom(x)  # warm the connection and the daemon's buffers
         rates = []
