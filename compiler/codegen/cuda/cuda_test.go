@@ -49,7 +49,16 @@ func TestGolden(t *testing.T) {
 		"add":     {Name: "add", Grid: [3]int64{16, 1, 1}, Block: [3]int64{256, 1, 1}},
 		"scale2d": {Name: "scale2d", Grid: [3]int64{3, 8, 1}, Block: [3]int64{32, 8, 1}},
 		"rowsum":  {Name: "rowsum", Grid: [3]int64{2, 1, 1}, Block: [3]int64{64, 1, 1}},
+		// Shared memory: a barrier between threads' write and another
+		// thread's read (shared_reverse), none where each thread reads its
+		// own element (shared_same_thread), and in a loop of tiles one
+		// before the read and one at the end of the body, before the next
+		// tile overwrites what other threads still read (tiled_shift).
+		"shared_reverse":     {Name: "shared_reverse", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
+		"shared_same_thread": {Name: "shared_same_thread", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
+		"tiled_shift":        {Name: "tiled_shift", Grid: [3]int64{8, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
 	}
+	barriers := map[string]int{"add": 0, "scale2d": 0, "rowsum": 0, "shared_reverse": 1, "shared_same_thread": 0, "tiled_shift": 2}
 	for name, f := range m.PrimFuncs() {
 		t.Run(name, func(t *testing.T) {
 			src, ks, err := Generate(ir.NewIRModule().With(name, f), sm80(t))
@@ -58,7 +67,8 @@ func TestGolden(t *testing.T) {
 			w := want[name]
 			check.Equal(t, ks[0].Grid, w.Grid)
 			check.Equal(t, ks[0].Block, w.Block)
-			check.Equal(t, ks[0].SharedBytes, int64(0))
+			check.Equal(t, ks[0].SharedBytes, w.SharedBytes)
+			check.Equal(t, strings.Count(src, "__syncthreads();"), barriers[name], "barriers in", name, src)
 			path := filepath.Join("testdata", name+".golden")
 			if *update {
 				check.NoError(t, os.WriteFile(path, []byte(src), 0o644))
@@ -76,7 +86,7 @@ func TestGolden(t *testing.T) {
 func TestNVRTC(t *testing.T) {
 	src, ks, err := Generate(kernelsModule(t), sm80(t))
 	check.NoError(t, err)
-	check.Equal(t, len(ks), 3)
+	check.Equal(t, len(ks), 6)
 	compileAll(t, src, ks)
 }
 

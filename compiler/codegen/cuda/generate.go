@@ -75,6 +75,7 @@ func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
 		if f.Attrs[transform.AttrCallingConv] == transform.CallingConvPacked {
 			return "", nil, fmt.Errorf("kernel %q: has the packed API; lower with cuda.LowerOptions (stop before make_packed_api)", sym)
 		}
+		f = transform.InsertBarriers(f)
 		k, err := verify(sym, f, lim)
 		if err != nil {
 			return "", nil, err

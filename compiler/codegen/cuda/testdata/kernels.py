@@ -41,3 +41,58 @@ class Module:
                 with T.block("store"):
                     vi = T.axis.spatial(128, bx * 64 + tx)
                     S[vi] = acc[0]
+
+    @T.prim_func
+    def shared_reverse(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+        T.func_attr({"global_symbol": "shared_reverse", "tir.noalias": T.bool(True)})
+        S = T.alloc_buffer((64,), scope="shared")
+        for bx in T.thread_binding(4, thread="blockIdx.x"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("load"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    S[vi] = A[vb * 64 + vi]
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("store"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    B[vb * 64 + vi] = S[63 - vi]
+
+    @T.prim_func
+    def shared_same_thread(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+        T.func_attr({"global_symbol": "shared_same_thread", "tir.noalias": T.bool(True)})
+        S = T.alloc_buffer((64,), scope="shared")
+        for bx in T.thread_binding(4, thread="blockIdx.x"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("load"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    S[vi] = A[vb * 64 + vi] * T.float32(2)
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("store"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    B[vb * 64 + vi] = S[vi] + T.float32(1)
+
+    @T.prim_func
+    def tiled_shift(A: T.Buffer((8, 256), "float32"), O: T.Buffer((8, 64), "float32")):
+        T.func_attr({"global_symbol": "tiled_shift", "tir.noalias": T.bool(True)})
+        Ts = T.alloc_buffer((64,), scope="shared")
+        for bx in T.thread_binding(8, thread="blockIdx.x"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("init"):
+                    vr = T.axis.spatial(8, bx)
+                    vt = T.axis.spatial(64, tx)
+                    O[vr, vt] = T.float32(0)
+            for ko in range(4):
+                for tx in T.thread_binding(64, thread="threadIdx.x"):
+                    with T.block("load"):
+                        vr = T.axis.spatial(8, bx)
+                        vt = T.axis.spatial(64, tx)
+                        vk = T.axis.spatial(4, ko)
+                        Ts[vt] = A[vr, vk * 64 + vt]
+                for tx in T.thread_binding(64, thread="threadIdx.x"):
+                    with T.block("acc"):
+                        vr = T.axis.spatial(8, bx)
+                        vt = T.axis.spatial(64, tx)
+                        O[vr, vt] = O[vr, vt] + Ts[(vt + 1) % 64]
