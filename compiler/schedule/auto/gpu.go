@@ -14,9 +14,11 @@ type GPUOptions struct {
 	ThreadsPerBlock int64
 }
 
-// GPUFunc gives f a GPU schedule with the fallback rule (DLight's
-// Fallback): spatial producers that can be inlined into their consumers
-// are; the first remaining block gets its spatial loops fused and split
+// GPUFunc gives f a GPU schedule: spatial producers that can be inlined
+// into their consumers are; a first remaining block that is a 2-D matmul
+// large enough for 64 threads gets the matmul rule (register tiles of up
+// to 4×4 per thread, 16×16 threads per block, see bindMatmul); otherwise
+// the fallback rule (DLight's Fallback): the block gets its spatial loops fused and split
 // into blockIdx.x and threadIdx.x (a predicate guards the tail when the
 // block size does not divide the extent), its reduction loops stay serial
 // inside each thread; every later block (an epilogue such as a bias add
@@ -54,9 +56,14 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 		}
 		blocks = topBlocks(s.Func())
 	}
-	thread, err := bindFallback(s, blocks[0], opts)
+	thread, matmul, err := bindMatmul(s, blocks[0])
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gpu schedule: matmul %q: %w", blocks[0].Block.Name, err)
+	}
+	if !matmul {
+		if thread, err = bindFallback(s, blocks[0], opts); err != nil {
+			return nil, err
+		}
 	}
 	for _, br := range blocks[1:] {
 		b, err := s.GetBlock(br.Block.Name)

@@ -65,3 +65,33 @@ class Module:
             with T.block("B"):
                 vi = T.axis.spatial(300, i)
                 B[vi] = T.max(t[vi], T.float32(0))
+
+    @T.prim_func
+    def matmul(A: T.Buffer((128, 48), "float32"), B: T.Buffer((48, 96), "float32"), C: T.Buffer((128, 96), "float32")):
+        T.func_attr({"global_symbol": "matmul", "tir.noalias": T.bool(True)})
+        for i, j, k in T.grid(128, 96, 48):
+            with T.block("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    @T.prim_func
+    def matmul_bias_relu(A: T.Buffer((64, 32), "float32"), B: T.Buffer((32, 64), "float32"), bias: T.Buffer((64,), "float32"), D: T.Buffer((64, 64), "float32")):
+        T.func_attr({"global_symbol": "matmul_bias_relu", "tir.noalias": T.bool(True)})
+        C = T.alloc_buffer((64, 64), "float32")
+        E = T.alloc_buffer((64, 64), "float32")
+        for i, j, k in T.grid(64, 64, 32):
+            with T.block("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+        for i, j in T.grid(64, 64):
+            with T.block("E"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                E[vi, vj] = C[vi, vj] + bias[vj]
+        for i, j in T.grid(64, 64):
+            with T.block("D"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                D[vi, vj] = T.max(E[vi, vj], T.float32(0))
