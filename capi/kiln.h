@@ -195,6 +195,14 @@ int kiln_time_evaluator(KilnHandle func, const KilnArg* args, const int32_t* cod
 int kiln_build(const char* source, const char* name, const char* target, KilnHandle tracker, const char* output,
                KilnProgressFn progress, void* user, KilnHandle cancel, char** out_path);
 
+/* Builds the file at path: TVMScript, or an ONNX model (FILE.onnx) whose
+ * weights are bundled into the artifact. input_shapes (may be NULL) fixes
+ * the shapes of an ONNX model's inputs with symbolic dimensions, one
+ * "NAME=D1xD2x..." a line. output NULL or "" means path with .kiln. */
+int kiln_build_file(const char* path, const char* target, KilnHandle tracker, const char* output,
+                    const char* input_shapes, KilnProgressFn progress, void* user, KilnHandle cancel,
+                    char** out_path);
+
 #endif /* KILN_NO_PROTOTYPES */
 
 #ifdef __cplusplus

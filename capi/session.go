@@ -344,7 +344,10 @@ func (l *localSession) loadModule(_ context.Context, name string) (object, error
 			kernels.Close()
 			return nil, fmt.Errorf("load module %q: %w", name, err)
 		}
-		mod = m
+		if mod, err = withWeights(m, x, a); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("load module %q: %w", name, err)
+		}
 	}
 	lm := &localModule{l: l, m: mod, name: name}
 	l.mu.Lock()

@@ -142,6 +142,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         c_int,
         [c_char_p, c_char_p, c_char_p, Handle, c_char_p, ProgressFn, c_void_p, Handle, _P(c_void_p)],
     ),
+    "kiln_build_file": (
+        c_int,
+        [c_char_p, c_char_p, Handle, c_char_p, c_char_p, ProgressFn, c_void_p, Handle, _P(c_void_p)],
+    ),
 }
 
 
