@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,6 +222,14 @@ function. Uploaded files live in a per-session directory; names that would
 leave it are refused. A session past its deadline is ended. One exclusive
 session at a time unless --max-sessions says otherwise.
 
+Workers are sandboxed with bubblewrap (bwrap) where it works: each in new
+user, PID, mount, IPC and network namespaces, seeing only the system's
+libraries, its own binary and its session directory (the one writable
+place), so concurrent sessions cannot read, write, signal or outlive each
+other, and --max-sessions above 1 is allowed. The daemon says at start (and
+/metrics says, kiln_rpcserver_sandboxed) whether it sandboxes. As root, give
+--worker-uids so that each session also runs as a uid of its own.
+
 Examples:
    kiln rpcserver --tracker 127.0.0.1:9190 --key cpu-epyc
    kiln rpcserver --listen 0.0.0.0:9090 --advertise board7:9090 --tracker tracker:9190 --key rpi4`,
@@ -230,8 +239,12 @@ Examples:
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
-			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs --insecure-shared)"},
+			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs sandboxed sessions, or --insecure-shared)"},
 			&ucli.BoolFlag{Name: "insecure-shared", Usage: "allow --max-sessions above 1 although sessions are not sandboxed from each other"},
+			&ucli.StringFlag{Name: "sandbox", Value: rpcserver.SandboxAuto, Usage: "how workers are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
+			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them)"},
+			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
+			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
@@ -260,13 +273,22 @@ func runRPCServer(c *ucli.Context) error {
 		return errors.New("rpcserver: --token-file holds a join token, which only a tracker accepts; give it with --tracker-token-file (and --credential-file) and keep a token of the daemon's own in --token-file")
 	}
 	log := logger(c)
+	uids, err := parseUIDs(c.String("worker-uids"))
+	if err != nil {
+		return fmt.Errorf("--worker-uids: %w", err)
+	}
+	mem, err := parseByteSize(c.String("max-session-memory"))
+	if err != nil {
+		return fmt.Errorf("--max-session-memory: %w", err)
+	}
 	cfg := rpcserver.Config{
 		Listen: c.String("listen"), Key: c.String("key"), Token: tok, TLS: tlsCfg,
 		SessionTimeout: c.Duration("session-timeout"), MaxSessions: c.Int("max-sessions"),
 		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
 		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"), InsecureShared: c.Bool("insecure-shared"),
 		SessionQuota: c.Int64("max-session-bytes"),
-		Worker:       rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
+		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
+		Worker: rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {
@@ -376,4 +398,51 @@ func rpcserverWorkerCommand() *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// parseUIDs reads --worker-uids: "61000-61099", "61000,61001", or both.
+func parseUIDs(v string) ([]int, error) {
+	var out []int
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a <= 0 {
+			return nil, fmt.Errorf("%q is not a uid (a positive number) or a range FIRST-LAST", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("%q is not a range FIRST-LAST with FIRST <= LAST", part)
+			}
+		}
+		if b-a >= 1<<16 {
+			return nil, fmt.Errorf("%q gives more than 65536 uids", part)
+		}
+		for u := a; u <= b; u++ {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// parseByteSize reads a size such as "512MiB", "4GiB", "2G" or "1048576";
+// "" is 0.
+func parseByteSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, nil
+	}
+	num := strings.TrimRightFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.TrimSpace(v[len(num):])
+	mult := map[string]int64{"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KiB": 1 << 10, "M": 1 << 20, "MB": 1000_000, "MiB": 1 << 20,
+		"G": 1 << 30, "GB": 1000_000_000, "GiB": 1 << 30, "T": 1 << 40, "TB": 1000_000_000_000, "TiB": 1 << 40}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || mult == 0 || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size such as 512MiB, 4GiB or a number of bytes", v)
+	}
+	return n * mult, nil
 }

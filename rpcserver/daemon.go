@@ -106,12 +106,25 @@ type Config struct {
 	// Insecure lets the daemon listen beyond loopback with neither a
 	// token nor mutual TLS (New refuses that otherwise); it then warns.
 	Insecure bool
-	// InsecureShared lets MaxSessions exceed 1 (New refuses that
-	// otherwise): sessions are not sandboxed from each other (their
-	// workers run as the daemon's user, in its namespaces), so serving
-	// several tenants at once is the operator's explicit choice; the
-	// daemon then warns.
+	// InsecureShared lets MaxSessions exceed 1 when sessions are not
+	// sandboxed (New refuses that otherwise): their workers then run as
+	// the daemon's user, in its namespaces, so serving several tenants at
+	// once is the operator's explicit choice; the daemon then warns.
 	InsecureShared bool
+	// Sandbox is how workers are confined: SandboxAuto (when empty),
+	// SandboxBwrap or SandboxOff.
+	Sandbox string
+	// WorkerUIDs, when the daemon runs as root, are the uids sandboxed
+	// workers run as, one per session at a time (at least MaxSessions).
+	WorkerUIDs []int
+	// MaxSessionMemory caps the memory of a session's processes in bytes
+	// (a cgroup's memory limit where the daemon can make one, else
+	// RLIMIT_AS); 0: no cap.
+	MaxSessionMemory int64
+	// MaxSessionProcs caps a session's processes (a cgroup's pids limit,
+	// else RLIMIT_NPROC); 0: DefaultMaxSessionProcs when sandboxed, none
+	// otherwise; negative: none.
+	MaxSessionProcs int
 	// Logger receives the daemon's logs (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -125,6 +138,7 @@ type Daemon struct {
 	srv *proto.Server
 	reg *metrics.Registry
 	m   daemonMetrics
+	iso *isolation // how workers are confined
 
 	wg sync.WaitGroup // worker waiters, stderr readers, download pipes
 
@@ -184,6 +198,13 @@ func New(cfg Config) (*Daemon, error) {
 	if err := checkSessionRoot(cfg.Dir); err != nil {
 		return nil, err
 	}
+	if len(cfg.WorkerUIDs) > 0 {
+		// Workers of the pool must pass through to their own session
+		// directories (0700, theirs); they cannot list the root.
+		if err := os.Chmod(cfg.Dir, 0o711); err != nil {
+			return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+		}
+	}
 	switch {
 	case cfg.SessionQuota == 0:
 		cfg.SessionQuota = defaultQuota(cfg.Dir)
@@ -194,9 +215,21 @@ func New(cfg Config) (*Daemon, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.MaxSessions > 1 {
+	iso, err := newIsolation(cfg, func(msg string, args ...any) { log.Info(msg, args...) })
+	if err != nil {
+		return nil, err
+	}
+	sandboxed := iso.bwrap != ""
+	if sandboxed {
+		log.Info("sessions are sandboxed with bubblewrap: each worker in its own user, PID, mount, IPC and network namespaces, with only its session directory writable",
+			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy())
+	} else {
+		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why)
+	}
+	if cfg.MaxSessions > 1 && !sandboxed {
 		if !cfg.InsecureShared {
-			return nil, fmt.Errorf("rpcserver: --max-sessions %d: this daemon cannot sandbox sessions from each other (workers run as its user, in its namespaces), so it serves one session at a time; give --insecure-shared to serve several anyway", cfg.MaxSessions)
+			iso.close()
+			return nil, fmt.Errorf("rpcserver: --max-sessions %d: this daemon cannot sandbox sessions from each other (%s), so it serves one session at a time; give --insecure-shared to serve several anyway", cfg.MaxSessions, iso.why)
 		}
 		log.Warn("INSECURE: sessions are not sandboxed from each other; with --insecure-shared, concurrent sessions can read each other's files and signal each other's workers", "max_sessions", cfg.MaxSessions)
 	}
@@ -209,12 +242,13 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		iso.close()
 		return nil, fmt.Errorf("rpcserver: listen: %w", err)
 	}
 	if cfg.TLS != nil {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
-	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(),
+	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(), iso: iso,
 		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
@@ -227,8 +261,8 @@ func New(cfg Config) (*Daemon, error) {
 		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
 		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
 	}
-	d.reg.Flag("kiln_rpcserver_sandboxed", "1 when sessions are sandboxed from each other; 0 here: workers run as the daemon's user, in its namespaces.", false)
-	d.reg.Flag("kiln_rpcserver_insecure_shared", "1 when the daemon serves several unsandboxed sessions at once (--insecure-shared).", cfg.MaxSessions > 1)
+	d.reg.Flag("kiln_rpcserver_sandboxed", "1 when sessions are sandboxed from each other (bubblewrap); 0: workers run as the daemon's user, in its namespaces.", sandboxed)
+	d.reg.Flag("kiln_rpcserver_insecure_shared", "1 when the daemon serves several unsandboxed sessions at once (--insecure-shared).", cfg.MaxSessions > 1 && !sandboxed)
 	d.reg.Flag("kiln_rpcserver_insecure", "1 when the daemon was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", exposed != nil)
 	d.m.active.Set(0)
 	d.m.inflight.Set(0)
@@ -338,6 +372,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	parts.Wait()
 	d.wg.Wait()
+	d.iso.close()
 	d.log.Info("device daemon stopped")
 	if serveErr != nil && ctx.Err() == nil {
 		return fmt.Errorf("rpcserver: %w", serveErr)

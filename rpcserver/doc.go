@@ -54,12 +54,31 @@
 // it. In each case the daemon closes the client's connection a little
 // later (2 s), and a new session can start at once.
 //
+// # Sandboxed sessions
+//
+// Where bubblewrap works (Config.Sandbox, SandboxAuto by default; New
+// probes it once), each worker runs under bwrap in new user, PID, mount,
+// IPC, UTS and network namespaces, seeing read-only system directories,
+// its binary, a private /tmp and its session directory, the only writable
+// place (isolate.go, bwrapArgs). Its descriptors pass through bwrap, so the
+// handed-over call connection works without a network. Where the daemon
+// runs as root, Config.WorkerUIDs gives each session a uid of its own
+// (setpriv drops to it before bwrap). Memory and process caps go through a
+// cgroup of the session's own under the daemon's (v2 where delegated,
+// else v1; a shell joins the cgroups and execs the rest, so every process
+// of the session starts inside), or through prlimit's rlimits where no
+// cgroup can be made. A sandboxed daemon may serve several sessions at
+// once; an unsandboxed one needs InsecureShared for that. bubblewrap
+// reports a worker killed by a signal as exit status 128+signal, which
+// the daemon reads back as the signal.
+//
 // # Wiring the CLI
 //
 // The CLI's hidden subcommand named DefaultWorkerArgs[0] must do nothing
 // but os.Exit(rpcserver.WorkerMain()). `kiln rpcserver` builds a Config
 // from its flags (--listen, --key, --token-file, TLS flags through
-// proto.TLSConfig.Server, --session-timeout, --metrics-listen) and calls
+// proto.TLSConfig.Server, --session-timeout, --metrics-listen, --sandbox,
+// --worker-uids, --max-session-memory, --max-session-procs) and calls
 // New and Run with a context cancelled on SIGINT/SIGTERM. With --tracker it
 // builds a client.Registrar (its RegisterArgs.Attrs from NodeAttrs) and
 // passes it as Config.Tracker; the daemon runs it.

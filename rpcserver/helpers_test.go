@@ -75,7 +75,10 @@ func startDaemon(t testing.TB, cfg rpcserver.Config) *testDaemon {
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	cfg.Worker = rpcserver.WorkerSpec{Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: workerEnvVars()}
+	if cfg.Worker.Path == "" {
+		cfg.Worker.Path = os.Args[0]
+	}
+	cfg.Worker.Args, cfg.Worker.Env = []string{"-test.run=^$"}, workerEnvVars()
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = time.Second
 	}

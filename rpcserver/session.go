@@ -61,6 +61,10 @@ type session struct {
 	// counters already added to the daemon's metrics.
 	callTicket string
 	counted    [boardMethods][boardCodes]uint64
+	// jail is the session's uid and cgroups (see isolation); confined
+	// says they are to be given back.
+	jail     jailing
+	confined bool
 }
 
 func newSession(d *Daemon, c *proto.Conn, id string) *session {
@@ -215,8 +219,15 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
 	box.counted = dir
-	w, err := spawnWorker(ctx, d.cfg.Worker, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
+	jail, err := s.confine(dir)
 	if err != nil {
+		box.Close()
+		os.RemoveAll(dir)
+		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+	}
+	w, err := spawnWorker(ctx, d.cfg.Worker, d.iso, jail, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
+	if err != nil {
+		s.unconfine()
 		box.Close()
 		os.RemoveAll(dir)
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
@@ -347,6 +358,9 @@ func (s *session) workerExited() {
 		return
 	}
 	reason, crashed := w.reason()
+	if s.d.iso.oomKilled(s.id) {
+		reason = fmt.Sprintf("%s: the session ran out of memory (its cap is %d bytes, the daemon's --max-session-memory)", reason, s.d.iso.memory)
+	}
 	sort.Strings(running)
 	during := "while idle"
 	if len(running) > 0 {
@@ -390,6 +404,7 @@ func (s *session) close() {
 		w.stop(5 * time.Second)
 		s.syncCounts(w)
 		w.board.unmap()
+		s.unconfine()
 	}
 	if box != nil {
 		box.Close()
@@ -643,4 +658,46 @@ func (s *session) status(ctx context.Context) error {
 	}
 	_, err := s.live()
 	return err
+}
+
+// confine takes a worker uid and makes the cgroups for the session whose
+// directory is dir; the directory becomes the uid's.
+func (s *session) confine(dir string) (jailing, error) {
+	iso := s.d.iso
+	uid, err := iso.takeUID()
+	if err != nil {
+		return jailing{}, fmt.Errorf("%v: %w", err, proto.ErrBusy)
+	}
+	if uid > 0 {
+		for _, p := range []string{dir, filepath.Join(dir, "files"), filepath.Join(dir, "modules")} {
+			if err := os.Chown(p, uid, uid); err != nil {
+				iso.giveUID(uid)
+				return jailing{}, fmt.Errorf("give the session directory to worker uid %d: %w", uid, err)
+			}
+		}
+	}
+	cg, err := iso.sessionCgroups(s.id)
+	if err != nil {
+		iso.giveUID(uid)
+		return jailing{}, err
+	}
+	j := jailing{uid: uid, cgroups: cg}
+	s.mu.Lock()
+	s.jail, s.confined = j, true
+	s.mu.Unlock()
+	return j, nil
+}
+
+// unconfine gives the session's uid and cgroups back once its processes
+// are gone (idempotent).
+func (s *session) unconfine() {
+	s.mu.Lock()
+	j, ok := s.jail, s.confined
+	s.confined = false
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.d.iso.removeCgroups(s.id)
+	s.d.iso.giveUID(j.uid)
 }

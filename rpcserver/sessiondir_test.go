@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,23 +138,62 @@ func TestWorkerInheritsNoDescriptors(t *testing.T) {
 	_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, leak.Fd(), syscall.F_SETFD, 0)
 	check.True(t, errno == 0, "clear close-on-exec:", errno)
 
-	td := startDaemon(t, rpcserver.Config{})
-	s := td.connect(t, client.SessionOptions{})
-	pid := s.Info().WorkerPID
-	check.True(t, pid > 0, "worker pid", pid)
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	check.NoError(t, err)
-	for _, e := range ents {
-		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
-		check.True(t, target != leak.Name(), "the worker holds the daemon's descriptor as its fd", e.Name())
+	for _, mode := range []string{rpcserver.SandboxOff, rpcserver.SandboxAuto} {
+		td := startDaemon(t, rpcserver.Config{Sandbox: mode})
+		s := td.connect(t, client.SessionOptions{})
+		pid := s.Info().WorkerPID
+		check.True(t, pid > 0, "worker pid", pid)
+		// A sandboxed worker runs under bubblewrap: look at every process.
+		for _, p := range append([]int{pid}, descendants(pid)...) {
+			dir := fmt.Sprintf("/proc/%d/fd", p)
+			ents, err := os.ReadDir(dir)
+			check.NoError(t, err)
+			for _, e := range ents {
+				target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+				check.True(t, target != leak.Name(), "the worker holds the daemon's descriptor as its fd", e.Name(), mode)
+			}
+		}
+		check.NoError(t, s.Close())
 	}
 }
 
+// descendants lists the processes below pid.
+func descendants(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 {
+			pp, _ := strconv.Atoi(f[1])
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // TestSessionOutlivedByNone: a process a kernel double-forks does not
-// outlive its session.
+// outlive its session, even unsandboxed (its worker's process group is
+// killed; a sandboxed one's PID namespace ends with it, see
+// TestTwoTenants).
 func TestSessionOutlivedByNone(t *testing.T) {
-	td := startDaemon(t, rpcserver.Config{})
+	td := startDaemon(t, rpcserver.Config{Sandbox: rpcserver.SandboxOff})
 	s := td.connect(t, client.SessionOptions{})
 	ctx := testCtx(t)
 	mod := loadKernels(t, s)
@@ -190,12 +230,38 @@ func alive(pid int) bool {
 // TestSharedNeedsConsent: unsandboxed sessions are served one at a time
 // unless the operator says otherwise, and /metrics says which.
 func TestSharedNeedsConsent(t *testing.T) {
-	_, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), MaxSessions: 2})
-	check.Error(t, err, "--max-sessions 2", "--insecure-shared")
-	td := startDaemon(t, rpcserver.Config{MaxSessions: 2, InsecureShared: true})
+	_, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), MaxSessions: 2, Sandbox: rpcserver.SandboxOff})
+	check.Error(t, err, "--max-sessions 2", "--insecure-shared", "--sandbox off")
+	td := startDaemon(t, rpcserver.Config{MaxSessions: 2, InsecureShared: true, Sandbox: rpcserver.SandboxOff})
 	m := td.metrics(t)
 	check.True(t, strings.Contains(m, "kiln_rpcserver_insecure_shared 1\n") && strings.Contains(m, "kiln_rpcserver_sandboxed 0\n"), m)
 	check.True(t, strings.Contains(td.logs.String(), "not sandboxed from each other"), td.logs.String())
-	one := startDaemon(t, rpcserver.Config{})
+	one := startDaemon(t, rpcserver.Config{Sandbox: rpcserver.SandboxOff})
 	check.True(t, strings.Contains(one.metrics(t), "kiln_rpcserver_insecure_shared 0\n"), one.metrics(t))
+}
+
+// TestModuleCopyNoSymlink: the worker writes module copies through its
+// session directory's os.Root: where someone on the board has replaced the
+// directory of the next copy with a symbolic link to elsewhere, the load
+// is refused and nothing is written there.
+func TestModuleCopyNoSymlink(t *testing.T) {
+	so := kernels(t)
+	td := startDaemon(t, rpcserver.Config{Sandbox: rpcserver.SandboxOff})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	check.NoError(t, s.Upload(ctx, "kernels.so", so))
+	dirs, err := filepath.Glob(filepath.Join(td.dir, "session-"+s.Info().ID+"-*"))
+	check.NoError(t, err)
+	check.Equal(t, len(dirs), 1)
+	elsewhere := t.TempDir()
+	check.NoError(t, os.Symlink(elsewhere, filepath.Join(dirs[0], "modules", "1")))
+	_, err = s.LoadModule(ctx, "kernels.so")
+	check.True(t, err != nil, "a load through a symbolic link")
+	t.Logf("the client sees: %v", err)
+	ents, err := os.ReadDir(elsewhere)
+	check.NoError(t, err)
+	check.Equal(t, len(ents), 0, "files written through the link")
+	// The next copy goes to a directory of its own, and loads.
+	_, err = s.LoadModule(ctx, "kernels.so")
+	check.NoError(t, err)
 }

@@ -55,6 +55,13 @@ func exitReason(st *os.ProcessState, stderr []string) (reason string, crashed bo
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return "killed by signal " + signalName(ws.Signal()), true
 	}
+	return exitReasonCode(st.ExitCode(), stderr, false)
+}
+
+// exitReasonCode is exitReason from an exit code. With shellStyle, a code
+// above 128 says the process ran by a supervisor (bubblewrap) was killed by
+// signal code-128.
+func exitReasonCode(code int, stderr []string, shellStyle bool) (reason string, crashed bool) {
 	for i := len(stderr) - 1; i >= 0; i-- {
 		line := strings.TrimSpace(stderr[i])
 		if m := reSyncSignal.FindStringSubmatch(line); m != nil {
@@ -67,15 +74,18 @@ func exitReason(st *os.ProcessState, stderr []string) (reason string, crashed bo
 			return "signal " + m[1] + " (" + m[2] + ")", true
 		}
 	}
-	if st.ExitCode() == 0 {
+	if code == 0 {
 		return "exited", false
+	}
+	if shellStyle && code > 128 && code < 128+65 {
+		return "killed by signal " + signalName(syscall.Signal(code-128)), true
 	}
 	for i := len(stderr) - 1; i >= 0; i-- {
 		if line := strings.TrimSpace(stderr[i]); strings.HasPrefix(line, "fatal error: ") || strings.HasPrefix(line, "panic: ") {
-			return fmt.Sprintf("exited with status %d (%s)", st.ExitCode(), line), true
+			return fmt.Sprintf("exited with status %d (%s)", code, line), true
 		}
 	}
-	return fmt.Sprintf("exited with status %d", st.ExitCode()), true
+	return fmt.Sprintf("exited with status %d", code), true
 }
 
 // tail keeps the last lines written to it (a worker's stderr), and the

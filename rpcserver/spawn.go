@@ -79,6 +79,9 @@ type workerProc struct {
 	hand  *net.UnixConn
 	hmu   sync.Mutex
 	board *board
+	// boxed says the process is bubblewrap, which reports the worker's
+	// death by a signal as exit status 128+signal.
+	boxed bool
 
 	exited chan struct{} // closed once the process has been waited for
 	state  *os.ProcessState
@@ -114,13 +117,18 @@ func (w *workerProc) stop(grace time.Duration) {
 
 // reason says how the worker ended; valid once exited is closed.
 func (w *workerProc) reason() (string, bool) {
+	if w.boxed && w.state != nil {
+		if ws, ok := w.state.Sys().(syscall.WaitStatus); ok && !ws.Signaled() {
+			return exitReasonCode(w.state.ExitCode(), w.stderr.Marks(), true)
+		}
+	}
 	return exitReason(w.state, w.stderr.Marks())
 }
 
 // spawnWorker starts a worker for session id in dir, connected to the
 // daemon by a socket pair, and says hello to it. onExit runs (in a goroutine
 // owned by wg) once the process has ended and been waited for.
-func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int64, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
+func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jailing, id, dir string, quota int64, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
 	path := spec.Path
 	if path == "" {
 		exe, err := os.Executable()
@@ -165,7 +173,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 		return nil, fmt.Errorf("start worker: pipe: %w", err)
 	}
 
-	argv := append(append(append([]string{}, spec.Wrapper...), path), args...)
+	argv := iso.command(dir, jail.cgroups, jail.uid, spec.Wrapper, path, args)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	// A worker runs Go on one thread by default: a call crosses three
@@ -200,7 +208,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 		brd.unmap()
 		return nil, fmt.Errorf("start worker %s: %w", strings.Join(argv, " "), err)
 	}
-	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{}), hand: hand, board: brd}
+	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{}), hand: hand, board: brd, boxed: iso.bwrap != ""}
 	wlog := log.With("worker", cmd.Process.Pid)
 
 	// The stderr reader and the waiter: the waiter gives the reader a
@@ -259,6 +267,13 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, id, dir string, quota int
 		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", strings.Join(argv, " "), err, reason, lastLines(w.stderr.Lines(), 5))
 	}
 	return w, nil
+}
+
+// jailing is what isolation gave one session: its uid (-1: the daemon's)
+// and the cgroup.procs files of its cgroups.
+type jailing struct {
+	uid     int
+	cgroups []string
 }
 
 // socketPair returns a connected AF_UNIX stream pair: the daemon's end as a

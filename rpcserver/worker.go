@@ -187,7 +187,16 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer box.Close()
-	w := &worker{box: box, dir: cfg.Dir, quota: cfg.Quota, modDir: filepath.Join(cfg.Dir, "modules"), h: newHandles(), log: log, board: cfg.board}
+	root, err := os.OpenRoot(cfg.Dir)
+	if err != nil {
+		conn.Close()
+		if cfg.Calls != nil {
+			cfg.Calls.Close()
+		}
+		return fmt.Errorf("worker: open session directory: %w", err)
+	}
+	defer root.Close()
+	w := &worker{box: box, root: root, dir: cfg.Dir, quota: cfg.Quota, h: newHandles(), log: log, board: cfg.board}
 	defer w.h.closeAll()
 
 	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
@@ -270,13 +279,15 @@ func (w *worker) adoptCalls(ctx context.Context, srv *proto.Server, hand *net.Un
 
 // worker holds one session's objects.
 type worker struct {
-	board  *board // nil when there is none
-	box    *sandbox
-	modDir string
-	dir    string // the session's directory
-	quota  int64  // bytes of dir; 0 means no limit
-	h      *handles
-	log    *slog.Logger
+	board *board // nil when there is none
+	box   *sandbox
+	// root is the session's directory: module copies are written
+	// through it, so no symbolic link leads them out.
+	root  *os.Root
+	dir   string // the session's directory
+	quota int64  // bytes of dir; 0 means no limit
+	h     *handles
+	log   *slog.Logger
 
 	// loadMu serializes module loads, so that a quota check holds until
 	// its copy is written.
@@ -432,12 +443,12 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		}
 	}
 	w.modules++ // only loads change it, under loadMu
-	dir := filepath.Join(w.modDir, strconv.Itoa(w.modules))
-	mod, err := w.loadCopy(dir, lib, exeBytes, a)
+	rel := filepath.Join("modules", strconv.Itoa(w.modules))
+	mod, err := w.loadCopy(rel, lib, exeBytes, a)
 	if err != nil {
 		// Nothing of a failed load stays behind. A library that did load
 		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
-		os.RemoveAll(dir)
+		w.root.RemoveAll(rel)
 		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
 	if vmMod, ok := mod.(*vm.VM); ok {
@@ -448,17 +459,27 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	return mod, nil
 }
 
-// loadCopy writes lib to dir and loads it, with exeBytes (when set) as the
-// VM executable that runs its kernels.
-func (w *worker) loadCopy(dir string, lib, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// loadCopy writes lib to rel (a directory of the session's, written
+// through its os.Root: a symbolic link there is refused, not followed) and
+// loads it, with exeBytes (when set) as the VM executable that runs its
+// kernels.
+func (w *worker) loadCopy(rel string, lib, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
+	if err := w.root.MkdirAll(rel, 0o700); err != nil {
+		return nil, rootErr("make module directory", rel, err)
+	}
+	name := filepath.Join(rel, artifact.HostLib)
+	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
+	if err != nil {
+		return nil, rootErr("write module copy", name, err)
+	}
+	_, err = f.Write(lib)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, artifact.HostLib)
-	if err := os.WriteFile(path, lib, 0o700); err != nil {
-		return nil, err
-	}
-	mod, err := cpu.Load(path)
+	mod, err := cpu.Load(filepath.Join(w.dir, name))
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
 	}

@@ -1,6 +1,9 @@
 // Kernels for the device daemon's tests: a real computation, an empty one,
 // one that crashes the worker, one that blocks and one that leaves a
 // process behind.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -86,6 +89,50 @@ KILN_EXPORT int32_t orphan(KilnValue* args, int32_t* codes, int32_t n) {
   return 0;
 }
 
+// intrude attacks another session: it reads the file whose NUL-terminated
+// path is the uint8 tensor args[0], appends to it, and sends SIGKILL to
+// process args[1]. out (args[2], int64[3]) gets, for each, the bytes read
+// or written, or 0 for the signal, or -errno when refused.
+KILN_EXPORT int32_t intrude(KilnValue* args, int32_t* codes, int32_t n) {
+  DLTensor* p = (DLTensor*)args[0].v_handle;
+  int64_t pid = args[1].v_int64;
+  DLTensor* o = (DLTensor*)args[2].v_handle;
+  const char* path = (const char*)p->data + p->byte_offset;
+  int64_t* out = (int64_t*)((char*)o->data + o->byte_offset);
+  char buf[256];
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    out[0] = -errno;
+  } else {
+    ssize_t r = read(fd, buf, sizeof buf);
+    out[0] = r < 0 ? -errno : r;
+    close(fd);
+  }
+  fd = open(path, O_WRONLY | O_APPEND);
+  if (fd < 0) {
+    out[1] = -errno;
+  } else {
+    ssize_t w = write(fd, "intruder", 8);
+    out[1] = w < 0 ? -errno : w;
+    close(fd);
+  }
+  out[2] = kill((pid_t)pid, SIGKILL) == 0 ? 0 : -errno;
+  return 0;
+}
+
+// hog allocates and touches args[0] MiB; it fails when malloc does.
+KILN_EXPORT int32_t hog(KilnValue* args, int32_t* codes, int32_t n) {
+  size_t sz = (size_t)args[0].v_int64 << 20;
+  volatile char* p = malloc(sz);
+  if (p == NULL) {
+    kiln_set_last_error("hog: out of memory");
+    return 1;
+  }
+  for (size_t i = 0; i < sz; i += 4096) p[i] = 1;  // touch every page
+  free((void*)p);
+  return 0;
+}
+
 KILN_EXPORT const char* kiln_module_metadata(void) {
   return "{\"format_version\":1,\"target\":\"c\",\"functions\":["
          "{\"name\":\"vadd\",\"params\":["
@@ -99,6 +146,11 @@ KILN_EXPORT const char* kiln_module_metadata(void) {
          "{\"name\":\"abort_now\",\"params\":[]},"
          "{\"name\":\"orphan\",\"params\":["
          "{\"name\":\"pid\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[1]},"
-         "{\"name\":\"ms\",\"kind\":\"int\"}]}"
+         "{\"name\":\"ms\",\"kind\":\"int\"}]},"
+         "{\"name\":\"intrude\",\"params\":["
+         "{\"name\":\"path\",\"kind\":\"tensor\",\"dtype\":\"uint8\",\"shape\":[\"n\"]},"
+         "{\"name\":\"pid\",\"kind\":\"int\"},"
+         "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[3]}]},"
+         "{\"name\":\"hog\",\"params\":[{\"name\":\"mb\",\"kind\":\"int\"}]}"
          "]}";
 }

@@ -1,0 +1,465 @@
+package rpcserver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Sandbox modes (Config.Sandbox).
+const (
+	// SandboxAuto sandboxes sessions with bubblewrap when it works on this
+	// machine and says at start (and in /metrics) when it does not.
+	SandboxAuto = "auto"
+	// SandboxBwrap sandboxes sessions with bubblewrap, or New fails.
+	SandboxBwrap = "bwrap"
+	// SandboxOff runs workers as the daemon's user, in its namespaces.
+	SandboxOff = "off"
+)
+
+// DefaultMaxSessionProcs is a sandboxed session's default process cap.
+const DefaultMaxSessionProcs = 1024
+
+// isolation is how the daemon confines its workers, decided once by New.
+type isolation struct {
+	bwrap string // the bwrap executable; "" when sessions are not sandboxed
+	why   string // why they are not, when bwrap is ""
+
+	uids    []int // the worker uid pool (root only); empty: the daemon's uid
+	umu     sync.Mutex
+	uidUsed map[int]bool
+
+	memory int64 // bytes per session; 0: no cap
+	procs  int   // processes per session; 0: no cap
+	// cgroups are the cgroup directories under which each session gets
+	// one of its own (memory and pids; v1 has one per controller); empty
+	// when the caps are rlimits (prlimit) instead.
+	cgroups []cgroupDir
+	prlimit string // the prlimit executable, when the caps are rlimits
+	setpriv string // the setpriv executable, to drop to a pool uid
+}
+
+// cgroupDir is a directory the daemon made for its sessions' cgroups, and
+// the files a session's cgroup there gets its caps through.
+type cgroupDir struct {
+	path   string
+	memory string // the file that caps memory ("" when not this controller)
+	procs  string // the file that caps processes
+	oom    string // the file whose "oom_kill N" line counts OOM kills
+}
+
+// capsBy says how memory and process caps are enforced, for logs and docs.
+func (iso *isolation) capsBy() string {
+	switch {
+	case iso.memory == 0 && iso.procs == 0:
+		return "none"
+	case len(iso.cgroups) > 0:
+		return "cgroup"
+	default:
+		return "rlimit"
+	}
+}
+
+// newIsolation decides how workers are confined.
+func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, error) {
+	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs}
+	mode := cfg.Sandbox
+	if mode == "" {
+		mode = SandboxAuto
+	}
+	switch mode {
+	case SandboxOff:
+		iso.why = "sandboxing is off (--sandbox off)"
+	case SandboxAuto, SandboxBwrap:
+		path, err := exec.LookPath("bwrap")
+		if err == nil {
+			err = probeBwrap(path, cfg, firstUID(cfg.WorkerUIDs))
+		} else {
+			err = errors.New("bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap")
+		}
+		if err != nil {
+			if mode == SandboxBwrap {
+				return nil, fmt.Errorf("rpcserver: --sandbox bwrap: %w", err)
+			}
+			iso.why = err.Error()
+		} else {
+			iso.bwrap = path
+		}
+	default:
+		return nil, fmt.Errorf("rpcserver: --sandbox %q: want auto, bwrap or off", mode)
+	}
+	if len(cfg.WorkerUIDs) > 0 {
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("rpcserver: --worker-uids needs the daemon to run as root (it runs as user %d)", os.Geteuid())
+		}
+		if iso.bwrap == "" {
+			return nil, fmt.Errorf("rpcserver: --worker-uids needs sandboxed sessions, and %s", iso.why)
+		}
+		for _, u := range cfg.WorkerUIDs {
+			if u <= 0 {
+				return nil, fmt.Errorf("rpcserver: --worker-uids: uid %d is not a worker uid (root and negative ids are refused)", u)
+			}
+		}
+		if len(cfg.WorkerUIDs) < max(cfg.MaxSessions, 1) {
+			return nil, fmt.Errorf("rpcserver: --worker-uids gives %d uids for --max-sessions %d: each session needs one", len(cfg.WorkerUIDs), cfg.MaxSessions)
+		}
+		iso.uids = cfg.WorkerUIDs
+		p, err := exec.LookPath("setpriv")
+		if err != nil {
+			return nil, errors.New("rpcserver: --worker-uids needs the setpriv command (util-linux)")
+		}
+		iso.setpriv = p
+	}
+	if iso.bwrap != "" && iso.procs == 0 {
+		iso.procs = DefaultMaxSessionProcs
+	}
+	if iso.procs < 0 {
+		iso.procs = 0
+	}
+	if iso.memory < 0 {
+		iso.memory = 0
+	}
+	if iso.memory > 0 || iso.procs > 0 {
+		iso.cgroups = makeCgroupDirs(log)
+		if len(iso.cgroups) == 0 {
+			p, err := exec.LookPath("prlimit")
+			if err != nil {
+				return nil, errors.New("rpcserver: --max-session-memory and --max-session-procs need a cgroup the daemon can create or the prlimit command (util-linux); found neither")
+			}
+			iso.prlimit = p
+		}
+	}
+	return iso, nil
+}
+
+func firstUID(uids []int) int {
+	if len(uids) > 0 {
+		return uids[0]
+	}
+	return -1
+}
+
+// probeBwrap runs the sandbox a worker would get, around /bin/true, to
+// see that bubblewrap works here (user namespaces allowed, and so on).
+func probeBwrap(bwrap string, cfg Config, uid int) error {
+	tru, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("probe bubblewrap: %w", err)
+	}
+	dir, err := os.MkdirTemp(cfg.Dir, "probe-")
+	if err != nil {
+		return fmt.Errorf("probe bubblewrap: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if uid > 0 {
+		os.Chown(dir, uid, uid)
+	}
+	args := append(bwrapArgs(dir, tru, nil), tru)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap, args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if uid > 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+			msg = msg[i+1:]
+		}
+		return fmt.Errorf("bubblewrap cannot sandbox workers here: %v: %.200s", err, msg)
+	}
+	return nil
+}
+
+// bwrapArgs are bubblewrap's arguments for a worker of session directory
+// dir running exe: new user, PID, mount, IPC, network, UTS and cgroup
+// namespaces; read-only binds of the system's programs and libraries and
+// of exe (and of wrapper's program, when outside them); the session
+// directory the only writable place beside a private /tmp; CUDA device
+// nodes where there are some. The worker's descriptors pass through.
+func bwrapArgs(dir, exe string, wrapper []string) []string {
+	args := []string{
+		"--die-with-parent", "--new-session",
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+		"--hostname", "kiln-worker",
+		"--ro-bind", "/usr", "/usr",
+	}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		default:
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	// What the dynamic loader, OpenMP and BLAS alternatives read in /etc;
+	// nothing else of it (keys, tokens, configuration).
+	for _, f := range []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+		"/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group"} {
+		args = append(args, "--ro-bind-try", f, f)
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
+	if nodes, _ := filepath.Glob("/dev/nvidia*"); len(nodes) > 0 {
+		for _, n := range nodes {
+			args = append(args, "--dev-bind-try", n, n)
+		}
+	}
+	bound := map[string]bool{}
+	for _, p := range append([]string{exe}, wrapper...) {
+		if !filepath.IsAbs(p) || bound[p] || strings.HasPrefix(p, "/usr/") {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			args = append(args, "--ro-bind", p, p)
+			bound[p] = true
+		}
+		if p != exe { // only the wrapper's program, not its arguments
+			break
+		}
+	}
+	args = append(args, "--bind", dir, dir, "--chdir", dir,
+		"--setenv", "HOME", dir, "--setenv", "TMPDIR", "/tmp", "--")
+	return args
+}
+
+// takeUID gives a session a uid of the pool (-1 when there is no pool).
+func (iso *isolation) takeUID() (int, error) {
+	if len(iso.uids) == 0 {
+		return -1, nil
+	}
+	iso.umu.Lock()
+	defer iso.umu.Unlock()
+	for _, u := range iso.uids {
+		if !iso.uidUsed[u] {
+			iso.uidUsed[u] = true
+			return u, nil
+		}
+	}
+	return -1, fmt.Errorf("every worker uid (--worker-uids, %d of them) is in use", len(iso.uids))
+}
+
+// giveUID returns a uid to the pool once no process of it is left.
+func (iso *isolation) giveUID(u int) {
+	if u < 0 {
+		return
+	}
+	iso.umu.Lock()
+	defer iso.umu.Unlock()
+	delete(iso.uidUsed, u)
+}
+
+// command returns the argv that runs a worker (wrapper, path, args) for
+// session directory dir: inside bubblewrap when sandboxed, joining the
+// session's cgroups first, or under prlimit for the caps.
+func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string, path string, args []string) []string {
+	argv := append(append(append([]string{}, wrapper...), path), args...)
+	if iso.bwrap != "" {
+		argv = append(append([]string{iso.bwrap}, bwrapArgs(dir, path, wrapper)...), argv...)
+	}
+	if uid > 0 {
+		u := strconv.Itoa(uid)
+		argv = append([]string{iso.setpriv, "--reuid=" + u, "--regid=" + u, "--clear-groups", "--"}, argv...)
+	}
+	if iso.prlimit != "" {
+		pre := []string{iso.prlimit}
+		if iso.memory > 0 {
+			pre = append(pre, "--as="+strconv.FormatInt(iso.memory, 10))
+		}
+		if iso.procs > 0 {
+			pre = append(pre, "--nproc="+strconv.Itoa(iso.procs))
+		}
+		argv = append(append(pre, "--"), argv...)
+	}
+	if len(cg) > 0 {
+		// The shell writes its own pid into each cgroup, then becomes the
+		// worker's command: every process of the session starts inside.
+		const script = `n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
+		pre := append([]string{"/bin/sh", "-c", script, "kiln-worker", strconv.Itoa(len(cg))}, cg...)
+		argv = append(pre, argv...)
+	}
+	return argv
+}
+
+// sessionCgroups makes the cgroups of one session and caps them; it
+// returns their cgroup.procs files.
+func (iso *isolation) sessionCgroups(id string) ([]string, error) {
+	var procs []string
+	for _, d := range iso.cgroups {
+		p := filepath.Join(d.path, id)
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			iso.removeCgroups(id)
+			return nil, fmt.Errorf("session cgroup: %w", err)
+		}
+		if d.memory != "" && iso.memory > 0 {
+			if err := os.WriteFile(filepath.Join(p, d.memory), []byte(strconv.FormatInt(iso.memory, 10)), 0); err != nil {
+				iso.removeCgroups(id)
+				return nil, fmt.Errorf("session cgroup: memory cap: %w", err)
+			}
+		}
+		if d.procs != "" && iso.procs > 0 {
+			if err := os.WriteFile(filepath.Join(p, d.procs), []byte(strconv.Itoa(iso.procs)), 0); err != nil {
+				iso.removeCgroups(id)
+				return nil, fmt.Errorf("session cgroup: process cap: %w", err)
+			}
+		}
+		procs = append(procs, filepath.Join(p, "cgroup.procs"))
+	}
+	return procs, nil
+}
+
+// oomKilled says whether the kernel killed a process of session id's
+// cgroups for want of memory.
+func (iso *isolation) oomKilled(id string) bool {
+	for _, d := range iso.cgroups {
+		if d.oom == "" {
+			continue
+		}
+		f, err := os.Open(filepath.Join(d.path, id, d.oom))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == "oom_kill" && v != "0" {
+				f.Close()
+				return true
+			}
+		}
+		f.Close()
+	}
+	return false
+}
+
+// removeCgroups removes session id's cgroups (empty once its processes
+// are gone; a moment after the worker's exit the last ones may linger).
+func (iso *isolation) removeCgroups(id string) {
+	for _, d := range iso.cgroups {
+		p := filepath.Join(d.path, id)
+		for i := 0; i < 50; i++ {
+			err := syscall.Rmdir(p)
+			if err == nil || errors.Is(err, syscall.ENOENT) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// close removes the daemon's cgroup directories.
+func (iso *isolation) close() {
+	for _, d := range iso.cgroups {
+		syscall.Rmdir(d.path)
+	}
+}
+
+// cgroupSeq tells apart the cgroup directories of daemons in one process.
+var cgroupSeq atomic.Int64
+
+// makeCgroupDirs makes a directory for the daemon's session cgroups under
+// its own cgroup, for memory and pids: in the unified hierarchy (cgroup
+// v2) where both controllers are delegated to it, else in the v1
+// hierarchies. It returns none when it cannot (not root, no delegation).
+func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
+	own := map[string]string{} // controller ("" for v2) → the daemon's cgroup path
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	name := fmt.Sprintf("kiln-rpcserver-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	mk := func(base string) (string, bool) {
+		removeStaleCgroups(base)
+		p := filepath.Join(base, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return "", false
+		}
+		return p, true
+	}
+	// cgroup v2: memory and pids enabled for the daemon's cgroup's children.
+	if rel, ok := own[""]; ok {
+		base := filepath.Join("/sys/fs/cgroup", rel)
+		if ctl, err := os.ReadFile(filepath.Join(base, "cgroup.subtree_control")); err == nil &&
+			strings.Contains(string(ctl), "memory") && strings.Contains(string(ctl), "pids") {
+			if p, ok := mk(base); ok {
+				// Children of p need the controllers enabled in p too.
+				if os.WriteFile(filepath.Join(p, "cgroup.subtree_control"), []byte("+memory +pids"), 0) == nil {
+					return []cgroupDir{{path: p, memory: "memory.max", procs: "pids.max", oom: "memory.events"}}
+				}
+				syscall.Rmdir(p)
+			}
+		}
+	}
+	// cgroup v1: one hierarchy per controller.
+	var dirs []cgroupDir
+	for _, c := range []struct{ ctl, memory, procs, oom string }{
+		{"memory", "memory.limit_in_bytes", "", "memory.oom_control"},
+		{"pids", "", "pids.max", ""},
+	} {
+		rel, ok := own[c.ctl]
+		if !ok {
+			continue
+		}
+		base := ""
+		for _, cand := range []string{filepath.Join("/sys/fs/cgroup", c.ctl, rel), filepath.Join("/sys/fs/cgroup", c.ctl)} {
+			if fi, err := os.Stat(cand); err == nil && fi.IsDir() {
+				base = cand
+				break
+			}
+		}
+		if base == "" {
+			continue
+		}
+		if p, ok := mk(base); ok {
+			dirs = append(dirs, cgroupDir{path: p, memory: c.memory, procs: c.procs, oom: c.oom})
+		}
+	}
+	if len(dirs) == 0 && log != nil {
+		log("no cgroup for session caps: they are rlimits (prlimit) instead")
+	}
+	return dirs
+}
+
+// removeStaleCgroups removes the session cgroups left under base by
+// daemons that died without cleaning up (kill -9): those whose process is
+// gone, and which no process uses any more.
+func removeStaleCgroups(base string) {
+	dirs, _ := filepath.Glob(filepath.Join(base, "kiln-rpcserver-*"))
+	for _, d := range dirs {
+		num, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), "kiln-rpcserver-"), "-")
+		pid, err := strconv.Atoi(num)
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		subs, _ := os.ReadDir(d)
+		for _, e := range subs {
+			if e.IsDir() {
+				syscall.Rmdir(filepath.Join(d, e.Name()))
+			}
+		}
+		syscall.Rmdir(d)
+	}
+}
