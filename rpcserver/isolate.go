@@ -3,6 +3,7 @@ package rpcserver
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -216,9 +217,12 @@ func bwrapArgs(dir, exe string, wrapper []string) []string {
 	}
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
 	if nodes, _ := filepath.Glob("/dev/nvidia*"); len(nodes) > 0 {
+		// A CUDA board: the driver's device nodes, and /sys (read-only),
+		// where the driver library looks the GPUs up.
 		for _, n := range nodes {
 			args = append(args, "--dev-bind-try", n, n)
 		}
+		args = append(args, "--ro-bind-try", "/sys", "/sys")
 	}
 	bound := map[string]bool{}
 	for _, p := range append([]string{exe}, wrapper...) {
@@ -462,4 +466,37 @@ func removeStaleCgroups(base string) {
 		}
 		syscall.Rmdir(d)
 	}
+}
+
+// checkRunnable refuses, before bubblewrap starts it, a program this
+// machine cannot execute: an ELF binary for another machine than
+// bubblewrap's own. (Inside the sandbox the exec would fail with a shell's
+// syntax error instead: execvp hands a file it cannot run to /bin/sh.)
+func (iso *isolation) checkRunnable(program string) error {
+	if iso.bwrap == "" {
+		return nil
+	}
+	path, err := exec.LookPath(program)
+	if err != nil {
+		return err
+	}
+	theirs, err := elfMachine(path)
+	if err != nil {
+		return nil // not an ELF file (a script): the kernel decides
+	}
+	ours, err := elfMachine(iso.bwrap)
+	if err != nil || theirs == ours {
+		return nil
+	}
+	return fmt.Errorf("%s: exec format error: it is a binary for %s, and this machine runs %s binaries", path, theirs, ours)
+}
+
+// elfMachine returns the machine an ELF file is built for.
+func elfMachine(path string) (elf.Machine, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Machine, nil
 }

@@ -173,6 +173,16 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 		return nil, fmt.Errorf("start worker: pipe: %w", err)
 	}
 
+	// Errors name the worker's command as configured, not the sandbox's
+	// and the caps' commands around it.
+	shown := strings.Join(append(append(append([]string{}, spec.Wrapper...), path), args...), " ")
+	first := path
+	if len(spec.Wrapper) > 0 {
+		first = spec.Wrapper[0]
+	}
+	if err := iso.checkRunnable(first); err != nil {
+		return nil, fmt.Errorf("start worker %s: %w", shown, err)
+	}
 	argv := iso.command(dir, jail.cgroups, jail.uid, spec.Wrapper, path, args)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
@@ -206,7 +216,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 	if err != nil {
 		closeAll(errR, nc, cnc, hand)
 		brd.unmap()
-		return nil, fmt.Errorf("start worker %s: %w", strings.Join(argv, " "), err)
+		return nil, fmt.Errorf("start worker %s: %w", shown, err)
 	}
 	w := &workerProc{cmd: cmd, stderr: newTail(200), exited: make(chan struct{}), hand: hand, board: brd, boxed: iso.bwrap != ""}
 	wlog := log.With("worker", cmd.Process.Pid)
@@ -264,7 +274,7 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 		hand.Close()
 		brd.unmap()
 		reason, _ := w.reason()
-		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", strings.Join(argv, " "), err, reason, lastLines(w.stderr.Lines(), 5))
+		return nil, fmt.Errorf("start worker %s: %w (worker %s; last output: %s)", shown, err, reason, lastLines(w.stderr.Lines(), 5))
 	}
 	return w, nil
 }
