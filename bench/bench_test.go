@@ -13,18 +13,20 @@ import (
 
 // headline is the figure each benchmark must report, besides its name.
 var headline = map[string]string{
-	"copy":            "ratio",
-	"matmul":          "gflops_scheduled",
-	"vecadd":          "gbps",
-	"callov":          "ns_per_call",
-	"compile":         "cold_ms",
-	"mlp":             "pooled_us",
-	"rpc-call":        "median_us",
-	"upload":          "gb_per_s",
-	"tracker":         "leases_per_s",
-	"timing-fidelity": "ratio",
-	"cuda":            "median_nvrtc_ms",
-	"python":          "ratio_remote_call",
+	"copy":             "ratio",
+	"matmul":           "gflops_scheduled",
+	"vecadd":           "gbps",
+	"callov":           "ns_per_call",
+	"compile":          "cold_ms",
+	"mlp":              "pooled_us",
+	"rpc-call":         "median_us",
+	"upload":           "gb_per_s",
+	"tracker":          "leases_per_s",
+	"timing-fidelity":  "ratio",
+	"cuda":             "median_nvrtc_ms",
+	"python":           "ratio_remote_call",
+	"onnx":             "kiln_ms",
+	"onnx-conformance": "total",
 }
 
 // TestQuickJSON runs every registered benchmark in quick mode and checks it
@@ -34,6 +36,9 @@ func TestQuickJSON(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if _, _, _, err := cudadev.NVRTCVersion(); name == "cuda" && err != nil {
 				t.Skipf("NVRTC is not installed: %v", err)
+			}
+			if _, err := onnxSuiteDir(); name == "onnx-conformance" && err != nil {
+				t.Skipf("%v", err)
 			}
 			var out, errOut bytes.Buffer
 			err := run(context.Background(), []string{name, "--json", "--quick"}, &out, &errOut)

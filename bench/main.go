@@ -34,6 +34,8 @@ type benchmark struct {
 // options are what every benchmark receives.
 type options struct {
 	quick bool
+	// model picks the model of the onnx benchmark (--model).
+	model string
 }
 
 // result is a benchmark's report. It marshals to one JSON object that has
@@ -82,6 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a readable line")
 	quick := fs.Bool("quick", false, "tiny configuration that only checks the benchmark runs (figures are meaningless)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the benchmark to this file (for go tool pprof)")
+	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	res, err := b.run(ctx, options{quick: *quick})
+	res, err := b.run(ctx, options{quick: *quick, model: *model})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

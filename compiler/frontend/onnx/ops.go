@@ -17,6 +17,22 @@ var ErrUnsupported = errors.New("unsupported operator")
 // time; Options.Known can fix the graph inputs it comes from.
 var ErrNeedsKnown = errors.New("needs a value known at import time")
 
+// NeedsKnownError names the value that had to be known at import time.
+type NeedsKnownError struct {
+	Value string // the ONNX value's name
+	what  string
+}
+
+func (e *NeedsKnownError) Error() string {
+	return fmt.Sprintf("%v: %s, the value %q, is computed at run time; kiln needs it known at import time (a model input can be fixed with Options.Known)",
+		ErrUnsupported, e.what, e.Value)
+}
+
+// Is makes the error match ErrUnsupported and ErrNeedsKnown.
+func (e *NeedsKnownError) Is(target error) bool {
+	return target == ErrUnsupported || target == ErrNeedsKnown
+}
+
 type convertFn func(im *importer, n *node) ([]*value, error)
 
 // converter converts one op type, from opset since on.
@@ -60,7 +76,7 @@ func (n *node) knownInput(i int, what string) (*Tensor, error) {
 		return nil, nil
 	}
 	if !v.known() {
-		return nil, fmt.Errorf("%w: input %d (%s) is computed at run time; kiln %w", ErrUnsupported, i, what, ErrNeedsKnown)
+		return nil, &NeedsKnownError{Value: n.p.GetInput()[i], what: fmt.Sprintf("input %d (%s)", i, what)}
 	}
 	return v.c, nil
 }
@@ -75,7 +91,12 @@ func init() {
 		{"Add", "add", func(x, y float64) float64 { return x + y }, func(x, y int64) int64 { return x + y }, false},
 		{"Sub", "subtract", func(x, y float64) float64 { return x - y }, func(x, y int64) int64 { return x - y }, false},
 		{"Mul", "multiply", func(x, y float64) float64 { return x * y }, func(x, y int64) int64 { return x * y }, false},
-		{"Div", "divide", func(x, y float64) float64 { return x / y }, nil, false},
+		{"Div", "divide", func(x, y float64) float64 { return x / y }, func(x, y int64) int64 {
+			if y == 0 {
+				return 0
+			}
+			return x / y
+		}, false},
 		{"Pow", "power", math.Pow, nil, false},
 		{"Equal", "equal", func(x, y float64) float64 { return b2f(x == y) }, nil, true},
 		{"Less", "less", func(x, y float64) float64 { return b2f(x < y) }, nil, true},
@@ -93,8 +114,8 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			if b.onnx == "Div" && !x.dtype().IsFloat() {
-				return nil, unsupported("integer Div")
+			if b.onnx == "Div" && !x.dtype().IsFloat() && !(x.known() && y.known()) {
+				return nil, unsupported("integer Div computed at run time")
 			}
 			if b.onnx == "Pow" && x.dtype() != y.dtype() {
 				if y, err = im.cast(y, x.dtype()); err != nil {

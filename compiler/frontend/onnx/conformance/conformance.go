@@ -95,38 +95,39 @@ type Options struct {
 
 // testCase is one imported test.
 type testCase struct {
-	res   *Result
-	dir   string
-	fn    string // graph function name in the batch
-	mod   *ir.IRModule
-	order []string // weight parameter names
-	ps    map[string]*ndarray.NDArray
-	known map[string]*onnx.Tensor // inputs fixed at import
+	res    *Result
+	dir    string
+	fn     string // graph function name in the batch
+	mod    *ir.IRModule
+	order  []string // weight parameter names
+	ps     map[string]*ndarray.NDArray
+	known  map[string]*onnx.Tensor // inputs fixed at import
+	inputs []string                // the model's input names
 }
 
-// knownInputs returns the integer inputs of a test's data sets by name,
-// or nil when the data sets disagree on them.
-func knownInputs(dir string, m *onnx.Model) map[string]*onnx.Tensor {
+// knownInput returns the value of the model input name in the test's
+// data sets, or nil when it is not an input or the data sets disagree.
+func knownInput(dir string, m *onnx.Model, name string) *onnx.Tensor {
+	at := -1
+	for i, in := range m.Inputs {
+		if in.GetName() == name {
+			at = i
+		}
+	}
+	if at < 0 {
+		return nil
+	}
 	sets, _ := filepath.Glob(filepath.Join(dir, "test_data_set_*"))
-	known := map[string]*onnx.Tensor{}
+	var known *onnx.Tensor
 	for _, set := range sets {
 		ins, err := readTensors(set, "input")
 		if err != nil || len(ins) != len(m.Inputs) {
 			return nil
 		}
-		for i, t := range ins {
-			if t.DType.IsFloat() {
-				continue
-			}
-			name := m.Inputs[i].GetName()
-			if prev, ok := known[name]; ok && !bytes.Equal(prev.Data, t.Data) {
-				return nil
-			}
-			known[name] = t
+		if known != nil && !bytes.Equal(known.Data, ins[at].Data) {
+			return nil
 		}
-	}
-	if len(known) == 0 {
-		return nil
+		known = ins[at]
 	}
 	return known
 }
@@ -191,19 +192,32 @@ func prepare(tc *testCase) {
 		tc.res.Op = m.Nodes[len(m.Nodes)-1].GetOpType()
 	}
 	mod, ps, err := onnx.Import(m, onnx.Options{Func: tc.fn, ConstLimit: 1 << 12})
-	if errors.Is(err, onnx.ErrNeedsKnown) {
-		// Shapes or axes come from an input: specialize the model to the
-		// integer inputs of the test data, when every data set agrees.
-		if known := knownInputs(tc.dir, m); known != nil {
-			tc.known = known
-			mod, ps, err = onnx.Import(m, onnx.Options{Func: tc.fn, ConstLimit: 1 << 12, Known: known})
+	// Shapes, axes or scales that come from a model input: specialize the
+	// model to the value the test data gives it, when every data set
+	// agrees on it.
+	for range 8 {
+		var nk *onnx.NeedsKnownError
+		if !errors.As(err, &nk) {
+			break
 		}
+		t := knownInput(tc.dir, m, nk.Value)
+		if t == nil {
+			break
+		}
+		if tc.known == nil {
+			tc.known = map[string]*onnx.Tensor{}
+		}
+		tc.known[nk.Value] = t
+		mod, ps, err = onnx.Import(m, onnx.Options{Func: tc.fn, ConstLimit: 1 << 12, Known: tc.known})
 	}
 	if err != nil {
 		classify(tc.res, err)
 		return
 	}
 	tc.mod = mod
+	for _, in := range m.Inputs {
+		tc.inputs = append(tc.inputs, in.GetName())
+	}
 	tc.order = ps.Names()
 	if tc.ps, err = ps.NDArrays(devices.CPUDevice); err != nil {
 		tc.res.Status, tc.res.Detail = Failed, err.Error()
@@ -330,8 +344,8 @@ func runSet(tc *testCase, m *vm.VM, set string) error {
 	nIn := len(f.(*ir.Function).Params) - len(tc.order)
 	if tc.known != nil {
 		var rest []*onnx.Tensor
-		for _, t := range ins {
-			if !t.DType.IsFloat() {
+		for i, t := range ins {
+			if i < len(tc.inputs) && tc.known[tc.inputs[i]] != nil {
 				continue
 			}
 			rest = append(rest, t)

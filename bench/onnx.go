@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/vm"
+)
+
+//go:embed onnx_export.py
+var onnxExportScript string
+
+//go:embed onnx_ort.js
+var onnxORTScript string
+
+func init() {
+	register(benchmark{
+		name: "onnx",
+		summary: "ONNX models (resnet18, mobilenet_v2, squeezenet1_1, a TransformerEncoderLayer) exported from PyTorch: " +
+			"kiln's latency (batch 1, fp32, 2 threads) against ONNX Runtime and PyTorch, and kiln's max abs diff from PyTorch",
+		run: runONNX,
+	})
+}
+
+var onnxModels = []string{"resnet18", "mobilenet_v2", "squeezenet1_1", "transformer"}
+
+// onnxModelResult is one model's figures; latencies are medians in ms.
+type onnxModelResult struct {
+	Model      string  `json:"model"`
+	KilnMS     float64 `json:"kiln_ms"`
+	ORTMS      float64 `json:"ort_ms,omitempty"`
+	TorchMS    float64 `json:"torch_ms,omitempty"`
+	VsORT      float64 `json:"kiln_vs_ort,omitempty"`   // kiln / ONNX Runtime; goal ≤ 1.0
+	VsTorch    float64 `json:"kiln_vs_torch,omitempty"` // kiln / PyTorch
+	MaxAbsDiff float64 `json:"max_abs_diff_vs_torch"`
+	// RelDiff is MaxAbsDiff over the largest |output| of PyTorch.
+	RelDiff    float64 `json:"rel_diff_vs_torch"`
+	ORTDiff    float64 `json:"max_abs_diff_ort_vs_torch,omitempty"`
+	BuildS     float64 `json:"build_s"`
+	Kernels    int     `json:"kernels"`
+	WeightsMiB float64 `json:"weights_mib"`
+}
+
+type onnxResult struct {
+	Name        string            `json:"name"`
+	Threads     int               `json:"threads"`
+	Rounds      int               `json:"rounds"`
+	Models      []onnxModelResult `json:"models"`
+	KilnMS      float64           `json:"kiln_ms"` // the first model's, the headline
+	NoORT       string            `json:"no_ort,omitempty"`
+	NoTorch     string            `json:"no_torch,omitempty"`
+	GoalVsORT   float64           `json:"goal_vs_ort"`
+	Quick       bool              `json:"quick,omitempty"`
+	Environment string            `json:"environment"`
+}
+
+func (r onnxResult) Line() string {
+	var parts []string
+	for _, m := range r.Models {
+		s := fmt.Sprintf("%s kiln %.2f ms", m.Model, m.KilnMS)
+		if m.ORTMS > 0 {
+			s += fmt.Sprintf(", ORT %.2f ms (×%.2f)", m.ORTMS, m.VsORT)
+		}
+		if m.TorchMS > 0 {
+			s += fmt.Sprintf(", PyTorch %.2f ms (×%.2f)", m.TorchMS, m.VsTorch)
+		}
+		s += fmt.Sprintf(", max |kiln − torch| %.2g (rel %.2g)", m.MaxAbsDiff, m.RelDiff)
+		parts = append(parts, s)
+	}
+	line := "onnx: " + strings.Join(parts, "; ")
+	if r.NoORT != "" {
+		line += "; no ONNX Runtime: " + r.NoORT
+	}
+	if r.NoTorch != "" {
+		line += "; no PyTorch: " + r.NoTorch
+	}
+	return line
+}
+
+// benchCacheDir holds exported models and the ONNX Runtime package.
+func benchCacheDir() (string, error) {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	d = filepath.Join(d, "kiln", "bench-onnx")
+	return d, os.MkdirAll(d, 0o755)
+}
+
+// exportModels runs the embedded PyTorch script: for each model it writes
+// NAME.onnx, NAME_x.bin / NAME_y.bin (raw float32 input and PyTorch's
+// output), and prints PyTorch's median latency per model as JSON.
+func exportModels(ctx context.Context, dir string, models []string, rounds int) (map[string]float64, error) {
+	script := filepath.Join(dir, "export.py")
+	if err := os.WriteFile(script, []byte(onnxExportScript), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, referencePython(), script, dir, strings.Join(models, ","), fmt.Sprint(rounds))
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=2")
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return nil, fmt.Errorf("%v: %s", err, lastLines(string(ee.Stderr), 3))
+		}
+		return nil, err
+	}
+	var ms map[string]float64
+	if err := json.Unmarshal(out, &ms); err != nil {
+		return nil, fmt.Errorf("export script printed %q: %w", lastLines(string(out), 2), err)
+	}
+	return ms, nil
+}
+
+func lastLines(s string, n int) string {
+	ls := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(ls[max(0, len(ls)-n):], " | ")
+}
+
+// ortDir installs onnxruntime-node (npm, --ignore-scripts: the CPU
+// library ships inside the package) into the cache once.
+func ortDir(ctx context.Context, cache string) (string, error) {
+	dir := filepath.Join(cache, "ort")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "onnxruntime-node")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "onnxruntime-node", "--ignore-scripts", "--no-audit", "--no-fund")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("npm install onnxruntime-node: %v: %s", err, lastLines(string(out), 2))
+	}
+	return dir, nil
+}
+
+// runORT times the model in ONNX Runtime (2 intra-op threads, all graph
+// optimizations) and returns its median latency and output.
+func runORT(ctx context.Context, ort, model, x string, shape []int64, rounds int) (float64, []float32, error) {
+	script := filepath.Join(ort, "bench.js")
+	if err := os.WriteFile(script, []byte(onnxORTScript), 0o644); err != nil {
+		return 0, nil, err
+	}
+	outFile := model + ".ort.bin"
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	cmd := exec.CommandContext(ctx, "node", script, model, x, strings.Join(dims, ","), outFile, fmt.Sprint(rounds))
+	cmd.Dir = ort
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return 0, nil, fmt.Errorf("%v: %s", err, lastLines(string(ee.Stderr), 3))
+		}
+		return 0, nil, err
+	}
+	var r struct {
+		MedianMS float64 `json:"median_ms"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return 0, nil, fmt.Errorf("ONNX Runtime script printed %q: %w", lastLines(string(out), 2), err)
+	}
+	y, err := readF32(outFile)
+	return r.MedianMS, y, err
+}
+
+func readF32(path string) ([]float32, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out, nil
+}
+
+func runONNX(ctx context.Context, opt options) (result, error) {
+	// Kernels' parallel loops are OpenMP's: two threads, like the peers.
+	os.Setenv("OMP_NUM_THREADS", "2")
+	rounds := 20
+	r := onnxResult{Name: "onnx", Threads: 2, GoalVsORT: 1.0, Quick: opt.quick,
+		Environment: "kiln: default schedules, no tuning; ONNX Runtime: onnxruntime-node, 2 intra-op threads, all graph optimizations; PyTorch eager, 2 threads"}
+	models := onnxModels
+	switch {
+	case opt.quick:
+		models, rounds = []string{"smallcnn"}, 3
+	case opt.model != "" && opt.model != "all":
+		models = strings.Split(opt.model, ",")
+		for _, m := range models {
+			if !strings.Contains(strings.Join(onnxModels, ","), m) {
+				return nil, fmt.Errorf("--model %q: want one of %s or all", m, strings.Join(onnxModels, ", "))
+			}
+		}
+	}
+	r.Rounds = rounds
+	cache, err := benchCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	var torchMS map[string]float64
+	if opt.quick {
+		r.NoTorch, r.NoORT = "quick mode runs the committed test model without peers", "quick mode"
+	} else if torchMS, err = exportModels(ctx, cache, models, rounds); err != nil {
+		return nil, fmt.Errorf("export the models with PyTorch (python3-torch, python3-torchvision): %w", err)
+	}
+	ort := ""
+	if !opt.quick {
+		if ort, err = ortDir(ctx, cache); err != nil {
+			r.NoORT = err.Error()
+		}
+	}
+	for _, name := range models {
+		mr, err := benchONNXModel(ctx, cache, name, rounds, opt.quick)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if ms, ok := torchMS[name]; ok && ms > 0 {
+			mr.TorchMS, mr.VsTorch = ms, mr.KilnMS/ms
+		}
+		if ort != "" {
+			model := filepath.Join(cache, name+".onnx")
+			shape := []int64{1, 3, 224, 224}
+			if name == "transformer" {
+				shape = []int64{1, 32, 128}
+			}
+			ms, y, err := runORT(ctx, ort, model, filepath.Join(cache, name+"_x.bin"), shape, rounds)
+			if err != nil {
+				r.NoORT = err.Error()
+			} else {
+				mr.ORTMS, mr.VsORT = ms, mr.KilnMS/ms
+				if want, err := readF32(filepath.Join(cache, name+"_y.bin")); err == nil {
+					mr.ORTDiff, _ = maxDiff(y, want)
+				}
+			}
+		}
+		r.Models = append(r.Models, mr)
+	}
+	if len(r.Models) > 0 {
+		r.KilnMS = r.Models[0].KilnMS
+	}
+	return r, nil
+}
+
+func maxDiff(got, want []float32) (abs, scale float64) {
+	for i := range want {
+		if i < len(got) {
+			abs = math.Max(abs, math.Abs(float64(got[i]-want[i])))
+		}
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+	}
+	if len(got) != len(want) {
+		abs = math.Inf(1)
+	}
+	return abs, scale
+}
+
+// benchONNXModel imports, builds and times one model; the input and
+// PyTorch's output come from the export (or the committed test data in
+// quick mode).
+func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool) (onnxModelResult, error) {
+	mr := onnxModelResult{Model: name}
+	model := filepath.Join(cache, name+".onnx")
+	var x *ndarray.NDArray
+	var want []float32
+	opts := onnx.Options{}
+	var err error
+	if quick {
+		td := filepath.Join("compiler", "frontend", "onnx", "testdata")
+		if _, err := os.Stat(td); err != nil {
+			td = filepath.Join("..", td)
+		}
+		model = filepath.Join(td, "smallcnn.onnx")
+		if x, err = ndarray.LoadNPY(filepath.Join(td, "smallcnn_x.npy")); err != nil {
+			return mr, err
+		}
+		y, err := ndarray.LoadNPY(filepath.Join(td, "smallcnn_y.npy"))
+		if err != nil {
+			return mr, err
+		}
+		if want, err = ndarray.ToSlice[float32](y); err != nil {
+			return mr, err
+		}
+		opts.InputShapes = map[string][]int64{"x": {2, 3, 16, 16}}
+	} else {
+		shape := ndarray.Shape{1, 3, 224, 224}
+		if name == "transformer" {
+			shape = ndarray.Shape{1, 32, 128}
+		}
+		xs, err := readF32(filepath.Join(cache, name+"_x.bin"))
+		if err != nil {
+			return mr, err
+		}
+		if x, err = ndarray.FromSlice(xs, shape); err != nil {
+			return mr, err
+		}
+		if want, err = readF32(filepath.Join(cache, name+"_y.bin")); err != nil {
+			return mr, err
+		}
+	}
+	start := time.Now()
+	mod, weights, err := onnx.ImportFile(model, opts)
+	if err != nil {
+		return mr, err
+	}
+	mr.WeightsMiB = float64(len(weights)) / (1 << 20)
+	a, err := compiler.Build(ctx, mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{Params: weights})
+	if err != nil {
+		return mr, err
+	}
+	mr.BuildS = time.Since(start).Seconds()
+	mr.Kernels = len(a.Manifest.Functions)
+	dir, err := os.MkdirTemp("", "kiln-bench-onnx-")
+	if err != nil {
+		return mr, err
+	}
+	defer os.RemoveAll(dir)
+	kernels, err := cpu.LoadArtifact(a, dir)
+	if err != nil {
+		return mr, err
+	}
+	exe, err := vm.Unmarshal(a.Files[artifact.VMExec])
+	if err != nil {
+		return mr, err
+	}
+	m, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryPooled})
+	if err != nil {
+		return mr, err
+	}
+	defer m.Close()
+	args := []packedfunc.Value{packedfunc.Array(x)}
+	if weights != nil {
+		ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(weights), int64(len(weights)))
+		if err != nil {
+			return mr, err
+		}
+		f, _ := exe.Function("main")
+		for _, p := range f.Params[1:] {
+			a, ok := ps[p.Name]
+			if !ok {
+				return mr, fmt.Errorf("weight %q missing", p.Name)
+			}
+			args = append(args, packedfunc.Array(a))
+		}
+	}
+	var got []float32
+	var times []float64
+	for i := range rounds + 2 {
+		t0 := time.Now()
+		out, err := m.Invoke("main", args...)
+		if err != nil {
+			return mr, err
+		}
+		if i >= 2 {
+			times = append(times, float64(time.Since(t0))/1e6)
+		}
+		oa, err := out.Array()
+		if err != nil {
+			return mr, err
+		}
+		if got, err = ndarray.ToSlice[float32](oa); err != nil {
+			return mr, err
+		}
+	}
+	mr.KilnMS = median(times)
+	var scale float64
+	mr.MaxAbsDiff, scale = maxDiff(got, want)
+	if scale > 0 {
+		mr.RelDiff = mr.MaxAbsDiff / scale
+	}
+	return mr, nil
+}

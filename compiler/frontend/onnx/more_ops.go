@@ -1,0 +1,486 @@
+package onnx
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+)
+
+// Operators composed from others: logical operators on booleans, Mod,
+// Trilu, Tile, EyeLike, CumSum, OneHot, GatherElements, SpaceToDepth and
+// DepthToSpace.
+
+func init() {
+	logical := map[string]func(im *importer, a, b *value) (*value, error){
+		"And": func(im *importer, a, b *value) (*value, error) { return im.emit("relax.minimum", nil, a, b) },
+		"Or":  func(im *importer, a, b *value) (*value, error) { return im.emit("relax.maximum", nil, a, b) },
+		"Xor": func(im *importer, a, b *value) (*value, error) { return im.emit("relax.not_equal", nil, a, b) },
+	}
+	for name, f := range logical {
+		reg(name, 7, func(im *importer, n *node) ([]*value, error) {
+			a, err := n.need(0)
+			if err != nil {
+				return nil, err
+			}
+			b, err := n.need(1)
+			if err != nil {
+				return nil, err
+			}
+			if a.dtype() != ir.Bool || b.dtype() != ir.Bool {
+				return nil, fmt.Errorf("%s of %s and %s, want bool", name, a.dtype(), b.dtype())
+			}
+			return ret(f(im, a, b))
+		})
+	}
+	reg("Not", 7, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.equal", nil, x, scalar(ir.Bool, 0)))
+	})
+	reg("Sign", 9, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		pos, err := im.emit("relax.greater", nil, x, scalar(x.dtype(), 0))
+		if err != nil {
+			return nil, err
+		}
+		neg, err := im.emit("relax.less", nil, x, scalar(x.dtype(), 0))
+		if err != nil {
+			return nil, err
+		}
+		p, err := im.cast(pos, x.dtype())
+		if err != nil {
+			return nil, err
+		}
+		q, err := im.cast(neg, x.dtype())
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.subtract", nil, p, q))
+	})
+	reg("Mod", 10, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		y, err := n.need(1)
+		if err != nil {
+			return nil, err
+		}
+		if !x.dtype().IsFloat() || n.attrInt("fmod", 0) == 0 {
+			if n.attrInt("fmod", 0) != 0 {
+				return nil, unsupported("integer Mod with fmod=1")
+			}
+			// Python's modulo: the sign of the divisor.
+			q, err := im.emit("relax.floor_divide", nil, x, y)
+			if err != nil {
+				return nil, err
+			}
+			qy, err := im.emit("relax.multiply", nil, q, y)
+			if err != nil {
+				return nil, err
+			}
+			return ret(im.emit("relax.subtract", nil, x, qy))
+		}
+		// C's fmod: x − trunc(x / y)·y.
+		q, err := im.emit("relax.divide", nil, x, y)
+		if err != nil {
+			return nil, err
+		}
+		neg, err := im.emit("relax.less", nil, q, scalar(q.dtype(), 0))
+		if err != nil {
+			return nil, err
+		}
+		c, err := im.emit("relax.ceil", nil, q)
+		if err != nil {
+			return nil, err
+		}
+		f, err := im.emit("relax.floor", nil, q)
+		if err != nil {
+			return nil, err
+		}
+		t, err := im.emit("relax.where", nil, neg, c, f)
+		if err != nil {
+			return nil, err
+		}
+		ty, err := im.emit("relax.multiply", nil, t, y)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.subtract", nil, x, ty))
+	})
+	reg("Trilu", 14, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		k := int64(0)
+		if t, err := n.knownInput(1, "k"); err != nil {
+			return nil, err
+		} else if t != nil {
+			k = t.ielem(0)
+		}
+		s := x.shape()
+		if len(s) < 2 {
+			return nil, fmt.Errorf("Trilu of rank %d, want at least 2", len(s))
+		}
+		rows, cols := s[len(s)-2], s[len(s)-1]
+		upper := n.attrInt("upper", 1) != 0
+		mask := newTensor(ir.Bool, []int64{rows, cols})
+		for i := range rows {
+			for j := range cols {
+				keep := j-i >= k
+				if !upper {
+					keep = j-i <= k
+				}
+				setElem(mask.Data, ir.Bool, int(i*cols+j), b2f(keep))
+			}
+		}
+		return ret(im.emit("relax.where", nil, constant(mask), x, scalar(x.dtype(), 0)))
+	})
+	reg("Tile", 7, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		t, err := n.knownInput(1, "repeats")
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || int(t.NumElements()) != x.rank() {
+			return nil, fmt.Errorf("repeats must have one value per axis")
+		}
+		for a, r := range t.Ints() {
+			if r == 1 {
+				continue
+			}
+			if r < 0 {
+				return nil, fmt.Errorf("negative repeat %d", r)
+			}
+			d := x.shape()[a]
+			idx := make([]int64, 0, d*r)
+			for range r {
+				for i := range d {
+					idx = append(idx, i)
+				}
+			}
+			if x, err = im.take(x, idx, a); err != nil {
+				return nil, err
+			}
+		}
+		return []*value{x}, nil
+	})
+	reg("EyeLike", 9, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		s := x.shape()
+		if len(s) != 2 {
+			return nil, fmt.Errorf("EyeLike of rank %d, want 2", len(s))
+		}
+		dt := x.dtype()
+		if a, ok := n.attrs["dtype"]; ok {
+			if dt, err = dtypeOf(int32(a.GetI())); err != nil {
+				return nil, err
+			}
+		}
+		k := n.attrInt("k", 0)
+		t := newTensor(dt, s)
+		for i := range s[0] {
+			if j := i + k; j >= 0 && j < s[1] {
+				setElem(t.Data, dt, int(i*s[1]+j), 1)
+			}
+		}
+		return []*value{constant(t)}, nil
+	})
+	reg("CumSum", 11, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		at, err := n.knownInput(1, "axis")
+		if err != nil {
+			return nil, err
+		}
+		if at == nil {
+			return nil, fmt.Errorf("input 1 (axis) is missing")
+		}
+		axis, err := normAxis(at.ielem(0), x.rank())
+		if err != nil {
+			return nil, err
+		}
+		if !x.dtype().IsFloat() {
+			return nil, unsupported("CumSum of %s", x.dtype())
+		}
+		// Along the axis, the cumulative sum is a product with a
+		// triangular matrix of ones: x moved to the last axis · T.
+		d := x.shape()[axis]
+		tri := newTensor(x.dtype(), []int64{d, d})
+		excl, rev := n.attrInt("exclusive", 0) != 0, n.attrInt("reverse", 0) != 0
+		for i := range d {
+			for j := range d {
+				in := i <= j // input i contributes to output j
+				if rev {
+					in = i >= j
+				}
+				if excl && i == j {
+					in = false
+				}
+				setElem(tri.Data, tri.DType, int(i*d+j), b2f(in))
+			}
+		}
+		r := x.rank()
+		perm := make([]int, 0, r)
+		for i := range r {
+			if i != axis {
+				perm = append(perm, i)
+			}
+		}
+		perm = append(perm, axis)
+		inv := make([]int, r)
+		for i, p := range perm {
+			inv[p] = i
+		}
+		xt := x
+		if axis != r-1 {
+			if xt, err = im.emit("relax.permute_dims", map[string]any{"axes": anyInts(perm)}, x); err != nil {
+				return nil, err
+			}
+		}
+		y, err := im.emit("relax.matmul", nil, xt, constant(tri))
+		if err != nil || axis == r-1 {
+			return []*value{y}, err
+		}
+		return ret(im.emit("relax.permute_dims", map[string]any{"axes": anyInts(inv)}, y))
+	})
+	reg("OneHot", 11, func(im *importer, n *node) ([]*value, error) {
+		idx, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		dt, err := n.knownInput(1, "depth")
+		if err != nil {
+			return nil, err
+		}
+		vals, err := n.need(2)
+		if err != nil {
+			return nil, err
+		}
+		if dt == nil || dt.NumElements() != 1 || vals.rank() != 1 || vals.shape()[0] != 2 {
+			return nil, fmt.Errorf("depth must be a scalar and values a pair")
+		}
+		depth := int64(dt.elem(0))
+		r := idx.rank() + 1
+		axis, err := normAxis(n.attrInt("axis", -1), r)
+		if err != nil {
+			return nil, err
+		}
+		// Negative indices count from depth; compare in int64 with an iota
+		// laid along the axis.
+		ix, err := im.cast(idx, ir.Int64)
+		if err != nil {
+			return nil, err
+		}
+		neg, err := im.emit("relax.less", nil, ix, scalar(ir.Int64, 0))
+		if err != nil {
+			return nil, err
+		}
+		wrapped, err := im.emit("relax.add", nil, ix, scalar(ir.Int64, float64(depth)))
+		if err != nil {
+			return nil, err
+		}
+		if ix, err = im.emit("relax.where", nil, neg, wrapped, ix); err != nil {
+			return nil, err
+		}
+		es := append([]int64{}, idx.shape()...)
+		es = append(es[:axis], append([]int64{1}, es[axis:]...)...)
+		if ix, err = im.reshape(ix, es); err != nil {
+			return nil, err
+		}
+		iotaShape := make([]int64, r)
+		for i := range iotaShape {
+			iotaShape[i] = 1
+		}
+		iotaShape[axis] = depth
+		iota := newTensor(ir.Int64, iotaShape)
+		for i := range depth {
+			putInt(iota.Data, ir.Int64, int(i), i)
+		}
+		eq, err := im.emit("relax.equal", nil, ix, constant(iota))
+		if err != nil {
+			return nil, err
+		}
+		off, err := im.slice(vals, []int{0}, []int64{0}, []int64{1}, []int64{1})
+		if err != nil {
+			return nil, err
+		}
+		on, err := im.slice(vals, []int{0}, []int64{1}, []int64{2}, []int64{1})
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.where", nil, eq, on, off))
+	})
+	reg("GatherElements", 11, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		idx, err := n.need(1)
+		if err != nil {
+			return nil, err
+		}
+		axis, err := normAxis(n.attrInt("axis", 0), x.rank())
+		if err != nil {
+			return nil, err
+		}
+		xs, is := x.shape(), idx.shape()
+		if len(is) != len(xs) {
+			return nil, fmt.Errorf("indices of rank %d for data of rank %d", len(is), len(xs))
+		}
+		// out[p] = x[p with p[axis] = idx[p]]: a take from the flat data at
+		// base[p] + idx[p]·stride, base being p's flat index with
+		// p[axis] = 0.
+		str := stridesOf(xs)
+		base := newTensor(ir.Int64, is)
+		istr := stridesOf(is)
+		for f := range numElements(is) {
+			off := int64(0)
+			for d := range is {
+				if d != axis {
+					off += f / istr[d] % is[d] * str[d]
+				}
+			}
+			putInt(base.Data, ir.Int64, int(f), off)
+		}
+		ix, err := im.cast(idx, ir.Int64)
+		if err != nil {
+			return nil, err
+		}
+		neg, err := im.emit("relax.less", nil, ix, scalar(ir.Int64, 0))
+		if err != nil {
+			return nil, err
+		}
+		wrapped, err := im.emit("relax.add", nil, ix, scalar(ir.Int64, float64(xs[axis])))
+		if err != nil {
+			return nil, err
+		}
+		if ix, err = im.emit("relax.where", nil, neg, wrapped, ix); err != nil {
+			return nil, err
+		}
+		scaled, err := im.emit("relax.multiply", nil, ix, scalar(ir.Int64, float64(str[axis])))
+		if err != nil {
+			return nil, err
+		}
+		flatIdx, err := im.emit("relax.add", nil, scaled, constant(base))
+		if err != nil {
+			return nil, err
+		}
+		flat, err := im.reshape(x, []int64{numElements(xs)})
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.take", map[string]any{"axis": int64(0)}, flat, flatIdx))
+	})
+	for name, toDepth := range map[string]bool{"SpaceToDepth": true, "DepthToSpace": false} {
+		reg(name, 7, func(im *importer, n *node) ([]*value, error) {
+			x, err := n.need(0)
+			if err != nil {
+				return nil, err
+			}
+			s := x.shape()
+			b := n.attrInt("blocksize", 0)
+			if len(s) != 4 || b <= 0 {
+				return nil, fmt.Errorf("want 4-D data and a positive blocksize")
+			}
+			nn, c, h, w := s[0], s[1], s[2], s[3]
+			var shape1, shape2 []int64
+			var perm []int
+			switch {
+			case toDepth:
+				shape1, perm, shape2 = []int64{nn, c, h / b, b, w / b, b}, []int{0, 3, 5, 1, 2, 4}, []int64{nn, c * b * b, h / b, w / b}
+			case n.attrString("mode", "DCR") == "CRD":
+				shape1, perm, shape2 = []int64{nn, c / (b * b), b, b, h, w}, []int{0, 1, 4, 2, 5, 3}, []int64{nn, c / (b * b), h * b, w * b}
+			default:
+				shape1, perm, shape2 = []int64{nn, b, b, c / (b * b), h, w}, []int{0, 3, 4, 1, 5, 2}, []int64{nn, c / (b * b), h * b, w * b}
+			}
+			r, err := im.reshape(x, shape1)
+			if err != nil {
+				return nil, err
+			}
+			t, err := im.emit("relax.permute_dims", map[string]any{"axes": anyInts(perm)}, r)
+			if err != nil {
+				return nil, err
+			}
+			return ret(im.reshape(t, shape2))
+		})
+	}
+	for name, f := range map[string]func(im *importer, x *value) (*value, error){
+		"Tan": func(im *importer, x *value) (*value, error) {
+			s, err := im.emit("relax.sin", nil, x)
+			if err != nil {
+				return nil, err
+			}
+			c, err := im.emit("relax.cos", nil, x)
+			if err != nil {
+				return nil, err
+			}
+			return im.emit("relax.divide", nil, s, c)
+		},
+		"Sinh": func(im *importer, x *value) (*value, error) { return im.expPair(x, -1) },
+		"Cosh": func(im *importer, x *value) (*value, error) { return im.expPair(x, 1) },
+		"IsNaN": func(im *importer, x *value) (*value, error) {
+			return im.emit("relax.not_equal", nil, x, x)
+		},
+	} {
+		reg(name, 9, func(im *importer, n *node) ([]*value, error) {
+			x, err := n.need(0)
+			if err != nil {
+				return nil, err
+			}
+			if !x.dtype().IsFloat() {
+				return nil, unsupported("%s of %s", name, x.dtype())
+			}
+			return ret(f(im, x))
+		})
+	}
+}
+
+// expPair is (eˣ + sign·e⁻ˣ)/2: cosh for sign 1, sinh for −1.
+func (im *importer) expPair(x *value, sign float64) (*value, error) {
+	e, err := im.emit("relax.exp", nil, x)
+	if err != nil {
+		return nil, err
+	}
+	nx, err := im.emit("relax.negative", nil, x)
+	if err != nil {
+		return nil, err
+	}
+	en, err := im.emit("relax.exp", nil, nx)
+	if err != nil {
+		return nil, err
+	}
+	opName := "relax.add"
+	if sign < 0 {
+		opName = "relax.subtract"
+	}
+	s, err := im.emit(opName, nil, e, en)
+	if err != nil {
+		return nil, err
+	}
+	return im.emit("relax.multiply", nil, s, scalar(x.dtype(), 0.5))
+}
+
+// take gathers constant indices along axis.
+func (im *importer) take(x *value, idx []int64, axis int) (*value, error) {
+	if x.known() {
+		if t, err := hostGather(x.c, intTensor(idx), axis); err == nil && t.NumElements() <= foldLimit {
+			return constant(t), nil
+		}
+	}
+	return im.emit("relax.take", map[string]any{"axis": int64(axis)}, x, constant(intTensor(idx)))
+}
