@@ -14,8 +14,12 @@
 // DataDir/tracker.db (bbolt) holds build jobs with their modules, the
 // artifact index and the outstanding leases; artifacts live under
 // DataDir/artifacts/<sha256[:2]>/<sha256>. A write is durable before the
-// call that made it returns (writes from concurrent calls share one
-// transaction). On start the tracker loads jobs (running ones go back to
+// call that made it returns: writes from concurrent calls share one
+// transaction and its two fsyncs (group commit), applied by a commit loop
+// or, when no commit is running, by the waiting caller itself, which
+// saves a hand-off between goroutines on a machine short of CPU. bbolt
+// runs without writing its free-page list at each commit (it is rebuilt
+// on open), as etcd runs it. On start the tracker loads jobs (running ones go back to
 // the queue: their compiler node is gone with the old process's
 // connections) and the leases not yet expired. Leases are persisted, not
 // invalidated: a lease stays valid across a restart until it expires or is

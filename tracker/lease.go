@@ -300,7 +300,7 @@ func (s *Server) ticketReply(ctx context.Context, t *ticket) (any, error) {
 		rep := proto.LeaseTicket{Ticket: t.id, Served: true, Lease: new(l.Lease)}
 		s.mu.Unlock()
 		if durable != nil {
-			if err := <-durable; err != nil {
+			if err := s.st.wait(durable); err != nil {
 				s.mu.Lock()
 				if s.leases[l.ID] == l {
 					s.releaseLocked(l)
