@@ -172,12 +172,13 @@ func kiln_build_file(path, target *C.char, trackerH C.KilnHandle, output, inputS
 // and downloads the artifact to out, as kiln build --tracker does.
 func buildRemote(ctx context.Context, t *tracker, args proto.BuildSubmitArgs, out string, say func(string)) error {
 	name := args.Name
-	job, err := t.t.SubmitBuild(ctx, args)
+	job, err := t.client().SubmitBuild(ctx, args)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", name, err)
 	}
 	say(fmt.Sprintf("build job %s queued", job.ID))
-	job, err = t.t.WaitBuild(ctx, job.ID, func(j proto.BuildJob) {
+	id := job.ID
+	job, err = t.client().WaitBuild(ctx, id, func(j proto.BuildJob) {
 		line := fmt.Sprintf("build job %s: %s", j.ID, j.State)
 		if j.Node != "" {
 			line += " on " + j.Node
@@ -192,14 +193,22 @@ func buildRemote(ctx context.Context, t *tracker, args proto.BuildSubmitArgs, ou
 	})
 	if err != nil {
 		if ctx.Err() != nil {
+			// A cancelled call closes its connection: cancel the job on a
+			// new one, which the tracker handle keeps.
 			cctx, cancel := context.WithTimeout(context.Background(), freeTimeout)
-			t.t.CancelBuild(cctx, job.ID)
+			cerr := t.redial(cctx)
+			if cerr == nil {
+				_, cerr = t.client().CancelBuild(cctx, id)
+			}
 			cancel()
+			if cerr != nil {
+				err = fmt.Errorf("%w (and cancelling build job %s failed: %v)", err, id, cerr)
+			}
 		}
 		return fmt.Errorf("build %s: %w", name, err)
 	}
 	var buf bytes.Buffer
-	if _, err := t.t.DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
+	if _, err := t.client().DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
 		return fmt.Errorf("build %s: download artifact: %w", name, err)
 	}
 	sum := sha256.Sum256(buf.Bytes())

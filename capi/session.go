@@ -33,13 +33,36 @@ const freeTimeout = 5 * time.Second
 
 // tracker is a connection to a tracker.
 type tracker struct {
-	t     *client.Tracker
 	addr  string
 	token string
+
+	mu sync.Mutex
+	t  *client.Tracker
 }
 
 func (t *tracker) kind() string { return "tracker" }
-func (t *tracker) free()        { t.t.Close() }
+func (t *tracker) free()        { t.client().Close() }
+
+func (t *tracker) client() *client.Tracker {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t
+}
+
+// redial replaces the connection: a call cancelled midway (Ctrl-C in a
+// waiting request or build) closes the one it was on.
+func (t *tracker) redial(ctx context.Context) error {
+	c, err := client.DialTracker(ctx, t.addr, client.TrackerOptions{Token: t.token})
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	old := t.t
+	t.t = c
+	t.mu.Unlock()
+	old.Close()
+	return nil
+}
 
 //export kiln_tracker_connect
 func kiln_tracker_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnHandle) C.int {
@@ -79,7 +102,7 @@ func kiln_tracker_summary(h C.KilnHandle, out **C.char) C.int {
 	if err != nil {
 		return fail(err, errArgument)
 	}
-	sum, err := t.t.Query(context.Background(), 20)
+	sum, err := t.client().Query(context.Background(), 20)
 	if err != nil {
 		return fail(fmt.Errorf("query tracker %s: %w", t.addr, err), errTracker)
 	}
@@ -137,7 +160,7 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 		return fail(badArg("request: negative session timeout or wait"), errArgument)
 	}
 	if k != "" && wait == 0 {
-		if err := knownKey(ctx, t.t, k); err != nil {
+		if err := knownKey(ctx, t.client(), k); err != nil {
 			return fail(fmt.Errorf("request %q: %w", k, err), errTracker)
 		}
 	}
@@ -146,13 +169,20 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 		wctx, stop = context.WithTimeout(ctx, seconds(wait))
 	}
 	defer stop()
-	lease, err := t.t.RequestLease(wctx, client.LeaseRequest{
+	lease, err := t.client().RequestLease(wctx, client.LeaseRequest{
 		Key: k, Selector: sel, Priority: int(priority), SessionTimeout: seconds(sessionTimeout), User: "kiln python",
 		OnPosition: func(pos int, queue string) {
 			say(progress, user, fmt.Sprintf("waiting for a device: position %d in queue %q", pos, queue))
 		},
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// The cancelled wait closed the connection; the next call
+			// gets a new one.
+			rctx, cancelR := context.WithTimeout(context.Background(), freeTimeout)
+			t.redial(rctx)
+			cancelR()
+		}
 		return fail(err, errTracker)
 	}
 	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{Token: t.token, LeaseToken: lease.Token})

@@ -156,6 +156,8 @@ def test_ctrl_c_cancels_a_waiting_request(fleet):
             except KeyboardInterrupt:
                 print("interrupted after %.1f s" % (time.monotonic() - start), flush=True)
                 print("live handles", kiln.live_handles(), flush=True)
+            # The tracker connection is usable after the interrupted wait.
+            print("keys", [k["key"] for k in t.summary()["keys"]], flush=True)
         """)
         p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "waiting"
@@ -166,6 +168,76 @@ def test_ctrl_c_cancels_a_waiting_request(fleet):
         assert "interrupted after" in out, out + err
         assert "waiting for a device: position 1" in err, err
         assert "live handles 1" in out, out  # only the tracker connection
+        assert "keys ['cpu']" in out, out + err
     finally:
         held.close()
         holder.close()
+
+
+def test_ctrl_c_cancels_a_queued_build(fleet, tmp_path):
+    """A build queued at a tracker no compiler node serves: SIGINT ends the
+    wait with KeyboardInterrupt and the job is cancelled at the tracker."""
+    port = free_port()
+    p = fleet.start("lonely-tracker", "tracker", "--data", str(tmp_path / "t"), "--listen", f"127.0.0.1:{port}",
+                    "--token-file", fleet.token_file)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                kiln.rpc.connect_tracker("127.0.0.1", port, token=fleet.token).close()
+                break
+            except kiln.TrackerError:
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        matmul = os.path.join(os.path.dirname(HERE), "examples", "matmul.py")
+        script = textwrap.dedent(f"""
+            import sys
+            sys.path[:0] = {sys.path!r}
+            import kiln
+            try:
+                kiln.build({matmul!r}, tracker="127.0.0.1:{port}", token={fleet.token!r}, output={str(tmp_path / "m.kiln")!r})
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+                print("live handles", kiln.live_handles(), flush=True)
+        """)
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = child.stderr.readline()
+        assert "queued" in line, line
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        assert "interrupted" in out and "live handles 0" in out, out + err
+        with kiln.rpc.connect_tracker("127.0.0.1", port, token=fleet.token) as t:
+            jobs = t.summary()["jobs"]
+        assert jobs and jobs[0]["state"] == "cancelled", (jobs, err)
+        assert not os.path.exists(tmp_path / "m.kiln")
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+
+
+def test_blocking_calls_release_the_gil(matmul_artifact):
+    """The time evaluator runs in C for a while; another Python thread runs
+    meanwhile."""
+    import threading
+
+    mod = kiln.local().load_module(matmul_artifact)
+    x = kiln.nd.array(np.ones((32, 32), np.float32))
+    c = kiln.nd.empty((32, 32), "float32")
+    done = threading.Event()
+    result = {}
+
+    def timing():
+        result["r"] = mod.time_evaluator("matrix_multiply", number=1, repeat=5, min_repeat_ms=100)(x, x, c)
+        done.set()
+
+    t = threading.Thread(target=timing)
+    t.start()
+    ticks = 0
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert len(result["r"].results) == 5
+    assert ticks > 10, ticks  # this thread ran while the other was in the time evaluator
