@@ -141,7 +141,7 @@ func TestBuildCUDATensorExpression(t *testing.T) {
 	for _, k := range dm.Kernels {
 		grids[k.Name] = k.Grid
 	}
-	check.Equal(t, grids["vector_add_kernel"], [3]int64{0, 1, 1}) // computed from n
+	check.Equal(t, grids["vector_add_kernel"], [3]int64{0, 1, 1})             // computed from n
 	check.Equal(t, grids["matmul_kernel"], [3]int64{size / 64, size / 64, 1}) // 64×64 tiles of C per block
 }
 

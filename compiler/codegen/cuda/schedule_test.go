@@ -36,7 +36,8 @@ func TestDefaultSchedule(t *testing.T) {
 	src, ks, err := Generate(lowered, sm80(t))
 	check.NoError(t, err)
 	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {1, 100}, "small": {1, 5},
-		"gemv_bias": {1, 40}, "scale_relu": {2, 256}, "matmul": {2, 12}, "matmul_bias_relu": {1, 16}}
+		"gemv_bias": {1, 40}, "scale_relu": {2, 256}, "matmul": {2, 12}, "matmul_bias_relu": {1, 16},
+		"softmax": {1, 8}, "layer_norm": {1, 8}}
 	check.Equal(t, len(ks), len(want))
 	for _, k := range ks {
 		check.Equal(t, [2]int64{k.Grid[0], k.Block[0]}, want[k.Name], k.Name)

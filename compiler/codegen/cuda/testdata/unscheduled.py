@@ -95,3 +95,52 @@ class Module:
             with T.block("D"):
                 vi, vj = T.axis.remap("SS", [i, j])
                 D[vi, vj] = T.max(E[vi, vj], T.float32(0))
+
+    @T.prim_func
+    def softmax(A: T.Buffer((8, 50), "float32"), B: T.Buffer((8, 50), "float32")):
+        T.func_attr({"global_symbol": "softmax", "tir.noalias": T.bool(True)})
+        mx = T.alloc_buffer((8,), "float32")
+        e = T.alloc_buffer((8, 50), "float32")
+        s = T.alloc_buffer((8,), "float32")
+        for i, k in T.grid(8, 50):
+            with T.block("max"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    mx[vi] = T.float32(-3.4028234663852886e38)
+                mx[vi] = T.max(mx[vi], A[vi, vk])
+        for i, j in T.grid(8, 50):
+            with T.block("exp"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                e[vi, vj] = T.exp(A[vi, vj] - mx[vi])
+        for i, k in T.grid(8, 50):
+            with T.block("sum"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    s[vi] = T.float32(0)
+                s[vi] = s[vi] + e[vi, vk]
+        for i, j in T.grid(8, 50):
+            with T.block("norm"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                B[vi, vj] = e[vi, vj] / s[vi]
+
+    @T.prim_func
+    def layer_norm(A: T.Buffer((8, 50), "float32"), gamma: T.Buffer((50,), "float32"), beta: T.Buffer((50,), "float32"), B: T.Buffer((8, 50), "float32")):
+        T.func_attr({"global_symbol": "layer_norm", "tir.noalias": T.bool(True)})
+        s = T.alloc_buffer((8,), "float32")
+        v = T.alloc_buffer((8,), "float32")
+        for i, k in T.grid(8, 50):
+            with T.block("sum"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    s[vi] = T.float32(0)
+                s[vi] = s[vi] + A[vi, vk]
+        for i, k in T.grid(8, 50):
+            with T.block("var"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    v[vi] = T.float32(0)
+                v[vi] = v[vi] + (A[vi, vk] - s[vi] * T.float32(0.02)) * (A[vi, vk] - s[vi] * T.float32(0.02))
+        for i, j in T.grid(8, 50):
+            with T.block("norm"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                B[vi, vj] = (A[vi, vj] - s[vi] * T.float32(0.02)) / T.sqrt(v[vi] * T.float32(0.02) + T.float32(1e-5)) * gamma[vj] + beta[vj]
