@@ -50,6 +50,7 @@ Examples:
 			runCommand(),
 			printCommand(),
 			buildCommand(),
+			tuneCommand(),
 			benchCommand(),
 			demoCommand(),
 			queryCommand(),

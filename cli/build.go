@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,10 +17,13 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
+	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -60,7 +64,12 @@ Examples:
    kiln build resnet18.onnx -o resnet18.kiln --input-shape input=1x3x224x224
    kiln build matmul.py --dump-ir after:lower_blocks,after:make_packed_api
    kiln build matmul.py --cc clang --cflags "-O2 -march=x86-64-v3"
-   kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln`,
+   kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln
+   kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln
+
+--tuning-db applies the best record of each kernel (for a module with
+@R.function, each fused kernel the pipeline makes) and says which kernels it
+found no record for; those keep the default schedule.`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE], or cuda [-arch=sm_NN]"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
@@ -73,6 +82,7 @@ Examples:
 			&ucli.StringFlag{Name: "params", Usage: "safetensors file of weights to bundle into the artifact (params.safetensors)"},
 			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims (repeatable)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
+			&ucli.StringFlag{Name: "tuning-db", Usage: "tuning database (JSON lines, from kiln tune): give each kernel its best record's schedule"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
 		}, connFlags()...),
 		OnUsageError: usageError,
@@ -101,12 +111,35 @@ func runBuild(c *ucli.Context) error {
 	if len(shapes) > 0 && !isModel {
 		return fmt.Errorf("build: --input-shape is for ONNX models (FILE.onnx)")
 	}
-	if c.String("tracker") != "" {
-		return buildRemote(c, path, src, out, shapes)
-	}
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
+	}
+	var applyDB func(*ir.IRModule) (*ir.IRModule, error)
+	if p := c.String("tuning-db"); p != "" {
+		if applyDB, err = tuningDBSchedule(c, p, target); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+	}
+	if c.String("tracker") != "" {
+		if applyDB != nil {
+			if isModel {
+				return fmt.Errorf("build: --tuning-db with --tracker takes TVMScript modules; build an ONNX model locally with --tuning-db")
+			}
+			// The compiler node gets the module with the records applied.
+			mod, err := script.Parse(path, string(src))
+			if err != nil {
+				return err
+			}
+			if vmgen.HasGraphFunctions(mod) {
+				return fmt.Errorf("build: --tuning-db with --tracker takes modules of PrimFuncs only; build a graph module locally with --tuning-db")
+			}
+			if mod, err = applyDB(mod); err != nil {
+				return fmt.Errorf("build: %w", err)
+			}
+			src = []byte(script.Print(mod))
+		}
+		return buildRemote(c, path, src, out, shapes)
 	}
 	var mod *ir.IRModule
 	var weights []byte
@@ -128,6 +161,7 @@ func runBuild(c *ucli.Context) error {
 	}
 	opts.Pipeline = c.String("pipeline")
 	opts.Params = weights
+	opts.Schedule = applyDB
 	if p := c.String("params"); p != "" {
 		if isModel {
 			return fmt.Errorf("build: --params: an ONNX model's weights come from the model")
@@ -252,6 +286,40 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 	}
 	fmt.Fprintf(w, "built %s on %s (%d bytes)\n", out, job.Node, buf.Len())
 	return nil
+}
+
+// tuningDBSchedule reads a tuning database for target and returns the
+// build hook that applies its best records, reporting on the error
+// writer which kernels got a record and which had none.
+func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target) (func(*ir.IRModule) (*ir.IRModule, error), error) {
+	db := tune.NewDatabase(target.String())
+	notes, err := db.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tuning-db: %w", err)
+	}
+	w := c.App.ErrWriter
+	for _, n := range notes {
+		fmt.Fprintf(w, "build: warning: %s\n", n)
+	}
+	rt := rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}
+	return func(mod *ir.IRModule) (*ir.IRModule, error) {
+		out, applied, err := tune.Apply(mod, db, rt)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(applied.Tuned))
+		for n := range applied.Tuned {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(w, "build: %s: tuned schedule from %s (%s a call when measured)\n", n, path, fmtSeconds(applied.Tuned[n]))
+		}
+		for _, n := range applied.Missing {
+			fmt.Fprintf(w, "build: %s: no record in %s for target %q: default schedule\n", n, path, target.String())
+		}
+		return out, nil
+	}, nil
 }
 
 // writeFileAtomic writes through a temporary file and a rename, so a crash

@@ -86,6 +86,12 @@ type BuildOptions struct {
 	// CUDA compiles the kernels of a cuda build; nil means the one given
 	// to RegisterCUDACompiler.
 	CUDA CUDACompiler
+	// Schedule, when set, rewrites the module's PrimFuncs before they
+	// are lowered: after the graph-level pipeline (so it sees the fused
+	// kernels) and before the default schedules, which leave the
+	// functions it scheduled alone. kiln build --tuning-db applies a
+	// tuning database's best records through it.
+	Schedule func(*ir.IRModule) (*ir.IRModule, error)
 }
 
 // Result is a build's artifact and how it was made.
@@ -141,10 +147,20 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}
+		if opts.Schedule != nil {
+			if mod, err = opts.Schedule(mod); err != nil {
+				return nil, fmt.Errorf("build: %w", err)
+			}
+		}
 		if !opts.NoDefaultSchedule && target.Kind == "cpu" {
 			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: target.VectorBytes()}); err != nil {
 				return nil, fmt.Errorf("build: %w", err)
 			}
+		}
+	} else if opts.Schedule != nil {
+		var err error
+		if mod, err = opts.Schedule(mod); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
 	if target.Kind == "cuda" && !opts.NoDefaultSchedule {

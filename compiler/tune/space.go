@@ -40,7 +40,7 @@ func NewSpace(f *ir.PrimFunc, target rules.Target) (*Space, error) {
 		return nil, fmt.Errorf("tune: %w", err)
 	}
 	if len(c.Decisions) == 0 {
-		return nil, fmt.Errorf("tune: %w: the schedule rules (%s) make no choice on this function", ErrUntunable, sp.ruleNames())
+		return nil, fmt.Errorf("%w: the schedule rules (%s) make no choice on this function", ErrUntunable, sp.ruleNames())
 	}
 	return sp, nil
 }

@@ -1,0 +1,481 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler"
+	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+func tuneCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "tune",
+		Usage:     "search schedules for a module's kernels on the fleet and record them in a tuning database",
+		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--tracker HOST:PORT --key KEY] [--devices K] [--resume] [--json]",
+		Description: `Searches schedules for every kernel (PrimFunc) of FILE the way TVM's
+MetaSchedule does: schedule rules (multi-level tiling with cache_write and
+cache_read, auto-inline, random compute location, parallel-vectorize-unroll)
+make a design space whose sampling decisions are recorded; an evolutionary
+search guided by a cost model (gradient-boosted trees over features of the
+loop nest, retrained after every batch, with a share of random picks)
+proposes batches of candidates. Each candidate is built as a build job on the
+fleet's compiler nodes, run on a leased device, checked against the
+unscheduled kernel's result and only then timed by the device-side time
+evaluator. Candidates that fail to build, crash, fail or compute a wrong
+result are recorded as invalid and never tried again.
+
+Every measured candidate is appended to --db as one JSON line (workload hash
+and text, target, device, decisions, trace, times or error) the moment it is
+measured, so Ctrl-C loses nothing. Databases merge by concatenation (cat
+a.jsonl b.jsonl > c.jsonl). Records already in --db are never measured again
+and train the model; with --resume they also count against --trials, so an
+interrupted run continues where it stopped. kiln build --tuning-db applies the
+best record of each kernel.
+
+FILE is TVMScript: PrimFuncs are tuned as they are; a module with @R.function
+goes through the graph pipeline first and its fused kernels are tuned, trials
+going where weight (calls) × best time is largest.
+
+Without --tracker an in-process fleet runs here (a tracker, a compiler node
+and --devices CPU device daemons on loopback), as kiln demo does.
+
+Examples:
+   kiln tune matmul.py --trials 64 --db tuning.jsonl
+   kiln tune mlp.py --tracker 127.0.0.1:9190 --key cpu --trials 256 --db tuning.jsonl --devices 4
+   kiln tune matmul.py --trials 64 --db tuning.jsonl --resume
+   kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE]"},
+			&ucli.IntFlag{Name: "trials", Usage: "candidates to measure, over all kernels (required, at least 1)"},
+			&ucli.StringFlag{Name: "db", Usage: "tuning database (JSON lines) to read and append to (required)"},
+			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the fleet's tracker (default: an in-process fleet)"},
+			&ucli.StringFlag{Name: "key", Value: "cpu", Usage: "device key to lease"},
+			&ucli.IntFlag{Name: "devices", Usage: "measure on at most K devices (default: every free one; 1 in-process)"},
+			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},
+			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates proposed and measured together"},
+			&ucli.Uint64Flag{Name: "seed", Usage: "seed of the search's random source (default: from the clock)"},
+			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
+			&ucli.IntFlag{Name: "repeat", Value: 3, Usage: "time evaluator repeats per candidate"},
+			&ucli.IntFlag{Name: "min-repeat-ms", Value: 20, Usage: "time evaluator: shortest repeat in milliseconds"},
+			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
+			&ucli.BoolFlag{Name: "verbose", Usage: "log each build and measurement (and the in-process fleet's logs)"},
+		}, connFlags()...),
+		OnUsageError: usageError,
+		Action:       runTune,
+	}
+}
+
+// tuneSummary is kiln tune's --json output.
+type tuneSummary struct {
+	File         string             `json:"file"`
+	Target       string             `json:"target"`
+	DB           string             `json:"db"`
+	Trials       int                `json:"trials"`
+	Devices      []string           `json:"devices"`
+	Seconds      float64            `json:"seconds"`
+	TrialsPerMin float64            `json:"trials_per_minute"`
+	Interrupted  bool               `json:"interrupted,omitempty"`
+	Notes        []string           `json:"notes,omitempty"`
+	Skipped      []string           `json:"skipped,omitempty"`
+	Tasks        []tune.TaskSummary `json:"tasks"`
+}
+
+func runTune(c *ucli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("tune: want one file, got %d arguments (see \"kiln tune --help\")", c.NArg())
+	}
+	path := c.Args().First()
+	trials := c.Int("trials")
+	if !c.IsSet("trials") {
+		return errors.New("tune: --trials is required (how many candidates to measure)")
+	}
+	if trials < 1 {
+		return fmt.Errorf("tune: --trials %d: %w", trials, tune.ErrNoTrials)
+	}
+	dbPath := c.String("db")
+	if dbPath == "" {
+		return errors.New("tune: --db is required (the tuning database to append records to)")
+	}
+	if c.Int("batch") < 1 {
+		return fmt.Errorf("tune: --batch %d: want at least 1", c.Int("batch"))
+	}
+	if c.Int("devices") < 0 {
+		return fmt.Errorf("tune: --devices %d: want at least 1", c.Int("devices"))
+	}
+	target, err := compiler.ParseTarget(c.String("target"))
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	mod, err := script.Parse(path, string(src))
+	if err != nil {
+		return err
+	}
+	tasks, skipped, err := tuneTasks(mod, target, c.String("pipeline"))
+	if err != nil {
+		return fmt.Errorf("tune %s: %w", path, err)
+	}
+	if len(tasks) == 0 {
+		return fmt.Errorf("tune %s: no kernel to tune: %s", path, strings.Join(skipped, "; "))
+	}
+	errw := c.App.ErrWriter
+	db, notes, err := tune.OpenDatabase(dbPath, target.String())
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	defer db.Close()
+	for _, n := range notes {
+		fmt.Fprintf(errw, "tune: warning: %s\n", n)
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(errw, "tune: skipped %s\n", s)
+	}
+	if c.Bool("resume") {
+		had := 0
+		for _, t := range tasks {
+			had += len(db.Records(t.Workload.Hash))
+		}
+		trials -= had
+		fmt.Fprintf(errw, "tune: resuming: %d records in %s, %d trials to go\n", had, dbPath, max(trials, 0))
+	}
+
+	ctx := c.Context
+	res := tuneSummary{File: path, Target: target.String(), DB: dbPath, Notes: notes, Skipped: skipped}
+	if trials <= 0 {
+		res.Tasks = tuneSummaries(tasks, db)
+		return printTuneSummary(c, res)
+	}
+	tok, tlsCfg, err := clientAuth(c)
+	if err != nil {
+		return err
+	}
+	var tc *client.Tracker
+	if addr := c.String("tracker"); addr != "" {
+		if tc, err = client.DialTracker(ctx, addr, client.TrackerOptions{Token: tok, TLS: tlsCfg}); err != nil {
+			return fmt.Errorf("tune: %w", err)
+		}
+		defer tc.Close()
+	} else {
+		n := max(c.Int("devices"), 1)
+		spin := startProgress(c, fmt.Sprintf("starting an in-process fleet (tracker, compiler node, %d device daemon(s))", n))
+		fl, err := startTuneFleet(ctx, c, n)
+		spin.done()
+		if err != nil {
+			return fmt.Errorf("tune: %w", err)
+		}
+		defer fl.stop()
+		tc, tok, tlsCfg = fl.client, fl.token, nil
+	}
+
+	display := newTuneDisplay(c)
+	rlog := slog.New(slog.DiscardHandler)
+	if c.Bool("verbose") {
+		rlog = logger(c)
+	}
+	runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
+		Devices: c.Int("devices"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
+		Time: client.TimeOptions{Number: 1, Repeat: max(c.Int("repeat"), 1), MinRepeatMS: max(c.Int("min-repeat-ms"), 0)}})
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	defer runner.Close()
+	res.Devices = runner.Devices()
+	seed := c.Uint64("seed")
+	if !c.IsSet("seed") {
+		seed = uint64(time.Now().UnixNano())
+	}
+	start := time.Now()
+	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: display.progress})
+	display.done()
+	res.Seconds = time.Since(start).Seconds()
+	res.Tasks = sum
+	for _, t := range sum {
+		res.Trials += t.Trials
+	}
+	if res.Seconds > 0 {
+		res.TrialsPerMin = float64(res.Trials) / res.Seconds * 60
+	}
+	if err != nil && ctx.Err() != nil {
+		res.Interrupted = true
+		fmt.Fprintf(errw, "tune: interrupted after %d trials; every record measured is in %s (kiln tune --resume continues)\n", res.Trials, dbPath)
+		if perr := printTuneSummary(c, res); perr != nil {
+			return perr
+		}
+		return errors.New("tune: interrupted")
+	}
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	return printTuneSummary(c, res)
+}
+
+// tuneTasks returns the tasks of mod: its PrimFuncs, or for a module with
+// graph functions the kernels the pipeline leaves.
+func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string) ([]*tune.Task, []string, error) {
+	if vmgen.HasGraphFunctions(mod) && pipeline != "none" {
+		if pipeline == "" {
+			pipeline = compiler.DefaultPipeline
+		}
+		var err error
+		if mod, err = relaxtransform.RunPipeline(mod, pipeline); err != nil {
+			return nil, nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
+		}
+	}
+	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()})
+}
+
+// tuneSummaries summarizes what db holds for tasks (nothing measured in
+// this run).
+func tuneSummaries(tasks []*tune.Task, db *tune.Database) []tune.TaskSummary {
+	var out []tune.TaskSummary
+	for _, t := range tasks {
+		s := tune.TaskSummary{Name: t.Name, Workload: t.Workload.Hash, Weight: t.Weight, Previous: len(db.Records(t.Workload.Hash))}
+		if b, ok := db.Best(t.Workload.Hash); ok {
+			s.Best = b.Median()
+			if t.Flops > 0 {
+				s.GFLOPS = t.Flops / s.Best / 1e9
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func printTuneSummary(c *ucli.Context, r tuneSummary) error {
+	if c.Bool("json") {
+		return json.NewEncoder(c.App.Writer).Encode(r)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KERNEL\tWEIGHT\tTRIALS\tINVALID\tEARLIER\tBEST\tGFLOPS")
+	for _, t := range r.Tasks {
+		best, gf := "-", "-"
+		if t.Best > 0 {
+			best, gf = fmtSeconds(t.Best), fmt.Sprintf("%.2f", t.GFLOPS)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.Weight, t.Trials, t.Invalid, t.Previous, best, gf)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Trials > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "tune: %d trials in %s (%.1f a minute) on %s; records in %s\n", r.Trials,
+			time.Duration(r.Seconds*float64(time.Second)).Round(time.Millisecond), r.TrialsPerMin, strings.Join(r.Devices, ", "), r.DB)
+	}
+	return nil
+}
+
+// tuneDisplay shows the search's progress: a line redrawn in place on a
+// terminal (trials done/total, each kernel's best time and GFLOPS,
+// candidates in flight per device, ETA), else a line per batch.
+type tuneDisplay struct {
+	c      *ucli.Context
+	spin   *progress
+	w      io.Writer
+	quiet  bool
+	mu     sync.Mutex
+	flight map[string]int
+	last   tune.Progress
+}
+
+func newTuneDisplay(c *ucli.Context) *tuneDisplay {
+	d := &tuneDisplay{c: c, w: c.App.ErrWriter, flight: map[string]int{}, quiet: c.Bool("json")}
+	d.spin = startProgress(c, "tune: starting")
+	return d
+}
+
+func (d *tuneDisplay) event(e tunefleet.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.Dropped != "" {
+		delete(d.flight, e.Device)
+		if !d.quiet {
+			fmt.Fprintf(d.w, "tune: device %s left the pool: %s\n", e.Device, e.Dropped)
+		}
+	} else {
+		d.flight[e.Device] = e.InFlight
+	}
+	d.redraw()
+}
+
+func (d *tuneDisplay) progress(p tune.Progress) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last = p
+	if d.spin == nil && !d.quiet && p.Done > 0 {
+		fmt.Fprintln(d.w, d.line())
+	}
+	d.redraw()
+}
+
+func (d *tuneDisplay) line() string {
+	p := d.last
+	var b strings.Builder
+	fmt.Fprintf(&b, "tune: %d/%d trials", p.Done, p.Total)
+	for _, t := range p.Tasks {
+		if t.Best > 0 {
+			fmt.Fprintf(&b, ", %s %s (%.1f GFLOPS)", t.Name, fmtSeconds(t.Best), t.GFLOPS)
+		}
+	}
+	if len(d.flight) > 0 {
+		devs := make([]string, 0, len(d.flight))
+		for k := range d.flight {
+			devs = append(devs, k)
+		}
+		sort.Strings(devs)
+		var fl []string
+		for _, k := range devs {
+			fl = append(fl, fmt.Sprintf("%s:%d", k, d.flight[k]))
+		}
+		fmt.Fprintf(&b, ", in flight %s", strings.Join(fl, " "))
+	}
+	if p.Done > 0 && p.Done < p.Total {
+		fmt.Fprintf(&b, ", ETA %s", p.ETA().Round(time.Second))
+	}
+	return b.String()
+}
+
+func (d *tuneDisplay) redraw() {
+	if d.spin != nil {
+		d.spin.describe(d.line())
+	}
+}
+
+func (d *tuneDisplay) done() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.spin.done()
+	d.spin = nil
+	d.quiet = true
+}
+
+// tuneFleet is an in-process fleet for kiln tune: the demo's tracker,
+// compiler node and device daemon, plus more device daemons.
+type tuneFleet struct {
+	*fleet
+	token  string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	extra  []*rpcserver.Daemon
+	dir    string
+}
+
+// stop stops the extra daemons, then the demo's fleet, and removes the
+// fleet's files.
+func (tf *tuneFleet) stop() error {
+	tf.cancel()
+	tf.wg.Wait()
+	err := tf.fleet.stop()
+	os.RemoveAll(tf.dir)
+	return err
+}
+
+// startTuneFleet starts an in-process fleet with n CPU device daemons
+// (key "cpu") whose files live in a temporary directory.
+func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, error) {
+	dir, err := os.MkdirTemp("", "kiln-tune-")
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.DiscardHandler)
+	if c.Bool("verbose") {
+		log = logger(c)
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	tok := hex.EncodeToString(b)
+	fl, err := startFleet(ctx, dir, tok, exe, log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	tf := &tuneFleet{fleet: fl, token: tok}
+	dctx, cancel := context.WithCancel(ctx)
+	tf.cancel = cancel
+	stopAll := func() {
+		cancel()
+		tf.wg.Wait()
+		fl.stop()
+		os.RemoveAll(dir)
+	}
+	for i := 1; i < n; i++ {
+		d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: tok, Dir: filepath.Join(dir, fmt.Sprintf("sessions%d", i)),
+			Version: Version(), Logger: log, Worker: rpcserver.WorkerSpec{Path: exe}})
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("device daemon: %w", err)
+		}
+		reg := client.NewRegistrar(fl.tracker.Addr(), client.TrackerOptions{Token: tok, Logger: log}, proto.RegisterArgs{
+			Role: proto.NodeDevice, Key: "cpu", Addr: d.Addr().String(), Attrs: rpcserver.NodeAttrs(Version()),
+		})
+		reg.OnHealthCheck = deviceHealthCheck
+		d.SetTracker(reg)
+		tf.extra = append(tf.extra, d)
+		tf.wg.Add(1)
+		go func() {
+			defer tf.wg.Done()
+			d.Run(dctx)
+		}()
+	}
+	// Wait until every device is free at the tracker.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	for {
+		s, err := fl.client.Query(wctx, 0)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		free := 0
+		for _, k := range s.Keys {
+			if k.Key == "cpu" {
+				free = k.Free
+			}
+		}
+		if free >= n {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			stopAll()
+			return nil, fmt.Errorf("%d of %d device daemons registered: %w", free, n, wctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tf.dir = dir
+	return tf, nil
+}

@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+const tuneMatmulPy = `# from tvm.script import tir as T
+
+@T.prim_func
+def mm(A: T.Buffer((32, 16), "float32"), B: T.Buffer((16, 32), "float32"), C: T.Buffer((32, 32), "float32")):
+    T.func_attr({"global_symbol": "mm", "tir.noalias": T.bool(True)})
+    for i, j, k in T.grid(32, 32, 16):
+        with T.block("C"):
+            v_i, v_j, v_k = T.axis.remap("SSR", [i, j, k])
+            T.reads(A[v_i, v_k], B[v_k, v_j])
+            T.writes(C[v_i, v_j])
+            with T.init():
+                C[v_i, v_j] = T.float32(0.0)
+            C[v_i, v_j] = C[v_i, v_j] + A[v_i, v_k] * B[v_k, v_j]
+`
+
+const tuneScalarPy = `# from tvm.script import tir as T
+
+@T.prim_func
+def one(A: T.Buffer((), "float32"), B: T.Buffer((), "float32")):
+    T.func_attr({"global_symbol": "one", "tir.noalias": T.bool(True)})
+    with T.block("B"):
+        T.reads(A[()])
+        T.writes(B[()])
+        B[()] = A[()] + T.float32(1.0)
+`
+
+func decodeTuneSummary(t *testing.T, out string) tuneSummary {
+	t.Helper()
+	var s tuneSummary
+	check.NoError(t, json.Unmarshal([]byte(out), &s), out)
+	return s
+}
+
+// TestTuneInProcess tunes a small matmul on kiln tune's in-process fleet
+// (two device daemons), applies the database with kiln build
+// --tuning-db, resumes, and reads a database with a bad line and another
+// target's record.
+func TestTuneInProcess(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+
+	out, errOut, err := runApp(t, "tune", src, "--trials", "6", "--batch", "3", "--db", db, "--devices", "2", "--seed", "1", "--json")
+	check.NoError(t, err, errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 6)
+	check.Equal(t, len(s.Devices), 2, s.Devices)
+	check.Equal(t, len(s.Tasks), 1)
+	check.True(t, s.Tasks[0].Best > 0 && s.Tasks[0].GFLOPS > 0, s.Tasks[0])
+	lines := strings.Split(strings.TrimSpace(readFile(t, db)), "\n")
+	check.Equal(t, len(lines), 6)
+
+	// The database's best record schedules the kernel of kiln build.
+	_, errOut, err = runApp(t, "build", src, "--tuning-db", db, "-o", filepath.Join(dir, "mm.kiln"), "--no-cache")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "mm: tuned schedule from "+db), errOut)
+
+	// --resume with the same budget: nothing left to do.
+	out, errOut, err = runApp(t, "tune", src, "--trials", "6", "--db", db, "--resume", "--json")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "resuming: 6 records"), errOut)
+	s = decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 0)
+	check.Equal(t, s.Tasks[0].Previous, 6)
+
+	// A line that does not parse and another target's record: noted,
+	// the rest used, two more trials measured.
+	f, err := os.OpenFile(db, os.O_APPEND|os.O_WRONLY, 0)
+	check.NoError(t, err)
+	f.WriteString("{\"workload\": \n")
+	f.WriteString(`{"workload":{"hash":"0123"},"target":"cpu -mtriple=aarch64-linux-gnu","decisions":[],"times":[0.1]}` + "\n")
+	check.NoError(t, f.Close())
+	out, errOut, err = runApp(t, "tune", src, "--trials", "2", "--batch", "2", "--db", db, "--json")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "tuning.jsonl:7: skipped: line does not parse"), errOut)
+	check.True(t, strings.Contains(errOut, `ignored 1 records for target "cpu -mtriple=aarch64-linux-gnu"`), errOut)
+	s = decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 2)
+	check.Equal(t, s.Tasks[0].Previous, 6)
+	_, errOut, err = runApp(t, "build", src, "--tuning-db", db, "-o", filepath.Join(dir, "mm.kiln"))
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "tuning.jsonl:7: skipped"), errOut)
+
+	// A kernel with no record is named.
+	other := filepath.Join(dir, "other.jsonl")
+	check.NoError(t, os.WriteFile(other, nil, 0o644))
+	_, errOut, err = runApp(t, "build", src, "--tuning-db", other, "-o", filepath.Join(dir, "mm.kiln"))
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, `mm: no record in `+other), errOut)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	check.NoError(t, err)
+	return string(b)
+}
+
+// TestTuneBadInput: a budget of 0, no budget, no database, and a
+// workload with nothing to tune fail with errors saying so.
+func TestTuneBadInput(t *testing.T) {
+	dir := t.TempDir()
+	mm := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(mm, []byte(tuneMatmulPy), 0o644))
+	scalar := filepath.Join(dir, "one.py")
+	check.NoError(t, os.WriteFile(scalar, []byte(tuneScalarPy), 0o644))
+	db := filepath.Join(dir, "db.jsonl")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"zero trials", []string{mm, "--trials", "0", "--db", db}, "trial budget is 0"},
+		{"no trials", []string{mm, "--db", db}, "--trials is required"},
+		{"no db", []string{mm, "--trials", "3"}, "--db is required"},
+		{"untunable", []string{scalar, "--trials", "3", "--db", db}, "one: nothing to tune"},
+		{"bad target", []string{mm, "--trials", "3", "--db", db, "--target", "tpu"}, "tpu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runApp(t, append([]string{"tune"}, tc.args...)...)
+			check.Error(t, err, tc.want)
+		})
+	}
+	_, err := os.Stat(db)
+	check.True(t, os.IsNotExist(err), "a failed start wrote the database")
+}
+
+// TestTuneCrashingCandidate: on a fleet, a candidate whose kernel crashes
+// (it reads far outside its input) is reported invalid at the run stage
+// and the device stays in the pool: the next batch is measured on it.
+func TestTuneCrashingCandidate(t *testing.T) {
+	dir := t.TempDir()
+	fl, _ := testFleet(t, dir, "tok")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	A := te.Placeholder(te.Shape(64), ir.Float32, "A")
+	B := te.Compute(te.Shape(64), func(i ir.Expr) ir.Expr { return ir.Add(A.At(i), ir.F32(1)) }, "B")
+	good, err := te.CreatePrimFunc([]*te.Tensor{A, B})
+	check.NoError(t, err)
+	// The same function reading A 2^28 elements (1 GiB) away.
+	A2 := te.Placeholder(te.Shape(64), ir.Float32, "A")
+	B2 := te.Compute(te.Shape(64), func(i ir.Expr) ir.Expr {
+		return ir.Add(A2.At(ir.Add(i, ir.I32(1<<28))), ir.F32(1))
+	}, "B")
+	bad, err := te.CreatePrimFunc([]*te.Tensor{A2, B2})
+	check.NoError(t, err)
+	task, err := tune.NewTask("add1", good, 1, rules.Target{Kind: "cpu", VectorBytes: 32})
+	check.NoError(t, err)
+	r, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: fl.client, Key: "cpu", Token: "tok", Target: "cpu",
+		Time: client.TimeOptions{Number: 1, Repeat: 1, MinRepeatMS: 1}})
+	check.NoError(t, err)
+	defer r.Close()
+	res, err := r.Run(ctx, task, []*tune.Candidate{{Func: bad}, {Func: good}})
+	check.NoError(t, err)
+	check.Equal(t, res[0].Stage, "run", res[0])
+	check.True(t, strings.Contains(res[0].Error, "crash") || strings.Contains(res[0].Error, "signal"), res[0].Error)
+	check.True(t, len(res[1].Times) == 1 && res[1].Error == "", res[1])
+	check.Equal(t, len(r.Devices()), 1)
+	res, err = r.Run(ctx, task, []*tune.Candidate{{Func: good}})
+	check.NoError(t, err)
+	check.True(t, len(res[0].Times) == 1, res[0])
+}

@@ -1,0 +1,18 @@
+// Package fleet measures tuning candidates on a kiln fleet: it is the
+// tuner's Runner over the client SDK. Each candidate is printed as a
+// one-function module and submitted as a build job (the tracker spreads
+// the jobs over every compiler node that builds the target); each built
+// artifact is uploaded to one of the leased devices, run once on inputs
+// drawn for its workload, checked against the reference result (the
+// unscheduled function's, computed once on the fleet) and only then timed
+// by the device-side time evaluator.
+//
+// A candidate that fails to build, fails or crashes when it runs, or
+// computes a wrong result is reported invalid with the stage and the
+// reason; a crash costs the device its session, which is reopened (the
+// device goes back to the pool for the next candidate). A device whose
+// daemon is gone is dropped and its candidate measured on another.
+//
+// It imports the client SDK and compiler/tune; nothing in compiler
+// imports it.
+package fleet
