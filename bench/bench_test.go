@@ -15,6 +15,7 @@ import (
 var headline = map[string]string{
 	"copy":             "ratio",
 	"matmul":           "gflops_scheduled",
+	"tune":             "gflops_tuned",
 	"vecadd":           "gbps",
 	"callov":           "ns_per_call",
 	"compile":          "cold_ms",
