@@ -75,13 +75,13 @@ type tuneResult struct {
 	TuneSeconds    float64  `json:"tune_seconds"`
 	// Trials per minute measuring the same number of new candidates on
 	// one and on two daemons (each worker pinned to its own core).
-	ThroughputTrials int        `json:"throughput_trials"`
-	PerMin1          float64    `json:"trials_per_min_1_daemon"`
-	PerMin2          float64    `json:"trials_per_min_2_daemons"`
-	Scaling          float64    `json:"scaling_2_over_1"`
-	Load             [3]float64 `json:"loadavg_before"`
-	Trace            []string   `json:"trace"`
-	Quick            bool       `json:"quick,omitempty"`
+	ThroughputTrials int      `json:"throughput_trials"`
+	PerMin1          float64  `json:"trials_per_min_1_daemon"`
+	PerMin2          float64  `json:"trials_per_min_2_daemons"`
+	Scaling          float64  `json:"scaling_2_over_1"`
+	Load             float64  `json:"loadavg_before"` // 1-minute load average, -1 when unknown
+	Trace            []string `json:"trace"`
+	Quick            bool     `json:"quick,omitempty"`
 }
 
 func (r tuneResult) Line() string {
@@ -256,15 +256,6 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		r.TunedVsNumpy = sig(r.GFLOPSTuned/r.GFLOPSNumpy, 3)
 	}
 	return r, nil
-}
-
-// loadAvg reads /proc/loadavg (zeros where there is none).
-func loadAvg() [3]float64 {
-	var l [3]float64
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Sscan(string(b), &l[0], &l[1], &l[2])
-	}
-	return l
 }
 
 // benchFleet is an in-process tracker, compiler node and CPU device
