@@ -199,9 +199,12 @@ class TrackerSession:
     def text_summary(self) -> str:
         """The summary as a table of keys (TVM's text_summary)."""
         s = self.summary()
-        lines = ["key            free  busy  waiting"]
+        lines = ["key            free  busy  lost  quarantined  waiting"]
         for k in s.get("keys") or []:
-            lines.append(f"{k['key']:<14} {k.get('free', 0):>4}  {k.get('busy', 0):>4}  {k.get('waiting', 0):>7}")
+            lines.append(
+                f"{k['key']:<14} {k.get('free', 0):>4}  {k.get('busy', 0):>4}  {k.get('lost', 0):>4}  "
+                f"{k.get('quarantined', 0):>11}  {k.get('pending', 0):>7}"
+            )
         return "\n".join(lines)
 
     def request(
