@@ -13,9 +13,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -91,14 +88,11 @@ func (s *Server) evictLocked(keep string) {
 	if len(gone) == 0 {
 		return
 	}
-	durable := s.st.write(func(tx *bolt.Tx) error {
-		for _, sha := range gone {
-			if err := del(tx, bucketArtifacts, sha); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	dels := make([]change, len(gone))
+	for i, sha := range gone {
+		dels[i] = deleteRecord(tableArtifacts, sha)
+	}
+	durable := s.st.apply(dels...)
 	go func() {
 		if err := <-durable; err != nil {
 			s.log.Error("evict artifacts: index", "err", err)
@@ -120,7 +114,7 @@ func (s *Server) touchArtifactLocked(sha string, now time.Time) {
 	}
 	rec.Used = now
 	s.arti.recs[sha] = rec
-	s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketArtifacts, sha, rec) })
+	s.st.apply(putRecord(tableArtifacts, sha, rec))
 }
 
 // hidePaths returns err as a peer may see it: a file operation's error
@@ -146,16 +140,7 @@ func (s *Server) artifactPath(sha string) string {
 // artifactSize returns the size of a stored artifact, or an error wrapping
 // ErrNotFound.
 func (s *Server) artifactSize(sha string) (int64, error) {
-	var rec artifactRecord
-	found := false
-	err := s.st.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketArtifacts).Get([]byte(sha))
-		if b == nil {
-			return nil
-		}
-		found = true
-		return msgpack.Unmarshal(b, &rec)
-	})
+	rec, found, err := s.st.artifact(sha)
 	if err != nil {
 		return 0, fmt.Errorf("artifact %s: read index: %w", sha, err)
 	}
@@ -214,7 +199,7 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	rec := artifactRecord{Size: in.Size, Created: now, Used: now}
 	name := in.Name
 	s.mu.Lock()
-	durable := s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketArtifacts, name, rec) })
+	durable := s.st.apply(putRecord(tableArtifacts, name, rec))
 	s.arti.add(name, rec)
 	s.evictLocked(name)
 	s.mu.Unlock()

@@ -11,6 +11,13 @@
 //
 // # State and persistence
 //
+// The tracker keeps its working state in memory and its durable state
+// behind one interface (stateStore): it tells the store each change as a
+// record put or deleted in a table (jobs, modules, artifacts, leases,
+// credentials, meta), waits where a change must be durable before it
+// answers, and reads everything back at start. No storage type crosses
+// that interface; boltStore is the implementation.
+//
 // DataDir/tracker.db (bbolt) holds build jobs with their modules, the
 // artifact index and the outstanding leases; artifacts live under
 // DataDir/artifacts/<sha256[:2]>/<sha256>. A write is durable before the

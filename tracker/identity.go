@@ -249,7 +249,7 @@ func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs
 		delete(s.creds.joining, a.NodeID)
 		s.creds.mu.Unlock()
 	}()
-	if err := s.st.putCredential(ctx, cr); err != nil {
+	if err := s.st.wait(s.st.apply(putRecord(tableCreds, cr.NodeID, cr))); err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	s.creds.add(cr)

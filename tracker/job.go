@@ -7,9 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -37,14 +34,10 @@ func (s *Server) persistJobLocked(j *job) <-chan error {
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: j.queuedAt}
 	rec.Job.Module = ""
 	final := j.State.Final()
-	return s.st.write(func(tx *bolt.Tx) error {
-		if final {
-			if err := del(tx, bucketModules, rec.Job.ID); err != nil {
-				return err
-			}
-		}
-		return put(tx, bucketJobs, rec.Job.ID, rec)
-	})
+	if final {
+		return s.st.apply(deleteRecord(tableModules, rec.Job.ID), putRecord(tableJobs, rec.Job.ID, rec))
+	}
+	return s.st.apply(putRecord(tableJobs, rec.Job.ID, rec))
 }
 
 // changeJobLocked bumps j's Seq, persists it and wakes its waiters.
@@ -160,17 +153,11 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		module: a.Module, queuedAt: now, changed: make(chan struct{}),
 	}
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
-	module := a.Module
-	durable := s.st.write(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketModules).Put([]byte(rec.Job.ID), []byte(module)); err != nil {
-			return err
-		}
-		nb, _ := msgpack.Marshal(next)
-		if err := tx.Bucket(bucketMeta).Put(keyNextJob, nb); err != nil {
-			return err
-		}
-		return put(tx, bucketJobs, rec.Job.ID, rec)
-	})
+	durable := s.st.apply(
+		putRecord(tableModules, rec.Job.ID, a.Module),
+		putRecord(tableMeta, metaNextJob, next),
+		putRecord(tableJobs, rec.Job.ID, rec),
+	)
 	s.mu.Unlock()
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("submit build: persist job: %w", err)
@@ -498,11 +485,6 @@ func (s *Server) forgetJobLocked(j *job) {
 	delete(s.jobs, j.ID)
 	notify(&j.changed)
 	id := j.ID
-	s.st.write(func(tx *bolt.Tx) error {
-		if err := del(tx, bucketModules, id); err != nil {
-			return err
-		}
-		return del(tx, bucketJobs, id)
-	})
+	s.st.apply(deleteRecord(tableModules, id), deleteRecord(tableJobs, id))
 	s.log.Info("build job forgotten", "job", id, "state", j.State, "finished", finishedAt(j), "retention", s.cfg.JobRetention)
 }

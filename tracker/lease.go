@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -94,11 +92,11 @@ type leaseRecord struct {
 
 func (s *Server) persistLeaseLocked(l *lease) <-chan error {
 	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted}
-	return s.st.write(func(tx *bolt.Tx) error { return put(tx, bucketLeases, rec.Lease.ID, rec) })
+	return s.st.apply(putRecord(tableLeases, rec.Lease.ID, rec))
 }
 
 func (s *Server) deleteLeaseLocked(id string) {
-	s.st.write(func(tx *bolt.Tx) error { return del(tx, bucketLeases, id) })
+	s.st.apply(deleteRecord(tableLeases, id))
 }
 
 // enqueueLocked creates a ticket for a and tries to grant it at once.

@@ -1,13 +1,9 @@
 package tracker
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/vmihailenco/msgpack/v5"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -17,75 +13,40 @@ import (
 // artifacts past the store's limit are evicted.
 func (s *Server) load() error {
 	now := time.Now()
-	var requeue []*job
-	var expired []string
-	err := s.st.view(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketMeta).Get(keyNextJob); b != nil {
-			if err := msgpack.Unmarshal(b, &s.nextJob); err != nil {
-				return fmt.Errorf("next job counter: %w", err)
-			}
-		}
-		modules := tx.Bucket(bucketModules)
-		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
-			var rec jobRecord
-			if err := msgpack.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("job %s: %w", k, err)
-			}
-			j := &job{BuildJob: rec.Job, queuedAt: rec.QueuedAt, changed: make(chan struct{})}
-			if !j.State.Final() {
-				j.module = string(modules.Get(k))
-			}
-			if j.State == proto.JobRunning {
-				requeue = append(requeue, j)
-			}
-			if j.State == proto.JobQueued {
-				s.queued = append(s.queued, j)
-			}
-			s.jobs[j.ID] = j
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketArtifacts).ForEach(func(k, v []byte) error {
-			var rec artifactRecord
-			if err := msgpack.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("artifact %s: %w", k, err)
-			}
-			s.arti.add(string(k), rec)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketCreds).ForEach(func(k, v []byte) error {
-			var c credential
-			if err := msgpack.Unmarshal(v, &c); err != nil {
-				return fmt.Errorf("credential of node %s: %w", k, err)
-			}
-			s.creds.add(&c)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
-			var rec leaseRecord
-			if err := msgpack.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("lease %s: %w", k, err)
-			}
-			if now.After(rec.Lease.Expires) {
-				expired = append(expired, string(k))
-				return nil
-			}
-			l := &lease{Lease: rec.Lease, User: rec.User, Granted: rec.Granted}
-			s.leases[l.ID] = l
-			s.byToken[l.Token] = l
-			return nil
-		})
-	})
+	snap, err := s.st.load()
 	if err != nil {
 		return err
+	}
+	s.nextJob = snap.nextJob
+	var requeue []*job
+	var expired []string
+	for _, sj := range snap.jobs {
+		j := &job{BuildJob: sj.rec.Job, queuedAt: sj.rec.QueuedAt, changed: make(chan struct{})}
+		if !j.State.Final() {
+			j.module = sj.module
+		}
+		if j.State == proto.JobRunning {
+			requeue = append(requeue, j)
+		}
+		if j.State == proto.JobQueued {
+			s.queued = append(s.queued, j)
+		}
+		s.jobs[j.ID] = j
+	}
+	for sha, rec := range snap.artifacts {
+		s.arti.add(sha, rec)
+	}
+	for i := range snap.creds {
+		s.creds.add(&snap.creds[i])
+	}
+	for _, rec := range snap.leases {
+		if now.After(rec.Lease.Expires) {
+			expired = append(expired, rec.Lease.ID)
+			continue
+		}
+		l := &lease{Lease: rec.Lease, User: rec.User, Granted: rec.Granted}
+		s.leases[l.ID] = l
+		s.byToken[l.Token] = l
 	}
 	slices.SortFunc(s.queued, func(a, b *job) int { return strings.Compare(a.ID, b.ID) })
 	s.mu.Lock()

@@ -25,7 +25,7 @@ import (
 type Server struct {
 	cfg  Config
 	log  *slog.Logger
-	st   *store
+	st   stateStore
 	arts string // artifact directory
 	rpc  *proto.Server
 
@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
-	st, err := openStore(filepath.Join(cfg.DataDir, "tracker.db"))
+	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"))
 	if err != nil {
 		return nil, fmt.Errorf("open tracker store: %w", err)
 	}
