@@ -177,6 +177,9 @@ func kiln_call(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, c
 			return fail(err, errSession)
 		}
 		in, err := remoteArgs(f.r, args, codes, int(n))
+		if err == nil {
+			in, err = f.withWeights(in)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("call %q: %w", f.f.Name, err), errArgument)
 		}
@@ -377,6 +380,9 @@ func kiln_time_evaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.
 			return fail(err, errSession)
 		}
 		in, err := remoteArgs(f.r, args, codes, int(n))
+		if err == nil {
+			in, err = f.withWeights(in)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("time %q: %w", f.f.Name, err), errArgument)
 		}

@@ -23,9 +23,19 @@ type weightedModule struct {
 
 // withWeights wraps m when the artifact bundles weights.
 func withWeights(m packedfunc.Module, exe *vm.Executable, a *artifact.Artifact) (packedfunc.Module, error) {
+	w, err := bundledWeights(a)
+	if err != nil || w == nil {
+		return m, err
+	}
+	return &weightedModule{Module: m, exe: exe, weights: w}, nil
+}
+
+// bundledWeights reads the artifact's weights by parameter name (dotted
+// module paths, "fc1.weight", also as fc1_weight); nil when it has none.
+func bundledWeights(a *artifact.Artifact) (map[string]*ndarray.NDArray, error) {
 	b, ok := a.Files[artifact.Params]
 	if !ok {
-		return m, nil
+		return nil, nil
 	}
 	ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
@@ -36,7 +46,7 @@ func withWeights(m packedfunc.Module, exe *vm.Executable, a *artifact.Artifact) 
 		w[k] = v
 		w[strings.ReplaceAll(k, ".", "_")] = v
 	}
-	return &weightedModule{Module: m, exe: exe, weights: w}, nil
+	return w, nil
 }
 
 func (m *weightedModule) GetFunction(name string) (*packedfunc.Func, error) {
