@@ -1,7 +1,9 @@
 package rpcserver_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -112,4 +114,64 @@ func TestTLSKeepsDaemonOnPath(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrCrashed)
 	check.Error(t, err, "SIGSEGV", `function "crash"`)
 	check.True(t, !strings.Contains(td.logs.String(), "call connection handed"), "no call connection over TLS")
+}
+
+// TestCallConnectionBadFrames: the worker serving a call connection
+// refuses what the daemon would: an oversized frame (past the daemon's
+// MaxFrameSize too) and a request nested past the decoder's bound. It
+// closes that connection only: the worker and the session live on.
+func TestCallConnectionBadFrames(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{Token: "tok", MaxFrameSize: 64 << 10})
+	ctx := testCtx(t)
+	nested := []byte{0x83, 0xa2, 'i', 'd', 0x01, 0xa6, 'm', 'e', 't', 'h', 'o', 'd', 0xa9, 'f', 'u', 'n', 'c', '.', 'c', 'a', 'l', 'l', 0xa4, 'a', 'r', 'g', 's'}
+	for range 50_000 {
+		nested = append(nested, 0x91)
+	}
+	nested = append(nested, 0xc0)
+	frame := func(payload []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
+	}
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		code  proto.Code
+	}{
+		{"oversized", []byte{0xff, 0xff, 0xff, 0xff}, proto.CodeTooLarge},
+		{"past the daemon's frame limit", frame(bytes.Repeat([]byte{0xc0}, 100<<10)), proto.CodeTooLarge},
+		{"nested past the bound", frame(nested), proto.CodeBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			td.waitIdle(t)
+			c, err := proto.Dial(ctx, td.addr, proto.DialOptions{Role: proto.RoleClient, Token: "tok"})
+			check.NoError(t, err)
+			defer c.Close()
+			var info proto.SessionInfo
+			check.NoError(t, c.Call(ctx, proto.SessionOpen, proto.OpenArgs{}, &info))
+			check.True(t, info.CallTicket != "", "a call ticket")
+			nc, err := proto.DialRaw(ctx, td.addr, proto.DialOptions{Role: proto.RoleCall, Token: "tok"})
+			check.NoError(t, err)
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(guard))
+			check.NoError(t, proto.WriteFrame(nc, proto.CallTicket{Ticket: info.CallTicket}, 0))
+			b, err := proto.ReadFrame(nc, 0)
+			check.NoError(t, err)
+			ack, err := proto.DecodeResponse(b)
+			check.NoError(t, err)
+			check.True(t, ack.ID == 1 && ack.Error == nil, "the worker took the connection", ack.Error)
+
+			nc.Write(tc.frame) // the worker may cut the connection before Write returns
+			b, err = proto.ReadFrame(nc, 0)
+			check.NoError(t, err)
+			resp, err := proto.DecodeResponse(b)
+			check.NoError(t, err)
+			check.True(t, resp.ID == 0 && resp.Error != nil && resp.Error.Code == tc.code, resp.Error)
+			_, err = proto.ReadFrame(nc, 0)
+			check.True(t, err != nil, "the call connection is closed")
+
+			// The worker lives: calls through the daemon still reach it.
+			var fi proto.FuncInfo
+			check.NoError(t, c.Call(ctx, proto.GlobalGet, proto.GetFunctionArgs{Name: rpcserver.GlobalNop}, &fi))
+			check.NoError(t, c.Call(ctx, proto.FuncCall, proto.CallArgs{Func: fi.Handle}, nil))
+		})
+	}
 }

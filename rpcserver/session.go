@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -225,7 +226,11 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		os.RemoveAll(dir)
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
-	w, err := spawnWorker(ctx, d.cfg.Worker, d.iso, jail, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
+	spec := d.cfg.Worker
+	if d.cfg.MaxFrameSize > 0 {
+		spec.Env = append(slices.Clone(spec.Env), EnvWorkerMaxFrame+"="+strconv.Itoa(d.cfg.MaxFrameSize))
+	}
+	w, err := spawnWorker(ctx, spec, d.iso, jail, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
 	if err != nil {
 		s.unconfine()
 		box.Close()

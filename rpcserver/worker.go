@@ -53,6 +53,10 @@ const (
 	// EnvWorkerQuota is the session's disk quota in bytes (0: none); the
 	// worker's private copies of loaded modules count against it.
 	EnvWorkerQuota = "KILN_RPC_WORKER_QUOTA"
+	// EnvWorkerMaxFrame bounds one request frame on the worker's
+	// connections (the daemon's Config.MaxFrameSize; proto's default when
+	// unset), the call connection included.
+	EnvWorkerMaxFrame = "KILN_RPC_WORKER_MAX_FRAME"
 	// EnvWorkerLogLevel is the worker's slog level ("debug", "info", …).
 	EnvWorkerLogLevel = "KILN_RPC_WORKER_LOG"
 )
@@ -86,6 +90,9 @@ type WorkerConfig struct {
 	// Handoff, when set, brings clients' call connections from the daemon
 	// (see EnvWorkerHandoffFD); the worker serves each until it ends.
 	Handoff *net.UnixConn
+
+	// MaxFrameSize bounds one request frame (proto's default when 0).
+	MaxFrameSize int
 
 	// board is the call board shared with the daemon (WorkerMain maps
 	// it); with one, a call past its deadline kills this process.
@@ -151,7 +158,14 @@ func WorkerMain() int {
 			return 2
 		}
 	}
-	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls, Quota: quota, Handoff: handoff, board: brd})
+	var maxFrame int
+	if v := os.Getenv(EnvWorkerMaxFrame); v != "" {
+		if maxFrame, err = strconv.Atoi(v); err != nil || maxFrame < 0 {
+			log.Error("bad frame limit", "env", EnvWorkerMaxFrame, "value", v)
+			return 2
+		}
+	}
+	err = RunWorker(ctx, conn, WorkerConfig{Dir: os.Getenv(EnvWorkerDir), Session: os.Getenv(EnvWorkerSession), Logger: log, Calls: calls, Quota: quota, Handoff: handoff, MaxFrameSize: maxFrame, board: brd})
 	if err != nil {
 		log.Error("worker stopped", "err", err)
 		return 1
@@ -199,7 +213,7 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 	w := &worker{box: box, root: root, dir: cfg.Dir, quota: cfg.Quota, h: newHandles(), log: log, board: cfg.board}
 	defer w.h.closeAll()
 
-	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log})
+	srv := proto.NewServer(proto.ServerConfig{Roles: []proto.Role{proto.RoleWorker}, KeepAlive: -1, Logger: log, MaxFrameSize: cfg.MaxFrameSize})
 	w.register(srv)
 	log.Debug("worker serving", "dir", cfg.Dir)
 	sctx, cancel := context.WithCancel(ctx)
