@@ -35,6 +35,10 @@ With --tracker the call runs on a device leased from the tracker (by --key
 or --selector): the artifact is uploaded to the device daemon, the inputs are
 copied there, and the outputs are copied back.
 
+An artifact built for cuda runs on this machine's first GPU (cuda:0): the
+tensors are copied there before the call and back after it. Graph modules
+(the VM) and device daemons do not run cuda artifacts yet.
+
 Examples:
    kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --output out/
    kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --tracker 127.0.0.1:9190 --key cpu

@@ -54,6 +54,9 @@ func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 		if c.String("key") != "" || c.String("selector") != "" {
 			return nil, fmt.Errorf("--key and --selector need --tracker")
 		}
+		if isCUDAArtifact(a) {
+			return openCUDA(a, fi)
+		}
 		return openLocal(a, fi, c.String("memory-cfg"))
 	}
 	return openRemote(c, path, a, fi)

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+const cudaScaleSrc = `# from tvm.script import tir as T
+@T.prim_func
+def scale(A: T.Buffer((1024,), "float32"), B: T.Buffer((1024,), "float32")):
+    T.func_attr({"global_symbol": "scale", "tir.noalias": T.bool(True)})
+    for i in range(1024):
+        with T.block("B"):
+            vi = T.axis.spatial(1024, i)
+            B[vi] = A[vi] * T.float32(2)
+`
+
+// TestRunCUDA builds a function for cuda and runs it with kiln run: here
+// (without a GPU, an error saying so; with one, the right numbers), and in
+// a kiln process on the fake libcuda, whose log shows the module loaded
+// once and the kernel launched with the grid and block the host function
+// computed, and whose output comes back (the fake computes nothing: B
+// stays as it was sent, zeros).
+func TestRunCUDA(t *testing.T) {
+	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
+		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "scale.py")
+	check.NoError(t, os.WriteFile(src, []byte(cudaScaleSrc), 0o644))
+	art := filepath.Join(dir, "scale.kiln")
+	_, stderr, err := runApp(t, "build", src, "--target", "cuda -arch=sm_80", "-o", art, "--no-cache")
+	check.NoError(t, err)
+	check.True(t, strings.Contains(stderr, "for cuda -arch=sm_80"), stderr)
+	xs := make([]float32, 1024)
+	for i := range xs {
+		xs[i] = float32(i)
+	}
+	x, err := ndarray.FromSlice(xs, ndarray.Shape{1024})
+	check.NoError(t, err)
+	in := filepath.Join(dir, "a.npy")
+	check.NoError(t, ndarray.SaveNPY(in, x))
+
+	out := filepath.Join(dir, "here")
+	_, _, err = runApp(t, "run", art, "--func", "scale", "--input", "A="+in, "--output", out)
+	if ok, _ := cuda.Available(); ok {
+		check.NoError(t, err)
+		b, err := ndarray.LoadNPY(filepath.Join(out, "B.npy"))
+		check.NoError(t, err)
+		got, err := ndarray.ToSlice[float32](b)
+		check.NoError(t, err)
+		check.Equal(t, got[1023], float32(2046))
+	} else {
+		check.Error(t, err, "the artifact is built for cuda -arch=sm_80, and this machine has no usable cuda device")
+	}
+
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the fake driver")
+	}
+	lib := filepath.Join(dir, "fake")
+	check.NoError(t, os.MkdirAll(lib, 0o755))
+	build := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(lib, "libcuda.so.1"),
+		filepath.Join("..", "devices", "cuda", "testdata", "fakecuda", "cuda.c"), "-lpthread")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the fake driver: %v\n%s", err, b)
+	}
+	log := filepath.Join(dir, "driver.log")
+	out = filepath.Join(dir, "fake-out")
+	cmd := exec.Command(os.Args[0], "run", art, "--func", "scale", "--input", "A="+in, "--output", out)
+	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	b, err := cmd.CombinedOutput()
+	check.NoError(t, err, string(b))
+	check.True(t, strings.Contains(string(b), "B.npy"), string(b))
+	text, err := os.ReadFile(log)
+	check.NoError(t, err)
+	check.Equal(t, strings.Count(string(text), "load ptx"), 1, string(text))
+	check.True(t, strings.Contains(string(text), "launch scale_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 0 params "), string(text))
+	res, err := ndarray.LoadNPY(filepath.Join(out, "B.npy"))
+	check.NoError(t, err)
+	check.Equal(t, res.Shape(), ndarray.Shape{1024})
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// isCUDAArtifact reports an artifact built for a cuda target.
+func isCUDAArtifact(a *artifact.Artifact) bool {
+	kind, _, _ := strings.Cut(a.Manifest.Target, " ")
+	return kind == "cuda"
+}
+
+// cudaRunner runs a function of a cuda artifact on this machine's first
+// GPU: tensors are copied to the GPU before the call and back after it.
+type cudaRunner struct {
+	dir string
+	dev devices.Device
+	mod *cuda.HostModule
+	f   *packedfunc.Func
+}
+
+func openCUDA(a *artifact.Artifact, fi abi.FuncInfo) (*cudaRunner, error) {
+	if _, ok := a.Files[artifact.VMExec]; ok {
+		return nil, fmt.Errorf("the artifact is a graph module built for %s: the VM does not run on cuda yet (run its kernels one by one with --func)", a.Manifest.Target)
+	}
+	if ok, why := cuda.Available(); !ok {
+		return nil, fmt.Errorf("the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
+	}
+	dir, err := os.MkdirTemp("", "kiln-run-")
+	if err != nil {
+		return nil, err
+	}
+	dev := devices.Device{Type: devices.CUDA, ID: 0}
+	m, err := cuda.LoadArtifact(dev, a, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	f, err := m.GetFunction(fi.Name)
+	if err != nil {
+		m.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &cudaRunner{dir: dir, dev: dev, mod: m, f: f}, nil
+}
+
+// toDevice copies the call's tensors to the GPU; done releases them.
+func (r *cudaRunner) toDevice(call *preparedCall) (args []packedfunc.Value, dev map[*ndarray.NDArray]*ndarray.NDArray, err error) {
+	dev = map[*ndarray.NDArray]*ndarray.NDArray{}
+	args = make([]packedfunc.Value, len(call.args))
+	for i, v := range call.args {
+		h, aerr := v.AsArray()
+		if aerr != nil {
+			args[i] = v
+			continue
+		}
+		b, berr := h.Bytes()
+		if berr != nil {
+			r.release(dev)
+			return nil, nil, berr
+		}
+		d, derr := ndarray.FromBytes(b, h.Shape(), h.DType(), r.dev)
+		if derr != nil {
+			r.release(dev)
+			return nil, nil, fmt.Errorf("copy to %s: %w", r.dev, derr)
+		}
+		dev[h] = d
+		args[i] = packedfunc.Array(d)
+	}
+	return args, dev, nil
+}
+
+func (r *cudaRunner) release(dev map[*ndarray.NDArray]*ndarray.NDArray) {
+	for _, d := range dev {
+		_ = d.Release()
+	}
+}
+
+func (r *cudaRunner) call(_ context.Context, call *preparedCall) error {
+	args, dev, err := r.toDevice(call)
+	if err != nil {
+		return err
+	}
+	defer r.release(dev)
+	if _, err := r.f.Call(args...); err != nil {
+		return err
+	}
+	// Copying back waits for the kernels (the default stream).
+	for _, name := range call.outputs {
+		h := call.arrays[name]
+		d, ok := dev[h]
+		if !ok {
+			continue
+		}
+		b, err := d.Bytes()
+		if err != nil {
+			return fmt.Errorf("copy %s back from %s: %w", name, r.dev, err)
+		}
+		out, err := ndarray.FromBytes(b, h.Shape(), h.DType(), devices.CPUDevice)
+		if err != nil {
+			return err
+		}
+		call.arrays[name] = out
+	}
+	return nil
+}
+
+func (r *cudaRunner) time(context.Context, *preparedCall, proto.TimeOptions) (proto.TimeResult, error) {
+	return proto.TimeResult{}, errors.New("timing a cuda artifact on this machine is not supported yet")
+}
+
+func (r *cudaRunner) where() string { return "this machine (" + r.dev.String() + ")" }
+
+func (r *cudaRunner) close() {
+	r.mod.Close()
+	os.RemoveAll(r.dir)
+}
