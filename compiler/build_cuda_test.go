@@ -35,6 +35,11 @@ func needNVRTC(t *testing.T) {
 // spills and shared memory within the architecture's limit.
 func buildCUDA(t *testing.T, mod *ir.IRModule, arch string) *artifact.Artifact {
 	t.Helper()
+	major, minor, _, err := cudadev.NVRTCVersion()
+	check.NoError(t, err)
+	if need := map[string]int{"sm_80": 110, "sm_86": 111, "sm_89": 118, "sm_90": 118}[arch]; major*10+minor < need {
+		t.Skipf("NVRTC %d.%d cannot compile for %s (needs %d.%d)", major, minor, arch, need/10, need%10)
+	}
 	target, err := compiler.ParseTarget("cuda -arch=" + arch)
 	check.NoError(t, err)
 	a, err := compiler.Build(context.Background(), mod, target, compiler.BuildOptions{NoCache: true, CUDA: cudadev.NVRTC{}})
