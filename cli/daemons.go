@@ -55,7 +55,7 @@ Examples:
 			&ucli.Int64Flag{Name: "max-queued-bytes", Value: 512 << 20, Usage: "bytes of module text the queued jobs may hold (they are kept in memory)"},
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
-			&ucli.StringFlag{Name: "users-file", Usage: "file of named user tokens (kiln token create); each admits its user in its one role, and is re-read when the file changes"},
+			&ucli.StringFlag{Name: "users-file", Usage: "file of named user tokens (clients), join tokens and node revocations (kiln token); re-read when it changes. A node presents a join token once and gets its own credential, bound to its node id and role"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
 			insecureFlag(),

@@ -152,6 +152,8 @@ func TestIdentityAttacks(t *testing.T) {
 		check.Error(t, err, "may only call tracker.join")
 		err = c.Call(ctx, proto.MethodTrackerQuery, proto.QueryArgs{}, nil)
 		check.Error(t, err, "may only call tracker.join")
+		err = c.Upload(ctx, proto.BulkArtifactUpload, strings.Repeat("0", 64), 3, strings.NewReader("abc"))
+		check.Error(t, err, "may only call tracker.join")
 	})
 	t.Run("expired join token", func(t *testing.T) {
 		old, oldHash := newSecret(JoinTokenPrefix)
