@@ -142,6 +142,16 @@ def k(A: T.Buffer((4096,), "float32")):
 ` + body
 	}
 	cases := []struct{ name, src, want string }{
+		{"read out of bounds", kernel(`    for bx in T.thread_binding(16, thread="blockIdx.x"):
+        for tx in T.thread_binding(256, thread="threadIdx.x"):
+            with T.block("A"):
+                vi = T.axis.spatial(4096, bx * 256 + tx)
+                A[vi] = A[vi + 1] * T.float32(2)
+`), `kernel "k" reads "A" at`},
+		{"write out of bounds", kernel(`    for bx in T.thread_binding(17, thread="blockIdx.x"):
+        for tx in T.thread_binding(256, thread="threadIdx.x"):
+            A[bx * 256 + tx] = T.float32(2)
+`), `which reaches 4351: outside its 4096 elements`},
 		{"too many threads", kernel(`    for ty in T.thread_binding(2, thread="threadIdx.y"):
         for tx in T.thread_binding(1024, thread="threadIdx.x"):
             with T.block("A"):

@@ -80,6 +80,9 @@ func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
 		if err != nil {
 			return "", nil, err
 		}
+		if err := checkBounds(sym, f); err != nil {
+			return "", nil, err
+		}
 		if err := r.Func(sym, f); err != nil {
 			return "", nil, err
 		}
