@@ -191,12 +191,20 @@ func probeBwrap(bwrap string, cfg Config, uid int) error {
 // directory the only writable place beside a private /tmp; CUDA device
 // nodes where there are some. The worker's descriptors pass through.
 func bwrapArgs(dir, exe string, wrapper []string) []string {
-	args := []string{
-		"--die-with-parent", "--new-session",
+	args := []string{"--die-with-parent"}
+	if hasControllingTTY() {
+		// A kernel must not push input into the terminal the daemon was
+		// started from (TIOCSTI): the worker gets a session of its own.
+		// Only then, because a new session is a new scheduling autogroup
+		// on most kernels, which costs each call's wakeups tens of
+		// microseconds on a busy machine.
+		args = append(args, "--new-session")
+	}
+	args = append(args,
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "kiln-worker",
 		"--ro-bind", "/usr", "/usr",
-	}
+	)
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
 		fi, err := os.Lstat(d)
 		switch {
@@ -500,3 +508,21 @@ func elfMachine(path string) (elf.Machine, error) {
 	defer f.Close()
 	return f.Machine, nil
 }
+
+// hasControllingTTY reports whether the daemon has a controlling terminal,
+// which its workers would share.
+func hasControllingTTY() bool {
+	ttyOnce.Do(func() {
+		f, err := os.OpenFile("/dev/tty", os.O_RDONLY|syscall.O_NOCTTY, 0)
+		if err == nil {
+			f.Close()
+			hasTTY = true
+		}
+	})
+	return hasTTY
+}
+
+var (
+	ttyOnce sync.Once
+	hasTTY  bool
+)
