@@ -332,6 +332,19 @@ func CreateJoinToken(path, role string, ttl time.Duration) (token, id string, ex
 	if ttl <= 0 || ttl > MaxJoinTTL {
 		return "", "", time.Time{}, fmt.Errorf("join token ttl %v: want more than 0 and at most %v", ttl, MaxJoinTTL)
 	}
+	// Expired join tokens admit nobody: their lines go when a new one comes.
+	if _, err := os.Stat(path); err == nil {
+		now := time.Now()
+		if _, err := removeLines(path, func(f []string) bool {
+			if len(f) != 5 || f[0] != "@join" {
+				return false
+			}
+			exp, err := time.Parse(time.RFC3339, f[4])
+			return err == nil && !now.Before(exp)
+		}); err != nil {
+			return "", "", time.Time{}, err
+		}
+	}
 	b := make([]byte, 4)
 	rand.Read(b)
 	id = "j" + hex.EncodeToString(b)
