@@ -87,3 +87,21 @@ func TestRunCUDA(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, res.Shape(), ndarray.Shape{1024})
 }
+
+// TestCompilerTargets: a compiler node builds cpu, and cuda where NVRTC
+// loads (no GPU needed); asking for cuda without NVRTC is an error.
+func TestCompilerTargets(t *testing.T) {
+	_, nvErr := cuda.NVRTC{}.Identity()
+	got, err := compilerTargets(nil)
+	check.NoError(t, err)
+	if nvErr == nil {
+		check.Equal(t, got, []string{"cpu", "cuda"})
+	} else {
+		check.Equal(t, got, []string{"cpu"})
+		_, err = compilerTargets([]string{"cuda"})
+		check.Error(t, err, "--target cuda: building for cuda needs NVRTC on this machine")
+	}
+	got, err = compilerTargets([]string{"cpu"})
+	check.NoError(t, err)
+	check.Equal(t, got, []string{"cpu"})
+}

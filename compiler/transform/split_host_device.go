@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
@@ -60,6 +61,7 @@ var threadAxes = map[string]int{
 // is not a CUDA thread axis.
 func SplitHostDevice(f *ir.PrimFunc, deviceType int64) (*ir.PrimFunc, []*ir.PrimFunc, []Launch, error) {
 	name := FuncName(f)
+	f = serialVirtualThreads(f)
 	s := &splitter{f: f, name: name}
 	var nests []*ir.For
 	ir.Visit(f.Body, func(n ir.Node) bool {
@@ -325,6 +327,31 @@ func (s *splitter) launch(nest *ir.For) ir.Stmt {
 	s.launches[id] = l
 	call := ir.NewCallExtern(ir.Int32, LaunchPrefix+sym, args...)
 	return &ir.AssertStmt{Cond: ir.EQ(call, ir.NewIntImm(ir.Int32, 0)), Message: KeepLastError}
+}
+
+// serialVirtualThreads turns loops bound to virtual threads ("vthread",
+// "vthread.x"…) into serial loops: each thread runs every virtual
+// thread's iterations in turn, as the interpreter does.
+func serialVirtualThreads(f *ir.PrimFunc) *ir.PrimFunc {
+	found := false
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if l, ok := n.(*ir.For); ok && l.Kind == ir.ForThreadBinding && strings.HasPrefix(l.ThreadTag, "vthread") {
+			found = true
+		}
+		return !found
+	})
+	if !found {
+		return f
+	}
+	r := &ir.Rewriter{Stmt: func(s ir.Stmt) ir.Stmt {
+		if l, ok := s.(*ir.For); ok && l.Kind == ir.ForThreadBinding && strings.HasPrefix(l.ThreadTag, "vthread") {
+			c := *l
+			c.Kind, c.ThreadTag = ir.ForSerial, ""
+			return &c
+		}
+		return s
+	}}
+	return f.WithBody(r.RewriteStmt(f.Body))
 }
 
 // freeVars lists the variables s uses but does not define, in order of

@@ -72,6 +72,27 @@ def two(a: T.handle, b: T.handle):
 	check.True(t, strings.Contains(script.Print(packed), "want a tensor on cuda"), script.Print(packed))
 }
 
+// TestSplitVirtualThreads: a loop bound to a virtual thread runs serially
+// in each thread of the kernel.
+func TestSplitVirtualThreads(t *testing.T) {
+	f := lowerForSplit(t, `@T.prim_func
+def vt(A: T.Buffer((256,), "float32")):
+    T.func_attr({"global_symbol": "vt"})
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for v in T.thread_binding(4, thread="vthread.x"):
+            with T.block("A"):
+                vi = T.axis.spatial(256, v * 64 + tx)
+                A[vi] = T.float32(1)
+`)
+	_, kernels, launches, err := SplitHostDevice(f, 2)
+	check.NoError(t, err)
+	check.Equal(t, len(kernels), 1)
+	check.Equal(t, launches[0].Block[0].String(), "T.int64(64)")
+	text := script.Print(kernels[0])
+	check.True(t, !strings.Contains(text, "vthread"), text)
+	check.True(t, strings.Contains(text, "for v in range(4)"), text)
+}
+
 func TestSplitHostDeviceErrors(t *testing.T) {
 	for _, tc := range []struct{ name, src, want string }{
 		{"no binding", `@T.prim_func
