@@ -123,7 +123,8 @@ type Config struct {
 	MaxSessionMemory int64
 	// MaxSessionProcs caps a session's processes (a cgroup's pids limit,
 	// else RLIMIT_NPROC); 0: DefaultMaxSessionProcs when sandboxed, none
-	// otherwise; negative: none.
+	// otherwise (and none where the cap would be an rlimit shared with the
+	// daemon's user, with neither a cgroup nor WorkerUIDs); negative: none.
 	MaxSessionProcs int
 	// Logger receives the daemon's logs (slog.Default() when nil).
 	Logger *slog.Logger

@@ -132,13 +132,19 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 	}
 	if iso.memory > 0 || iso.procs > 0 {
 		iso.cgroups = makeCgroupDirs(log)
-		if len(iso.cgroups) == 0 {
-			p, err := exec.LookPath("prlimit")
-			if err != nil {
-				return nil, errors.New("rpcserver: --max-session-memory and --max-session-procs need a cgroup the daemon can create or the prlimit command (util-linux); found neither")
-			}
-			iso.prlimit = p
+		if len(iso.cgroups) == 0 && cfg.MaxSessionProcs == 0 && len(iso.uids) == 0 {
+			// The default process cap needs a cgroup or a uid of the
+			// session's own: RLIMIT_NPROC counts every process and thread
+			// of the uid, the daemon's user's others included.
+			iso.procs = 0
 		}
+	}
+	if len(iso.cgroups) == 0 && (iso.memory > 0 || iso.procs > 0) {
+		p, err := exec.LookPath("prlimit")
+		if err != nil {
+			return nil, errors.New("rpcserver: --max-session-memory and --max-session-procs need a cgroup the daemon can create or the prlimit command (util-linux); found neither")
+		}
+		iso.prlimit = p
 	}
 	return iso, nil
 }
