@@ -317,8 +317,6 @@ def array(source: Any, device: Optional[Device] = None, dtype: Any = None) -> ND
     if isinstance(source, NDArray):
         source = source.numpy()
     x = np.asarray(source, dtype=dtype)
-    if x.dtype == np.float64 and dtype is None and not isinstance(source, np.ndarray):
-        x = x.astype(np.float32)
     a = empty(x.shape, x.dtype, device)
     try:
         a.copyfrom(x)

@@ -241,3 +241,10 @@ def test_blocking_calls_release_the_gil(matmul_artifact):
     t.join()
     assert len(result["r"].results) == 5
     assert ticks > 10, ticks  # this thread ran while the other was in the time evaluator
+
+
+def test_a_device_the_daemon_does_not_have(remote):
+    with pytest.raises(kiln.SessionError, match="cuda"):
+        kiln.nd.empty((2,), "float32", remote.cuda(0))
+    with pytest.raises(kiln.KilnValueError, match="device type 'tpu'"):
+        remote.device("tpu")
