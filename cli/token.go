@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"text/tabwriter"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -37,6 +38,7 @@ node's connections are closed and new ones refused within a second.
 Examples:
    kiln token create --users-file /etc/kiln/users --user alice --role client > alice.token
    kiln token create --users-file /etc/kiln/users --role device --ttl 1h > join.token
+   kiln token list --users-file /etc/kiln/users
    kiln token revoke --users-file /etc/kiln/users --user alice
    kiln token revoke --users-file /etc/kiln/users --node device-3fa29c01a2b4
    kiln token revoke --users-file /etc/kiln/users --join j5c1e09aa`,
@@ -79,6 +81,39 @@ Examples:
 					fmt.Fprintln(c.App.Writer, tok)
 					fmt.Fprintf(c.App.ErrWriter, "join token %s for role %s, valid until %s\n", id, role, exp.Format(time.RFC3339))
 					return nil
+				},
+			},
+			{
+				Name:         "list",
+				Usage:        "list the users, join tokens (with their expiry) and node revocations in the users file; no token is shown",
+				UsageText:    "kiln token list --users-file FILE",
+				Flags:        []ucli.Flag{fileFlag},
+				OnUsageError: usageError,
+				Action: func(c *ucli.Context) error {
+					if err := noArgs(c); err != nil {
+						return err
+					}
+					entries, err := tracker.ListUsersFile(c.String("users-file"))
+					if err != nil {
+						return fmt.Errorf("token list: %w", err)
+					}
+					w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "KIND\tNAME\tROLE\tDETAILS")
+					now := time.Now()
+					for _, e := range entries {
+						details := ""
+						switch e.Kind {
+						case "join":
+							details = "expires " + e.When.Format(time.RFC3339)
+							if !now.Before(e.When) {
+								details = "expired " + e.When.Format(time.RFC3339)
+							}
+						case "revoked":
+							details = "credentials issued up to " + e.When.Format(time.RFC3339) + " refused"
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Kind, e.Name, e.Role, details)
+					}
+					return w.Flush()
 				},
 			},
 			{

@@ -61,6 +61,9 @@ func TestJoinTokenCommands(t *testing.T) {
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "alice", "--ttl", "1h")
 	check.Error(t, err, "--ttl is for join tokens")
 
+	out, _, err = runApp(t, "token", "list", "--users-file", users)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(out, "join") && strings.Contains(out, id) && strings.Contains(out, "compiler") && strings.Contains(out, "expires ") && !strings.Contains(out, tok), out)
 	_, errOut, err = runApp(t, "token", "revoke", "--users-file", users, "--join", id)
 	check.NoError(t, err)
 	check.True(t, strings.Contains(errOut, "removed join token "+id), errOut)
@@ -70,6 +73,9 @@ func TestJoinTokenCommands(t *testing.T) {
 	text, err = os.ReadFile(users)
 	check.NoError(t, err)
 	check.True(t, !strings.Contains(string(text), "@join") && strings.HasPrefix(string(text), "@revoked device-1 "), string(text))
+	out, _, err = runApp(t, "token", "list", "--users-file", users)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(out, "revoked  device-1") && strings.Contains(out, "refused"), out)
 	_, _, err = runApp(t, "token", "revoke", "--users-file", users, "--node", "device-1", "--user", "x")
 	check.Error(t, err, "exactly one of")
 }

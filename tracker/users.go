@@ -422,3 +422,40 @@ func removeLines(path string, drop func(fields []string) bool) (int, error) {
 	}
 	return removed, nil
 }
+
+// UsersFileEntry is one line of a users file as ListUsersFile shows it;
+// no token or hash is shown.
+type UsersFileEntry struct {
+	Kind string    `json:"kind"` // "user", "join" or "revoked"
+	Name string    `json:"name"` // the user, the join token's id or the node id
+	Role string    `json:"role,omitempty"`
+	When time.Time `json:"when,omitzero"` // a join token's expiry, a revocation's time
+}
+
+// ListUsersFile returns the entries of the users file at path in file
+// order.
+func ListUsersFile(path string) ([]UsersFileEntry, error) {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("users file: %w", err)
+	}
+	if _, err := parseUsers(path, text); err != nil {
+		return nil, err
+	}
+	var out []UsersFileEntry
+	for _, line := range strings.Split(string(text), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0 || strings.HasPrefix(f[0], "#"):
+		case f[0] == "@join":
+			exp, _ := time.Parse(time.RFC3339, f[4])
+			out = append(out, UsersFileEntry{Kind: "join", Name: f[1], Role: f[2], When: exp})
+		case f[0] == "@revoked":
+			since, _ := time.Parse(time.RFC3339Nano, f[2])
+			out = append(out, UsersFileEntry{Kind: "revoked", Name: f[1], When: since})
+		default:
+			out = append(out, UsersFileEntry{Kind: "user", Name: f[0], Role: f[1]})
+		}
+	}
+	return out, nil
+}
