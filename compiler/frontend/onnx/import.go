@@ -29,6 +29,9 @@ type Options struct {
 	// model whose shapes, axes or pads are computed from an input needs
 	// that input known.
 	Known map[string]*Tensor
+	// DirectConv keeps convolutions as R.nn.conv2d; by default a
+	// convolution of one group becomes a patch gather and a matmul.
+	DirectConv bool
 	// ConstLimit is the largest initializer (in elements) folded into the
 	// graph as a constant rather than passed as a weight parameter; 0
 	// means 16. Initializers needed at import time (shapes, axes) are

@@ -154,10 +154,15 @@ func convertConv(im *importer, n *node) ([]*value, error) {
 		}
 		strides, dil, pads = to2D(strides, dil, pads)
 	}
-	y, err := im.emit("relax.nn.conv2d", map[string]any{
-		"strides": anyInts(strides), "padding": anyInts(pads), "dilation": anyInts(dil),
-		"groups": n.attrInt("group", 1),
-	}, x, w)
+	var y *value
+	if n.attrInt("group", 1) == 1 && !im.opts.DirectConv && x.dtype() == ir.Float32 {
+		y, err = im.convMatmul(x, w, strides, pads, dil)
+	} else {
+		y, err = im.emit("relax.nn.conv2d", map[string]any{
+			"strides": anyInts(strides), "padding": anyInts(pads), "dilation": anyInts(dil),
+			"groups": n.attrInt("group", 1),
+		}, x, w)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -718,4 +723,95 @@ func convertPad(im *importer, n *node) ([]*value, error) {
 		}
 	}
 	return []*value{x}, nil
+}
+
+// convMatmul computes a 2-D convolution (groups 1, NCHW) as a matrix
+// product, so that it runs in the scheduled matmul kernel: the input's
+// patches are gathered (im2col: one strided slice per kernel offset,
+// concatenated) into [N, C·kh·kw, OH·OW] and multiplied by the weight
+// viewed as [O, C·kh·kw], which gives [N, O, OH·OW], NCHW already. A 1×1
+// convolution of stride 1 needs no gathering.
+func (im *importer) convMatmul(x, w *value, strides, pads, dil []int64) (*value, error) {
+	xs, ws := x.shape(), w.shape()
+	nn, c, h, wd := xs[0], xs[1], xs[2], xs[3]
+	o, kh, kw := ws[0], ws[2], ws[3]
+	oh := (h+pads[0]+pads[2]-(kh-1)*dil[0]-1)/strides[0] + 1
+	ow := (wd+pads[1]+pads[3]-(kw-1)*dil[1]-1)/strides[1] + 1
+	if oh < 1 || ow < 1 {
+		return nil, fmt.Errorf("data of shape %v is smaller than the kernel of shape %v", xs, ws)
+	}
+	wm, err := im.reshape(w, []int64{o, c * kh * kw})
+	if err != nil {
+		return nil, err
+	}
+	var cols *value
+	if kh == 1 && kw == 1 && strides[0] == 1 && strides[1] == 1 && pads[0]+pads[1]+pads[2]+pads[3] == 0 {
+		if cols, err = im.reshape(x, []int64{nn, c, h * wd}); err != nil {
+			return nil, err
+		}
+	} else {
+		xp := x
+		if pads[0]+pads[1]+pads[2]+pads[3] > 0 {
+			if xp, err = im.padZeros(x, pads); err != nil {
+				return nil, err
+			}
+		}
+		var parts []*value
+		for dy := range kh {
+			for dx := range kw {
+				b := []int64{dy * dil[0], dx * dil[1]}
+				e := []int64{b[0] + (oh-1)*strides[0] + 1, b[1] + (ow-1)*strides[1] + 1}
+				p, err := im.slice(xp, []int{2, 3}, b, e, strides)
+				if err != nil {
+					return nil, err
+				}
+				if p, err = im.reshape(p, []int64{nn, c, 1, oh * ow}); err != nil {
+					return nil, err
+				}
+				parts = append(parts, p)
+			}
+		}
+		if len(parts) == 1 {
+			cols = parts[0]
+		} else if cols, err = im.concat(parts, 2); err != nil {
+			return nil, err
+		}
+		if cols, err = im.reshape(cols, []int64{nn, c * kh * kw, oh * ow}); err != nil {
+			return nil, err
+		}
+	}
+	y, err := im.emit("relax.matmul", nil, wm, cols)
+	if err != nil {
+		return nil, err
+	}
+	return im.reshape(y, []int64{nn, o, oh, ow})
+}
+
+// padZeros pads the last two axes of x with zeros: pads is [top, left,
+// bottom, right].
+func (im *importer) padZeros(x *value, pads []int64) (*value, error) {
+	var err error
+	for i, a := range []int{2, 3} {
+		lo, hi := pads[i], pads[i+2]
+		s := x.shape()
+		var parts []*value
+		block := func(w int64) *value {
+			bs := slices.Clone(s)
+			bs[a] = w
+			return constant(newTensor(x.dtype(), bs))
+		}
+		if lo > 0 {
+			parts = append(parts, block(lo))
+		}
+		parts = append(parts, x)
+		if hi > 0 {
+			parts = append(parts, block(hi))
+		}
+		if len(parts) > 1 {
+			if x, err = im.concat(parts, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return x, nil
 }

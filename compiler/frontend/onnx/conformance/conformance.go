@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"os"
 	"path/filepath"
@@ -83,7 +84,8 @@ type Report struct {
 
 // Options says how to run.
 type Options struct {
-	// Batch is how many models go to one build (default 64).
+	// Batch is about how many models go to one build (default 64): the
+	// suite is cut into total/Batch batches.
 	Batch int
 	// NoCache skips the build cache.
 	NoCache bool
@@ -155,13 +157,26 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			cases = append(cases, tc)
 		}
 	}
-	for i := 0; i < len(cases); i += opts.Batch {
+	// A test's batch is chosen by a hash of its name, so that a test
+	// newly imported (or one that changes) rebuilds only its own batch
+	// and the others come from the build cache.
+	nb := max(1, (len(all)+opts.Batch-1)/opts.Batch)
+	batches := make([][]*testCase, nb)
+	for _, tc := range cases {
+		h := fnv.New32a()
+		h.Write([]byte(tc.res.Name))
+		b := int(h.Sum32() % uint32(nb))
+		batches[b] = append(batches[b], tc)
+	}
+	done := 0
+	for _, b := range batches {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		runBatch(ctx, cases[i:min(i+opts.Batch, len(cases))], opts)
+		runBatch(ctx, b, opts)
+		done += len(b)
 		if opts.Progress != nil {
-			opts.Progress(min(i+opts.Batch, len(cases)), len(cases))
+			opts.Progress(done, len(cases))
 		}
 	}
 	for _, tc := range all {
