@@ -87,6 +87,51 @@ typedef unsigned long long uint64_t;
 #include <stdint.h>
 #endif
 
+// float16 without cuda_fp16.h (NVRTC has no headers): a 16-bit storage type
+// whose arithmetic is float's, rounded to nearest even after every
+// operation (as the interpreter computes it). The C renderer's _Float16
+// names it. On the GPU the conversions are PTX's cvt; the host emulation
+// harness supplies kiln_emulate_f2h and kiln_emulate_h2f.
+#if defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
+static __device__ __forceinline__ unsigned short kiln_f2h(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+static __device__ __forceinline__ float kiln_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+#else
+static __device__ __forceinline__ unsigned short kiln_f2h(float f) { return kiln_emulate_f2h(f); }
+static __device__ __forceinline__ float kiln_h2f(unsigned short h) { return kiln_emulate_h2f(h); }
+#endif
+struct kiln_half {
+  unsigned short bits;
+  __device__ __forceinline__ kiln_half() {}
+  __device__ __forceinline__ kiln_half(float f) : bits(kiln_f2h(f)) {}
+  __device__ __forceinline__ kiln_half(double f) : bits(kiln_f2h((float)f)) {}
+  __device__ __forceinline__ kiln_half(int i) : bits(kiln_f2h((float)i)) {}
+  __device__ __forceinline__ kiln_half(long long i) : bits(kiln_f2h((float)i)) {}
+  __device__ __forceinline__ operator float() const { return kiln_h2f(bits); }
+};
+#define KILN_HALF_OP(op) \
+  static __device__ __forceinline__ kiln_half operator op(kiln_half a, kiln_half b) { return kiln_half((float)a op (float)b); }
+KILN_HALF_OP(+)
+KILN_HALF_OP(-)
+KILN_HALF_OP(*)
+KILN_HALF_OP(/)
+#define KILN_HALF_CMP(op) \
+  static __device__ __forceinline__ bool operator op(kiln_half a, kiln_half b) { return (float)a op (float)b; }
+KILN_HALF_CMP(<)
+KILN_HALF_CMP(>)
+KILN_HALF_CMP(<=)
+KILN_HALF_CMP(>=)
+KILN_HALF_CMP(==)
+KILN_HALF_CMP(!=)
+static __device__ __forceinline__ kiln_half operator-(kiln_half a) { kiln_half r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; }
+#define _Float16 kiln_half
 
 // The integer helpers printed expressions call (the C dialect's are GNU
 // statement expressions, which NVRTC does not read): the result has the

@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/devices"
 	_ "github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -73,7 +74,8 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 					call = append(call, "1.5f")
 					continue
 				}
-				check.Equal(t, b.DType.String(), "float32", "buffer", b.Name)
+				half := b.DType.String() == "float16"
+				check.True(t, half || b.DType.String() == "float32", "buffer", b.Name, "of", b.DType)
 				shape := ndarray.Shape{}
 				for _, s := range b.Shape {
 					v, ok := ir.IsConstInt(s)
@@ -85,13 +87,24 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 					data[j] = rng.Float32()*2 - 1
 				}
 				file := filepath.Join(kdir, fmt.Sprintf("p%d.bin", i))
-				check.NoError(t, os.WriteFile(file, float32Bytes(data), 0o644))
-				a, err := ndarray.FromSlice(data, shape)
+				raw := float32Bytes(data)
+				dt, ctype := ndarray.Float32, "float"
+				if half {
+					// Multiples of 1/1024 in [-1, 1]: exact in float16.
+					raw = make([]byte, 2*len(data))
+					for j := range data {
+						data[j] = float32(math.Round(float64(data[j])*1024)) / 1024
+						binary.LittleEndian.PutUint16(raw[2*j:], exactHalf(data[j]))
+					}
+					dt, ctype = ndarray.Float16, "_Float16"
+				}
+				check.NoError(t, os.WriteFile(file, raw, 0o644))
+				a, err := ndarray.FromBytes(raw, shape, dt, devices.CPUDevice)
 				check.NoError(t, err)
 				args = append(args, a)
 				arrays = append(arrays, a)
 				files = append(files, file)
-				call = append(call, fmt.Sprintf("kiln_buf[%d].data()", len(files)-1))
+				call = append(call, fmt.Sprintf("(%s*)kiln_buf[%d].data()", ctype, len(files)-1))
 			}
 			check.NoError(t, interp.Run(f, args...))
 
@@ -101,18 +114,20 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 #include <fstream>
 #include <iterator>
 int main(int argc, char** argv) {
-  std::vector<std::vector<float>> kiln_buf;
+  std::vector<size_t> kiln_size;
+  std::vector<std::vector<float>> kiln_buf;  // float-aligned bytes of each buffer
   for (int i = 1; i < argc; i++) {
     std::ifstream in(argv[i], std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<float> v(bytes.size() / sizeof(float));
+    std::vector<float> v((bytes.size() + sizeof(float) - 1) / sizeof(float));
     std::memcpy(v.data(), bytes.data(), bytes.size());
     kiln_buf.push_back(v);
+    kiln_size.push_back(bytes.size());
   }
   kiln_emulate(dim3{%d, %d, %d}, dim3{%d, %d, %d}, %s, %s);
   for (int i = 1; i < argc; i++) {
     std::ofstream out(argv[i], std::ios::binary | std::ios::trunc);
-    out.write((const char*)kiln_buf[i - 1].data(), kiln_buf[i - 1].size() * sizeof(float));
+    out.write((const char*)kiln_buf[i - 1].data(), kiln_size[i - 1]);
     if (!out) { std::perror(argv[i]); return 1; }
   }
   return 0;
@@ -128,11 +143,14 @@ int main(int argc, char** argv) {
 			out, err = exec.CommandContext(ctx, bin, files...).CombinedOutput()
 			check.NoError(t, err, string(out))
 			for i, a := range arrays {
-				want, err := ndarray.ToSlice[float32](a)
+				wantRaw, err := a.Bytes()
 				check.NoError(t, err)
 				raw, err := os.ReadFile(files[i])
 				check.NoError(t, err)
-				got := bytesFloat32(raw)
+				want, got := bytesFloat32(wantRaw), bytesFloat32(raw)
+				if a.DType() == ndarray.Float16 {
+					want, got = halfFloats(wantRaw), halfFloats(raw)
+				}
 				check.Equal(t, len(got), len(want), "buffer", i)
 				for j := range want {
 					d := math.Abs(float64(got[j]) - float64(want[j]))
@@ -159,4 +177,41 @@ func bytesFloat32(b []byte) []float32 {
 		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return v
+}
+
+// exactHalf is the float16 encoding of v, a multiple of 1/1024 in [-1, 1]
+// (exact in float16, so no rounding).
+func exactHalf(v float32) uint16 {
+	if v == 0 {
+		return 0
+	}
+	b := math.Float32bits(v)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23&0xff) - 127 + 15
+	return sign | uint16(exp)<<10 | uint16(b>>13&0x3ff)
+}
+
+// halfFloats decodes float16 values.
+func halfFloats(b []byte) []float32 {
+	out := make([]float32, len(b)/2)
+	for i := range out {
+		h := binary.LittleEndian.Uint16(b[2*i:])
+		sign := float32(1)
+		if h&0x8000 != 0 {
+			sign = -1
+		}
+		exp, man := int(h>>10&0x1f), float64(h&0x3ff)
+		switch exp {
+		case 0:
+			out[i] = sign * float32(math.Ldexp(man, -24))
+		case 31:
+			out[i] = float32(math.NaN())
+			if man == 0 {
+				out[i] = sign * float32(math.Inf(1))
+			}
+		default:
+			out[i] = sign * float32(math.Ldexp(1024+man, exp-25))
+		}
+	}
+	return out
 }

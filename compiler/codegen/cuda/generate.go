@@ -224,15 +224,15 @@ func (k *checker) walk(s ir.Stmt, bound, thread bool) {
 	})
 }
 
-// dtype refuses the types the generator cannot print yet: half
-// precision (CUDA's __half and __nv_bfloat16 need their headers) and
-// vectors (C's GCC vector types are not CUDA's).
+// dtype refuses the types the generator cannot print yet: bfloat16 and
+// vectors (C's GCC vector types are not CUDA's). float16 is the prelude's
+// kiln_half.
 func (k *checker) dtype(e ir.Expr) {
 	t := e.DType()
 	switch {
 	case t.Lanes > 1:
 		k.fail("vector type %s (in %s) is not supported by the CUDA generator yet", t, e)
-	case t.Code == ndarray.BFloat || (t.Code == ndarray.Float && t.Bits == 16):
+	case t.Code == ndarray.BFloat:
 		k.fail("%s arithmetic (in %s) is not supported by the CUDA generator yet", t, e)
 	}
 }

@@ -96,3 +96,25 @@ class Module:
                         vr = T.axis.spatial(8, bx)
                         vt = T.axis.spatial(64, tx)
                         O[vr, vt] = O[vr, vt] + Ts[(vt + 1) % 64]
+
+    @T.prim_func
+    def half_axpy(X: T.Buffer((512,), "float16"), Y: T.Buffer((512,), "float16")):
+        T.func_attr({"global_symbol": "half_axpy", "tir.noalias": T.bool(True)})
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for tx in T.thread_binding(256, thread="threadIdx.x"):
+                with T.block("Y"):
+                    vi = T.axis.spatial(512, bx * 256 + tx)
+                    Y[vi] = X[vi] * T.float16(1.5) + Y[vi] - T.max(X[vi], T.float16(0)) / T.float16(3)
+
+    @T.prim_func
+    def half_rowsum(A: T.Buffer((64, 40), "float16"), S: T.Buffer((64,), "float32")):
+        T.func_attr({"global_symbol": "half_rowsum", "tir.noalias": T.bool(True)})
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            with T.block("init"):
+                vi = T.axis.spatial(64, tx)
+                S[vi] = T.float32(0)
+            for k in range(40):
+                with T.block("acc"):
+                    vi = T.axis.spatial(64, tx)
+                    vk = T.axis.reduce(40, k)
+                    S[vi] = S[vi] + T.Cast("float32", T.exp(A[vi, vk]))

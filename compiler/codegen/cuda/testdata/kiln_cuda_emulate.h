@@ -24,6 +24,14 @@ static std::barrier<>* kiln_block_barrier;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __host__
+
+// float16 conversions, rounding to nearest even (x86's F16C).
+#include <immintrin.h>
+__attribute__((target("f16c"))) inline unsigned short kiln_emulate_f2h(float f) {
+  return (unsigned short)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+__attribute__((target("f16c"))) inline float kiln_emulate_h2f(unsigned short h) { return _cvtsh_ss(h); }
 #define __shared__ static
 
 inline void __syncthreads() { kiln_block_barrier->arrive_and_wait(); }
