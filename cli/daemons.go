@@ -292,7 +292,7 @@ func runRPCServer(c *ucli.Context) error {
 	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {
-		return fmt.Errorf("rpcserver: %w", err)
+		return err // it names the daemon already ("rpcserver: ...")
 	}
 	if addr := c.String("tracker"); addr != "" {
 		trTok := tok
