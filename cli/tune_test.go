@@ -181,3 +181,79 @@ func TestTuneCrashingCandidate(t *testing.T) {
 	check.NoError(t, err)
 	check.True(t, len(res[0].Times) == 1, res[0])
 }
+
+// TestTuneProcesses tunes through a real fleet: a tracker, a compiler
+// node and two device daemons, each its own process. Both devices
+// measure; when one is killed in the middle of a run, the other measures
+// the rest and the run completes its budget.
+func TestTuneProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	f := newProcFleet(t, 200*time.Millisecond)
+	f.startTracker("")
+	f.startDevice("cpu")
+	f.startDevice("cpu")
+	f.startCompiler()
+	f.waitFree("cpu", 2)
+	src := filepath.Join(f.dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(f.dir, "tuning.jsonl")
+	out, errOut, err := runApp(t, "tune", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile, "--key", "cpu",
+		"--trials", "4", "--batch", "4", "--db", db, "--seed", "1", "--json")
+	check.NoError(t, err, errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 4)
+	check.Equal(t, len(s.Devices), 2, s.Devices)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, db)), "\n") {
+		var r tune.Record
+		check.NoError(t, json.Unmarshal([]byte(line), &r))
+		check.True(t, r.Valid(), r.Error)
+		seen[r.Device["addr"]] = true
+	}
+	check.Equal(t, len(seen), 2, "devices that measured:", seen)
+
+	// Kill one daemon once the next run has measured something.
+	f.waitFree("cpu", 2)
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		out, errOut, runErr = runApp(t, "tune", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile, "--key", "cpu",
+			"--trials", "8", "--batch", "4", "--db", db, "--seed", "2", "--json")
+	}()
+	eventually(t, "a record of the second run", func() bool {
+		return strings.Count(readFile(t, db), "\n") > 4 || func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		}()
+	})
+	finishedFirst := false
+	select {
+	case <-done:
+		finishedFirst = true
+	default:
+	}
+	f.devices[1].kill9(t)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("kiln tune did not finish after a device died")
+	}
+	check.NoError(t, runErr, errOut)
+	s = decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 8)
+	lines := strings.Split(strings.TrimSpace(readFile(t, db)), "\n")
+	check.Equal(t, len(lines), 12)
+	if !finishedFirst {
+		// The survivor measured what was left.
+		var last tune.Record
+		check.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+		check.Equal(t, last.Device["addr"], f.devices[0].addr(t))
+	}
+}

@@ -118,23 +118,30 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 		}
 		want = max(want, 1)
 	}
-	for i := range want {
+	var lastErr error
+	for tries := 0; len(r.devs) < want && tries < want+3; tries++ {
 		lctx := ctx
 		cancel := func() {}
-		if i > 0 {
+		if len(r.devs) > 0 {
 			// The first device is waited for; more are taken if free.
 			lctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		}
 		d, err := r.lease(lctx)
 		cancel()
 		if err != nil {
-			if i == 0 {
-				return nil, fmt.Errorf("fleet: lease a %q device: %w", cfg.Key, err)
+			lastErr = err
+			if ctx.Err() != nil || len(r.devs) > 0 && lctx.Err() != nil {
+				break // no more free devices
 			}
-			r.log.Debug("fewer devices than asked", "got", i, "want", want, "err", err)
-			break
+			continue // a device that could not be reached: try another
 		}
 		r.devs = append(r.devs, d)
+	}
+	if len(r.devs) == 0 {
+		return nil, fmt.Errorf("fleet: lease a %q device: %w", cfg.Key, lastErr)
+	}
+	if len(r.devs) < want {
+		r.log.Debug("fewer devices than asked", "got", len(r.devs), "want", want, "err", lastErr)
 	}
 	return r, nil
 }
@@ -146,8 +153,11 @@ func (r *Runner) lease(ctx context.Context) (*device, error) {
 	}
 	d := &device{name: l.Addr, lease: l}
 	if err := r.connect(ctx, d); err != nil {
+		// Tell the tracker, which takes a device that fails repeatedly
+		// out of the pool.
+		l.ReportFailure(context.WithoutCancel(ctx), fmt.Sprintf("kiln tune could not open a session: %v", err))
 		l.Release(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, fmt.Errorf("device %s: %w", l.Addr, err)
 	}
 	return d, nil
 }
