@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver"
@@ -47,7 +48,8 @@ type pythonResult struct {
 	Name string `json:"name"`
 	// RemoteCallRatio is PyRemoteCallUS / GoRemoteCallUS: the median round
 	// trip of the daemon's empty global function (rpcserver.nop) from
-	// Python and from the Go SDK, against the same daemon in the same run.
+	// Python and from the Go SDK, each a client process of its own,
+	// against the same daemon in the same run.
 	RemoteCallRatio float64 `json:"ratio_remote_call"`
 	PyRemoteCallUS  float64 `json:"py_remote_call_median_us"`
 	GoRemoteCallUS  float64 `json:"go_remote_call_median_us"`
@@ -66,9 +68,11 @@ type pythonResult struct {
 	PyUploadGBps float64 `json:"py_upload_gb_per_s"`
 	GoUploadGBps float64 `json:"go_upload_gb_per_s"`
 	UploadBytes  int     `json:"upload_bytes"`
-	Calls        int     `json:"calls"`
-	MeetsGoals   bool    `json:"meets_goals"`
-	Quick        bool    `json:"quick,omitempty"`
+	// Rounds is how many Python rounds ran, between Rounds+1 Go rounds.
+	Rounds     int  `json:"rounds"`
+	Calls      int  `json:"calls"`
+	MeetsGoals bool `json:"meets_goals"`
+	Quick      bool `json:"quick,omitempty"`
 }
 
 func (r pythonResult) Line() string {
@@ -109,9 +113,9 @@ func pythonCommand() string {
 }
 
 func runPython(ctx context.Context, opt options) (_ result, err error) {
-	calls, size, uploads := 20000, 64<<20, 7
+	calls, size, uploads, rounds := 20000, 64<<20, 7, 4
 	if opt.quick {
-		calls, size, uploads = 200, 1<<20, 2
+		calls, size, uploads, rounds = 200, 1<<20, 2, 2
 	}
 	root, err := moduleRoot()
 	if err != nil {
@@ -152,36 +156,26 @@ func runPython(ctx context.Context, opt options) (_ result, err error) {
 	}
 	defer func() { err = errors.Join(err, bd.stop()) }()
 
-	// The daemon serves one session at a time: Go, then Python, then Go
-	// again, the Go figures averaged over the two rounds around Python's.
-	data := make([]byte, size)
-	for i := range data {
-		data[i] = byte(i*7 + i>>13)
-	}
-	go1, err := goSDKRound(ctx, bd, calls, data, uploads)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, pythonCommand(), "-P", script, bd.d.Addr().String(),
-		strconv.Itoa(calls), strconv.Itoa(size), strconv.Itoa(uploads), dir)
-	cmd.Env = append(os.Environ(), "KILN_LIBRARY="+lib, "PYTHONPATH="+filepath.Join(root, "python"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("python part: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var py struct {
-		LocalCallUS  float64 `json:"local_call_us"`
-		RemoteCallUS float64 `json:"remote_call_median_us"`
-		UploadGBps   float64 `json:"upload_gbps"`
-	}
-	if err := json.Unmarshal(out, &py); err != nil {
-		return nil, fmt.Errorf("python part printed %q: %w", out, err)
-	}
-	go2, err := goSDKRound(ctx, bd, calls, data, uploads)
-	if err != nil {
-		return nil, err
+	// The daemon serves one session at a time, so the sides take turns:
+	// rounds alternate, Go first and last, so a change in the machine's
+	// load meets both; each side's figure is the median of its rounds. Each
+	// round is a client process of its own, as a user's program is.
+	var goRounds []goRound
+	var pyRounds []pyRound
+	for i := range rounds {
+		g, err := goClientRound(ctx, bd.d.Addr().String(), calls, size, uploads)
+		if err != nil {
+			return nil, err
+		}
+		goRounds = append(goRounds, g)
+		if i == rounds-1 {
+			break
+		}
+		p, err := pythonRound(ctx, script, bd.d.Addr().String(), lib, root, dir, calls, size, uploads)
+		if err != nil {
+			return nil, err
+		}
+		pyRounds = append(pyRounds, p)
 	}
 	hout, err := exec.CommandContext(ctx, harness, filepath.Join(dir, "empty.kiln"), strconv.Itoa(max(calls*10, 100000))).Output()
 	if err != nil {
@@ -195,13 +189,18 @@ func runPython(ctx context.Context, opt options) (_ result, err error) {
 	if live != 0 {
 		return nil, fmt.Errorf("C harness left %d live handles", live)
 	}
-	goCall := (go1.callUS + go2.callUS) / 2
-	goUp := (go1.gbps + go2.gbps) / 2
+	goCall := medianOf(goRounds, func(g goRound) float64 { return g.CallUS })
+	goUp := medianOf(goRounds, func(g goRound) float64 { return g.GBps })
+	py := pyRound{
+		RemoteCallUS: medianOf(pyRounds, func(p pyRound) float64 { return p.RemoteCallUS }),
+		LocalCallUS:  medianOf(pyRounds, func(p pyRound) float64 { return p.LocalCallUS }),
+		UploadGBps:   medianOf(pyRounds, func(p pyRound) float64 { return p.UploadGBps }),
+	}
 	r := pythonResult{
 		Name: "python", PyRemoteCallUS: round(py.RemoteCallUS, 2), GoRemoteCallUS: round(goCall, 2),
-		GoLockedCallUS: round((go1.lockedUS+go2.lockedUS)/2, 2),
+		GoLockedCallUS: round(medianOf(goRounds, func(g goRound) float64 { return g.LockedUS }), 2),
 		CAPICallUS:     round(capiUS, 4), PyLocalCallUS: round(py.LocalCallUS, 3),
-		PyUploadGBps: round(py.UploadGBps, 3), GoUploadGBps: round(goUp, 3),
+		PyUploadGBps: round(py.UploadGBps, 3), GoUploadGBps: round(goUp, 3), Rounds: len(pyRounds),
 		UploadBytes: size, Calls: calls, Quick: opt.quick,
 	}
 	if goCall > 0 {
@@ -214,17 +213,115 @@ func runPython(ctx context.Context, opt options) (_ result, err error) {
 	return r, nil
 }
 
+// pyRound is one round of the Python part's figures.
+type pyRound struct {
+	LocalCallUS  float64 `json:"local_call_us"`
+	RemoteCallUS float64 `json:"remote_call_median_us"`
+	UploadGBps   float64 `json:"upload_gbps"`
+}
+
+// pythonRound runs the Python part once.
+func pythonRound(ctx context.Context, script, addr, lib, root, dir string, calls, size, uploads int) (pyRound, error) {
+	cmd := exec.CommandContext(ctx, pythonCommand(), "-P", script, addr,
+		strconv.Itoa(calls), strconv.Itoa(size), strconv.Itoa(uploads), dir)
+	cmd.Env = append(os.Environ(), "KILN_LIBRARY="+lib, "PYTHONPATH="+filepath.Join(root, "python"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return pyRound{}, fmt.Errorf("python part: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var p pyRound
+	if err := json.Unmarshal(out, &p); err != nil {
+		return pyRound{}, fmt.Errorf("python part printed %q: %w", out, err)
+	}
+	return p, nil
+}
+
+// medianOf is the median of f over rounds.
+func medianOf[T any](rounds []T, f func(T) float64) float64 {
+	xs := make([]float64, len(rounds))
+	for i, r := range rounds {
+		xs[i] = f(r)
+	}
+	slices.Sort(xs)
+	return median(xs)
+}
+
 // goRound is one round of the Go SDK's figures.
 type goRound struct {
-	callUS   float64 // median empty-call round trip
-	lockedUS float64 // the same from a goroutine locked to its thread
-	gbps     float64 // median upload throughput
+	CallUS   float64 `json:"call_us"`   // median empty-call round trip
+	LockedUS float64 `json:"locked_us"` // the same from a goroutine locked to its thread
+	GBps     float64 `json:"gbps"`      // median upload throughput
+}
+
+// goClientEnv makes this binary run one Go SDK round as a client process
+// of its own, as a Go program using kiln is (and as the Python part is):
+// KILN_BENCH_GO_CLIENT=ADDR,CALLS,SIZE,UPLOADS; it prints the round as JSON.
+const goClientEnv = "KILN_BENCH_GO_CLIENT"
+
+func init() {
+	spec := os.Getenv(goClientEnv)
+	if spec == "" {
+		return
+	}
+	os.Exit(goClientMain(spec))
+}
+
+func goClientMain(spec string) int {
+	f := strings.Split(spec, ",")
+	if len(f) != 4 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want ADDR,CALLS,SIZE,UPLOADS\n", goClientEnv, spec)
+		return 2
+	}
+	calls, err1 := strconv.Atoi(f[1])
+	size, err2 := strconv.Atoi(f[2])
+	uploads, err3 := strconv.Atoi(f[3])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", goClientEnv, spec, err)
+		return 2
+	}
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i>>13)
+	}
+	g, err := goSDKRound(context.Background(), f[0], calls, data, uploads)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(g); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// goClientRound runs one Go SDK round in a process of its own.
+func goClientRound(ctx context.Context, addr string, calls, size, uploads int) (goRound, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return goRound{}, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%d", goClientEnv, addr, calls, size, uploads),
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return goRound{}, fmt.Errorf("go client: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var g goRound
+	if err := json.Unmarshal(out, &g); err != nil {
+		return goRound{}, fmt.Errorf("go client printed %q: %w", out, err)
+	}
+	return g, nil
 }
 
 // goSDKRound times the empty call and the upload from the Go SDK in one
 // session, as the Python part does.
-func goSDKRound(ctx context.Context, bd *benchDaemon, calls int, data []byte, uploads int) (goRound, error) {
-	s, err := bd.connect(ctx)
+func goSDKRound(ctx context.Context, addr string, calls int, data []byte, uploads int) (goRound, error) {
+	s, err := client.Connect(ctx, addr, client.SessionOptions{})
 	if err != nil {
 		return goRound{}, err
 	}
@@ -285,7 +382,7 @@ func goSDKRound(ctx context.Context, bd *benchDaemon, calls int, data []byte, up
 		rates[i] = float64(len(data)) / time.Since(t0).Seconds() / 1e9
 	}
 	slices.Sort(rates)
-	return goRound{callUS: median(lat), lockedUS: median(locked), gbps: rates[len(rates)/2]}, a.Free(ctx)
+	return goRound{CallUS: median(lat), LockedUS: median(locked), GBps: rates[len(rates)/2]}, a.Free(ctx)
 }
 
 // runIn runs a command in dir, its output in the error when it fails.
