@@ -278,8 +278,10 @@ func TestFailBadInput(t *testing.T) {
 		check.Equal(t, len(files), 1)
 	})
 	t.Run("session past its deadline", func(t *testing.T) {
+		// The deadline leaves time to open a sandboxed session and load the
+		// module on a loaded machine; the call itself sleeps a minute.
 		_, _, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", "cpu", "--token-file", f.tokFile,
-			"--func", "sleep_ms", "--arg", "ms=60000", "--session-timeout", "1s", "--wait", "20s")
+			"--func", "sleep_ms", "--arg", "ms=60000", "--session-timeout", "5s", "--wait", "20s")
 		check.ErrorIs(t, err, proto.ErrSessionExpired)
 		check.Error(t, err, "sleep_ms")
 		t.Logf("kiln run past its session deadline: %v", err)
