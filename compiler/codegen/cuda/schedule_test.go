@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestDefaultSchedule(t *testing.T) {
 	check.NoError(t, err)
 	src, ks, err := Generate(lowered, sm80(t))
 	check.NoError(t, err)
-	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {1, 100}, "small": {1, 5},
+	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {100, 64}, "small": {1, 5},
 		"gemv_bias": {1, 40}, "scale_relu": {2, 256}, "matmul": {2, 12}, "matmul_bias_relu": {1, 16},
 		"softmax": {1, 8}, "layer_norm": {1, 8}}
 	check.Equal(t, len(ks), len(want))
@@ -44,14 +45,15 @@ func TestDefaultSchedule(t *testing.T) {
 	}
 	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
-	t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled) })
+	t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true}) })
 }
 
 // interpretBoth runs every function of ref and its scheduled version in
 // got with the interpreter (the scheduled one with CUDA's block and thread
 // semantics and its shared-memory race checks) on the same random inputs,
-// and requires the same bits in every buffer.
-func interpretBoth(t *testing.T, ref, got *ir.IRModule) {
+// and requires the same bits in every buffer (equal up to rounding for the
+// functions in reordered, whose sums run in another order).
+func interpretBoth(t *testing.T, ref, got *ir.IRModule, reordered map[string]bool) {
 	rng := rand.New(rand.NewSource(2))
 	for name, f := range ref.PrimFuncs() {
 		g := got.PrimFunc(name)
@@ -88,7 +90,16 @@ func interpretBoth(t *testing.T, ref, got *ir.IRModule) {
 			check.NoError(t, err)
 			h, err := ndarray.ToSlice[float32](haveArrays[i])
 			check.NoError(t, err)
-			check.Equal(t, h, w, name, "buffer", i)
+			if !reordered[name] {
+				check.Equal(t, h, w, name, "buffer", i)
+				continue
+			}
+			// A cross-thread sum adds in another order: equal up to rounding.
+			for j := range w {
+				if d := math.Abs(float64(h[j]) - float64(w[j])); d > 1e-5*math.Max(1, math.Abs(float64(w[j]))) {
+					t.Fatalf("%s buffer %d element %d: scheduled %g, unscheduled %g", name, i, j, h[j], w[j])
+				}
+			}
 		}
 	}
 }
@@ -151,7 +162,7 @@ func TestSeedModules(t *testing.T) {
 			check.Equal(t, len(ks), n)
 			t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 			t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
-			t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled) })
+			t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled, nil) })
 		})
 	}
 }

@@ -1,0 +1,154 @@
+package auto
+
+import (
+	"github.com/kiln-ml/kiln/compiler/ir"
+)
+
+// gpuReduceThreads is the most threads the row-reduction rule gives one
+// row; gpuReduceMinK is the shortest reduction it takes.
+const (
+	gpuReduceThreads = 256
+	gpuReduceMinK    = 64
+)
+
+// rowReduction gives f, when its one block is a sum over one reduction
+// loop into an output indexed by its spatial iteration variables
+// (y[i…] = y[i…] + E(i…, k), initialized to 0: a GEMV, a row sum), a
+// cross-thread schedule: one block of T threads (a power of two up to
+// 256) per output element; thread t sums E over k = t, t+T, t+2T… into
+// shared memory, then the block adds the partial sums pairwise in log2(T)
+// steps (barriers between them, placed by barrier insertion), and thread 0
+// stores the total. The sum's order is not the serial loop's, so results
+// differ from it by rounding. It returns nil when f is not such a function.
+func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
+	blocks := topBlocks(f)
+	if root := ir.RootBlock(f.Body); len(blocks) != 1 || (root != nil && len(root.AllocBuffers) > 0) {
+		return nil
+	}
+	br := blocks[0]
+	b := br.Block
+	n := len(b.IterVars)
+	if n < 2 || b.Init == nil || len(br.IterValues) != n || !isTrue(br.Predicate) || len(b.AllocBuffers) > 0 {
+		return nil
+	}
+	exts := make([]int64, n)
+	for i, iv := range b.IterVars {
+		want := ir.IterSpatial
+		if i == n-1 {
+			want = ir.IterReduce
+		}
+		e, ok := ir.IsConstInt(iv.Dom.Extent)
+		if iv.Kind != want || !ok || e < 1 {
+			return nil
+		}
+		if m, ok := ir.IsConstInt(iv.Dom.Min); !ok || m != 0 {
+			return nil
+		}
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return nil
+		}
+		exts[i] = e
+	}
+	K := exts[n-1]
+	if K < gpuReduceMinK {
+		return nil
+	}
+	// The body: y[i…] = y[i…] + E, with y indexed by the spatial
+	// variables in order; the init: y[i…] = 0.
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) != n-1 || st.Buffer.DType.Lanes != 1 || !st.Buffer.DType.IsFloat() {
+		return nil
+	}
+	for i, idx := range st.Indices {
+		if !isVar(idx, b.IterVars[i].Var) {
+			return nil
+		}
+	}
+	sum, ok := st.Value.(*ir.Binary)
+	if !ok || sum.Op != ir.OpAdd {
+		return nil
+	}
+	self, ok := sum.A.(*ir.BufferLoad)
+	if !ok || self.Buffer != st.Buffer || len(self.Indices) != n-1 {
+		return nil
+	}
+	for i, idx := range self.Indices {
+		if !isVar(idx, b.IterVars[i].Var) {
+			return nil
+		}
+	}
+	term := sum.B
+	usesY := false
+	ir.Visit(term, func(nd ir.Node) bool {
+		if l, ok := nd.(*ir.BufferLoad); ok && l.Buffer == st.Buffer {
+			usesY = true
+		}
+		return !usesY
+	})
+	init, ok := b.Init.(*ir.BufferStore)
+	if usesY || !ok || init.Buffer != st.Buffer {
+		return nil
+	}
+	if z, ok := init.Value.(*ir.FloatImm); !ok || z.Value != 0 {
+		return nil
+	}
+	N := int64(1)
+	for _, e := range exts[:n-1] {
+		N *= e
+	}
+	if N > 1<<31-1 {
+		return nil
+	}
+	T := int64(gpuReduceThreads)
+	for T > K {
+		T /= 2
+	}
+
+	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
+	bx := ir.NewVar("bx", ir.Int32)
+	t := ir.NewVar("tx", ir.Int32)
+	kk := ir.NewVar("ko", ir.Int32)
+	dt := st.Buffer.DType
+	S := ir.NewBuffer("partial", dt, []ir.Expr{i32(T)}, "shared")
+	// The spatial variables from bx (row-major), k from ko and tx.
+	vmap := map[*ir.Var]ir.Expr{}
+	rest := ir.Expr(bx)
+	for i := n - 2; i >= 0; i-- {
+		v := b.IterVars[i].Var
+		if i == 0 {
+			vmap[v] = ir.NewCast(v.Type, rest)
+		} else {
+			vmap[v] = ir.NewCast(v.Type, ir.FloorMod(rest, i32(exts[i])))
+			rest = ir.FloorDiv(rest, i32(exts[i]))
+		}
+	}
+	k := ir.Add(ir.Mul(kk, i32(T)), t)
+	vmap[b.IterVars[n-1].Var] = ir.NewCast(b.IterVars[n-1].Var.Type, k)
+	zero := ir.NewFloatImm(dt, 0)
+	acc := ir.Stmt(ir.NewBufferStore(S, ir.Add(ir.NewBufferLoad(S, t), ir.SubstituteExpr(term, vmap)), t))
+	if K%T != 0 {
+		acc = &ir.IfThenElse{Cond: ir.LT(k, i32(K)), Then: acc}
+	}
+	thread := func(body ir.Stmt) ir.Stmt {
+		tv := ir.NewVar("tx", ir.Int32)
+		return &ir.For{Var: tv, Min: i32(0), Extent: i32(T), Kind: ir.ForThreadBinding, ThreadTag: "threadIdx.x",
+			Body: ir.Substitute(body, map[*ir.Var]ir.Expr{t: tv})}
+	}
+	steps := []ir.Stmt{thread(ir.Seq(
+		ir.NewBufferStore(S, zero, t),
+		&ir.For{Var: kk, Min: i32(0), Extent: i32((K + T - 1) / T), Kind: ir.ForSerial, Body: acc},
+	))}
+	for s := T / 2; s >= 1; s /= 2 {
+		steps = append(steps, thread(&ir.IfThenElse{Cond: ir.LT(t, i32(s)),
+			Then: ir.NewBufferStore(S, ir.Add(ir.NewBufferLoad(S, t), ir.NewBufferLoad(S, ir.Add(t, i32(s)))), t)}))
+	}
+	outIdx := make([]ir.Expr, n-1)
+	for i := range outIdx {
+		outIdx[i] = vmap[b.IterVars[i].Var]
+	}
+	steps = append(steps, thread(&ir.IfThenElse{Cond: ir.EQ(t, i32(0)),
+		Then: ir.NewBufferStore(st.Buffer, ir.NewBufferLoad(S, i32(0)), outIdx...)}))
+	body := &ir.For{Var: bx, Min: i32(0), Extent: i32(N), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x",
+		Body: &ir.Allocate{Buffer: S, Body: ir.Seq(steps...)}}
+	return f.WithBody(ir.NewRootBlock(body))
+}
