@@ -26,14 +26,8 @@ const (
 // when the rule does not apply.
 func bindMatmul(s *schedule.Schedule, br *ir.BlockRealize) (schedule.LoopRV, bool, error) {
 	var none schedule.LoopRV
-	m, ok := matchMatmul(br)
-	if !ok || len(m.extents) != 3 {
-		return none, false, nil
-	}
-	M, N := m.extents[0], m.extents[1]
-	rt, ct := largestDivisor(M, gpuThreadTile), largestDivisor(N, gpuThreadTile)
-	ty, tx := largestDivisor(M/rt, gpuBlockSide), largestDivisor(N/ct, gpuBlockSide)
-	if ty*tx < gpuMinThreads {
+	m, rt, ct, ty, tx, ok := gpuMatmulTiles(br)
+	if !ok {
 		return none, false, nil
 	}
 	c, err := s.GetBlock(m.name)
@@ -96,4 +90,17 @@ func bindMatmul(s *schedule.Schedule, br *ir.BlockRealize) (schedule.LoopRV, boo
 		}
 	}
 	return js[1], true, nil
+}
+
+// gpuMatmulTiles reports whether br is a 2-D matmul the GPU matmul rule
+// takes, with its register tile (rt × ct) and threads (ty × tx).
+func gpuMatmulTiles(br *ir.BlockRealize) (m matmulBlock, rt, ct, ty, tx int64, ok bool) {
+	m, ok = matchMatmul(br)
+	if !ok || len(m.extents) != 3 {
+		return m, 0, 0, 0, 0, false
+	}
+	M, N := m.extents[0], m.extents[1]
+	rt, ct = largestDivisor(M, gpuThreadTile), largestDivisor(N, gpuThreadTile)
+	ty, tx = largestDivisor(M/rt, gpuBlockSide), largestDivisor(N/ct, gpuBlockSide)
+	return m, rt, ct, ty, tx, ty*tx >= gpuMinThreads
 }

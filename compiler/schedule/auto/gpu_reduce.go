@@ -19,13 +19,17 @@ const (
 // shared memory, then the block adds the partial sums pairwise in log2(T)
 // steps (barriers between them, placed by barrier insertion), and thread 0
 // stores the total. The sum's order is not the serial loop's, so results
-// differ from it by rounding. It returns nil when f is not such a function.
+// differ from it by rounding. It returns nil when f is not such a function,
+// or is a matmul the matmul rule takes.
 func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	blocks := topBlocks(f)
 	if root := ir.RootBlock(f.Body); len(blocks) != 1 || (root != nil && len(root.AllocBuffers) > 0) {
 		return nil
 	}
 	br := blocks[0]
+	if _, _, _, _, _, mm := gpuMatmulTiles(br); mm {
+		return nil // the matmul rule's
+	}
 	b := br.Block
 	n := len(b.IterVars)
 	if n < 2 || b.Init == nil || len(br.IterValues) != n || !isTrue(br.Predicate) || len(b.AllocBuffers) > 0 {
