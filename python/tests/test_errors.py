@@ -248,3 +248,8 @@ def test_a_device_the_daemon_does_not_have(remote):
         kiln.nd.empty((2,), "float32", remote.cuda(0))
     with pytest.raises(kiln.KilnValueError, match="device type 'tpu'"):
         remote.device("tpu")
+
+
+def test_direct_session_on_a_daemon_that_serves_leases_only(fleet):
+    with pytest.raises(kiln.SessionError, match="tracker lease only"):
+        kiln.rpc.connect("127.0.0.1", fleet.device_port, token=fleet.token)
