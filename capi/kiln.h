@@ -9,7 +9,8 @@
  * Conventions
  *   - Every object (tracker, session, module, function, array, tuple, cancel
  *     token) is an opaque KilnHandle, never 0, freed explicitly with
- *     kiln_free. kiln_live_handles counts the handles not yet freed.
+ *     kiln_free. kiln_live_handles counts the handles not yet freed, and
+ *     the DLPack tensors exported and not yet deleted.
  *   - Functions returning int return 0 on success and -1 on failure; then
  *     kiln_last_error() is the calling thread's message and
  *     kiln_last_error_kind() its class (KILN_ERR_*). Both stay until the
@@ -149,6 +150,9 @@ int kiln_local(KilnHandle* out_session);
 int kiln_session_info(KilnHandle session, char** out_json);
 /* Copies the local file path into the session's directory as name. */
 int kiln_session_upload(KilnHandle session, const char* path, const char* name, KilnHandle cancel);
+/* Loads an uploaded file (a .kiln artifact); a local session also loads a
+ * path on this machine. A local module stays loaded until its session is
+ * freed (arrays and functions taken from it may outlive the handle). */
 int kiln_session_load_module(KilnHandle session, const char* name, KilnHandle* out_module);
 /* A global function of the session's registry (on a device daemon, e.g.
  * "rpcserver.nop", an empty function). */

@@ -10,6 +10,7 @@ and request a device, or connect to a device daemon directly.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -154,13 +155,16 @@ _local_lock = threading.Lock()
 
 def local() -> RPCSession:
     """The session on this machine (one per process): the same API as a
-    remote session, arrays in this process's memory."""
+    remote session, arrays in this process's memory. It lasts until the
+    interpreter exits (then its files, in a temporary directory, are
+    removed)."""
     global _local
     with _local_lock:
         if _local is None:
             h = _lib.Handle()
             _lib.check(lib.kiln_local(ctypes.byref(h)))
             _local = RPCSession(h.value)
+            atexit.register(_local.close)
         return _local
 
 
