@@ -82,8 +82,8 @@ def test_direct_session_on_a_standalone_daemon(fleet, kiln_binary, matmul_artifa
         p.wait(timeout=20)
 
 
-def test_tvm_style_script_runs_as_written(fleet):
-    env = dict(os.environ, KILN_TRACKER=fleet.tracker_addr, KILN_TOKEN_FILE=fleet.token_file,
+def test_tvm_style_script_runs_as_written(fleet, tmp_path):
+    env = dict(os.environ, KILN_TRACKER=fleet.tracker_addr, KILN_TOKEN_FILE=fleet.token_file, TMPDIR=str(tmp_path),
                PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
     r = subprocess.run(
         [sys.executable, os.path.join(EXAMPLES, "tvm_style.py")],

@@ -2,6 +2,8 @@
 PyTorch, where installed) without copies; no handle or memory leaks."""
 
 import gc
+import os
+import shutil
 
 import numpy as np
 import pytest
@@ -39,8 +41,11 @@ def test_build_from_text(tmp_path):
     with open(MATMUL) as f:
         text = f.read()
     path = kiln.build(text, progress=False)
-    assert path.endswith("module.kiln")
-    assert kiln.local().load_module(path).functions == ["matrix_multiply"]
+    try:
+        assert path.endswith("module.kiln")
+        assert kiln.local().load_module(path).functions == ["matrix_multiply"]
+    finally:
+        shutil.rmtree(os.path.dirname(path))
 
 
 def test_zero_copy_with_numpy(matmul_artifact):
