@@ -73,7 +73,11 @@ def test_torch_cpu_tensor_through_dlpack(matmul_artifact):
     a, b = torch.ones(4, 4), torch.ones(4, 4)
     c = torch.zeros(4, 4)
     mod["matrix_multiply"](kiln.nd.from_dlpack(a), kiln.nd.from_dlpack(b), kiln.nd.from_dlpack(c))
-    assert bool((c == 4).all())
+    assert bool((c == 4).all())  # the kernel wrote the tensor's own memory
+    k = kiln.nd.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    t = torch.from_dlpack(k)  # and a kiln array seen by PyTorch, no copy
+    np.asarray(k)[1, 2] = 42
+    assert t.shape == (2, 3) and float(t[1, 2]) == 42
 
 
 def test_ten_thousand_calls_leak_nothing(matmul_artifact):
