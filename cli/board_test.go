@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -114,17 +116,28 @@ func TestEmulatedBoards(t *testing.T) {
 	}
 }
 
-// crossBuildKiln builds kiln for b with cgo and b's cross compiler.
+// crossBuildKiln builds kiln for b the way a release is built: with
+// scripts/release (cgo and b's cross compiler), whose SHA256SUMS must list
+// the binary with its hash.
 func crossBuildKiln(t *testing.T, b emulatedBoard) string {
 	t.Helper()
-	exe := filepath.Join(t.TempDir(), "kiln-"+b.goarch)
+	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "../cmd/kiln")
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+b.goarch, "CGO_ENABLED=1", "CC="+b.triple+"-gcc", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cross-build kiln for %s: %v\n%s", b.goarch, err, out)
+	cmd := exec.CommandContext(ctx, "bash", "../scripts/release", "--out", dir, "linux/"+b.goarch)
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/release linux/%s: %v\n%s", b.goarch, err, out)
 	}
+	name := "kiln-linux-" + b.goarch
+	exe := filepath.Join(dir, name)
+	check.Equal(t, strings.TrimSpace(string(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:])), exe)
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	check.NoError(t, err)
+	sha, _, err := client.FileSHA256(exe)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(string(sums), sha+"  "+name+"\n"), "SHA256SUMS lists", name, "with its hash:", string(sums))
 	return exe
 }
 
