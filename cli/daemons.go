@@ -102,22 +102,34 @@ func compilerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "compiler",
 		Usage:     "run a compiler node that builds the tracker's build jobs",
-		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--token-file F] [--metrics-listen ADDR]",
+		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--toolchain TRIPLE=COMMAND]... [--token-file F] [--metrics-listen ADDR]",
 		Description: `Registers with the tracker what this machine can build (targets, the C
 compiler's identity, cross compilers found, NVRTC/nvcc), then takes build
-jobs from the queue until SIGINT/SIGTERM. Each job is built in a subprocess
+jobs from the queue until SIGINT/SIGTERM.
+
+Cross compilers are found by themselves: TRIPLE-gcc on PATH for every
+*-linux-gnu* triple (Debian's gcc-aarch64-linux-gnu, gcc-riscv64-linux-gnu),
+and clang --target=TRIPLE for aarch64, riscv64 and x86_64 Linux when clang
+is installed; --toolchain names one more, or another, for a triple. Each is
+checked by building an empty shared object; one that fails is left out with
+a warning naming what it printed (a --toolchain that fails stops the node).
+The node advertises "cpu -mtriple=TRIPLE" for each, and the tracker gives it
+only jobs for targets it builds. Each job is built in a subprocess
 of this binary under the job's time limit, so a crashing or hung compiler
 costs one job, never the node; the artifact is uploaded to the tracker, or
 the job fails with the compiler's message.
 
 Examples:
    kiln compiler --tracker 127.0.0.1:9190
-   kiln compiler --tracker tracker:9190 --jobs 4 --token-file /run/secrets/token`,
+   kiln compiler --tracker tracker:9190 --jobs 4 --token-file /run/secrets/token
+   kiln compiler --tracker tracker:9190 --toolchain aarch64-linux-gnu=/opt/cross/bin/aarch64-linux-gnu-gcc
+   kiln compiler --tracker tracker:9190 --toolchain "riscv64-linux-gnu=clang --target=riscv64-linux-gnu"`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
 			&ucli.StringSliceFlag{Name: "target", Usage: "target kinds this node builds: cpu, cuda (default: cpu, and cuda where NVRTC is installed)"},
+			&ucli.StringSliceFlag{Name: "toolchain", Usage: "TRIPLE=COMMAND: the C compiler for a target triple (repeatable; COMMAND may carry arguments)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			credentialFlag(),
 		}, connFlags()...),
@@ -142,7 +154,20 @@ func runCompilerNode(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("compiler: %w", err)
 	}
+	toolchains := map[string]string{}
+	for _, tc := range c.StringSlice("toolchain") {
+		triple, cmd, ok := strings.Cut(tc, "=")
+		triple, cmd = strings.TrimSpace(triple), strings.TrimSpace(cmd)
+		if !ok || triple == "" || cmd == "" || strings.ContainsAny(triple, " \t") || strings.Count(triple, "-") < 1 {
+			return fmt.Errorf("compiler: --toolchain %q: want TRIPLE=COMMAND, e.g. aarch64-linux-gnu=/usr/bin/aarch64-linux-gnu-gcc", tc)
+		}
+		if _, dup := toolchains[triple]; dup {
+			return fmt.Errorf("compiler: --toolchain: triple %s given twice", triple)
+		}
+		toolchains[triple] = cmd
+	}
 	return node.Run(c.Context, node.Config{
+		Toolchains:    toolchains,
 		Tracker:       c.String("tracker"),
 		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c), CredentialFile: c.String("credential-file")},
 		Command:       []string{exe, "compiler-job"},

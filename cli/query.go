@@ -83,7 +83,7 @@ func printSummary(w io.Writer, s proto.TrackerSummary) {
 		for _, n := range nodes {
 			detail := strings.Join(n.Attrs.DeviceNames, ", ")
 			if n.Role == proto.NodeCompiler {
-				detail = strings.Join(n.Attrs.Targets, ", ") + " " + n.Attrs.Compiler
+				detail = strings.Join(n.Attrs.Serves(), ", ") + "; " + n.Attrs.Compiler
 			}
 			if n.LastError != "" {
 				detail += " (last error: " + n.LastError + ")"

@@ -152,21 +152,33 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		},
 		module: a.Module, queuedAt: now, changed: make(chan struct{}),
 	}
+	// A job no registered compiler node can build fails at once (it is
+	// kept, failed, so that query shows it and the client's wait ends).
+	unbuildable := s.unbuildableLocked(a.Target)
+	if unbuildable != nil {
+		j.State, j.Error, j.Finished, j.module = proto.JobFailed, unbuildable.Error(), now, ""
+	}
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
-	durable := s.st.apply(
-		putRecord(tableModules, rec.Job.ID, a.Module),
-		putRecord(tableMeta, metaNextJob, next),
-		putRecord(tableJobs, rec.Job.ID, rec),
-	)
+	var changes []change
+	if unbuildable == nil {
+		changes = append(changes, putRecord(tableModules, rec.Job.ID, a.Module))
+	}
+	durable := s.st.apply(append(changes, putRecord(tableMeta, metaNextJob, next), putRecord(tableJobs, rec.Job.ID, rec))...)
 	s.mu.Unlock()
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("submit build: persist job: %w", err)
 	}
 	s.mu.Lock()
 	s.jobs[j.ID] = j
-	s.queueJobLocked(j)
+	if unbuildable == nil {
+		s.queueJobLocked(j)
+	}
 	out := j.BuildJob
 	s.mu.Unlock()
+	if unbuildable != nil {
+		s.log.Info("build job failed at submit", "job", j.ID, "name", a.Name, "err", unbuildable)
+		return out, nil
+	}
 	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target)
 	return out, nil
 }
@@ -342,17 +354,15 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 	}
 }
 
-// pickJobLocked returns the oldest queued job whose target kind n builds.
+// pickJobLocked returns the oldest queued job whose target n builds (its
+// kind and, for a -mtriple, its triple: NodeAttrs.CanBuild).
 func (s *Server) pickJobLocked(n *node) *job {
 	if n.lost || n.quarantine {
 		return nil
 	}
 	for _, j := range s.queued {
-		kind := proto.TargetKind(j.Target)
-		for _, t := range n.attrs.Targets {
-			if proto.TargetKind(t) == kind {
-				return j
-			}
+		if n.attrs.CanBuild(j.Target) {
+			return j
 		}
 	}
 	return nil

@@ -197,6 +197,9 @@ func (s *Server) forgetLocked(n *node, why string) {
 	s.requeueNodeJobsLocked(n, why)
 	s.unindexLocked(n)
 	delete(s.nodes, n.id)
+	if n.role == proto.NodeCompiler {
+		s.noteUnbuildableLocked()
+	}
 	s.changedQueuesLocked()
 }
 

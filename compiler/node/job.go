@@ -52,7 +52,7 @@ func runJob(ctx context.Context, dir string) error {
 	if name == "" {
 		name = "module.py"
 	}
-	var opts compiler.BuildOptions
+	opts := compiler.BuildOptions{CC: job.CC}
 	var mod *ir.IRModule
 	if job.Format == "onnx-base64" {
 		// An ONNX model: imported here, its weights bundled.

@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,8 +48,15 @@ type Config struct {
 	// JobTimeout bounds one build when the job carries no run timeout
 	// (10 minutes when 0).
 	JobTimeout time.Duration
-	// Targets lists what this node builds ("cpu" when empty).
+	// Targets lists what this node builds ("cpu" when empty). A node that
+	// builds cpu also advertises "cpu -mtriple=TRIPLE" for every cross
+	// compiler it finds (toolchain.Discover).
 	Targets []string
+	// Toolchains are configured C compilers by target triple
+	// ("aarch64-linux-gnu" → "/opt/cross/bin/aarch64-linux-gnu-gcc", or
+	// "clang --target=aarch64-linux-gnu"); they win over those found on
+	// PATH, and one that cannot build a shared object stops the node.
+	Toolchains map[string]string
 	// Version is the kiln version reported to the tracker.
 	Version string
 	// Logger receives the node's logs (slog.Default() when nil).
@@ -79,6 +87,9 @@ type Job struct {
 	Target  string            `json:"target"`
 	Format  string            `json:"format"`
 	Options map[string]string `json:"options,omitempty"`
+	// CC is the C compiler command the node chose for the target's
+	// triple ("" for the host's); never the client's.
+	CC string `json:"cc,omitempty"`
 }
 
 // Run registers the node and serves build jobs until ctx is cancelled.
@@ -98,9 +109,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.JobTimeout <= 0 {
 		cfg.JobTimeout = 10 * time.Minute
-	}
-	if len(cfg.Targets) == 0 {
-		cfg.Targets = []string{"cpu"}
 	}
 	work := cfg.WorkDir
 	if work != "" {
@@ -132,7 +140,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer stop()
 	}
-	attrs := Attrs(ctx, cfg.Targets)
+	disc, err := toolchain.Discover(ctx, cfg.Toolchains)
+	if err != nil {
+		return fmt.Errorf("compiler node: %w", err)
+	}
+	for _, s := range disc.Skipped {
+		log.Warn("C compiler left out", "why", s)
+	}
+	n.disc = disc
+	attrs := Attrs(ctx, cfg.Targets, disc)
+	cfg.Targets = attrs.Targets
 	attrs.KilnVersion = cfg.Version
 	reg := client.NewRegistrar(cfg.Tracker, cfg.Options, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: attrs})
 	n.reg = reg
@@ -152,7 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 		wg.Wait()
 		return nil
 	}
-	log.Info("compiler node registered", "tracker", cfg.Tracker, "node", reg.NodeID(), "targets", cfg.Targets, "compiler", attrs.Compiler)
+	log.Info("compiler node registered", "tracker", cfg.Tracker, "node", reg.NodeID(), "targets", cfg.Targets, "triple", attrs.Triple, "compiler", attrs.Compiler)
 	if cfg.Ready != nil {
 		close(cfg.Ready)
 	}
@@ -180,6 +197,7 @@ type node struct {
 	log  *slog.Logger
 	work string
 	m    nodeMetrics
+	disc toolchain.Discovery
 }
 
 // nodeMetrics are the compiler node's Prometheus metrics.
@@ -303,6 +321,14 @@ func (n *node) build(ctx context.Context, job *proto.BuildJob) (sha, logText str
 // buildIn is build in the job directory dir.
 func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sha, logText string, err error) {
 	spec := Job{ID: job.ID, Name: job.Name, Target: job.Target, Format: job.Format, Options: job.Options}
+	if triple := proto.TargetTriple(job.Target); triple != "" {
+		cc, ok := n.disc.For(triple, proto.SameTriple)
+		if !ok {
+			return "", "", fmt.Errorf("this compiler node has no C compiler for %s (it builds for %s); give it one with kiln compiler --toolchain %s=COMMAND",
+				triple, strings.Join(n.triples(), ", "), triple)
+		}
+		spec.CC = cc
+	}
 	b, _ := json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {
 		return "", "", err
@@ -358,24 +384,40 @@ func tail(s string, n int) string {
 	return "…" + s[len(s)-n:]
 }
 
-// Attrs describes what this machine can build: the targets, the C
-// compiler's identity, cross compilers on PATH and whether NVRTC or nvcc
-// are present.
-func Attrs(ctx context.Context, targets []string) proto.NodeAttrs {
-	a := proto.NodeAttrs{Targets: targets, CPUCores: runtime.NumCPU()}
+// triples lists the triples this node builds for.
+func (n *node) triples() []string {
+	var out []string
+	if n.disc.Host.Triple != "" {
+		out = append(out, n.disc.Host.Triple)
+	}
+	for _, c := range n.disc.Cross {
+		out = append(out, c.Triple)
+	}
+	return out
+}
+
+// Attrs describes what this machine can build: the targets (a cpu target
+// once more with -mtriple for each cross compiler in d), the host's triple,
+// the C compiler's identity, the cross compilers' triples and whether
+// NVRTC or nvcc are present.
+func Attrs(ctx context.Context, targets []string, d toolchain.Discovery) proto.NodeAttrs {
+	if len(targets) == 0 {
+		targets = []string{"cpu"}
+	}
+	a := proto.NodeAttrs{CPUCores: runtime.NumCPU(), Triple: d.Host.Triple}
+	cpu := false
+	for _, t := range targets {
+		a.Targets = append(a.Targets, t)
+		cpu = cpu || (proto.TargetKind(t) == "cpu" && proto.TargetTriple(t) == "")
+	}
+	for _, c := range d.Cross {
+		a.CrossCompilers = append(a.CrossCompilers, c.Triple)
+		if t := "cpu -mtriple=" + c.Triple; cpu && !slices.Contains(a.Targets, t) {
+			a.Targets = append(a.Targets, t)
+		}
+	}
 	if tc, err := toolchain.Find(ctx, toolchain.Options{}); err == nil {
 		a.Compiler = tc.Identity()
-	}
-	seen := map[string]bool{}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		matches, _ := filepath.Glob(filepath.Join(dir, "*-linux-gnu*-gcc"))
-		for _, m := range matches {
-			triple := strings.TrimSuffix(filepath.Base(m), "-gcc")
-			if !seen[triple] {
-				seen[triple] = true
-				a.CrossCompilers = append(a.CrossCompilers, triple)
-			}
-		}
 	}
 	if _, err := exec.LookPath("nvcc"); err == nil {
 		a.NVCC = true

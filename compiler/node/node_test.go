@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +166,70 @@ func TestNodeHidesItsPaths(t *testing.T) {
 	for _, text := range []string{got.Error, got.Log} {
 		check.True(t, !strings.Contains(text, work), "the node's work directory reached the client:", text)
 	}
+}
+
+// TestNodeCrossToolchains: a node given a --toolchain for a triple
+// advertises it and gets that triple's jobs; the compiler's stderr reaches
+// the client when it fails; a triple no node builds fails at submit.
+func TestNodeCrossToolchains(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	defer func() { check.NoError(t, tr.Close()); <-trDone }()
+
+	// A "cross compiler" that builds the probe but fails on real work.
+	cc := filepath.Join(t.TempDir(), "mips-linux-gnu-gcc")
+	check.NoError(t, os.WriteFile(cc, []byte(`#!/bin/sh
+case "$*" in
+*-fvisibility=hidden*) echo "mips-linux-gnu-gcc: internal compiler error: Segmentation fault (program cc1)" >&2; exit 4 ;;
+esac
+exec cc "$@"
+`), 0o755))
+	t.Setenv("KILN_TEST_NODE_JOB", "1")
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	ready := make(chan struct{})
+	nctx, ncancel := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+			Toolchains: map[string]string{"mips-linux-gnu": cc}})
+	}()
+	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		t.Fatalf("node stopped: %v", err)
+	}
+	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
+	check.NoError(t, err)
+	defer c.Close()
+	sum, err := c.Query(ctx, 0)
+	check.NoError(t, err)
+	check.Equal(t, len(sum.Compiler), 1)
+	attrs := sum.Compiler[0].Attrs
+	check.True(t, slices.Contains(attrs.Targets, "cpu -mtriple=mips-linux-gnu"), attrs.Targets)
+	check.True(t, slices.Contains(attrs.CrossCompilers, "mips-linux-gnu"), attrs.CrossCompilers)
+	check.True(t, attrs.Triple != "", "the node's own triple")
+
+	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu -mtriple=mips-linux-gnu"})
+	check.NoError(t, err)
+	_, err = c.WaitBuild(ctx, job.ID, nil)
+	check.ErrorIs(t, err, client.ErrBuildFailed)
+	check.Error(t, err, "internal compiler error: Segmentation fault (program cc1)")
+
+	job, err = c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu -mtriple=sparc64-linux-gnu"})
+	check.NoError(t, err)
+	check.Equal(t, job.State, proto.JobFailed)
+	_, err = c.WaitBuild(ctx, job.ID, nil)
+	check.Error(t, err, `no compiler node can build target "cpu -mtriple=sparc64-linux-gnu"; nodes serve: `, "cpu -mtriple=mips-linux-gnu")
+
+	// A --toolchain that cannot build stops the node, with what it printed.
+	bad := filepath.Join(t.TempDir(), "bad-gcc")
+	check.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\necho 'bad-gcc: no such sysroot /opt/none' >&2\nexit 1\n"), 0o755))
+	err = node.Run(ctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, Toolchains: map[string]string{"aarch64-linux-gnu": bad}})
+	check.Error(t, err, "--toolchain aarch64-linux-gnu="+bad, "bad-gcc: no such sysroot /opt/none")
 }

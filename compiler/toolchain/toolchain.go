@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,9 @@ var DefaultFlags = []string{"-O3", "-march=native"}
 type Toolchain struct {
 	// CC is the compiler command (absolute path after Find).
 	CC string
+	// Args come before every other argument: "--target=aarch64-linux-gnu"
+	// for clang (Options.CC "clang --target=aarch64-linux-gnu").
+	Args []string
 	// Flags are the optimization and target flags.
 	Flags []string
 	// Triple is the target triple ("" for the host).
@@ -44,7 +48,7 @@ type Toolchain struct {
 
 // Options select a toolchain.
 type Options struct {
-	CC     string   // compiler; "" means $CC, then cc (or TRIPLE-gcc when Triple is set)
+	CC     string   // compiler; "" means $CC, then cc (or TRIPLE-gcc when Triple is set); words after the first are arguments ("clang --target=T")
 	Flags  []string // nil means DefaultFlags (without -march=native when cross-compiling)
 	Triple string   // target triple for cross-compilation; "" for the host
 }
@@ -61,7 +65,11 @@ func Find(ctx context.Context, o Options) (*Toolchain, error) {
 			cc = o.Triple + "-gcc"
 		}
 	}
-	path, err := exec.LookPath(cc)
+	words := strings.Fields(cc)
+	if len(words) == 0 {
+		return nil, errors.New("no C compiler: empty compiler command")
+	}
+	path, err := exec.LookPath(words[0])
 	if err != nil {
 		if o.Triple != "" {
 			return nil, fmt.Errorf("no C compiler for target %q: %q not found (install a cross compiler or pass --cc)", o.Triple, cc)
@@ -75,12 +83,13 @@ func Find(ctx context.Context, o Options) (*Toolchain, error) {
 			flags = []string{"-O3"}
 		}
 	}
-	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	args := words[1:]
+	out, err := exec.CommandContext(ctx, path, append(slices.Clone(args), "--version")...).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("C compiler %q: --version failed: %w", path, err)
+		return nil, fmt.Errorf("C compiler %q: --version failed: %w: %s", cc, err, strings.TrimSpace(string(out)))
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
-	t := &Toolchain{CC: path, Flags: append([]string(nil), flags...), Triple: o.Triple, Version: strings.TrimSpace(version)}
+	t := &Toolchain{CC: path, Args: args, Flags: append([]string(nil), flags...), Triple: o.Triple, Version: strings.TrimSpace(version)}
 	t.OpenMP = t.probe(ctx, "-fopenmp")
 	return t, nil
 }
@@ -96,7 +105,7 @@ func (t *Toolchain) probe(ctx context.Context, flag string) bool {
 	if os.WriteFile(src, []byte("int kiln_probe(void){return 0;}\n"), 0o644) != nil {
 		return false
 	}
-	cmd := exec.CommandContext(ctx, t.CC, flag, "-shared", "-fPIC", "-o", filepath.Join(dir, "p.so"), src)
+	cmd := exec.CommandContext(ctx, t.CC, append(slices.Clone(t.Args), flag, "-shared", "-fPIC", "-o", filepath.Join(dir, "p.so"), src)...)
 	return cmd.Run() == nil
 }
 
@@ -107,7 +116,7 @@ func (t *Toolchain) Identity() string {
 	if target == "" {
 		target = "host " + runtime.GOARCH
 	}
-	return fmt.Sprintf("%s; %s; %s", t.Version, target, strings.Join(t.Flags, " "))
+	return fmt.Sprintf("%s; %s; %s", t.Version, target, strings.Join(append(slices.Clone(t.Args), t.Flags...), " "))
 }
 
 // Source is one generated C file.
@@ -173,7 +182,7 @@ func (t *Toolchain) BuildShared(ctx context.Context, srcs []Source, out, keepDir
 	if err := os.WriteFile(filepath.Join(dir, abi.HeaderName), []byte(abi.Header), 0o644); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	args := append([]string{}, t.Flags...)
+	args := append(slices.Clone(t.Args), t.Flags...)
 	args = append(args, "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-I", dir)
 	if t.OpenMP {
 		args = append(args, "-fopenmp")
