@@ -153,7 +153,9 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			}
 		}
 		if !opts.NoDefaultSchedule && target.Kind == "cpu" {
-			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: target.VectorBytes()}); err != nil {
+			// A target without vectors is tiled as for 128-bit ones; its
+			// vectorized loops stay serial (Vectorize).
+			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: max(target.VectorBytes(), 16)}); err != nil {
 				return nil, fmt.Errorf("build: %w", err)
 			}
 		}

@@ -1,9 +1,13 @@
 package compiler
 
 import (
+	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -17,5 +21,72 @@ func TestTargetCFlags(t *testing.T) {
 		{"cpu -mtriple=aarch64-linux-gnu", "-O3"},
 	} {
 		check.Equal(t, strings.Join(MustParseTarget(tc.target).cflags(), " "), tc.want, tc.target)
+	}
+}
+
+// TestTargetVectorWidths: vectors are as wide as the target's registers:
+// NEON's 128 bits on ARM64 (SVE too, at its 128-bit minimum), RVV's
+// minimum 128 bits on RISC-V with -mattr=+v and none without, and -mattr
+// reaches the C compiler in each architecture's spelling.
+func TestTargetVectorWidths(t *testing.T) {
+	for _, tc := range []struct {
+		target string
+		bytes  int64
+		flags  string
+	}{
+		{"cpu -mtriple=aarch64-linux-gnu", 16, "-O3"},
+		{"cpu -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", 16, "-O3 -mcpu=cortex-a72"},
+		{"cpu -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", 16, "-O3 -mcpu=neoverse-n1"},
+		{"cpu -mtriple=aarch64-linux-gnu -mattr=+sve", 16, "-O3 -march=armv8.2-a+sve"},
+		{"cpu -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1 -mattr=+sve,-sve2", 16, "-O3 -mcpu=neoverse-v1+sve+nosve2"},
+		{"cpu -mtriple=riscv64-linux-gnu", 0, "-O3"},
+		{"cpu -mtriple=riscv64-linux-gnu -mattr=+v", 16, "-O3 -march=rv64gcv"},
+		{"cpu -mtriple=riscv64-linux-gnu -mattr=+v,+zba", 16, "-O3 -march=rv64gcv_zba"},
+		{"cpu -mtriple=riscv64-linux-gnu -mattr=+v,-v", 0, "-O3 -march=rv64gc"},
+		{"cpu -mtriple=x86_64-linux-gnu", 16, "-O3"},
+		{"cpu -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma", 32, "-O3 -mavx2 -mfma"},
+		{"cpu -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f", 64, "-O3 -march=znver4 -mno-avx512f"},
+	} {
+		tg := MustParseTarget(tc.target)
+		check.Equal(t, tg.VectorBytes(), tc.bytes, tc.target)
+		check.Equal(t, strings.Join(tg.cflags(), " "), tc.flags, tc.target)
+		back, err := ParseTarget(tg.String())
+		check.NoError(t, err)
+		check.Equal(t, back.String(), tg.String())
+	}
+	for _, bad := range []string{"cpu -mattr=sve", "cpu -mattr=+", "cpu -mattr=+a;b", "cpu -mattr=+sve,", "cpu -mattr=++x"} {
+		_, err := ParseTarget(bad)
+		check.Error(t, err, "-mattr feature")
+	}
+}
+
+// TestCrossVectorTypes: a vectorized loop is generated with the target's
+// vector type (float32x4 on ARM64 and on RISC-V with V, none on scalar
+// RISC-V) and cross-compiles with the triple's GCC. The emulated-board test
+// (cli) runs such artifacts under qemu and checks their numbers.
+func TestCrossVectorTypes(t *testing.T) {
+	for _, tc := range []struct{ target, typedef string }{
+		{"cpu -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", "typedef float float32x4 __attribute__((vector_size(16)));"},
+		{"cpu -mtriple=aarch64-linux-gnu -mattr=+sve", "typedef float float32x4 __attribute__((vector_size(16)));"},
+		{"cpu -mtriple=riscv64-linux-gnu -mattr=+v", "typedef float float32x4 __attribute__((vector_size(16)));"},
+		{"cpu -mtriple=riscv64-linux-gnu", ""},
+	} {
+		tg := MustParseTarget(tc.target)
+		if _, err := exec.LookPath(tg.Triple + "-gcc"); err != nil {
+			t.Logf("%s: %s-gcc not found, skipped", tc.target, tg.Triple)
+			continue
+		}
+		src, err := os.ReadFile("../cli/testdata/vfma.py")
+		check.NoError(t, err)
+		mod, err := script.Parse("vfma.py", string(src))
+		check.NoError(t, err)
+		res, err := BuildWithResult(context.Background(), mod, tg, BuildOptions{NoCache: true})
+		check.NoError(t, err, tc.target)
+		if tc.typedef == "" {
+			check.True(t, !strings.Contains(res.Source, "vector_size"), tc.target, "has vector types:", res.Source)
+		} else {
+			check.True(t, strings.Contains(res.Source, tc.typedef), tc.target, "lacks", tc.typedef, "in", res.Source)
+			check.True(t, !strings.Contains(res.Source, "float32x8") && !strings.Contains(res.Source, "float32x16"), tc.target, "has wider vectors")
+		}
 	}
 }

@@ -20,26 +20,7 @@ import (
 // compiler registers a compiler node building targets.
 func compiler(t testing.TB, addr string, targets ...string) (*client.Registrar, context.CancelFunc) {
 	t.Helper()
-	r := client.NewRegistrar(addr, client.TrackerOptions{Logger: quietLogger()}, proto.RegisterArgs{
-		Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: targets, Compiler: "gcc 12"},
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx)
-	}()
-	stop := func() {
-		cancel()
-		<-done
-	}
-	t.Cleanup(stop)
-	select {
-	case <-r.Ready():
-	case <-time.After(guard):
-		t.Fatal("compiler did not register")
-	}
-	return r, stop
+	return compilerWith(t, addr, proto.NodeAttrs{Targets: targets, Compiler: "gcc 12"})
 }
 
 func sha(b []byte) string {

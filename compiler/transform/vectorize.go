@@ -47,8 +47,10 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		case ext == 1:
 			return substitute(fr.Body, map[*ir.Var]ir.Expr{fr.Var: fr.Min})
 		}
-		if out, ok := vectorizeSplit(fr, int(ext), vectorBytes(f)); ok {
-			return out
+		if width := vectorBytes(f); width > 0 {
+			if out, ok := vectorizeSplit(fr, int(ext), width); ok {
+				return out
+			}
 		}
 		c := *fr
 		c.Kind = ir.ForSerial
@@ -63,7 +65,8 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 
 // AttrVectorBytes is the function attribute (int64) giving the width in
 // bytes of the target's native vectors; without it Vectorize assumes
-// DefaultVectorBytes.
+// DefaultVectorBytes. 0 says the target has no vector registers: vectorized
+// loops stay serial loops and the generated C has no vector types.
 const AttrVectorBytes = "kiln.vector_bytes"
 
 // DefaultVectorBytes is the native vector width Vectorize assumes: 64
@@ -72,7 +75,7 @@ const AttrVectorBytes = "kiln.vector_bytes"
 const DefaultVectorBytes = 64
 
 func vectorBytes(f *ir.PrimFunc) int {
-	if v, ok := f.Attrs[AttrVectorBytes].(int64); ok && v > 0 && v <= maxVectorBytes {
+	if v, ok := f.Attrs[AttrVectorBytes].(int64); ok && v >= 0 && v <= maxVectorBytes {
 		return int(v)
 	}
 	return DefaultVectorBytes
