@@ -25,7 +25,10 @@ median, min, max, std, number); with --json one object:
    {"results": [s, ...], "mean": s, "median": s, "min": s, "max": s, "std": s, "number": n, "device": "cpu:0"}
 
 With --tracker the evaluator runs on the leased device itself, so the RPC round
-trip is not in the figures.
+trip is not in the figures. A device whose daemon runs under an emulator
+(kiln rpcserver --emulated, or a qemu --worker-wrapper) adds
+"emulated": "qemu-aarch64" to the object, and a note to the table: such
+times are the emulator's, not the board's.
 
 Examples:
    kiln bench matmul.kiln --func matmul --repeat 10 --min-repeat-ms 100
@@ -83,6 +86,9 @@ func runBench(c *ucli.Context) error {
 	tw.Flush()
 	fmt.Fprintf(w, "mean %s  median %s  min %s  max %s  std %s\n",
 		fmtSeconds(res.Mean), fmtSeconds(res.Median), fmtSeconds(res.Min), fmtSeconds(res.Max), fmtSeconds(res.Std))
+	if res.Emulated != "" {
+		fmt.Fprintf(w, "note: the device runs under %s: these are emulated times, not the board's performance\n", res.Emulated)
+	}
 	return nil
 }
 

@@ -22,11 +22,21 @@ import (
 // qemu-user: kiln cross-built with its cgo C compiler.
 type emulatedBoard struct {
 	goarch, triple, qemu string
+	// targets are the target strings the vectorized kernel is built for:
+	// each board's vector widths (NEON, SVE; RVV and scalar RISC-V).
+	targets []string
 }
 
 var emulatedBoards = []emulatedBoard{
-	{"arm64", "aarch64-linux-gnu", "qemu-aarch64"},
-	{"riscv64", "riscv64-linux-gnu", "qemu-riscv64"},
+	{"arm64", "aarch64-linux-gnu", "qemu-aarch64", []string{
+		"cpu -mtriple=aarch64-linux-gnu -mcpu=cortex-a72",
+		"cpu -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1",
+		"cpu -mtriple=aarch64-linux-gnu -mattr=+sve",
+	}},
+	{"riscv64", "riscv64-linux-gnu", "qemu-riscv64", []string{
+		"cpu -mtriple=riscv64-linux-gnu",
+		"cpu -mtriple=riscv64-linux-gnu -mattr=+v",
+	}},
 }
 
 // TestEmulatedBoards runs, for ARM64 and RISC-V, the cross-compilation
@@ -35,8 +45,9 @@ var emulatedBoards = []emulatedBoard{
 // board and run under qemu-user, its session workers too (through
 // --worker-wrapper). A build for the board's triple goes through the
 // tracker's queue, the compiler node cross-compiles it, the board runs it
-// and the result is checked; the time evaluator answers (emulated times
-// mean nothing as performance).
+// and the result is checked; the time evaluator answers and says its times
+// are emulated. A vectorized kernel is run for each of the board's vector
+// widths, and on ARM64 the IRModule tutorial's MLP with its weights.
 func TestEmulatedBoards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-builds kiln and runs it under qemu (-short)")
@@ -47,6 +58,16 @@ func TestEmulatedBoards(t *testing.T) {
 	f := newProcFleet(t, 500*time.Millisecond)
 	f.startTracker("")
 	f.startCompiler()
+
+	// A target no compiler node builds fails at once, naming what the
+	// nodes build, and query lists the job failed with that message.
+	_, _, err := runApp(t, "build", "testdata/vadd.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+		"--target", "cpu -mtriple=mips-linux-gnu", "-o", filepath.Join(t.TempDir(), "mips.kiln"))
+	check.Error(t, err, `no compiler node can build target "cpu -mtriple=mips-linux-gnu"; nodes serve: cpu (x86_64-linux-gnu)`)
+	q, errOut, err := runApp(t, "query", "--tracker", f.trackerAddr, "--token-file", f.tokFile)
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(q, `failed`) && strings.Contains(q, `no compiler node can build target "cpu -mtriple=mips-linux-gnu"`), q)
+
 	for _, b := range emulatedBoards {
 		t.Run(b.goarch, func(t *testing.T) {
 			for _, tool := range []string{b.qemu, b.triple + "-gcc", "go"} {
@@ -67,9 +88,21 @@ func TestEmulatedBoards(t *testing.T) {
 			dev.addr(t)
 			f.waitFree(key, 1)
 
+			// query groups the board under its architecture and says it
+			// is emulated.
+			q, errOut, err := runApp(t, "query", "--tracker", f.trackerAddr, "--token-file", f.tokFile)
+			check.NoError(t, err, errOut)
+			grouped := false
+			for _, line := range strings.Split(q, "\n") {
+				fl := strings.Fields(line)
+				grouped = grouped || (len(fl) >= 3 && fl[0] == b.goarch && fl[1] == key && fl[2] == "1")
+			}
+			check.True(t, grouped, "query groups", key, "under", b.goarch, ":", q)
+			check.True(t, strings.Contains(q, "(emulated: "+b.qemu+")"), q)
+
 			dir := t.TempDir()
 			art := filepath.Join(dir, "vadd.kiln")
-			_, errOut, err := runApp(t, "build", "testdata/vadd.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+			_, errOut, err = runApp(t, "build", "testdata/vadd.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
 				"--target", "cpu -mtriple="+b.triple, "-o", art)
 			check.NoError(t, err, errOut)
 
@@ -81,6 +114,14 @@ func TestEmulatedBoards(t *testing.T) {
 			check.NoError(t, err)
 			in := filepath.Join(dir, "x.npy")
 			check.NoError(t, ndarray.SaveNPY(in, xa))
+			y := make([]float32, 1024)
+			for i := range y {
+				y[i] = float32(512-i) / 8
+			}
+			ya, err := ndarray.FromSlice(y, ndarray.Shape{1024})
+			check.NoError(t, err)
+			yin := filepath.Join(dir, "y.npy")
+			check.NoError(t, ndarray.SaveNPY(yin, ya))
 			out := filepath.Join(dir, "out")
 			_, errOut, err = runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
 				"--input", "A="+in, "--input", "B="+in, "--output", out)
@@ -102,7 +143,48 @@ func TestEmulatedBoards(t *testing.T) {
 			var res proto.TimeResult
 			check.NoError(t, json.Unmarshal([]byte(js), &res), js)
 			check.Equal(t, len(res.Results), 2)
+			check.Equal(t, res.Emulated, b.qemu)
+			table, errOut, err := runApp(t, "bench", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+				"--input", "A="+in, "--input", "B="+in, "--repeat", "1", "--min-repeat-ms", "1")
+			check.NoError(t, err, errOut)
+			check.True(t, strings.Contains(table, "note: the device runs under "+b.qemu+": these are emulated times"), table)
 			t.Logf("%s board under %s: vadd of 1024 floats %.1f µs per call (emulated: not a performance figure)", b.goarch, b.qemu, res.Median*1e6)
+
+			// A vectorized kernel built for each of the board's vector
+			// widths gives the right numbers on it.
+			for _, target := range b.targets {
+				vart := filepath.Join(dir, "vfma.kiln")
+				_, errOut, err := runApp(t, "build", "testdata/vfma.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+					"--target", target, "-o", vart)
+				check.NoError(t, err, errOut)
+				vout := filepath.Join(dir, "vout")
+				_, errOut, err = runApp(t, "run", vart, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+					"--input", "A="+in, "--input", "B="+yin, "--output", vout)
+				check.NoError(t, err, target, errOut)
+				c, err := ndarray.LoadNPY(filepath.Join(vout, "C.npy"))
+				check.NoError(t, err)
+				got, err := ndarray.ToSlice[float32](c)
+				check.NoError(t, err)
+				for i := range got {
+					if want := x[i]*y[i] + max(x[i], y[i]); got[i] != want {
+						t.Fatalf("%s on the %s board: C[%d] = %g, want %g", target, b.goarch, i, got[i], want)
+					}
+				}
+			}
+
+			// The IRModule tutorial's MLP, a graph module, with its weights.
+			if b.goarch == "arm64" {
+				src, pfile, xfile, checkOut := mlpFiles(t, dir)
+				mart := filepath.Join(dir, "mlp.kiln")
+				_, errOut, err := runApp(t, "build", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+					"--target", "cpu -mtriple="+b.triple+" -mcpu=cortex-a72", "-o", mart)
+				check.NoError(t, err, errOut)
+				mout := filepath.Join(dir, "mlp-out")
+				_, errOut, err = runApp(t, "run", mart, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+					"--input", "x="+xfile, "--params", pfile, "--output", mout)
+				check.NoError(t, err, errOut)
+				checkOut(filepath.Join(mout, "output.npy"))
+			}
 
 			// An artifact for this machine is refused by the board, naming
 			// both architectures.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -272,6 +273,7 @@ Examples:
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
+			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
@@ -315,6 +317,14 @@ func runRPCServer(c *ucli.Context) error {
 		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
 		Worker: rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}
+	emulator := c.String("emulated")
+	if w := cfg.Worker.Wrapper; emulator == "" && len(w) > 0 && strings.HasPrefix(filepath.Base(w[0]), "qemu-") {
+		emulator = filepath.Base(w[0])
+	}
+	if emulator != "" {
+		cfg.Worker.Env = append(cfg.Worker.Env, rpcserver.EnvEmulated+"="+emulator)
+		log.Warn("running under an emulator: times measured here are not the board's", "emulator", emulator)
+	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {
 		return err // it names the daemon already ("rpcserver: ...")
@@ -340,8 +350,10 @@ func runRPCServer(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
+		attrs := rpcserver.NodeAttrs(Version())
+		attrs.Emulated = emulator
 		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log, CredentialFile: c.String("credential-file")}, proto.RegisterArgs{
-			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: rpcserver.NodeAttrs(Version()),
+			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: attrs,
 		})
 		reg.OnHealthCheck = deviceHealthCheck
 		d.SetTracker(reg) // the daemon runs it and verifies leases with it

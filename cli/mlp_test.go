@@ -21,51 +21,13 @@ import (
 // match a reference computed here.
 func TestMLPRemote(t *testing.T) {
 	dir := t.TempDir()
-	mod, params, err := nn.Export(nn.NewNamedSequential(
-		nn.Named("fc1", nn.NewLinear(784, 256, true)),
-		nn.Named("relu1", nn.NewReLU()),
-		nn.Named("fc2", nn.NewLinear(256, 10, true)),
-	), nn.Spec{Inputs: []nn.Input{{Name: "x", Shape: []int64{1, 784}, DType: ir.Float32}}, Seed: 3})
-	check.NoError(t, err)
-	src := filepath.Join(dir, "mlp.py")
-	check.NoError(t, os.WriteFile(src, []byte(script.Print(mod)), 0o644))
-	pfile := filepath.Join(dir, "params.safetensors")
-	check.NoError(t, params.Save(pfile))
-	xs := make([]float32, 784)
-	for i := range xs {
-		xs[i] = float32(math.Sin(float64(i)))
-	}
-	x, err := ndarray.FromSlice(xs, ndarray.Shape{1, 784})
-	check.NoError(t, err)
-	xfile := filepath.Join(dir, "x.npy")
-	check.NoError(t, ndarray.SaveNPY(xfile, x))
-	nds, err := params.NDArrays(devices.CPUDevice)
-	check.NoError(t, err)
-	host := map[string][]float32{}
-	for name, a := range nds {
-		host[name], err = ndarray.ToSlice[float32](a)
-		check.NoError(t, err)
-	}
-	want := mlpRef(xs, host)
-	checkOut := func(path string) {
-		t.Helper()
-		o, err := ndarray.LoadNPY(path)
-		check.NoError(t, err)
-		got, err := ndarray.ToSlice[float32](o)
-		check.NoError(t, err)
-		check.Equal(t, len(got), 10)
-		for i := range want {
-			if math.Abs(float64(got[i])-want[i]) > 1e-4*math.Max(1, math.Abs(want[i])) {
-				t.Fatalf("%s: output %d = %g, want %g", path, i, got[i], want[i])
-			}
-		}
-	}
+	src, pfile, xfile, checkOut := mlpFiles(t, dir)
 
 	fl, tok := testFleet(t, dir, "tok")
 	addr := fl.tracker.Addr()
 
 	art := filepath.Join(dir, "mlp.kiln")
-	_, _, err = runApp(t, "build", src, "--tracker", addr, "--token-file", tok, "-o", art)
+	_, _, err := runApp(t, "build", src, "--tracker", addr, "--token-file", tok, "-o", art)
 	check.NoError(t, err)
 	out := filepath.Join(dir, "remote")
 	_, _, err = runApp(t, "run", art, "--tracker", addr, "--key", "cpu", "--token-file", tok,
@@ -85,12 +47,59 @@ func TestMLPRemote(t *testing.T) {
 	// A missing weight and a wrong input shape are named.
 	_, _, err = runApp(t, "run", art, "--input", "x="+xfile)
 	check.Error(t, err, `parameter "fc1_weight" not given`)
-	bad, err := ndarray.FromSlice(xs[:780], ndarray.Shape{1, 780})
+	bad, err := ndarray.FromSlice(make([]float32, 780), ndarray.Shape{1, 780})
 	check.NoError(t, err)
 	badFile := filepath.Join(dir, "bad.npy")
 	check.NoError(t, ndarray.SaveNPY(badFile, bad))
 	_, _, err = runApp(t, "run", bundled, "--input", "x="+badFile)
 	check.Error(t, err, `"x"`, "(1, 780)")
+}
+
+// mlpFiles writes the IRModule tutorial's MLP (784-256-10, as TVMScript),
+// its weights (safetensors) and an input x (npy) into dir, and returns
+// them with a check of an output file against a reference computed here.
+func mlpFiles(t *testing.T, dir string) (src, pfile, xfile string, checkOut func(path string)) {
+	t.Helper()
+	mod, params, err := nn.Export(nn.NewNamedSequential(
+		nn.Named("fc1", nn.NewLinear(784, 256, true)),
+		nn.Named("relu1", nn.NewReLU()),
+		nn.Named("fc2", nn.NewLinear(256, 10, true)),
+	), nn.Spec{Inputs: []nn.Input{{Name: "x", Shape: []int64{1, 784}, DType: ir.Float32}}, Seed: 3})
+	check.NoError(t, err)
+	src = filepath.Join(dir, "mlp.py")
+	check.NoError(t, os.WriteFile(src, []byte(script.Print(mod)), 0o644))
+	pfile = filepath.Join(dir, "params.safetensors")
+	check.NoError(t, params.Save(pfile))
+	xs := make([]float32, 784)
+	for i := range xs {
+		xs[i] = float32(math.Sin(float64(i)))
+	}
+	x, err := ndarray.FromSlice(xs, ndarray.Shape{1, 784})
+	check.NoError(t, err)
+	xfile = filepath.Join(dir, "x.npy")
+	check.NoError(t, ndarray.SaveNPY(xfile, x))
+	nds, err := params.NDArrays(devices.CPUDevice)
+	check.NoError(t, err)
+	host := map[string][]float32{}
+	for name, a := range nds {
+		host[name], err = ndarray.ToSlice[float32](a)
+		check.NoError(t, err)
+	}
+	want := mlpRef(xs, host)
+	checkOut = func(path string) {
+		t.Helper()
+		o, err := ndarray.LoadNPY(path)
+		check.NoError(t, err)
+		got, err := ndarray.ToSlice[float32](o)
+		check.NoError(t, err)
+		check.Equal(t, len(got), 10)
+		for i := range want {
+			if math.Abs(float64(got[i])-want[i]) > 1e-4*math.Max(1, math.Abs(want[i])) {
+				t.Fatalf("%s: output %d = %g, want %g", path, i, got[i], want[i])
+			}
+		}
+	}
+	return src, pfile, xfile, checkOut
 }
 
 func mlpRef(x []float32, p map[string][]float32) []float64 {

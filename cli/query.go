@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,8 +21,9 @@ func queryCommand() *ucli.Command {
 		Name:      "query",
 		Usage:     "show a tracker's devices, queues, compiler nodes and recent build jobs",
 		UsageText: "kiln query --tracker HOST:PORT [--jobs N] [--jobs-before ID] [--json]",
-		Description: `Prints the tracker's view of the fleet: per device key how many devices are
-free, busy, lost or quarantined and how many requests wait; every device and
+		Description: `Prints the tracker's view of the fleet: per device key, grouped by the
+devices' architecture (amd64, arm64, riscv64), how many devices are free,
+busy, lost or quarantined and how many requests wait; every device and
 compiler node with its state and address; each request queue in order (so a
 waiting client can see its position); and the most recent build jobs. With
 --json it prints the summary as one JSON object.
@@ -63,15 +66,44 @@ func runQuery(c *ucli.Context) error {
 	return nil
 }
 
-// printSummary writes the tracker summary as tables.
+// keyArches names each device key's architecture (TripleArch of its
+// devices' triples; several joined by ", " when a key spans them).
+func keyArches(devs []proto.NodeSummary) map[string]string {
+	sets := map[string][]string{}
+	for _, n := range devs {
+		if a := proto.TripleArch(n.Attrs.Triple); a != "" && !slices.Contains(sets[n.Key], a) {
+			sets[n.Key] = append(sets[n.Key], a)
+		}
+	}
+	out := map[string]string{}
+	for k, as := range sets {
+		slices.Sort(as)
+		out[k] = strings.Join(as, ", ")
+	}
+	return out
+}
+
+// printSummary writes the tracker summary as tables: the device keys
+// grouped by architecture, the nodes, the request queues, the build jobs.
 func printSummary(w io.Writer, s proto.TrackerSummary) {
+	// Keys grouped by their devices' architecture (boards of one kind
+	// together), then by name.
+	arches := keyArches(s.Devices)
+	keys := slices.Clone(s.Keys)
+	slices.SortStableFunc(keys, func(a, b proto.KeySummary) int {
+		return cmp.Or(strings.Compare(arches[a.Key], arches[b.Key]), strings.Compare(a.Key, b.Key))
+	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tFREE\tBUSY\tLOST\tQUARANTINED\tWAITING")
-	for _, k := range s.Keys {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", k.Key, k.Free, k.Busy, k.Lost, k.Quarantined, k.Pending)
+	fmt.Fprintln(tw, "ARCH\tKEY\tFREE\tBUSY\tLOST\tQUARANTINED\tWAITING")
+	for _, k := range keys {
+		arch := arches[k.Key]
+		if arch == "" {
+			arch = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", arch, k.Key, k.Free, k.Busy, k.Lost, k.Quarantined, k.Pending)
 	}
 	if len(s.Keys) == 0 {
-		fmt.Fprintln(tw, "(no devices registered)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(no devices registered)\t\t\t\t\t\t")
 	}
 	tw.Flush()
 
@@ -79,16 +111,23 @@ func printSummary(w io.Writer, s proto.TrackerSummary) {
 	if len(nodes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tROLE\tKEY\tSTATE\tADDRESS\tLAST SEEN\tDETAILS")
+		fmt.Fprintln(tw, "NODE\tROLE\tARCH\tKEY\tSTATE\tADDRESS\tLAST SEEN\tDETAILS")
 		for _, n := range nodes {
 			detail := strings.Join(n.Attrs.DeviceNames, ", ")
 			if n.Role == proto.NodeCompiler {
 				detail = strings.Join(n.Attrs.Serves(), ", ") + "; " + n.Attrs.Compiler
 			}
+			if n.Attrs.Emulated != "" {
+				detail += " (emulated: " + n.Attrs.Emulated + ")"
+			}
+			arch := proto.TripleArch(n.Attrs.Triple)
+			if arch == "" {
+				arch = "-"
+			}
 			if n.LastError != "" {
 				detail += " (last error: " + n.LastError + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", n.NodeID, n.Role, n.Key, n.State, n.Addr,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", n.NodeID, n.Role, arch, n.Key, n.State, n.Addr,
 				s.Now.Sub(n.LastSeen).Round(100*time.Millisecond), detail)
 		}
 		tw.Flush()

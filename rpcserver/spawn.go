@@ -36,6 +36,11 @@ type WorkerSpec struct {
 	Wrapper []string
 }
 
+// EnvEmulated, in a worker's environment (WorkerSpec.Env), names the
+// emulator the daemon and its workers run under; the time evaluator's
+// results then say so (TimeResult.Emulated).
+const EnvEmulated = "KILN_EMULATED"
+
 // DefaultWorkerArgs are the arguments that make the kiln binary run
 // WorkerMain: the CLI registers a hidden subcommand of this name.
 var DefaultWorkerArgs = []string{"rpcserver-worker"}

@@ -650,7 +650,7 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 	}
 	return proto.TimeResult{
 		Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max, Std: r.Std,
-		Number: r.Number, Device: cs.dev.String(),
+		Number: r.Number, Device: cs.dev.String(), Emulated: os.Getenv(EnvEmulated),
 	}, nil
 }
 

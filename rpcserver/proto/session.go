@@ -294,6 +294,10 @@ type TimeResult struct {
 	// where the device reports them (0 otherwise).
 	ClockMHz float64 `msgpack:"clock_mhz,omitempty" json:"clock_mhz,omitempty"`
 	TempC    float64 `msgpack:"temp_c,omitempty" json:"temp_c,omitempty"`
+	// Emulated names the emulator the device runs under ("qemu-aarch64"),
+	// where its daemon says it runs under one: the times are then the
+	// emulator's, not the board's, and mean nothing as performance.
+	Emulated string `msgpack:"emulated,omitempty" json:"emulated,omitempty"`
 }
 
 // DeviceAttrsResult describes the daemon's host and devices.

@@ -152,6 +152,9 @@ type NodeAttrs struct {
 	// NVRTC and NVCC say whether CUDA compilation is available: "nvrtc", "nvcc".
 	NVRTC bool `msgpack:"nvrtc,omitempty" json:"nvrtc,omitempty"`
 	NVCC  bool `msgpack:"nvcc,omitempty" json:"nvcc,omitempty"`
+	// Emulated names the emulator a device daemon runs under
+	// ("qemu-aarch64"): "emulated" is "true" and "emulator" the name.
+	Emulated string `msgpack:"emulated,omitempty" json:"emulated,omitempty"`
 	// Extra holds free-form attributes, seen by selectors under their own names.
 	Extra map[string]string `msgpack:"extra,omitempty" json:"extra,omitempty"`
 }
@@ -228,6 +231,10 @@ func (a NodeAttrs) Flatten() map[string]string {
 	}
 	if a.NVCC {
 		m["nvcc"] = "true"
+	}
+	if a.Emulated != "" {
+		m["emulated"] = "true"
+		m["emulator"] = a.Emulated
 	}
 	for k, v := range a.Extra {
 		m[k] = v
