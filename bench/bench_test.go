@@ -28,6 +28,7 @@ var headline = map[string]string{
 	"python":           "ratio_remote_call",
 	"onnx":             "kiln_ms",
 	"onnx-conformance": "total",
+	"cross":            "native_cold_ms",
 }
 
 // TestQuickJSON runs every registered benchmark in quick mode and checks it

@@ -58,6 +58,7 @@ func TestEmulatedBoards(t *testing.T) {
 	f := newProcFleet(t, 500*time.Millisecond)
 	f.startTracker("")
 	f.startCompiler()
+	eventually(t, "the compiler node registered", func() bool { return len(f.query().Compiler) == 1 })
 
 	// A target no compiler node builds fails at once, naming what the
 	// nodes build, and query lists the job failed with that message.
@@ -174,12 +175,13 @@ func TestEmulatedBoards(t *testing.T) {
 
 			// The IRModule tutorial's MLP, a graph module, with its weights.
 			if b.goarch == "arm64" {
-				src, pfile, xfile, checkOut := mlpFiles(t, dir)
-				mart := filepath.Join(dir, "mlp.kiln")
+				mdir := t.TempDir()
+				src, pfile, xfile, checkOut := mlpFiles(t, mdir)
+				mart := filepath.Join(mdir, "mlp.kiln")
 				_, errOut, err := runApp(t, "build", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile,
 					"--target", "cpu -mtriple="+b.triple+" -mcpu=cortex-a72", "-o", mart)
 				check.NoError(t, err, errOut)
-				mout := filepath.Join(dir, "mlp-out")
+				mout := filepath.Join(mdir, "out")
 				_, errOut, err = runApp(t, "run", mart, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
 					"--input", "x="+xfile, "--params", pfile, "--output", mout)
 				check.NoError(t, err, errOut)
