@@ -79,9 +79,10 @@ type crossResult struct {
 	NativeColdMS float64     `json:"native_cold_ms"`
 	Board        *crossBoard `json:"board,omitempty"`
 	BoardSkipped string      `json:"board_skipped,omitempty"`
-	// Load is /proc/loadavg at the start: the machine is shared.
-	Load  string `json:"load"`
-	Quick bool   `json:"quick,omitempty"`
+	// Load is the 1-minute load average at the start: the machine may be
+	// shared.
+	Load  float64 `json:"load"`
+	Quick bool    `json:"quick,omitempty"`
 }
 
 func (r crossResult) Line() string {
@@ -100,7 +101,7 @@ func (r crossResult) Line() string {
 	} else {
 		fmt.Fprintf(&b, " emulated board skipped: %s", r.BoardSkipped)
 	}
-	fmt.Fprintf(&b, " [load %s]", r.Load)
+	fmt.Fprintf(&b, " [load %.1f]", r.Load)
 	return b.String()
 }
 
@@ -117,9 +118,7 @@ func runCross(ctx context.Context, opt options) (result, error) {
 	if opt.quick {
 		n, repeats = 64, 1
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	r := crossResult{Name: "cross", Func: fmt.Sprintf("scheduled matmul %d³ fp32", n), Repeats: repeats, Quick: opt.quick,
-		Load: strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " ")}
+	r := crossResult{Name: "cross", Func: fmt.Sprintf("scheduled matmul %d³ fp32", n), Repeats: repeats, Quick: opt.quick, Load: loadAvg()}
 	f, err := matmulFunc(n, n, n)
 	if err != nil {
 		return nil, err
