@@ -196,8 +196,60 @@ func TestEmulatedBoards(t *testing.T) {
 			_, _, err = runApp(t, "run", host, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
 				"--input", "A="+in, "--input", "B="+in, "--output", out)
 			check.True(t, err != nil && strings.Contains(err.Error(), "this machine is "+b.goarch), "an amd64 artifact on the board:", err)
+
+			if b.goarch == "arm64" {
+				boardDies(t, f, dev, key, b, dir)
+			}
 		})
 	}
+}
+
+// boardDies kills the board's qemu (its daemon) in the middle of a run: the
+// client's run fails naming the board, the tracker marks the board lost,
+// and the build queue goes on serving (the next build for the board's
+// triple succeeds).
+func boardDies(t *testing.T, f *procFleet, dev *proc, key string, b emulatedBoard, dir string) {
+	t.Helper()
+	art := filepath.Join(dir, "mm.kiln")
+	_, errOut, err := runApp(t, "build", "testdata/mm1024.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+		"--target", "cpu -mtriple="+b.triple, "-o", art)
+	check.NoError(t, err, errOut)
+	ones := make([]float32, 1024*1024)
+	for i := range ones {
+		ones[i] = 1
+	}
+	oa, err := ndarray.FromSlice(ones, ndarray.Shape{1024, 1024})
+	check.NoError(t, err)
+	in := filepath.Join(dir, "ones.npy")
+	check.NoError(t, ndarray.SaveNPY(in, oa))
+	opened := strings.Count(dev.out.String(), "session open")
+	runErr := make(chan error, 1)
+	go func() {
+		// A naive 1024³ matmul: seconds under qemu.
+		_, _, err := runApp(t, "run", art, "--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile,
+			"--input", "A="+in, "--input", "B="+in, "--output", filepath.Join(dir, "mm-out"))
+		runErr <- err
+	}()
+	eventually(t, "the run's session opened", func() bool { return strings.Count(dev.out.String(), "session open") > opened })
+	time.Sleep(300 * time.Millisecond) // into the upload or the call
+	dev.kill9(t)
+	select {
+	case err := <-runErr:
+		check.Error(t, err, "the device at", key, "stopped answering in the middle of the session (its daemon died or the connection broke)")
+	case <-time.After(procGuard):
+		t.Fatalf("the run on a board that died did not end within %s", procGuard)
+	}
+	eventually(t, "the dead board is lost", func() bool {
+		for _, n := range f.query().Devices {
+			if n.Key == key {
+				return n.State == proto.StateLost
+			}
+		}
+		return false
+	})
+	_, errOut, err = runApp(t, "build", "testdata/vadd.py", "--tracker", f.trackerAddr, "--token-file", f.tokFile,
+		"--target", "cpu -mtriple="+b.triple+" -mcpu=cortex-a53", "-o", filepath.Join(dir, "after.kiln"))
+	check.NoError(t, err, "a build after the board died:", errOut)
 }
 
 // crossBuildKiln builds kiln for b the way a release is built: with

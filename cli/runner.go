@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -237,15 +241,15 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	}
 	name := filepath.Base(path)
 	if err := r.s.Upload(ctx, name, data); err != nil {
-		return nil, err
+		return nil, r.lost(err)
 	}
 	mod, err := r.s.LoadModule(ctx, name, c.String("memory-cfg"))
 	if err != nil {
-		return nil, err
+		return nil, r.lost(err)
 	}
 	r.f, err = mod.GetFunction(ctx, fi.Name)
 	if err != nil {
-		return nil, err
+		return nil, r.lost(err)
 	}
 	return r, nil
 }
@@ -287,7 +291,37 @@ func (r *remoteRunner) args(ctx context.Context, call *preparedCall) ([]any, err
 	return out, nil
 }
 
+// lost names the device when its connection broke in the middle of the
+// session (its daemon died, the board rebooted or left the network): the
+// error then says so, not only the transport's "unexpected EOF".
+func (r *remoteRunner) lost(err error) error {
+	if err == nil {
+		return nil
+	}
+	broke := false
+	if errors.Is(err, proto.ErrUnavailable) && r.s != nil {
+		// A transfer's stream may see the end before the session's
+		// connection does: give the connection a moment to say.
+		select {
+		case <-r.s.Done():
+			broke = true
+		case <-time.After(3 * time.Second):
+		}
+	}
+	for _, e := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.EPIPE, net.ErrClosed} {
+		broke = broke || errors.Is(err, e)
+	}
+	if broke {
+		return fmt.Errorf("the device at %s stopped answering in the middle of the session (its daemon died or the connection broke): %w", r.where(), err)
+	}
+	return err
+}
+
 func (r *remoteRunner) call(ctx context.Context, call *preparedCall) error {
+	return r.lost(r.callOn(ctx, call))
+}
+
+func (r *remoteRunner) callOn(ctx context.Context, call *preparedCall) error {
 	args, err := r.args(ctx, call)
 	if err != nil {
 		return err
@@ -337,9 +371,10 @@ func (r *remoteRunner) call(ctx context.Context, call *preparedCall) error {
 func (r *remoteRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
 	args, err := r.args(ctx, call)
 	if err != nil {
-		return proto.TimeResult{}, err
+		return proto.TimeResult{}, r.lost(err)
 	}
-	return r.s.TimeEvaluator(ctx, r.f, o, args...)
+	res, err := r.s.TimeEvaluator(ctx, r.f, o, args...)
+	return res, r.lost(err)
 }
 
 func (r *remoteRunner) where() string {

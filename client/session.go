@@ -174,6 +174,10 @@ func (s *Session) Close() error {
 	return s.c.Close()
 }
 
+// Done is closed when the session's connection to the daemon ends (the
+// session closed, or the daemon or the network went away).
+func (s *Session) Done() <-chan struct{} { return s.c.Done() }
+
 // Err returns why the session ended (crashed, expired, connection lost), or
 // nil while it is usable.
 func (s *Session) Err() error {
