@@ -51,19 +51,10 @@ func runCompile(ctx context.Context, opt options) (result, error) {
 	if opt.quick {
 		n, repeats = 64, 1
 	}
-	f, err := matmulFunc(n, n, n)
+	mod, s, err := scheduledMatmulModule(n)
 	if err != nil {
 		return nil, err
 	}
-	s, err := schedule.New(f)
-	if err != nil {
-		return nil, fmt.Errorf("schedule: %w", err)
-	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
-		return nil, fmt.Errorf("schedule: %w", err)
-	}
-	name := fmt.Sprintf("matmul_%d", n)
-	mod := ir.NewIRModule().With(name, s.Func().WithAttr(ir.AttrGlobalSymbol, name))
 	r := compileResult{Name: "compile", Func: fmt.Sprintf("scheduled matmul %d³ fp32", n), Repeats: repeats, Trace: s.Trace(), Quick: opt.quick}
 	var cold, lower, cc, cached []float64
 	for range repeats {
@@ -104,3 +95,21 @@ func runCompile(ctx context.Context, opt options) (result, error) {
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
+
+// scheduledMatmulModule is the matmul benchmark's scheduled n³ function
+// (named matmul_N) in a module, with its schedule.
+func scheduledMatmulModule(n int) (*ir.IRModule, *schedule.Schedule, error) {
+	f, err := matmulFunc(n, n, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedule: %w", err)
+	}
+	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
+		return nil, nil, fmt.Errorf("schedule: %w", err)
+	}
+	name := fmt.Sprintf("matmul_%d", n)
+	return ir.NewIRModule().With(name, s.Func().WithAttr(ir.AttrGlobalSymbol, name)), s, nil
+}

@@ -17,9 +17,7 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
-	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/node"
-	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/tracker"
@@ -119,19 +117,10 @@ func runCross(ctx context.Context, opt options) (result, error) {
 		n, repeats = 64, 1
 	}
 	r := crossResult{Name: "cross", Func: fmt.Sprintf("scheduled matmul %d³ fp32", n), Repeats: repeats, Quick: opt.quick, Load: loadAvg()}
-	f, err := matmulFunc(n, n, n)
+	mod, _, err := scheduledMatmulModule(n)
 	if err != nil {
 		return nil, err
 	}
-	s, err := schedule.New(f)
-	if err != nil {
-		return nil, fmt.Errorf("schedule: %w", err)
-	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
-		return nil, fmt.Errorf("schedule: %w", err)
-	}
-	name := fmt.Sprintf("matmul_%d", n)
-	mod := ir.NewIRModule().With(name, s.Func().WithAttr(ir.AttrGlobalSymbol, name))
 	for _, ts := range crossTargets {
 		target := compiler.MustParseTarget(ts)
 		ct := crossTarget{Target: ts, VectorBytes: target.VectorBytes()}
