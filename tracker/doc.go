@@ -19,14 +19,20 @@
 // that interface; boltStore is the implementation.
 //
 // DataDir/tracker.db (bbolt) holds build jobs with their modules, the
-// artifact index and the outstanding leases; artifacts live under
-// DataDir/artifacts/<sha256[:2]>/<sha256>. A write is durable before the
-// call that made it returns: writes from concurrent calls share one
-// transaction and its two fsyncs (group commit), applied by a commit loop
-// or, when no commit is running, by the waiting caller itself, which
-// saves a hand-off between goroutines on a machine short of CPU. bbolt
-// runs without writing its free-page list at each commit (it is rebuilt
-// on open), as etcd runs it. On start the tracker loads jobs (running ones go back to
+// artifact index, the outstanding leases and node credentials; artifacts
+// live under DataDir/artifacts/<sha256[:2]>/<sha256>. A write is durable
+// before the call that made it returns. Writes from concurrent calls
+// share one record of a write-ahead log (DataDir/tracker.db.wal, made
+// zero-filled so that a sync writes data, not file metadata) and its one
+// fdatasync (group commit), written by a commit loop or, when no commit
+// is running, by the waiting caller itself, which saves a hand-off
+// between goroutines on a machine short of CPU. Logged batches reach
+// tracker.db in a synced transaction at most once every 50 ms (a checkpoint,
+// which also records the last batch applied); on open the batches logged
+// after it are applied again, and a torn last record is dropped. A batch
+// too large for the log goes to tracker.db directly. bbolt runs without
+// writing its free-page list at each commit (it is rebuilt on open), as
+// etcd runs it. On start the tracker loads jobs (running ones go back to
 // the queue: their compiler node is gone with the old process's
 // connections) and the leases not yet expired. Leases are persisted, not
 // invalidated: a lease stays valid across a restart until it expires or is

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package tracker
+
+import "os"
+
+// fdatasync flushes f (a full fsync where the system has no fdatasync).
+func fdatasync(f *os.File) error { return f.Sync() }
