@@ -43,7 +43,10 @@ does: defines the tensor-expression tutorial's matrix multiply (te.compute with 
 s[C].parallel(C.op.axis[0])), submits the build to the tracker's queue, where
 the compiler node builds it, leases the device, uploads the artifact, runs the
 kernel on random N×N inputs, checks the result against a reference computed
-here, times it with the device-side time evaluator and prints the table.
+here, times it with the device-side time evaluator, then tunes a static-shape
+matmul of the same size with kiln tune's search (--tune-trials candidates
+built on the compiler node and timed on the device; 0 skips) and prints the
+table.
 Everything stops and is removed at the end.
 
 Examples:
@@ -53,6 +56,7 @@ Examples:
 			&ucli.IntFlag{Name: "size", Value: 256, Usage: "matrix size N (N×N times N×N)"},
 			&ucli.StringFlag{Name: "keep", Usage: "keep the fleet's files (tracker data, artifact) in this directory"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "show the daemons' logs"},
+			&ucli.IntFlag{Name: "tune-trials", Value: 4, Usage: "then tune a static N×N×N matmul with this many candidates (kiln tune's search) and show it before and after; 0 skips"},
 		},
 		OnUsageError: usageError,
 		Action:       runDemo,
@@ -124,6 +128,9 @@ func runDemo(c *ucli.Context) error {
 	step("fleet up", start, "tracker %s, device daemon %s, compiler node registered", tr.Addr(), d.Addr())
 
 	err = demoMatmul(ctx, tc, tok, n, dir, begin, step)
+	if trials := c.Int("tune-trials"); err == nil && trials > 0 {
+		err = demoTune(ctx, tc, tok, n, trials, dir, begin, step)
+	}
 	fleetErr := fl.stop()
 	if err != nil {
 		return errors.Join(fmt.Errorf("demo: %w", err), fleetErr)

@@ -17,7 +17,7 @@ func TestDemo(t *testing.T) {
 	// Not a terminal: the steps are listed, no spinner is drawn.
 	check.True(t, strings.Contains(errOut, "build (queued): done in") && !strings.ContainsAny(errOut, "\r⠋⠙"),
 		"demo progress off a terminal:", errOut)
-	for _, want := range []string{"build (queued)", "succeeded", "max relative error", "GFLOPS"} {
+	for _, want := range []string{"build (queued)", "succeeded", "max relative error", "GFLOPS", "tuned", "faster; records in tuning.jsonl"} {
 		check.True(t, strings.Contains(out, want), "demo output lacks", want, "in", out)
 	}
 }

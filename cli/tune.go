@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
@@ -478,4 +479,59 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 	}
 	tf.dir = dir
 	return tf, nil
+}
+
+// demoTune is kiln demo's tuning step: an n×n×n matmul from bare
+// te.compute, timed on the device as it is, then tuned for trials
+// candidates on the demo's fleet and the best one reported.
+func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int, dir string, begin func(string), step func(string, time.Time, string, ...any)) error {
+	start := time.Now()
+	begin(fmt.Sprintf("tune a static %d×%d×%d matmul: %d candidates built on the compiler node, timed on the device", n, n, n, trials))
+	N := int64(n)
+	A := te.Placeholder(te.Shape(N, N), ir.Float32, "A")
+	B := te.Placeholder(te.Shape(N, N), ir.Float32, "B")
+	k := te.ReduceAxis(ir.RangeFromExtent(ir.I32(N)), "k")
+	C := te.Compute(te.Shape(N, N), func(i, j ir.Expr) ir.Expr { return te.Sum(ir.Mul(A.At(i, k), B.At(k, j)), k) }, "C")
+	f, err := te.CreatePrimFunc([]*te.Tensor{A, B, C})
+	if err != nil {
+		return err
+	}
+	target, err := compiler.ParseTarget("cpu")
+	if err != nil {
+		return err
+	}
+	task, err := tune.NewTask("matmul_static", f.WithAttr(ir.AttrGlobalSymbol, "matmul_static"), 1, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()})
+	if err != nil {
+		return err
+	}
+	runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: "cpu", Token: tok, Target: target.String(), Devices: 1, User: "kiln demo",
+		Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	before, err := runner.Run(ctx, task, []*tune.Candidate{{Func: task.Func}})
+	if err != nil {
+		return err
+	}
+	if before[0].Error != "" {
+		return fmt.Errorf("the unscheduled matmul: %s", before[0].Error)
+	}
+	rec := tune.Record{Times: before[0].Times}
+	t0 := rec.Median()
+	db, _, err := tune.OpenDatabase(filepath.Join(dir, "tuning.jsonl"), target.String())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: trials, Seed: 1})
+	if err != nil {
+		return err
+	}
+	if sum[0].Best <= 0 {
+		return fmt.Errorf("no valid candidate among %d", trials)
+	}
+	step("tune", start, "%d×%d×%d matmul (static shape, from bare te.compute): default %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl",
+		n, n, n, fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
+	return nil
 }
