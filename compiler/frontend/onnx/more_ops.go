@@ -338,53 +338,37 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		xs, is := x.shape(), idx.shape()
-		if len(is) != len(xs) {
-			return nil, fmt.Errorf("indices of rank %d for data of rank %d", len(is), len(xs))
-		}
-		// out[p] = x[p with p[axis] = idx[p]]: a take from the flat data at
-		// base[p] + idx[p]·stride, base being p's flat index with
-		// p[axis] = 0.
-		str := stridesOf(xs)
-		base := newTensor(ir.Int64, is)
-		istr := stridesOf(is)
-		for f := range numElements(is) {
-			off := int64(0)
-			for d := range is {
-				if d != axis {
-					off += f / istr[d] % is[d] * str[d]
-				}
-			}
-			putInt(base.Data, ir.Int64, int(f), off)
-		}
-		ix, err := im.cast(idx, ir.Int64)
+		return ret(im.gatherElements(x, idx, axis))
+	})
+	reg("NegativeLogLikelihoodLoss", 12, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
 		if err != nil {
 			return nil, err
 		}
-		neg, err := im.emit("relax.less", nil, ix, scalar(ir.Int64, 0))
+		t, err := n.need(1)
 		if err != nil {
 			return nil, err
 		}
-		wrapped, err := im.emit("relax.add", nil, ix, scalar(ir.Int64, float64(xs[axis])))
+		return ret(im.nllLoss(n, x, t, n.input(2)))
+	})
+	reg("SoftmaxCrossEntropyLoss", 12, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
 		if err != nil {
 			return nil, err
 		}
-		if ix, err = im.emit("relax.where", nil, neg, wrapped, ix); err != nil {
-			return nil, err
-		}
-		scaled, err := im.emit("relax.multiply", nil, ix, scalar(ir.Int64, float64(str[axis])))
+		t, err := n.need(1)
 		if err != nil {
 			return nil, err
 		}
-		flatIdx, err := im.emit("relax.add", nil, scaled, constant(base))
+		lp, err := im.emit("relax.nn.log_softmax", map[string]any{"axis": int64(1)}, x)
 		if err != nil {
 			return nil, err
 		}
-		flat, err := im.reshape(x, []int64{numElements(xs)})
+		loss, err := im.nllLoss(n, lp, t, n.input(2))
 		if err != nil {
 			return nil, err
 		}
-		return ret(im.emit("relax.take", map[string]any{"axis": int64(0)}, flat, flatIdx))
+		return []*value{loss, lp}, nil
 	})
 	for name, toDepth := range map[string]bool{"SpaceToDepth": true, "DepthToSpace": false} {
 		reg(name, 7, func(im *importer, n *node) ([]*value, error) {
@@ -483,4 +467,135 @@ func (im *importer) take(x *value, idx []int64, axis int) (*value, error) {
 		}
 	}
 	return im.emit("relax.take", map[string]any{"axis": int64(axis)}, x, constant(intTensor(idx)))
+}
+
+// gatherElements is ONNX's GatherElements: out[p] = x[p with p[axis] =
+// idx[p]], a take from the flat data at base[p] + idx[p]·stride, base
+// being p's flat index with p[axis] = 0.
+func (im *importer) gatherElements(x, idx *value, axis int) (*value, error) {
+	xs, is := x.shape(), idx.shape()
+	if len(is) != len(xs) {
+		return nil, fmt.Errorf("indices of rank %d for data of rank %d", len(is), len(xs))
+	}
+	str := stridesOf(xs)
+	base := newTensor(ir.Int64, is)
+	istr := stridesOf(is)
+	for f := range numElements(is) {
+		off := int64(0)
+		for d := range is {
+			if d != axis {
+				off += f / istr[d] % is[d] * str[d]
+			}
+		}
+		putInt(base.Data, ir.Int64, int(f), off)
+	}
+	ix, err := im.cast(idx, ir.Int64)
+	if err != nil {
+		return nil, err
+	}
+	neg, err := im.emit("relax.less", nil, ix, scalar(ir.Int64, 0))
+	if err != nil {
+		return nil, err
+	}
+	wrapped, err := im.emit("relax.add", nil, ix, scalar(ir.Int64, float64(xs[axis])))
+	if err != nil {
+		return nil, err
+	}
+	if ix, err = im.emit("relax.where", nil, neg, wrapped, ix); err != nil {
+		return nil, err
+	}
+	scaled, err := im.emit("relax.multiply", nil, ix, scalar(ir.Int64, float64(str[axis])))
+	if err != nil {
+		return nil, err
+	}
+	flatIdx, err := im.emit("relax.add", nil, scaled, constant(base))
+	if err != nil {
+		return nil, err
+	}
+	flat, err := im.reshape(x, []int64{numElements(xs)})
+	if err != nil {
+		return nil, err
+	}
+	return im.emit("relax.take", map[string]any{"axis": int64(0)}, flat, flatIdx)
+}
+
+// nllLoss is NegativeLogLikelihoodLoss of x [N, C, d…] (log-probabilities)
+// and targets t [N, d…]: −x[n, t, d…]·w[t], zero where t is ignore_index,
+// reduced by none, sum or mean (over the weights taken).
+func (im *importer) nllLoss(n *node, x, t, w *value) (*value, error) {
+	xs, ts := x.shape(), t.shape()
+	if len(xs) < 2 || len(ts) != len(xs)-1 {
+		return nil, fmt.Errorf("input of shape %v and target of shape %v do not fit", xs, ts)
+	}
+	ti, err := im.cast(t, ir.Int64)
+	if err != nil {
+		return nil, err
+	}
+	var mask *value
+	if _, ok := n.attrs["ignore_index"]; ok {
+		if mask, err = im.emit("relax.not_equal", nil, ti, scalar(ir.Int64, float64(n.attrInt("ignore_index", 0)))); err != nil {
+			return nil, err
+		}
+		if ti, err = im.emit("relax.where", nil, mask, ti, scalar(ir.Int64, 0)); err != nil {
+			return nil, err
+		}
+	}
+	es := append([]int64{ts[0], 1}, ts[1:]...)
+	ti1, err := im.reshape(ti, es)
+	if err != nil {
+		return nil, err
+	}
+	g, err := im.gatherElements(x, ti1, 1)
+	if err != nil {
+		return nil, err
+	}
+	if g, err = im.reshape(g, ts); err != nil {
+		return nil, err
+	}
+	dt := x.dtype()
+	var wt *value
+	if w != nil {
+		if wt, err = im.emit("relax.take", map[string]any{"axis": int64(0)}, w, ti); err != nil {
+			return nil, err
+		}
+	}
+	if mask != nil {
+		if wt == nil {
+			wt = constant(hostExpand(scalarTensor(dt, 1), ts))
+		}
+		if wt, err = im.emit("relax.where", nil, mask, wt, scalar(dt, 0)); err != nil {
+			return nil, err
+		}
+	}
+	loss, err := im.emit("relax.negative", nil, g)
+	if err != nil {
+		return nil, err
+	}
+	if wt != nil {
+		if loss, err = im.emit("relax.multiply", nil, loss, wt); err != nil {
+			return nil, err
+		}
+	}
+	all := map[string]any{"axis": nil, "keepdims": false}
+	switch red := n.attrString("reduction", "mean"); red {
+	case "none":
+		return loss, nil
+	case "sum":
+		return im.emit("relax.sum", all, loss)
+	case "mean":
+		s, err := im.emit("relax.sum", all, loss)
+		if err != nil {
+			return nil, err
+		}
+		if wt == nil {
+			return im.emit("relax.divide", nil, s, scalar(dt, float64(numElements(ts))))
+		}
+		ws, err := im.emit("relax.sum", all, wt)
+		if err != nil {
+			return nil, err
+		}
+		return im.emit("relax.divide", nil, s, ws)
+	default:
+		return nil, unsupported("reduction %q", red)
+	}
 }

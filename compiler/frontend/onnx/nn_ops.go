@@ -780,6 +780,13 @@ func (im *importer) convMatmul(x, w *value, strides, pads, dil []int64) (*value,
 			return nil, err
 		}
 	}
+	if nn == 1 {
+		// One image: a plain 2-D product, the shape the matmul schedule
+		// takes.
+		if cols, err = im.reshape(cols, []int64{c * kh * kw, oh * ow}); err != nil {
+			return nil, err
+		}
+	}
 	y, err := im.emit("relax.matmul", nil, wm, cols)
 	if err != nil {
 		return nil, err

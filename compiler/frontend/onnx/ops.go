@@ -177,6 +177,18 @@ func init() {
 			} else if !x.dtype().IsFloat() {
 				return nil, unsupported("%s of %s", n.p.GetOpType(), x.dtype())
 			}
+			if f, ok := hostUnary[onnxName]; ok && x.known() && x.c.NumElements() <= foldLimit {
+				// Known at import (a shape computation): folded here.
+				t := newTensor(x.dtype(), x.c.Shape)
+				for i := range int(t.NumElements()) {
+					if x.dtype().IsFloat() {
+						setElem(t.Data, t.DType, i, f(x.c.elem(i)))
+					} else {
+						setIElem(t.Data, t.DType, i, int64(f(float64(x.c.ielem(i)))))
+					}
+				}
+				return []*value{constant(t)}, nil
+			}
 			return ret(im.emit("relax."+relax, nil, x))
 		})
 	}
@@ -402,6 +414,13 @@ func init() {
 	})
 	registerShapeOps()
 	registerNNOps()
+}
+
+// hostUnary computes the unary operators folded when their input is
+// known.
+var hostUnary = map[string]func(float64) float64{
+	"Neg": func(x float64) float64 { return -x }, "Abs": math.Abs, "Floor": math.Floor, "Ceil": math.Ceil,
+	"Relu": func(x float64) float64 { return math.Max(x, 0) },
 }
 
 func b2f(b bool) float64 {
