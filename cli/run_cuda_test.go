@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +87,19 @@ func TestRunCUDA(t *testing.T) {
 	res, err := ndarray.LoadNPY(filepath.Join(out, "B.npy"))
 	check.NoError(t, err)
 	check.Equal(t, res.Shape(), ndarray.Shape{1024})
+
+	// kiln bench times it between events on the GPU.
+	cmd = exec.Command(os.Args[0], "bench", art, "--func", "scale", "--input", "A="+in, "--number", "2", "--repeat", "3", "--json")
+	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	b, err = cmd.Output()
+	check.NoError(t, err, string(b))
+	var tr struct {
+		Results []float64 `json:"results"`
+		Device  string    `json:"device"`
+	}
+	check.NoError(t, json.Unmarshal(b, &tr), string(b))
+	check.Equal(t, tr.Device, "cuda:0")
+	check.Equal(t, len(tr.Results), 3)
 }
 
 // TestCompilerTargets: a compiler node builds cpu, and cuda where NVRTC

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
@@ -14,6 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
 
 // isCUDAArtifact reports an artifact built for a cuda target.
@@ -118,8 +120,62 @@ func (r *cudaRunner) call(_ context.Context, call *preparedCall) error {
 	return nil
 }
 
-func (r *cudaRunner) time(context.Context, *preparedCall, proto.TimeOptions) (proto.TimeResult, error) {
-	return proto.TimeResult{}, errors.New("timing a cuda artifact on this machine is not supported yet")
+// eventTimer times a measurement with CUDA events on the default stream,
+// so the time is the GPU's, not the launches'.
+type eventTimer struct{ start, stop *cuda.Event }
+
+func (e eventTimer) Start() error { return e.start.Record(0) }
+
+func (e eventTimer) Stop() (time.Duration, error) {
+	if err := e.stop.Record(0); err != nil {
+		return 0, err
+	}
+	if err := e.stop.Synchronize(); err != nil {
+		return 0, err
+	}
+	return e.start.Elapsed(e.stop)
+}
+
+// time runs the time evaluator with the tensors on the GPU (copied once),
+// measuring each repeat between two events on the default stream.
+func (r *cudaRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
+	if o.CacheFlushBytes > 0 {
+		return proto.TimeResult{}, errors.New("--cache-flush-bytes is not supported on cuda")
+	}
+	args, dev, err := r.toDevice(call)
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	defer r.release(dev)
+	api, err := devices.Get(devices.CUDA)
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	start, err := cuda.NewEvent(r.dev)
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	defer start.Close()
+	stop, err := cuda.NewEvent(r.dev)
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	defer stop.Close()
+	ev := timer.Evaluator{
+		Call:  func() error { _, err := r.f.Call(args...); return err },
+		Sync:  func() error { return api.StreamSync(r.dev, 0) },
+		Timer: eventTimer{start, stop},
+	}
+	res, err := ev.Evaluate(ctx, timer.Options{
+		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
+		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
+		RepeatsToCooldown: o.RepeatsToCooldown,
+	})
+	if err != nil {
+		return proto.TimeResult{}, err
+	}
+	return proto.TimeResult{Results: res.Results, Mean: res.Mean, Median: res.Median, Min: res.Min, Max: res.Max,
+		Std: res.Std, Number: res.Number, Device: r.dev.String()}, nil
 }
 
 func (r *cudaRunner) where() string { return "this machine (" + r.dev.String() + ")" }
