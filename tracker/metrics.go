@@ -17,6 +17,7 @@ type trackerMetrics struct {
 	reg                                                                   *metrics.Registry
 	leaseRequests, leasesGranted, leasesReleased, leasesExpired, failures *metrics.Counter
 	leaseWait, jobQueueWait, jobRun                                       *metrics.Histogram
+	storeSync, storeCheckpoint                                            *metrics.Histogram
 }
 
 func (s *Server) initMetrics() {
@@ -34,6 +35,10 @@ func (s *Server) initMetrics() {
 			[]float64{0.01, 0.1, 1, 10, 60, 300, 1800, 3600}),
 		jobRun: r.Histogram("kiln_tracker_job_duration_seconds", "Time build jobs ran on a compiler node until they finished.",
 			[]float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 600}),
+		storeSync: r.Histogram("kiln_tracker_store_sync_seconds", "Time to make one batch of state changes durable (a write-ahead log record and its fdatasync); grants wait for it.",
+			[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5}),
+		storeCheckpoint: r.Histogram("kiln_tracker_store_checkpoint_seconds", "Time to apply the logged batches to tracker.db (a synced bbolt transaction); nothing waits for it.",
+			[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1}),
 	}
 	insecure := s.cfg.Insecure && proto.CheckExposure("tracker", s.cfg.Listen, s.cfg.Token, s.cfg.TLS, "--insecure") != nil
 	r.Flag("kiln_tracker_insecure", "1 when the tracker was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", insecure)

@@ -39,12 +39,16 @@ func TestMetrics(t *testing.T) {
 		`kiln_tracker_lease_wait_seconds_bucket{le="+Inf"} 1`,
 		`kiln_tracker_jobs{state="queued"} 0`,
 		"# TYPE kiln_tracker_job_duration_seconds histogram",
+		"# TYPE kiln_tracker_store_sync_seconds histogram",
+		"# TYPE kiln_tracker_store_checkpoint_seconds histogram",
 		"kiln_tracker_insecure 0\n",
 		// The client library's Go and process collectors.
 		"\ngo_goroutines ", "\ngo_memstats_heap_alloc_bytes ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
 	} {
 		check.True(t, strings.Contains(text, want), want, text)
 	}
+	// The grant was made durable through the log: a sync was observed.
+	check.True(t, strings.Contains(text, "\nkiln_tracker_store_sync_seconds_count ") && !strings.Contains(text, "\nkiln_tracker_store_sync_seconds_count 0\n"), text)
 	// Every sample line is "name{labels} value" or "name value".
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		if strings.HasPrefix(line, "#") {

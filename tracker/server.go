@@ -90,7 +90,10 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
-	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"))
+	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
+		synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
+		checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open tracker store: %w", err)
 	}

@@ -29,6 +29,8 @@ type boltStore struct {
 	ckptStop chan struct{}
 	ckptDone chan struct{}
 
+	hooks storeHooks
+
 	// commitMu is held by whichever goroutine applies a batch: the commit
 	// loop, or a caller in wait that found no commit running.
 	commitMu sync.Mutex
@@ -47,6 +49,12 @@ type pendingWrite struct {
 	done    chan error // 1-buffered
 }
 
+// storeHooks observe a store's work (for metrics); nil ones are skipped.
+type storeHooks struct {
+	synced       func(time.Duration) // a batch logged and synced
+	checkpointed func(time.Duration) // logged batches applied to tracker.db
+}
+
 // ckptInterval is the least time between two checkpoints.
 const ckptInterval = 50 * time.Millisecond
 
@@ -59,7 +67,7 @@ func bucketName(t table) []byte { return []byte(t.String()) }
 
 // openBoltStore opens tracker.db at path and its log at path+".wal",
 // applying the batches logged after the last checkpoint.
-func openBoltStore(path string) (*boltStore, error) {
+func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: 2 * time.Second,
 		// The free-page list is rebuilt by scanning on open rather than
@@ -89,6 +97,7 @@ func openBoltStore(path string) (*boltStore, error) {
 	st := &boltStore{
 		db: db, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
+		hooks: hooks,
 	}
 	if st.log, err = openWAL(path + ".wal"); err != nil {
 		db.Close()
@@ -177,8 +186,12 @@ func (st *boltStore) checkpoint() error {
 	if len(recs) == 0 {
 		return nil
 	}
+	t0 := time.Now()
 	if err := st.applyDB(recs); err != nil {
 		return err
+	}
+	if st.hooks.checkpointed != nil {
+		st.hooks.checkpointed(time.Since(t0))
 	}
 	st.pendMu.Lock()
 	st.pending = st.pending[len(recs):]
@@ -329,9 +342,13 @@ func (st *boltStore) commit(batch []pendingWrite) {
 			return
 		}
 	}
+	t0 := time.Now()
 	if err := st.log.append(payload); err != nil {
 		answer(err)
 		return
+	}
+	if st.hooks.synced != nil {
+		st.hooks.synced(time.Since(t0))
 	}
 	st.seq = rec.Seq
 	st.pendMu.Lock()

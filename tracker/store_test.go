@@ -16,7 +16,7 @@ import (
 // everything read back after a reopen.
 func TestStateStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tracker.db")
-	st, err := openBoltStore(path)
+	st, err := openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	job := func(id string, state proto.JobState) jobRecord {
@@ -50,7 +50,7 @@ func TestStateStore(t *testing.T) {
 	check.NoError(t, st.close())
 	check.Error(t, st.wait(st.apply(deleteRecord(tableJobs, "j-1"))), "closed")
 
-	st, err = openBoltStore(path)
+	st, err = openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	defer st.close()
 	snap, err := st.load()
@@ -83,7 +83,7 @@ func crash(st *boltStore) {
 // tracker.db directly.
 func TestWALRecovery(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tracker.db")
-	st, err := openBoltStore(path)
+	st, err := openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	close(st.ckptStop) // no checkpoint from here on
 	<-st.ckptDone
@@ -100,7 +100,7 @@ func TestWALRecovery(t *testing.T) {
 	check.NoError(t, st.wait(st.apply(putRecord(tableLeases, "f", lease("f")))))
 	crash(st)
 
-	st, err = openBoltStore(path)
+	st, err = openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	snap, err := st.load()
 	check.NoError(t, err)
@@ -124,7 +124,7 @@ func TestWALRecovery(t *testing.T) {
 	_, err = f.WriteAt([]byte{0xff}, off+walHeaderSize+3)
 	check.NoError(t, err)
 	f.Close()
-	st, err = openBoltStore(path)
+	st, err = openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	snap, err = st.load()
 	check.NoError(t, err)
@@ -136,7 +136,7 @@ func TestWALRecovery(t *testing.T) {
 	// The log starts over after recovery: later batches chain on.
 	check.NoError(t, st.wait(st.apply(deleteRecord(tableLeases, "a"))))
 	check.NoError(t, st.close())
-	st, err = openBoltStore(path)
+	st, err = openBoltStore(path, storeHooks{})
 	check.NoError(t, err)
 	defer st.close()
 	snap, err = st.load()
