@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
@@ -258,4 +260,25 @@ func TestTuneProcesses(t *testing.T) {
 		check.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
 		check.Equal(t, last.Device["addr"], f.devices[0].addr(t))
 	}
+}
+
+// TestTuneTasksGraph: a graph module's tasks are the kernels its pipeline
+// makes, weighted by how many times the graph calls them.
+func TestTuneTasksGraph(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "compiler", "script", "testdata", "001_from_relax.py"))
+	check.NoError(t, err)
+	mod, err := script.Parse("001_from_relax.py", string(src))
+	check.NoError(t, err)
+	target, err := compiler.ParseTarget("cpu")
+	check.NoError(t, err)
+	tasks, _, err := tuneTasks(mod, target, "")
+	check.NoError(t, err)
+	check.True(t, len(tasks) >= 2, "tasks:", len(tasks))
+	total := 0
+	for _, tk := range tasks {
+		check.True(t, tk.Weight >= 1, tk.Name, tk.Weight)
+		check.True(t, tk.Flops > 0, tk.Name)
+		total += tk.Weight
+	}
+	check.True(t, total >= len(tasks), total)
 }
