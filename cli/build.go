@@ -47,8 +47,11 @@ With --tracker the build goes through the fleet: the module is queued at the
 tracker, a compiler node builds it, and the artifact is downloaded to -o,
 with the job's progress shown as it changes.
 
-Targets: cpu (aliases llvm, c), with -mcpu=NAME and -mtriple=TRIPLE for
-cross-compilation, e.g. --target "cpu -mtriple=aarch64-linux-gnu"; cuda
+Targets: cpu (aliases llvm, c), with -mcpu=NAME, -mtriple=TRIPLE for
+cross-compilation and -mattr=+FEATURE,-FEATURE, e.g. --target "cpu
+-mtriple=aarch64-linux-gnu -mcpu=cortex-a72" or "cpu
+-mtriple=riscv64-linux-gnu -mattr=+v" (vector code as wide as the target's
+registers: docs/targets.md); cuda
 [-arch=sm_80|sm_86|sm_89|sm_90] for NVIDIA GPUs (needs NVRTC on the building
 machine, not a GPU): kernels compiled to PTX and a cubin under device/, and a
 host.so that launches them. Functions without a GPU schedule get the default
@@ -71,7 +74,7 @@ Examples:
 @R.function, each fused kernel the pipeline makes) and says which kernels it
 found no record for; those keep the default schedule.`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE], or cuda [-arch=sm_NN]"},
+			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...], or cuda [-arch=sm_NN]"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
 			&ucli.StringFlag{Name: "cc", Usage: "C compiler (default: $CC, then cc); local builds only"},
 			&ucli.StringFlag{Name: "cflags", Usage: "C compiler flags replacing the defaults (-O3 -march=native), space separated"},

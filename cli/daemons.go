@@ -106,7 +106,10 @@ func compilerCommand() *ucli.Command {
 		UsageText: "kiln compiler --tracker HOST:PORT [--jobs N] [--toolchain TRIPLE=COMMAND]... [--token-file F] [--metrics-listen ADDR]",
 		Description: `Registers with the tracker what this machine can build (targets, the C
 compiler's identity, cross compilers found, NVRTC/nvcc), then takes build
-jobs from the queue until SIGINT/SIGTERM.
+jobs from the queue until SIGINT/SIGTERM. Each job is built in a subprocess
+of this binary under the job's time limit, so a crashing or hung compiler
+costs one job, never the node; the artifact is uploaded to the tracker, or
+the job fails with the compiler's message.
 
 Cross compilers are found by themselves: TRIPLE-gcc on PATH for every
 *-linux-gnu* triple (Debian's gcc-aarch64-linux-gnu, gcc-riscv64-linux-gnu),
@@ -115,10 +118,7 @@ is installed; --toolchain names one more, or another, for a triple. Each is
 checked by building an empty shared object; one that fails is left out with
 a warning naming what it printed (a --toolchain that fails stops the node).
 The node advertises "cpu -mtriple=TRIPLE" for each, and the tracker gives it
-only jobs for targets it builds. Each job is built in a subprocess
-of this binary under the job's time limit, so a crashing or hung compiler
-costs one job, never the node; the artifact is uploaded to the tracker, or
-the job fails with the compiler's message.
+only jobs for targets it builds.
 
 Examples:
    kiln compiler --tracker 127.0.0.1:9190

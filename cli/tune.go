@@ -71,7 +71,7 @@ Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl --resume
    kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE]"},
+			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...]"},
 			&ucli.IntFlag{Name: "trials", Usage: "candidates to measure, over all kernels (required, at least 1)"},
 			&ucli.StringFlag{Name: "db", Usage: "tuning database (JSON lines) to read and append to (required)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the fleet's tracker (default: an in-process fleet)"},
