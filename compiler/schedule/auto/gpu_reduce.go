@@ -19,12 +19,23 @@ const (
 // shared memory, then the block adds the partial sums pairwise in log2(T)
 // steps (barriers between them, placed by barrier insertion), and thread 0
 // stores the total. The sum's order is not the serial loop's, so results
-// differ from it by rounding. It returns nil when f is not such a function,
-// or is a matmul the matmul rule takes.
+// differ from it by rounding. Spatial blocks after the sum that read it
+// (and each other) element for element, a bias add and an activation,
+// are computed by thread 0 from the total; intermediates only they read
+// are never stored. It returns nil when f is not such a function, or is a
+// matmul the matmul rule takes.
 func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	blocks := topBlocks(f)
-	if root := ir.RootBlock(f.Body); len(blocks) != 1 || (root != nil && len(root.AllocBuffers) > 0) {
+	if len(blocks) == 0 {
 		return nil
+	}
+	// Intermediates of the function: never stored when only the
+	// epilogues read them (their values are substituted).
+	inter := map[*ir.Buffer]bool{}
+	if root := ir.RootBlock(f.Body); root != nil {
+		for _, b := range root.AllocBuffers {
+			inter[b] = true
+		}
 	}
 	br := blocks[0]
 	if _, _, _, _, _, mm := gpuMatmulTiles(br); mm {
@@ -90,7 +101,7 @@ func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 		return !usesY
 	})
 	init, ok := b.Init.(*ir.BufferStore)
-	if usesY || !ok || init.Buffer != st.Buffer {
+	if usesY || !ok || init.Buffer != st.Buffer || readsAny(term, inter) {
 		return nil
 	}
 	if z, ok := init.Value.(*ir.FloatImm); !ok || z.Value != 0 {
@@ -150,9 +161,101 @@ func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	for i := range outIdx {
 		outIdx[i] = vmap[b.IterVars[i].Var]
 	}
-	steps = append(steps, thread(&ir.IfThenElse{Cond: ir.EQ(t, i32(0)),
-		Then: ir.NewBufferStore(st.Buffer, ir.NewBufferLoad(S, i32(0)), outIdx...)}))
+	// Thread 0 stores the total and computes the epilogues from it.
+	values := map[*ir.Buffer]ir.Expr{st.Buffer: ir.NewBufferLoad(S, i32(0))}
+	var stores []ir.Stmt
+	if !inter[st.Buffer] {
+		stores = append(stores, ir.NewBufferStore(st.Buffer, values[st.Buffer], outIdx...))
+	}
+	for _, e := range blocks[1:] {
+		buf, v, ok := epilogue(e, exts[:n-1], outIdx, values)
+		if !ok {
+			return nil
+		}
+		values[buf] = v
+		if !inter[buf] {
+			stores = append(stores, ir.NewBufferStore(buf, v, outIdx...))
+		}
+	}
+	if len(stores) == 0 {
+		return nil
+	}
+	steps = append(steps, thread(&ir.IfThenElse{Cond: ir.EQ(t, i32(0)), Then: ir.Seq(stores...)}))
 	body := &ir.For{Var: bx, Min: i32(0), Extent: i32(N), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x",
 		Body: &ir.Allocate{Buffer: S, Body: ir.Seq(steps...)}}
 	return f.WithBody(ir.NewRootBlock(body))
+}
+
+// readsAny reports whether e loads one of bufs.
+func readsAny(e ir.Expr, bufs map[*ir.Buffer]bool) bool {
+	found := false
+	ir.Visit(e, func(n ir.Node) bool {
+		if l, ok := n.(*ir.BufferLoad); ok && bufs[l.Buffer] {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// epilogue returns the buffer block br stores and the value it stores at
+// out, when br is a spatial block over the same extents whose loads of
+// the buffers in values are at its own iteration variables; the loads are
+// replaced by their values and the variables by out.
+func epilogue(br *ir.BlockRealize, exts []int64, out []ir.Expr, values map[*ir.Buffer]ir.Expr) (*ir.Buffer, ir.Expr, bool) {
+	b := br.Block
+	if b.Init != nil || len(b.IterVars) != len(exts) || len(b.AllocBuffers) > 0 || !isTrue(br.Predicate) || len(br.IterValues) != len(exts) {
+		return nil, nil, false
+	}
+	vmap := map[*ir.Var]ir.Expr{}
+	for i, iv := range b.IterVars {
+		e, ok := ir.IsConstInt(iv.Dom.Extent)
+		if iv.Kind != ir.IterSpatial || !ok || e != exts[i] {
+			return nil, nil, false
+		}
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return nil, nil, false
+		}
+		vmap[iv.Var] = ir.NewCast(iv.Var.Type, out[i])
+	}
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) != len(exts) {
+		return nil, nil, false
+	}
+	own := func(idx []ir.Expr) bool {
+		if len(idx) != len(b.IterVars) {
+			return false
+		}
+		for i, x := range idx {
+			if !isVar(x, b.IterVars[i].Var) {
+				return false
+			}
+		}
+		return true
+	}
+	if !own(st.Indices) {
+		return nil, nil, false
+	}
+	good := true
+	r := &ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		l, ok := e.(*ir.BufferLoad)
+		if !ok {
+			return e
+		}
+		v, known := values[l.Buffer]
+		if !known {
+			return e
+		}
+		if !own(l.Indices) {
+			good = false
+		}
+		return v
+	}}
+	// Replace the loads first (their indices are the iteration
+	// variables), then the variables.
+	val := r.RewriteExpr(st.Value)
+	if !good {
+		return nil, nil, false
+	}
+	return st.Buffer, ir.SubstituteExpr(val, vmap), true
 }
