@@ -340,6 +340,37 @@ func init() {
 		}
 		return ret(im.gatherElements(x, idx, axis))
 	})
+	reg("Hardmax", 13, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		axis, err := normAxis(n.attrInt("axis", -1), x.rank())
+		if err != nil {
+			return nil, err
+		}
+		// 1 at the first maximum along the axis: the argmax compared with
+		// an iota laid along the axis.
+		am, err := im.emit("relax.argmax", map[string]any{"axis": int64(axis), "keepdims": true}, x)
+		if err != nil {
+			return nil, err
+		}
+		is := make([]int64, x.rank())
+		for i := range is {
+			is[i] = 1
+		}
+		d := x.shape()[axis]
+		is[axis] = d
+		iota := newTensor(ir.Int64, is)
+		for i := range d {
+			putInt(iota.Data, ir.Int64, int(i), i)
+		}
+		eq, err := im.emit("relax.equal", nil, am, constant(iota))
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.cast(eq, x.dtype()))
+	})
 	reg("NegativeLogLikelihoodLoss", 12, func(im *importer, n *node) ([]*value, error) {
 		x, err := n.need(0)
 		if err != nil {

@@ -201,15 +201,29 @@ func init() {
 	})
 	reg("Identity", 7, passThrough)
 	reg("Dropout", 7, func(im *importer, n *node) ([]*value, error) {
-		if len(n.p.GetOutput()) > 1 && n.p.GetOutput()[1] != "" {
-			return nil, unsupported("the mask output of Dropout")
-		}
+		training := false
 		if t, err := n.knownInput(2, "training_mode"); err != nil {
 			return nil, err
 		} else if t != nil && t.NumElements() == 1 && t.ielem(0) != 0 {
-			return nil, unsupported("Dropout in training mode")
+			training = true
 		}
-		return passThrough(im, n)
+		if training {
+			// Training with a ratio of 0 drops nothing; otherwise the mask
+			// is random.
+			r, err := n.knownInput(1, "ratio")
+			if err != nil {
+				return nil, err
+			}
+			if r == nil || r.NumElements() != 1 || r.elem(0) != 0 {
+				return nil, unsupported("Dropout in training mode")
+			}
+		}
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		// Inference: the output is the input and the mask all true.
+		return []*value{x, constant(hostExpand(scalarTensor(ir.Bool, 1), x.shape()))}, nil
 	})
 	reg("LeakyRelu", 7, func(im *importer, n *node) ([]*value, error) {
 		x, err := n.need(0)
