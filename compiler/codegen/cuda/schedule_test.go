@@ -45,7 +45,9 @@ func TestDefaultSchedule(t *testing.T) {
 	}
 	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
-	t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true, "gemv_bias": true}) })
+	t.Run("interpreter", func(t *testing.T) {
+		interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true, "gemv_bias": true})
+	})
 }
 
 // interpretBoth runs every function of ref and its scheduled version in
