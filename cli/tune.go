@@ -104,6 +104,9 @@ type tuneSummary struct {
 	Notes        []string           `json:"notes,omitempty"`
 	Skipped      []string           `json:"skipped,omitempty"`
 	Tasks        []tune.TaskSummary `json:"tasks"`
+	// Default is each kernel's unscheduled time on the fleet (seconds),
+	// measured once with the reference result.
+	Default map[string]float64 `json:"default_seconds,omitempty"`
 }
 
 func runTune(c *ucli.Context) error {
@@ -218,6 +221,14 @@ func runTune(c *ucli.Context) error {
 	display.done()
 	res.Seconds = time.Since(start).Seconds()
 	res.Tasks = sum
+	for _, t := range tasks {
+		if d, ok := runner.Default(t); ok {
+			if res.Default == nil {
+				res.Default = map[string]float64{}
+			}
+			res.Default[t.Name] = d
+		}
+	}
 	for _, t := range sum {
 		res.Trials += t.Trials
 	}
@@ -278,13 +289,20 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 		return json.NewEncoder(c.App.Writer).Encode(r)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KERNEL\tWEIGHT\tTRIALS\tINVALID\tEARLIER\tBEST\tGFLOPS")
+	fmt.Fprintln(tw, "KERNEL\tWEIGHT\tTRIALS\tINVALID\tEARLIER\tDEFAULT\tBEST\tGFLOPS\tSPEEDUP")
 	for _, t := range r.Tasks {
-		best, gf := "-", "-"
+		dflt, best, gf, up := "-", "-", "-", "-"
+		d := r.Default[t.Name]
+		if d > 0 {
+			dflt = fmtSeconds(d)
+		}
 		if t.Best > 0 {
 			best, gf = fmtSeconds(t.Best), fmt.Sprintf("%.2f", t.GFLOPS)
+			if d > 0 {
+				up = fmt.Sprintf("%.1f×", d/t.Best)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.Weight, t.Trials, t.Invalid, t.Previous, best, gf)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.Weight, t.Trials, t.Invalid, t.Previous, dflt, best, gf, up)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

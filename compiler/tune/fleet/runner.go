@@ -81,6 +81,9 @@ type device struct {
 // outputs.
 type reference struct {
 	params []param
+	// dflt is the unscheduled function's median time on the device that
+	// computed the reference (0 when it could not be timed).
+	dflt float64
 }
 
 type param struct {
@@ -407,12 +410,34 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 				k++
 			}
 		}
+		if fn, err := r.load(ctx, d, task, ref, art); err == nil {
+			args := make([]any, len(d.arrays))
+			for i, a := range d.arrays {
+				args[i] = a
+			}
+			if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, args...); err == nil {
+				ref.dflt = t.Median
+			}
+		}
 		r.mu.Lock()
 		r.refs[task.Workload.Hash] = ref
 		r.mu.Unlock()
 		return ref, nil
 	}
 	return nil, errors.New("fleet: no device left in the pool")
+}
+
+// Default returns the median time of the task's unscheduled function on
+// the device that computed its reference (false before the task's first
+// batch, or when it could not be timed).
+func (r *Runner) Default(t *tune.Task) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref := r.refs[t.Workload.Hash]
+	if ref == nil || ref.dflt <= 0 {
+		return 0, false
+	}
+	return ref.dflt, true
 }
 
 // newReference draws inputs for f's parameters: uniform in [-1, 1) for
