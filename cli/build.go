@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -246,7 +245,14 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		if _, _, err := onnx.ImportBytes(path, src, onnx.Options{InputShapes: shapes}); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
-		args.Format, args.Module = "onnx-base64", base64.StdEncoding.EncodeToString(src)
+		// The model goes through the tracker's artifact store (models of
+		// tens of MB do not fit one frame); the job names it by sha256.
+		sum := sha256.Sum256(src)
+		sha := hex.EncodeToString(sum[:])
+		if err := tr.UploadArtifact(ctx, sha, int64(len(src)), bytes.NewReader(src)); err != nil {
+			return fmt.Errorf("build: upload the model: %w", err)
+		}
+		args.Format, args.Module = "onnx-artifact", sha
 		if len(shapes) > 0 {
 			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
 		}

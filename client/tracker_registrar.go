@@ -319,6 +319,20 @@ func (r *Registrar) UploadArtifact(ctx context.Context, sha string, size int64, 
 	return uploadArtifact(ctx, c, sha, size, body)
 }
 
+// DownloadArtifact copies the artifact-store entry with the given sha256
+// to w (the model of a build job that travelled through the store).
+func (r *Registrar) DownloadArtifact(ctx context.Context, sha string, w io.Writer) (int64, error) {
+	c, _, err := r.conn()
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Download(ctx, proto.BulkArtifactDownload, sha, w)
+	if err != nil {
+		return n, fmt.Errorf("download artifact %s: %w", sha, err)
+	}
+	return n, nil
+}
+
 // CompleteJob marks a job succeeded with its (uploaded) artifact.
 func (r *Registrar) CompleteJob(ctx context.Context, id, sha, log string) error {
 	args := proto.BuildCompleteArgs{ID: id, NodeID: r.NodeID(), Artifact: sha, Log: log}

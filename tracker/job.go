@@ -100,8 +100,10 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		return nil, fmt.Errorf("submit build: empty target: %w", proto.ErrBadRequest)
 	case len(a.Module) > s.cfg.MaxModuleSize:
 		return nil, fmt.Errorf("submit build: module of %d bytes exceeds the tracker's limit of %d: %w", len(a.Module), s.cfg.MaxModuleSize, proto.ErrTooLarge)
-	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64":
-		return nil, fmt.Errorf("submit build: unknown module format %q (want tvmscript or onnx-base64): %w", a.Format, proto.ErrBadRequest)
+	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64" && a.Format != "onnx-artifact":
+		return nil, fmt.Errorf("submit build: unknown module format %q (want tvmscript, onnx-base64 or onnx-artifact): %w", a.Format, proto.ErrBadRequest)
+	case a.Format == "onnx-artifact" && !validSHA256(a.Module):
+		return nil, fmt.Errorf("submit build: an onnx-artifact module is the sha256 of a model in the artifact store, not %q: %w", a.Module, proto.ErrBadRequest)
 	case a.QueueTimeout < 0 || a.RunTimeout < 0:
 		return nil, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
 	case a.QueueTimeout > s.cfg.MaxJobQueueTimeout:
@@ -497,4 +499,17 @@ func (s *Server) forgetJobLocked(j *job) {
 	id := j.ID
 	s.st.apply(deleteRecord(tableModules, id), deleteRecord(tableJobs, id))
 	s.log.Info("build job forgotten", "job", id, "state", j.State, "finished", finishedAt(j), "retention", s.cfg.JobRetention)
+}
+
+// validSHA256 reports whether s is 64 lowercase hex digits.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -37,8 +37,8 @@ func runJob(ctx context.Context, dir string) error {
 	if err := json.Unmarshal(b, &job); err != nil {
 		return fmt.Errorf("read job: %w", err)
 	}
-	if job.Format != "" && job.Format != "tvmscript" && job.Format != "onnx-base64" {
-		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript or onnx-base64)", job.ID, job.Format)
+	if job.Format != "" && job.Format != "tvmscript" && job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
+		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript, onnx-base64 or onnx-artifact)", job.ID, job.Format)
 	}
 	src, err := os.ReadFile(filepath.Join(dir, ModuleFile))
 	if err != nil {
@@ -54,11 +54,14 @@ func runJob(ctx context.Context, dir string) error {
 	}
 	opts := compiler.BuildOptions{CC: job.CC}
 	var mod *ir.IRModule
-	if job.Format == "onnx-base64" {
-		// An ONNX model: imported here, its weights bundled.
-		b, err := base64.StdEncoding.DecodeString(string(src))
-		if err != nil {
-			return fmt.Errorf("job %s: module is not base64: %w", job.ID, err)
+	if job.Format == "onnx-base64" || job.Format == "onnx-artifact" {
+		// An ONNX model: imported here, its weights bundled. The node
+		// fetched an onnx-artifact model from the store as raw bytes.
+		b := src
+		if job.Format == "onnx-base64" {
+			if b, err = base64.StdEncoding.DecodeString(string(src)); err != nil {
+				return fmt.Errorf("job %s: module is not base64: %w", job.ID, err)
+			}
 		}
 		var shapes map[string][]int64
 		if v := job.Options["input-shape"]; v != "" {
@@ -87,7 +90,7 @@ func runJob(ctx context.Context, dir string) error {
 		case "pipeline":
 			opts.Pipeline = v
 		case "input-shape":
-			if job.Format != "onnx-base64" {
+			if job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
 				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
 			}
 		default:

@@ -12,9 +12,12 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -333,7 +336,13 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, ModuleFile), []byte(job.Module), 0o644); err != nil {
+	if job.Format == "onnx-artifact" {
+		// The model is in the artifact store: fetch it as the module
+		// (the job subprocess reads raw ONNX bytes for this format).
+		if err := n.fetchModel(ctx, job.Module, filepath.Join(dir, ModuleFile)); err != nil {
+			return "", "", err
+		}
+	} else if err := os.WriteFile(filepath.Join(dir, ModuleFile), []byte(job.Module), 0o644); err != nil {
 		return "", "", err
 	}
 	timeout := job.RunTimeout
@@ -429,4 +438,25 @@ func Attrs(ctx context.Context, targets []string, d toolchain.Discovery) proto.N
 		}
 	}
 	return a
+}
+
+// fetchModel downloads the artifact-store entry sha to path and checks
+// its digest.
+func (n *node) fetchModel(ctx context.Context, sha, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := n.reg.DownloadArtifact(ctx, sha, io.MultiWriter(f, h)); err != nil {
+		f.Close()
+		return fmt.Errorf("fetch the model: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
+		return fmt.Errorf("fetch the model: its sha256 is %s, not %s", got, sha)
+	}
+	return nil
 }

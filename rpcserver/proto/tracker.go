@@ -556,7 +556,10 @@ type BuildSubmitArgs struct {
 	Name string `msgpack:"name,omitempty"`
 	// Module is the IRModule in TVMScript text form.
 	Module string `msgpack:"module"`
-	// Format says what Module holds: "tvmscript" (default) or "onnx-base64".
+	// Format says what Module holds: "tvmscript" (default),
+	// "onnx-base64" (an ONNX model, base64) or "onnx-artifact" (the sha256
+	// of an ONNX model uploaded to the artifact store, for models too big
+	// for one frame).
 	Format string `msgpack:"format,omitempty"`
 	// Target is the target string ("cpu", "cuda -arch=sm_80").
 	Target string `msgpack:"target"`
