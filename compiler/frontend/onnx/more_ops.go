@@ -452,7 +452,11 @@ func init() {
 			return im.emit("relax.not_equal", nil, x, x)
 		},
 	} {
-		reg(name, 9, func(im *importer, n *node) ([]*value, error) {
+		since := int64(9)
+		if name == "Tan" {
+			since = 7
+		}
+		reg(name, since, func(im *importer, n *node) ([]*value, error) {
 			x, err := n.need(0)
 			if err != nil {
 				return nil, err
