@@ -65,12 +65,14 @@ func onnxSuiteDir() (string, error) {
 	if d := os.Getenv("KILN_ONNX_BACKEND_TESTS"); d != "" {
 		return d, nil
 	}
-	for _, d := range []string{"../shared/onnx-backend-tests/node", "../../shared/onnx-backend-tests/node", "../../../shared/onnx-backend-tests/node"} {
+	suite := filepath.Join("shared", "onnx-backend-tests", "node")
+	for up := 1; up <= 3; up++ {
+		d := filepath.Join(strings.Repeat(".."+string(filepath.Separator), up), suite)
 		if st, err := os.Stat(d); err == nil && st.IsDir() {
 			return filepath.Abs(d)
 		}
 	}
-	return "", fmt.Errorf("ONNX backend tests not found in ../shared/onnx-backend-tests/node: set KILN_ONNX_BACKEND_TESTS")
+	return "", fmt.Errorf("ONNX backend node tests not found: set KILN_ONNX_BACKEND_TESTS to a folder of them, such as onnx/backend/test/data/node in an ONNX source checkout (looked for %s next to the repository's folder)", suite)
 }
 
 func runONNXConformance(ctx context.Context, opt options) (result, error) {
