@@ -180,7 +180,7 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 		err = ctx.Err()
 	}
 	if err == nil {
-		err = s.root.Rename(tmp, host)
+		err = s.replace(tmp, host)
 		if err != nil {
 			err = rootErr("rename upload to", name, err)
 		}

@@ -3,6 +3,8 @@ package rpcserver
 import (
 	"bytes"
 	"context"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,4 +84,50 @@ func TestSandboxQuota(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	check.NoError(t, err)
 	check.Equal(t, len(entries), 1, entries)
+}
+
+// An upload over an existing file replaces it whole: a reader holding the
+// old file keeps reading the old bytes, the name gives the new ones, and no
+// partial file stays behind; an upload over a directory is refused and
+// leaves the directory be.
+func TestSandboxReplace(t *testing.T) {
+	dir := t.TempDir()
+	box, err := openSandbox(dir, 0)
+	check.NoError(t, err)
+	defer box.Close()
+	ctx := context.Background()
+	for _, name := range []string{"a.kiln", "sub/dir/b.kiln"} {
+		old := bytes.Repeat([]byte("old "), 1000)
+		check.NoError(t, box.Upload(ctx, name, int64(len(old)), bytes.NewReader(old)))
+		f, _, err := box.Open(name)
+		check.NoError(t, err)
+		neu := bytes.Repeat([]byte("new!"), 3000)
+		check.NoError(t, box.Upload(ctx, name, int64(len(neu)), bytes.NewReader(neu)))
+		held, err := io.ReadAll(f)
+		f.Close()
+		check.NoError(t, err)
+		check.True(t, bytes.Equal(held, old), "a reader of the old file saw it change")
+		got, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		check.NoError(t, err)
+		check.True(t, bytes.Equal(got, neu), "the name does not give the new bytes")
+		// A failed upload over it keeps the file as it was.
+		check.True(t, box.Upload(ctx, name, 10, bytes.NewReader([]byte("short"))) != nil, "short body accepted")
+		got, err = os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		check.NoError(t, err)
+		check.True(t, bytes.Equal(got, neu), "a failed upload changed the file")
+	}
+	check.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
+	check.NoError(t, os.WriteFile(filepath.Join(dir, "d", "inside"), []byte("x"), 0o644))
+	err = box.Upload(ctx, "d", 3, bytes.NewReader([]byte("abc")))
+	check.True(t, err != nil, "an upload replaced a directory")
+	fi, err := os.Stat(filepath.Join(dir, "d", "inside"))
+	check.NoError(t, err)
+	check.Equal(t, fi.Size(), int64(1))
+	err = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if strings.HasSuffix(p, partSuffix) {
+			t.Errorf("partial upload left behind: %s", p)
+		}
+		return err
+	})
+	check.NoError(t, err)
 }
