@@ -186,7 +186,7 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 		}
 		return fail(err, errTracker)
 	}
-	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{Token: t.token, LeaseToken: lease.Token})
+	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{LeaseToken: lease.Token})
 	if err != nil {
 		rctx, cancelR := context.WithTimeout(context.Background(), freeTimeout)
 		lease.Release(rctx)

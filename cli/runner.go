@@ -231,7 +231,7 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err != nil {
 		return nil, err
 	}
-	r.s, err = client.Connect(ctx, r.lease.Addr, client.SessionOptions{Token: tok, TLS: tlsCfg, LeaseToken: r.lease.Token})
+	r.s, err = client.Connect(ctx, r.lease.Addr, client.SessionOptions{TLS: tlsCfg, LeaseToken: r.lease.Token})
 	if err != nil {
 		return nil, err
 	}

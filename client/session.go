@@ -33,7 +33,9 @@ type (
 
 // SessionOptions configures Connect.
 type SessionOptions struct {
-	// Token is the daemon's listener token.
+	// Token is the daemon's listener token (the fleet token). A client with
+	// a lease leaves it empty: its hellos then carry LeaseToken, which a
+	// daemon registered with the tracker admits in its place.
 	Token string
 	// TLS, when set, dials with TLS (see proto.TLSConfig.Client).
 	TLS *tls.Config
@@ -62,6 +64,16 @@ type Session struct {
 	endErr error // set once the daemon said the session ended
 }
 
+// helloToken is the token the hellos carry: the daemon's token, else the
+// lease token, which a daemon registered with a tracker takes in its place
+// (the lease names the user; no fleet token is needed).
+func (o SessionOptions) helloToken() string {
+	if o.Token != "" {
+		return o.Token
+	}
+	return o.LeaseToken
+}
+
 // Connect dials the device daemon at addr and opens a session. A device in
 // another exclusive session refuses with an error wrapping proto.ErrBusy; a
 // wrong token gives proto.ErrUnauthorized.
@@ -83,7 +95,7 @@ func Connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 
 func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
 	c, err := proto.Dial(ctx, addr, proto.DialOptions{
-		Role: proto.RoleClient, Token: opts.Token, TLS: opts.TLS,
+		Role: proto.RoleClient, Token: opts.helloToken(), TLS: opts.TLS,
 		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger,
 	})
 	if err != nil {
@@ -116,7 +128,7 @@ func (s *Session) log() *slog.Logger {
 // carrying the session's call ticket, which the daemon hands to the
 // worker; the worker's answer says it serves the connection from now on.
 func (s *Session) dialCalls(ctx context.Context) (*proto.Client, error) {
-	opts := proto.DialOptions{Role: proto.RoleCall, Token: s.opts.Token, HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger}
+	opts := proto.DialOptions{Role: proto.RoleCall, Token: s.opts.helloToken(), HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger}
 	nc, err := proto.DialRaw(ctx, s.addr, opts)
 	if err != nil {
 		return nil, err
@@ -305,7 +317,7 @@ func (s *Session) rawUpload(ctx context.Context, name string, size int64, r io.R
 		return err
 	}
 	nc, err := proto.DialRaw(ctx, s.addr, proto.DialOptions{
-		Role: proto.RoleBulk, Token: s.opts.Token, TLS: s.opts.TLS, HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger,
+		Role: proto.RoleBulk, Token: s.opts.helloToken(), TLS: s.opts.TLS, HandshakeTimeout: s.opts.HandshakeTimeout, Logger: s.opts.Logger,
 	})
 	if err != nil {
 		return err

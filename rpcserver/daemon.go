@@ -166,6 +166,10 @@ type daemonMetrics struct {
 	inflight *metrics.Gauge
 	latency  *metrics.Histogram
 	bulkByte *metrics.Counter
+	// users and usersActive count sessions opened under a lease by the
+	// lease's user.
+	users       *metrics.Counter
+	usersActive *metrics.Gauge
 }
 
 // New checks cfg and binds the listener; Addr is valid at once. Run
@@ -267,8 +271,10 @@ func New(cfg Config) (*Daemon, error) {
 	d.reg.Flag("kiln_rpcserver_insecure", "1 when the daemon was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", exposed != nil)
 	d.m.active.Set(0)
 	d.m.inflight.Set(0)
+	d.m.users = d.reg.Counter("kiln_rpcserver_sessions_by_user_total", "Sessions opened under a tracker lease, by the lease's user (\"\" for a lease without a named user).", "user")
+	d.m.usersActive = d.reg.Gauge("kiln_rpcserver_sessions_active_by_user", "Sessions open now under a tracker lease, by the lease's user.", "user")
 	d.srv = proto.NewServer(proto.ServerConfig{
-		Token:        cfg.Token,
+		Authenticate: d.authenticate,
 		Roles:        []proto.Role{proto.RoleClient, proto.RoleBulk, proto.RoleCall},
 		MaxFrameSize: cfg.MaxFrameSize,
 		Logger:       d.log,
@@ -297,17 +303,22 @@ func (d *Daemon) MetricsHandler() http.Handler {
 	})
 }
 
-// refreshMetrics reads the sessions' call boards: calls in flight, and
-// the calls their workers served on the clients' call connections.
-func (d *Daemon) refreshMetrics() {
+// openSessions returns the sessions holding a slot now.
+func (d *Daemon) openSessions() []*session {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	open := make([]*session, 0, len(d.sessions))
 	for s := range d.sessions {
 		open = append(open, s)
 	}
-	d.mu.Unlock()
+	return open
+}
+
+// refreshMetrics reads the sessions' call boards: calls in flight, and
+// the calls their workers served on the clients' call connections.
+func (d *Daemon) refreshMetrics() {
 	n := 0
-	for _, s := range open {
+	for _, s := range d.openSessions() {
 		n += s.inFlight()
 		s.mu.Lock()
 		w := s.worker
@@ -423,6 +434,9 @@ func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 		return fmt.Errorf("device daemon is shutting down: %w", proto.ErrUnavailable)
 	}
 	s := newSession(d, c, fmt.Sprintf("s%d", d.nextID.Add(1)))
+	if tok := c.Credential(); tok != "" && d.cfg.Token != "" && !proto.TokenEqual(tok, d.cfg.Token) {
+		s.helloLease = tok // admitted by its lease token (authenticate)
+	}
 	c.SetValue(sessionKey{}, s)
 	s.log.Debug("connection admitted")
 	return nil
@@ -461,7 +475,11 @@ func (d *Daemon) take(s *session) error {
 	d.sessions[s] = true
 	d.m.total.Inc()
 	d.m.active.Set(float64(len(d.sessions)))
-	s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout)
+	if s.user != "" {
+		s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout, "user", s.user)
+	} else {
+		s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout)
+	}
 	return nil
 }
 

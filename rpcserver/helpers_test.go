@@ -69,7 +69,9 @@ func (s *logSink) String() string {
 
 // startDaemon runs a daemon until the test ends; cfg's Listen, Dir and
 // Worker are filled in.
-func startDaemon(t testing.TB, cfg rpcserver.Config) *testDaemon {
+// Each setup function runs after New, before Run (to attach a tracker
+// registrar that needs the daemon's address).
+func startDaemon(t testing.TB, cfg rpcserver.Config, setup ...func(*rpcserver.Daemon)) *testDaemon {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	if cfg.Dir == "" {
@@ -86,6 +88,9 @@ func startDaemon(t testing.TB, cfg rpcserver.Config) *testDaemon {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d, err := rpcserver.New(cfg)
 	check.NoError(t, err)
+	for _, f := range setup {
+		f(d)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

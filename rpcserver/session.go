@@ -66,6 +66,15 @@ type session struct {
 	// says they are to be given back.
 	jail     jailing
 	confined bool
+
+	// leaseToken is the lease token the session opened with (it admits
+	// the session's call and bulk connections of a client without the
+	// fleet token); helloLease is the lease token the client's hello
+	// carried in place of the fleet token ("" when it carried the fleet
+	// token); user is the lease's user.
+	leaseToken string
+	helloLease string
+	user       string
 }
 
 func newSession(d *Daemon, c *proto.Conn, id string) *session {
@@ -175,6 +184,16 @@ func (s *session) open(ctx context.Context, a proto.OpenArgs) (proto.SessionInfo
 // start does the work of open.
 func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInfo, error) {
 	d := s.d
+	if s.helloLease != "" {
+		// A client admitted by its lease token opens the session of that
+		// lease and no other.
+		switch {
+		case a.LeaseToken == "":
+			a.LeaseToken = s.helloLease
+		case !proto.TokenEqual(a.LeaseToken, s.helloLease):
+			return proto.SessionInfo{}, fmt.Errorf("open session: the lease token differs from the one this connection was admitted with: %w", proto.ErrUnauthorized)
+		}
+	}
 	if d.cfg.Tracker != nil {
 		switch {
 		case a.LeaseToken != "":
@@ -182,12 +201,18 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			if err != nil {
 				return proto.SessionInfo{}, fmt.Errorf("open session: lease not valid for this device: %w", err)
 			}
+			s.mu.Lock()
+			s.user = li.User
+			s.mu.Unlock()
 			if err := d.take(s); err != nil {
 				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 			}
 			s.mu.Lock()
 			s.lease = li.ID
+			s.leaseToken = a.LeaseToken
 			s.mu.Unlock()
+			d.m.users.Inc(li.User)
+			d.m.usersActive.Add(1, li.User)
 			// A lease may ask for a shorter session than the daemon
 			// allows, never a longer one.
 			if li.SessionTimeout > 0 && li.SessionTimeout < d.cfg.SessionTimeout {
@@ -278,8 +303,11 @@ func (s *session) end(how string, err error) bool {
 	if !s.closed {
 		s.closer = time.AfterFunc(endGrace, func() { s.c.Close() })
 	}
-	lease, ticket := s.lease, s.callTicket
+	lease, ticket, leased, user := s.lease, s.callTicket, s.leaseToken != "", s.user
 	s.mu.Unlock()
+	if leased {
+		s.d.m.usersActive.Add(-1, user)
+	}
 	s.d.dropCallTicket(ticket)
 	s.d.m.ended.Inc(how)
 	s.d.release(s)

@@ -391,6 +391,9 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	default:
 		c.role = h.Role
 		c.user = user
+		if s.cfg.Authenticate != nil {
+			c.cred = h.Token
+		}
 		c.log = c.log.With("role", h.Role)
 		if user != "" {
 			c.log = c.log.With("user", user)
@@ -461,6 +464,9 @@ type Conn struct {
 	srv  *Server
 	role Role
 	user string // from ServerConfig.Authenticate
+	// cred is the token the hello carried, kept when Authenticate admitted
+	// it (a listener that takes several kinds of credential).
+	cred string
 	nc   net.Conn
 	sess *yamux.Session
 	log  *slog.Logger
@@ -484,6 +490,11 @@ func (c *Conn) Role() Role { return c.role }
 // User returns the user name ServerConfig.Authenticate gave the peer ("" for
 // none).
 func (c *Conn) User() string { return c.user }
+
+// Credential returns the token the peer's hello carried when
+// ServerConfig.Authenticate admitted it ("" otherwise), for a listener that
+// takes several kinds of credential and must know which one a peer used.
+func (c *Conn) Credential() string { return c.cred }
 
 // RemoteAddr returns the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }

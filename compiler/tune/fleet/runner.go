@@ -166,7 +166,7 @@ func (r *Runner) lease(ctx context.Context) (*device, error) {
 }
 
 func (r *Runner) connect(ctx context.Context, d *device) error {
-	s, err := client.Connect(ctx, d.lease.Addr, client.SessionOptions{Token: r.cfg.Token, TLS: r.cfg.TLS, LeaseToken: d.lease.Token, Logger: r.cfg.Logger})
+	s, err := client.Connect(ctx, d.lease.Addr, client.SessionOptions{TLS: r.cfg.TLS, LeaseToken: d.lease.Token, Logger: r.cfg.Logger})
 	if err != nil {
 		return err
 	}

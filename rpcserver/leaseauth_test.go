@@ -1,0 +1,156 @@
+package rpcserver_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker"
+)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// leasedFleet is a real tracker with a users file (alice) and two device
+// daemons, keys "a" and "b", registered with it under the fleet token.
+type leasedFleet struct {
+	tracker string
+	alice   string
+	a, b    *testDaemon
+}
+
+func startLeasedFleet(t *testing.T) *leasedFleet {
+	t.Helper()
+	users := filepath.Join(t.TempDir(), "users")
+	alice, err := tracker.CreateUserToken(users, "alice", "client")
+	check.NoError(t, err)
+	tr, err := tracker.New(tracker.Config{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: "fleet", UsersFile: users,
+		HeartbeatInterval: 50 * time.Millisecond, LostAfter: 5 * time.Second, LeaseWait: 100 * time.Millisecond,
+		Logger: quietLog(),
+	})
+	check.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			check.NoError(t, err, "tracker Run")
+		case <-time.After(guard):
+			t.Errorf("tracker did not stop within %s", guard)
+		}
+	})
+	f := &leasedFleet{tracker: tr.Addr(), alice: alice}
+	device := func(key string) *testDaemon {
+		var reg *client.Registrar
+		td := startDaemon(t, rpcserver.Config{Token: "fleet", Key: key, SessionTimeout: time.Minute}, func(d *rpcserver.Daemon) {
+			reg = client.NewRegistrar(tr.Addr(), client.TrackerOptions{Token: "fleet", Logger: quietLog()}, proto.RegisterArgs{
+				Role: proto.NodeDevice, Key: key, Addr: d.Addr().String(),
+			})
+			d.SetTracker(reg)
+		})
+		select {
+		case <-reg.Ready():
+		case <-time.After(guard):
+			t.Fatalf("device %s did not register", key)
+		}
+		return td
+	}
+	f.a, f.b = device("a"), device("b")
+	return f
+}
+
+// lease asks the tracker, as alice, for the device under key.
+func (f *leasedFleet) lease(t *testing.T, key string) *client.Lease {
+	t.Helper()
+	ctx := testCtx(t)
+	tc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: f.alice, Logger: quietLog()})
+	check.NoError(t, err)
+	t.Cleanup(func() { tc.Close() })
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: key})
+	check.NoError(t, err)
+	return l
+}
+
+// TestLeaseTokenAdmits: a named user holding only their tracker token gets
+// a lease, and the device daemon admits their hello on the lease token
+// alone; the lease names the user in the daemon's log and metrics. Every
+// other credential is refused: none, a forged token, the user's tracker
+// token, another device's lease, a released lease.
+func TestLeaseTokenAdmits(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+
+	// No token at all, a forged one, alice's tracker token: refused at the hello.
+	for _, tok := range []string{"", "kiln-forged-0000", f.alice} {
+		_, err := client.Connect(ctx, f.a.addr, client.SessionOptions{Token: tok})
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		_, err = client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: tok + "x"})
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+	}
+
+	// Device b's lease does not open device a.
+	lb := f.lease(t, "b")
+	_, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: lb.Token})
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+
+	// Alice's lease on a opens a, with no fleet token, and runs code there
+	// (an upload uses a bulk connection, admitted on the same lease).
+	la := f.lease(t, "a")
+	s, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: la.Token})
+	check.NoError(t, err)
+	check.NoError(t, s.Upload(ctx, "x.bin", make([]byte, 1<<20)))
+	// A hello with a's lease but a different lease at session.open: refused.
+	c, err := proto.Dial(ctx, f.a.addr, proto.DialOptions{Role: proto.RoleClient, Token: la.Token, Logger: quietLog()})
+	check.NoError(t, err)
+	err = c.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: lb.Token}, nil)
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.Error(t, err, "differs from the one this connection was admitted with")
+	c.Close()
+	m := f.a.metrics(t)
+	check.True(t, strings.Contains(m, `kiln_rpcserver_sessions_active_by_user{user="alice"} 1`), "metrics do not show alice's session:\n%s", m)
+	check.True(t, strings.Contains(f.a.logs.String(), "user=alice"), "the daemon's log does not name alice")
+	check.NoError(t, s.Close())
+
+	// Released: the lease token opens nothing any more.
+	check.NoError(t, la.Release(ctx))
+	f.a.waitIdle(t)
+	_, err = client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: la.Token})
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+
+	// The fleet-token path still works alongside (with a new lease).
+	la2 := f.lease(t, "a")
+	s2, err := client.Connect(ctx, f.a.addr, client.SessionOptions{Token: "fleet", LeaseToken: la2.Token})
+	check.NoError(t, err)
+	check.NoError(t, s2.Close())
+	check.NoError(t, la2.Release(ctx))
+}
+
+// TestExpiredLeaseRefused: a lease left to expire admits no hello.
+func TestExpiredLeaseRefused(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+	tc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: f.alice, Logger: quietLog()})
+	check.NoError(t, err)
+	defer tc.Close()
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "a", TTL: 100 * time.Millisecond, NoRenew: true})
+	check.NoError(t, err)
+	eventually(t, "the lease expired", func() bool {
+		c, err := proto.Dial(ctx, f.a.addr, proto.DialOptions{Role: proto.RoleClient, Token: l.Token, Logger: quietLog()})
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	_, err = client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: l.Token})
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+}
