@@ -37,6 +37,10 @@ type uploadResult struct {
 	// allows. Ratio is GBps / FloorGBps.
 	FloorGBps float64 `json:"floor_gb_per_s"`
 	Ratio     float64 `json:"ratio_to_floor"`
+	// TCPGBps is plain TCP on loopback into memory (the bytes read and
+	// dropped), measured in the same rounds (median): what loopback moves
+	// when no file is written.
+	TCPGBps float64 `json:"tcp_gb_per_s"`
 	// RSSGrowth is how much this process (client and daemon) grew in
 	// resident memory over the timed uploads, beyond the data buffer.
 	RSSGrowth int64 `json:"rss_growth_bytes"`
@@ -44,8 +48,8 @@ type uploadResult struct {
 }
 
 func (r uploadResult) Line() string {
-	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s) over %d uploads; plain TCP into a file %.2f GB/s (ratio %.2f); RSS grew %d KiB",
-		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Uploads, r.FloorGBps, r.Ratio, r.RSSGrowth>>10)
+	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s) over %d uploads; plain TCP into a file %.2f GB/s (ratio %.2f), into memory %.2f GB/s; RSS grew %d KiB",
+		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Uploads, r.FloorGBps, r.Ratio, r.TCPGBps, r.RSSGrowth>>10)
 }
 
 // runUpload uploads the same data several times into one session (each
@@ -78,16 +82,26 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 		return nil, err
 	}
 	defer floor.close()
+	// And one of each floor, so that its buffer is in memory too.
+	for _, toFile := range []bool{true, false} {
+		if _, err := floor.send(data, toFile); err != nil {
+			return nil, err
+		}
+	}
 	rss0 := rssBytes()
 	secs := make([]float64, uploads)
 	floorSecs := make([]float64, uploads)
+	tcpSecs := make([]float64, uploads)
 	for i := range secs {
 		start := time.Now()
 		if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
 			return nil, err
 		}
 		secs[i] = time.Since(start).Seconds()
-		if floorSecs[i], err = floor.send(data); err != nil {
+		if floorSecs[i], err = floor.send(data, true); err != nil {
+			return nil, err
+		}
+		if tcpSecs[i], err = floor.send(data, false); err != nil {
 			return nil, err
 		}
 	}
@@ -95,20 +109,24 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 	slices.Sort(secs)
 	med := median(secs)
 	floorMed := median(floorSecs)
+	tcpMed := median(tcpSecs)
 	r := uploadResult{
 		Name: "upload", GBps: round(float64(size)/med/1e9, 3), BestGBps: round(float64(size)/secs[0]/1e9, 3),
 		MedianMS: round(med*1e3, 2), Bytes: int64(size), Uploads: uploads, GoalGBps: uploadGoalGBps, Quick: opt.quick,
 		FloorGBps: round(float64(size)/floorMed/1e9, 3), Ratio: round(floorMed/med, 3), RSSGrowth: growth,
+		TCPGBps: round(float64(size)/tcpMed/1e9, 3),
 	}
 	r.MeetsGoal = r.GBps >= uploadGoalGBps
 	return r, nil
 }
 
-// tcpFloor is plain TCP on loopback into a file: a listener whose every
-// connection is copied (spliced) into a file of dir.
+// tcpFloor is plain TCP on loopback: a listener whose every connection is
+// copied (spliced) into a new file of dir, or read into a buffer and
+// dropped.
 type tcpFloor struct {
 	ln  net.Listener
 	dir string
+	buf []byte
 }
 
 func newTCPFloor(dir string) (*tcpFloor, error) {
@@ -116,12 +134,12 @@ func newTCPFloor(dir string) (*tcpFloor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp floor: %w", err)
 	}
-	return &tcpFloor{ln: ln, dir: dir}, nil
+	return &tcpFloor{ln: ln, dir: dir, buf: make([]byte, 1<<20)}, nil
 }
 
 // send writes data over a fresh connection and returns the seconds until
-// the receiver has it all in the file.
-func (f *tcpFloor) send(data []byte) (float64, error) {
+// the receiver has it all in the file (toFile), or has read it all.
+func (f *tcpFloor) send(data []byte, toFile bool) (float64, error) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -131,6 +149,16 @@ func (f *tcpFloor) send(data []byte) (float64, error) {
 			return
 		}
 		defer c.Close()
+		if !toFile {
+			var err error
+			for left := len(data); left > 0 && err == nil; {
+				var k int
+				k, err = io.ReadFull(c, f.buf[:min(left, len(f.buf))])
+				left -= k
+			}
+			done <- err
+			return
+		}
 		out, err := os.CreateTemp(f.dir, "floor-")
 		if err != nil {
 			done <- err
