@@ -58,8 +58,9 @@ one.
 
 An ONNX model's symbolic dimensions (a batch "N") must be given with
 --input-shape NAME=D1xD2… (one flag per input); a model kiln cannot import
-(an operator it does not support, an opset outside 7–21) is refused before
-anything is built, naming the node, its op type and the opset.
+(an operator it does not support, an opset outside 1–21, or below opset 7
+an operator whose meaning has changed since) is refused before anything
+is built, naming the node, its op type and the opset.
 
 Examples:
    kiln build matmul.py -o matmul.kiln

@@ -307,6 +307,12 @@ func intrinsicLane(op string, t ir.DType, args []uint64) (uint64, error) {
 		r = math.Sinh(x)
 	case "cosh":
 		r = math.Cosh(x)
+	case "asinh":
+		r = math.Asinh(x)
+	case "acosh":
+		r = math.Acosh(x)
+	case "atanh":
+		r = math.Atanh(x)
 	case "floor":
 		r = math.Floor(x)
 	case "ceil":

@@ -28,7 +28,7 @@ var Intrinsics = map[string]Intrinsic{}
 
 func init() {
 	for _, n := range []string{"exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
-		"tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+		"tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
 		"floor", "ceil", "round", "trunc", "nearbyint"} {
 		Intrinsics[n] = Intrinsic{Name: n, Arity: 1, FloatOnly: true}
 	}

@@ -37,6 +37,12 @@ var unaryOps = map[string]unaryFn{
 	"round":   floatIntrin(ir.Round),
 	"sin":     floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("sin", x) }),
 	"cos":     floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("cos", x) }),
+	"asin":    floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("asin", x) }),
+	"acos":    floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("acos", x) }),
+	"atan":    floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("atan", x) }),
+	"asinh":   floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("asinh", x) }),
+	"acosh":   floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("acosh", x) }),
+	"atanh":   floatIntrin(func(x ir.Expr) ir.Expr { return ir.CallIntrin("atanh", x) }),
 	"abs": {fn: func(x ir.Expr) ir.Expr {
 		if x.DType().IsFloat() {
 			return ir.Fabs(x)
@@ -66,7 +72,8 @@ func UnaryOps() []string { return slices.Sorted(maps.Keys(unaryOps)) }
 
 // Unary applies the elementwise operator op to x: "exp", "log", "sqrt",
 // "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "sin",
-// "cos", "abs", "negative", "square" (stage T_<op>, indices ax0…) and
+// "cos", "asin", "acos", "atan", "asinh", "acosh", "atanh", "abs",
+// "negative", "square" (stage T_<op>, indices ax0…) and
 // "relu", "gelu" (erf form), "gelu_tanh", "silu" (stage compute, indices
 // i0…). Math functions need a float input.
 func Unary(op string, x *te.Tensor) (*te.Tensor, error) {

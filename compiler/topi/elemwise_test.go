@@ -157,6 +157,12 @@ func TestUnary(t *testing.T) {
 		{"round", ir.Float32, math.RoundToEven, false},
 		{"sin", ir.Float32, math.Sin, false},
 		{"cos", ir.Float32, math.Cos, false},
+		{"asin", ir.Float32, math.Asin, false},
+		{"acos", ir.Float64, math.Acos, false},
+		{"atan", ir.Float32, math.Atan, false},
+		{"asinh", ir.Float32, math.Asinh, false},
+		{"acosh", ir.Float32, math.Acosh, true},
+		{"atanh", ir.Float32, math.Atanh, false},
 		{"abs", ir.Float32, math.Abs, false},
 		{"abs", ir.Int32, math.Abs, false},
 		{"negative", ir.Float32, func(x float64) float64 { return -x }, false},
@@ -173,9 +179,14 @@ func TestUnary(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.op+"_"+c.dt.String(), func(t *testing.T) {
 			x := randArr(rng, c.dt, 2, 3, 2)
-			if c.pos {
-				for i := range x.data {
+			for i := range x.data {
+				switch {
+				case c.op == "acosh":
+					x.data[i] = math.Abs(x.data[i]) + 1 // acosh's domain
+				case c.pos:
 					x.data[i] = math.Abs(x.data[i]) + 0.1
+				case c.op == "asin" || c.op == "acos" || c.op == "atanh":
+					x.data[i] = float64(float32(math.Tanh(x.data[i]) * 0.9)) // in (-1, 1)
 				}
 			}
 			X := placeholder("x", c.dt, 2, 3, 2)

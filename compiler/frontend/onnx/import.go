@@ -315,7 +315,7 @@ func Check(m *Model) error {
 			continue
 		}
 		c, ok := converters[n.GetOpType()]
-		if !ok || m.Opset < c.since {
+		if !ok || !c.imports(n.GetOpType(), m.Opset) {
 			bad = append(bad, fmt.Sprintf("%s, opset %d", NodeName(n, i), m.Opset))
 		}
 	}

@@ -59,6 +59,28 @@ func TestImportUnsupported(t *testing.T) {
 	check.Error(t, err, `node "frobnicate_z" (Frobnicate), opset 13`)
 }
 
+// TestImportOldOpset checks that a model older than opset 7 imports when
+// its operators mean what they do in opset 7 (Relu), and is refused,
+// naming the node, when one does not (Gemm had a broadcast attribute).
+func TestImportOldOpset(t *testing.T) {
+	pm := linearModel()
+	pm.OpsetImport[0].Version = proto.Int64(6)
+	_, _, err := Import(readModel(t, pm), Options{InputShapes: map[string][]int64{"x": {1, 3}}})
+	check.ErrorIs(t, err, ErrUnsupported)
+	check.Error(t, err, `(Gemm), opset 6`)
+
+	pm.Graph.Node = pm.Graph.Node[1:]
+	pm.Graph.Node[0].Input[0] = "x"
+	pm.Graph.Output[0] = vinfo("y", onnxpb.TensorProto_FLOAT, "N", 3)
+	for _, v := range []int64{1, 6} {
+		pm.OpsetImport[0].Version = proto.Int64(v)
+		mod, _, err := Import(readModel(t, pm), Options{InputShapes: map[string][]int64{"x": {1, 3}}})
+		check.NoError(t, err)
+		_, ok := mod.Lookup("main")
+		check.True(t, ok)
+	}
+}
+
 // TestShapeSubgraphFolds checks that PyTorch's Shape → Gather → Unsqueeze
 // → Concat → Reshape (the flatten before a classifier) folds to one
 // reshape with a constant shape.

@@ -12,9 +12,11 @@ import (
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx/onnxpb"
 )
 
-// Opset versions of the default domain kiln imports.
+// Opset versions of the default domain kiln imports. Below opset 7 only
+// the operators whose definition then computes what opset 7's does are
+// imported (see Check).
 const (
-	MinOpset = 7
+	MinOpset = 1
 	MaxOpset = 21
 )
 

@@ -100,9 +100,9 @@ func TestReadErrors(t *testing.T) {
 		{"not onnx", []byte("this is a text file, not a model\n"), []string{"not an ONNX model"}},
 		{"empty", nil, []string{"not an ONNX model", "no ir_version"}},
 		{"opset too new", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(99) }),
-			[]string{"opset 99 is newer than kiln knows (7–21)"}},
-		{"opset too old", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(5) }),
-			[]string{"opset 5 is older"}},
+			[]string{"opset 99 is newer than kiln knows (1–21)"}},
+		{"opset too old", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(-1) }),
+			[]string{"opset -1 is older than kiln imports (1–21)"}},
 		{"dangling input", mutate(func(m *onnxpb.ModelProto) { m.Graph.Node[1].Input[0] = "nowhere" }),
 			[]string{`node "relu_y" (Relu)`, `input "nowhere" is not a graph input`}},
 		{"cycle", mutate(func(m *onnxpb.ModelProto) {

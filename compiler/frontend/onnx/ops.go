@@ -45,6 +45,36 @@ var converters = map[string]converter{}
 
 func reg(opType string, since int64, fn convertFn) { converters[opType] = converter{since, fn} }
 
+// sameAsOpset7 names, for models older than opset 7, the operators whose
+// definition from the given opset on computes what opset 7's does, so
+// that opset 7's converter imports them. (Opset 1's consumed_inputs
+// attribute was a memory hint, dropped in opset 6 without changing the
+// result.) Operators left out changed meaning: the binary arithmetic
+// and logic operators broadcast only with broadcast=1 before opset 7,
+// Dropout and BatchNormalization had is_test, Gemm had broadcast.
+var sameAsOpset7 = map[string]int64{
+	"Relu": 1, "Sigmoid": 1, "Tanh": 1, "Exp": 1, "Log": 1, "Sqrt": 1, "Neg": 1, "Abs": 1, "Floor": 1,
+	"Ceil": 1, "Reciprocal": 1, "Elu": 1, "Selu": 1, "HardSigmoid": 1, "LeakyRelu": 1, "Softplus": 1,
+	"Softsign": 1, "Not": 1, "Identity": 1, "GlobalAveragePool": 1, "GlobalMaxPool": 1,
+	"InstanceNormalization": 1, "Transpose": 1, "Softmax": 1, "LogSoftmax": 1, "Flatten": 1,
+	"Squeeze": 1, "Unsqueeze": 1, "Shape": 1, "Size": 1, "Gather": 1, "MatMul": 1, "Constant": 1,
+	"Conv": 1, "MaxPool": 1, "AveragePool": 1, "ReduceMean": 1, "ReduceSum": 1, "ReduceMax": 1,
+	"ReduceMin": 1, "ArgMax": 1, "ArgMin": 1,
+	"Pad": 2, "Split": 2, // opset 1 named Pad's pads paddings and took Split's sizes as an input
+	"Concat":  4,                       // axis was optional before opset 4
+	"Reshape": 5,                       // the shape was an attribute before opset 5
+	"Cast":    6, "Clip": 6, "Tile": 6, // Cast's to was a string, Tile took tiles and axis
+}
+
+// imports reports whether c converts opType at the given opset.
+func (c converter) imports(opType string, opset int64) bool {
+	if opset >= c.since {
+		return true
+	}
+	from, ok := sameAsOpset7[opType]
+	return ok && c.since <= 7 && opset >= from
+}
+
 func unsupported(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
 }
@@ -164,10 +194,16 @@ func init() {
 	unary := map[string]string{
 		"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
 		"Neg": "negative", "Abs": "abs", "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round",
-		"Sin": "sin", "Cos": "cos",
+		"Sin": "sin", "Cos": "cos", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+		"Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
 	}
 	for onnxName, relax := range unary {
-		reg(onnxName, 7, func(im *importer, n *node) ([]*value, error) {
+		since := int64(7)
+		switch onnxName {
+		case "Asinh", "Acosh", "Atanh":
+			since = 9 // the inverse hyperbolic functions came in opset 9
+		}
+		reg(onnxName, since, func(im *importer, n *node) ([]*value, error) {
 			x, err := n.need(0)
 			if err != nil {
 				return nil, err

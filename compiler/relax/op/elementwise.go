@@ -12,8 +12,9 @@ import (
 var (
 	binaryArith = []string{"add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum"}
 	binaryCmp   = []string{"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
-	unaryMath   = []string{"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "negative", "erf", "floor", "ceil", "round", "square", "sin", "cos"}
-	unaryNN     = []string{"nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu"}
+	unaryMath   = []string{"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "negative", "erf", "floor", "ceil", "round", "square", "sin", "cos",
+		"asin", "acos", "atan", "asinh", "acosh", "atanh"}
+	unaryNN = []string{"nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu"}
 )
 
 func init() {
