@@ -72,7 +72,10 @@ Examples:
 
 --tuning-db applies the best record of each kernel (for a module with
 @R.function, each fused kernel the pipeline makes) and says which kernels it
-found no record for; those keep the default schedule.`,
+found no record for; those keep the default schedule. A kernel with symbolic
+sizes tuned with kiln tune --shape is specialized to the shape it was tuned
+for (said on the error writer): the artifact then takes those sizes only.
+Records of several shapes need --shape NAME=SIZE to pick one.`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...], or cuda [-arch=sm_NN]"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "artifact file to write (default: FILE with .kiln)"},
@@ -86,6 +89,7 @@ found no record for; those keep the default schedule.`,
 			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims (repeatable)"},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: build remotely on a compiler node"},
 			&ucli.StringFlag{Name: "tuning-db", Usage: "tuning database (JSON lines, from kiln tune): give each kernel its best record's schedule"},
+			&ucli.StringSliceFlag{Name: "shape", Usage: "with --tuning-db: NAME=SIZE picks the shape a symbolic kernel is specialized to (repeatable, or comma-separated)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
 		}, connFlags()...),
 		OnUsageError: usageError,
@@ -117,6 +121,9 @@ func runBuild(c *ucli.Context) error {
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
+	}
+	if len(c.StringSlice("shape")) > 0 && c.String("tuning-db") == "" {
+		return fmt.Errorf("build: --shape picks the tuned shape of a symbolic kernel; it needs --tuning-db")
 	}
 	var applyDB func(*ir.IRModule) (*ir.IRModule, error)
 	if p := c.String("tuning-db"); p != "" {
@@ -311,9 +318,13 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target) (fun
 	for _, n := range notes {
 		fmt.Fprintf(w, "build: warning: %s\n", n)
 	}
+	shape, err := tune.ParseShape(c.StringSlice("shape"))
+	if err != nil {
+		return nil, err
+	}
 	rt := rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {
-		out, applied, err := tune.Apply(mod, db, rt)
+		out, applied, err := tune.Apply(mod, db, rt, shape)
 		if err != nil {
 			return nil, err
 		}
@@ -323,6 +334,9 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target) (fun
 		}
 		sort.Strings(names)
 		for _, n := range names {
+			if sh := applied.Specialized[n]; sh != "" {
+				fmt.Fprintf(w, "build: %s: specialized to %s, the shape it was tuned for (it takes those sizes only)\n", n, sh)
+			}
 			fmt.Fprintf(w, "build: %s: tuned schedule from %s (%s a call when measured)\n", n, path, fmtSeconds(applied.Tuned[n]))
 		}
 		for _, n := range applied.Missing {

@@ -37,7 +37,7 @@ func tuneCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "tune",
 		Usage:     "search schedules for a module's kernels on the fleet and record them in a tuning database",
-		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--tracker HOST:PORT --key KEY] [--devices K] [--resume] [--json]",
+		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--shape NAME=SIZE] [--tracker HOST:PORT --key KEY] [--devices K] [--resume] [--json]",
 		Description: `Searches schedules for every kernel (PrimFunc) of FILE the way TVM's
 MetaSchedule does: schedule rules (multi-level tiling with cache_write and
 cache_read, auto-inline, random compute location, parallel-vectorize-unroll)
@@ -58,7 +58,11 @@ and train the model; with --resume they also count against --trials, so an
 interrupted run continues where it stopped. kiln build --tuning-db applies the
 best record of each kernel.
 
-FILE is TVMScript: PrimFuncs are tuned as they are; a module with @R.function
+FILE is TVMScript: PrimFuncs are tuned as they are, a kernel with symbolic
+sizes (T.match_buffer(a, (N, K)) with N = T.int32()) bound to the sizes
+--shape gives (N=1024,K=1024,M=1024): the records are those of the bound
+kernel, and kiln build --tuning-db specializes the symbolic kernel to the
+shape it was tuned for; a module with @R.function
 goes through the graph pipeline first and its fused kernels are tuned, trials
 going where weight (calls) × best time is largest.
 
@@ -69,6 +73,7 @@ Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl
    kiln tune mlp.py --tracker 127.0.0.1:9190 --key cpu --trials 256 --db tuning.jsonl --devices 4
    kiln tune matmul.py --trials 64 --db tuning.jsonl --resume
+   kiln tune symbolic_matmul.py --shape N=1024,M=1024,K=1024 --trials 64 --db tuning.jsonl
    kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...]"},
@@ -80,6 +85,7 @@ Examples:
 			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},
 			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates proposed and measured together"},
 			&ucli.Uint64Flag{Name: "seed", Usage: "seed of the search's random source (default: from the clock)"},
+			&ucli.StringSliceFlag{Name: "shape", Usage: "NAME=SIZE binds a symbolic size of the kernels for tuning, e.g. N=1024 (repeatable, or comma-separated)"},
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 3, Usage: "time evaluator repeats per candidate"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 20, Usage: "time evaluator: shortest repeat in milliseconds"},
@@ -143,7 +149,11 @@ func runTune(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	tasks, skipped, err := tuneTasks(mod, target, c.String("pipeline"))
+	shape, err := tune.ParseShape(c.StringSlice("shape"))
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	tasks, skipped, err := tuneTasks(mod, target, c.String("pipeline"), shape)
 	if err != nil {
 		return fmt.Errorf("tune %s: %w", path, err)
 	}
@@ -254,7 +264,7 @@ func runTune(c *ucli.Context) error {
 
 // tuneTasks returns the tasks of mod: its PrimFuncs, or for a module with
 // graph functions the kernels the pipeline leaves.
-func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string) ([]*tune.Task, []string, error) {
+func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape map[string]int64) ([]*tune.Task, []string, error) {
 	if vmgen.HasGraphFunctions(mod) && pipeline != "none" {
 		if pipeline == "" {
 			pipeline = compiler.DefaultPipeline
@@ -264,7 +274,7 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string) ([]*tu
 			return nil, nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
 		}
 	}
-	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()})
+	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
 }
 
 // tuneSummaries summarizes what db holds for tasks (nothing measured in

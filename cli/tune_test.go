@@ -46,6 +46,62 @@ def one(A: T.Buffer((), "float32"), B: T.Buffer((), "float32")):
         B[()] = A[()] + T.float32(1.0)
 `
 
+const tuneSymbolicPy = `# from tvm.script import tir as T
+
+@T.prim_func
+def matrix_multiply(var_A: T.handle, var_B: T.handle, var_C: T.handle):
+    T.func_attr({"tir.noalias": T.bool(True)})
+    N = T.int32()
+    K = T.int32()
+    M = T.int32()
+    A = T.match_buffer(var_A, (N, K))
+    B = T.match_buffer(var_B, (K, M))
+    C = T.match_buffer(var_C, (N, M))
+    for i, j, k in T.grid(N, M, K):
+        with T.block("C"):
+            v_i, v_j, v_k = T.axis.remap("SSR", [i, j, k])
+            T.reads(A[v_i, v_k], B[v_k, v_j])
+            T.writes(C[v_i, v_j])
+            with T.init():
+                C[v_i, v_j] = T.float32(0.0)
+            C[v_i, v_j] = C[v_i, v_j] + A[v_i, v_k] * B[v_k, v_j]
+`
+
+// TestTuneSymbolicShape: a matmul with symbolic sizes is refused without
+// --shape, tuned bound to --shape, and kiln build --tuning-db specializes
+// it to the tuned shape (or the shape --shape picks).
+func TestTuneSymbolicShape(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneSymbolicPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+
+	_, _, err := runApp(t, "tune", src, "--trials", "3", "--db", db)
+	check.Error(t, err, "symbolic sizes: K, M, N; bind them with --shape")
+	_, _, err = runApp(t, "tune", src, "--trials", "3", "--db", db, "--shape", "N=32,Q=4")
+	check.Error(t, err, `no kernel has a symbolic size "Q"`)
+	_, _, err = runApp(t, "tune", src, "--trials", "3", "--db", db, "--shape", "N=0")
+	check.Error(t, err, "at least 1")
+
+	out, errOut, err := runApp(t, "tune", src, "--trials", "3", "--batch", "3", "--db", db, "--shape", "N=32,M=32", "--shape", "K=16", "--seed", "1", "--json")
+	check.NoError(t, err, errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 3)
+	check.True(t, s.Tasks[0].Best > 0, s.Tasks[0])
+	check.True(t, strings.Contains(readFile(t, db), `"shape":{"K":16,"M":32,"N":32}`), readFile(t, db))
+
+	_, errOut, err = runApp(t, "build", src, "--tuning-db", db, "-o", filepath.Join(dir, "mm.kiln"), "--no-cache")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "matrix_multiply: specialized to K=16,M=32,N=32"), errOut)
+	check.True(t, strings.Contains(errOut, "matrix_multiply: tuned schedule from "+db), errOut)
+
+	_, errOut, err = runApp(t, "build", src, "--tuning-db", db, "--shape", "N=64,M=32,K=16", "-o", filepath.Join(dir, "mm.kiln"), "--no-cache")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "matrix_multiply: no record in "+db), errOut)
+	_, _, err = runApp(t, "build", src, "--shape", "N=64", "-o", filepath.Join(dir, "mm.kiln"))
+	check.Error(t, err, "needs --tuning-db")
+}
+
 func decodeTuneSummary(t *testing.T, out string) tuneSummary {
 	t.Helper()
 	var s tuneSummary
@@ -271,7 +327,7 @@ func TestTuneTasksGraph(t *testing.T) {
 	check.NoError(t, err)
 	target, err := compiler.ParseTarget("cpu")
 	check.NoError(t, err)
-	tasks, _, err := tuneTasks(mod, target, "")
+	tasks, _, err := tuneTasks(mod, target, "", nil)
 	check.NoError(t, err)
 	check.True(t, len(tasks) >= 2, "tasks:", len(tasks))
 	total := 0

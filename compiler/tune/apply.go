@@ -3,6 +3,8 @@ package tune
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
@@ -13,6 +15,9 @@ type Applied struct {
 	// Tuned are the functions that got their best record's schedule,
 	// with that record's median time.
 	Tuned map[string]float64
+	// Specialized are the functions with symbolic sizes that were bound
+	// to a shape (as "N=1024,M=1024") to take a record tuned for it.
+	Specialized map[string]string
 	// Missing are the tunable functions the database has no valid record
 	// for.
 	Missing []string
@@ -22,22 +27,47 @@ type Applied struct {
 // (by workload hash) the schedule of its best record, replayed from the
 // record's decisions; functions already scheduled or with nothing to
 // tune are left as they are.
-func Apply(mod *ir.IRModule, db *Database, target rules.Target) (*ir.IRModule, Applied, error) {
+//
+// A function with symbolic sizes is first bound to shape (the part of it
+// naming its size variables), or, with no such binding given, to the
+// shape its records were tuned for when they were all tuned for one
+// (several shapes are an error asking to choose); the function in the
+// returned module is then the specialized one, which takes those sizes
+// only.
+func Apply(mod *ir.IRModule, db *Database, target rules.Target, shape map[string]int64) (*ir.IRModule, Applied, error) {
 	out := mod
-	res := Applied{Tuned: map[string]float64{}}
+	res := Applied{Tuned: map[string]float64{}, Specialized: map[string]string{}}
+	used := map[string]bool{}
 	for _, name := range mod.Names() {
 		f := mod.PrimFunc(name)
 		if f == nil {
 			continue
 		}
-		sp, err := NewSpace(f, target)
+		bind := bindFor(f, shape)
+		if len(bind) == 0 && len(SizeVars(f)) > 0 {
+			var err error
+			if bind, err = recordedShape(db, f); err != nil {
+				return nil, res, fmt.Errorf("tuning database: %q: %w", name, err)
+			}
+		}
+		for k := range bind {
+			used[k] = true
+		}
+		g := f
+		if len(bind) > 0 {
+			var err error
+			if g, err = Bind(f, bind); err != nil {
+				return nil, res, fmt.Errorf("%q: %w", name, err)
+			}
+		}
+		sp, err := NewSpace(g, target)
 		if errors.Is(err, ErrUntunable) {
 			continue
 		}
 		if err != nil {
 			return nil, res, fmt.Errorf("tuning database: %q: %w", name, err)
 		}
-		best, ok := db.Best(WorkloadOf(f).Hash)
+		best, ok := db.Best(WorkloadOf(g).Hash)
 		if !ok {
 			res.Missing = append(res.Missing, name)
 			continue
@@ -48,16 +78,52 @@ func Apply(mod *ir.IRModule, db *Database, target rules.Target) (*ir.IRModule, A
 		}
 		out = out.With(name, c.Func)
 		res.Tuned[name] = best.Median()
+		if len(bind) > 0 {
+			res.Specialized[name] = FormatShape(bind)
+		}
+	}
+	for k := range shape {
+		if !used[k] {
+			return nil, res, fmt.Errorf("--shape %s: no function of the module has a symbolic size %q", k, k)
+		}
 	}
 	return out, res, nil
 }
 
+// recordedShape returns the shape db's valid records for f (a function
+// with symbolic sizes) were tuned for, nil when there are none.
+func recordedShape(db *Database, f *ir.PrimFunc) (map[string]int64, error) {
+	shapes := map[string]map[string]int64{}
+	for _, r := range db.Records(genericKey(WorkloadOf(f).Hash)) {
+		if r.Valid() {
+			shapes[FormatShape(r.Workload.Shape)] = r.Workload.Shape
+		}
+	}
+	switch len(shapes) {
+	case 0:
+		return nil, nil
+	case 1:
+		for _, s := range shapes {
+			return s, nil
+		}
+	}
+	names := make([]string, 0, len(shapes))
+	for k := range shapes {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("records for %d shapes (%s): choose one with --shape", len(names), strings.Join(names, "; "))
+}
+
 // Tasks returns the tasks of mod's PrimFuncs, weighted by how many times
 // the module's graph functions call each (1 for a module of PrimFuncs
-// alone). Functions with nothing to tune are listed in skipped with the
-// reason.
-func Tasks(mod *ir.IRModule, target rules.Target) (tasks []*Task, skipped []string, err error) {
+// alone). Functions with symbolic sizes named in shape are bound to it
+// (see Bind) and tuned as the bound function; a name in shape that no
+// function has is an error. Functions with nothing to tune are listed in
+// skipped with the reason.
+func Tasks(mod *ir.IRModule, target rules.Target, shape map[string]int64) (tasks []*Task, skipped []string, err error) {
 	calls := CallCounts(mod)
+	used := map[string]bool{}
 	for _, name := range mod.Names() {
 		f := mod.PrimFunc(name)
 		if f == nil {
@@ -70,7 +136,22 @@ func Tasks(mod *ir.IRModule, target rules.Target) (tasks []*Task, skipped []stri
 		if w == 0 {
 			continue // never called
 		}
-		t, err := NewTask(name, f, w, target)
+		bind := bindFor(f, shape)
+		g := f
+		if len(bind) > 0 {
+			for k := range bind {
+				used[k] = true
+			}
+			if g, err = Bind(f, bind); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		if rest := SizeVars(g); len(rest) > 0 {
+			// Candidates are measured on arrays of one shape.
+			skipped = append(skipped, fmt.Sprintf("%s: %v: %s; bind them with --shape NAME=SIZE", name, ErrUntunable, describeSizes(rest)))
+			continue
+		}
+		t, err := NewTask(name, g, w, target)
 		if errors.Is(err, ErrUntunable) {
 			skipped = append(skipped, err.Error())
 			continue
@@ -78,7 +159,15 @@ func Tasks(mod *ir.IRModule, target rules.Target) (tasks []*Task, skipped []stri
 		if err != nil {
 			return nil, nil, err
 		}
+		if len(bind) > 0 {
+			t.Workload.Shape, t.Workload.Generic = bind, WorkloadOf(f).Hash
+		}
 		tasks = append(tasks, t)
+	}
+	for k := range shape {
+		if !used[k] {
+			return nil, nil, fmt.Errorf("--shape %s: no kernel has a symbolic size %q", k, k)
+		}
 	}
 	return tasks, skipped, nil
 }

@@ -25,6 +25,11 @@ type Workload struct {
 	Hash string `json:"hash"`
 	Name string `json:"name,omitempty"`
 	Text string `json:"text,omitempty"`
+	// Shape and Generic are set for a function with symbolic sizes tuned
+	// bound to a shape (see Bind): the binding, and the hash of the
+	// function before binding.
+	Shape   map[string]int64 `json:"shape,omitempty"`
+	Generic string           `json:"generic,omitempty"`
 }
 
 // WorkloadOf returns f's workload.
@@ -190,7 +195,14 @@ func decodeRecord(line []byte, r *Record) error {
 func (db *Database) add(r Record) {
 	db.recs = append(db.recs, r)
 	db.byHash[r.Workload.Hash] = append(db.byHash[r.Workload.Hash], len(db.recs)-1)
+	if g := r.Workload.Generic; g != "" && g != r.Workload.Hash {
+		db.byHash[genericKey(g)] = append(db.byHash[genericKey(g)], len(db.recs)-1)
+	}
 }
+
+// genericKey indexes the records of bound workloads by the hash of the
+// function before binding.
+func genericKey(hash string) string { return "generic:" + hash }
 
 // Target returns the database's target.
 func (db *Database) Target() string { return db.target }

@@ -178,7 +178,7 @@ func TestTuneLocal(t *testing.T) {
 	check.Equal(t, len(keys), 16)
 
 	mod := ir.NewIRModule().With("mm", f)
-	out, applied, err := Apply(mod, db2, testTarget)
+	out, applied, err := Apply(mod, db2, testTarget, nil)
 	check.NoError(t, err)
 	check.Equal(t, len(applied.Missing), 0)
 	best, _ := db2.Best(task.Workload.Hash)
