@@ -43,9 +43,10 @@ does: defines the tensor-expression tutorial's matrix multiply (te.compute with 
 s[C].parallel(C.op.axis[0])), submits the build to the tracker's queue, where
 the compiler node builds it, leases the device, uploads the artifact, runs the
 kernel on random N×N inputs, checks the result against a reference computed
-here, times it with the device-side time evaluator, then tunes a static-shape
-matmul of the same size with kiln tune's search (--tune-trials candidates
-built on the compiler node and timed on the device; 0 skips) and prints the
+here, times it with the device-side time evaluator, then tunes that matmul's
+definition bound to N=M=K=--size with kiln tune's search (kiln tune --shape;
+--tune-trials candidates built on the compiler node and timed on the device;
+0 skips), shows it before (the demo's schedule) and after, and prints the
 table.
 Everything stops and is removed at the end.
 
@@ -56,7 +57,7 @@ Examples:
 			&ucli.IntFlag{Name: "size", Value: 256, Usage: "matrix size N (N×N times N×N)"},
 			&ucli.StringFlag{Name: "keep", Usage: "keep the fleet's files (tracker data, artifact) in this directory"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "show the daemons' logs"},
-			&ucli.IntFlag{Name: "tune-trials", Value: 4, Usage: "then tune a static N×N×N matmul with this many candidates (kiln tune's search) and show it before and after; 0 skips"},
+			&ucli.IntFlag{Name: "tune-trials", Value: 4, Usage: "then tune the demo's matmul bound to N×N×N with this many candidates (kiln tune's search) and show it before and after; 0 skips"},
 		},
 		OnUsageError: usageError,
 		Action:       runDemo,
@@ -254,9 +255,9 @@ func waitFleet(ctx context.Context, tc *client.Tracker, nodeReady <-chan struct{
 	}
 }
 
-// teMatmul is the tensor-expression tutorial's matmul: C[i, j] = sum over k of A[i, k] *
-// B[k, j] with symbolic N, M, K, and s[C].parallel(C.op.axis[0]).
-func teMatmul() (string, []string, error) {
+// teMatmulDef is the tensor-expression tutorial's matmul, unscheduled:
+// C[i, j] = sum over k of A[i, k] * B[k, j] with symbolic N, M, K.
+func teMatmulDef() (*ir.PrimFunc, error) {
 	N, M, K := te.Var("N"), te.Var("M"), te.Var("K")
 	A := te.Placeholder([]ir.Expr{N, K}, ir.Float32, "A")
 	B := te.Placeholder([]ir.Expr{K, M}, ir.Float32, "B")
@@ -266,24 +267,43 @@ func teMatmul() (string, []string, error) {
 	}, "C")
 	f, err := te.CreatePrimFunc([]*te.Tensor{A, B, C})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	s, err := schedule.New(f.WithAttr(ir.AttrGlobalSymbol, "matrix_multiply"))
+	return f.WithAttr(ir.AttrGlobalSymbol, "matrix_multiply"), nil
+}
+
+// teMatmulScheduled is the tutorial's matmul with its schedule,
+// s[C].parallel(C.op.axis[0]), and the schedule's trace.
+func teMatmulScheduled() (*ir.PrimFunc, []string, error) {
+	f, err := teMatmulDef()
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
+	}
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, nil, err
 	}
 	blk, err := s.GetBlock("C")
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	loops, err := s.GetLoops(blk)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	if err := s.Parallel(loops[0]); err != nil {
+		return nil, nil, err
+	}
+	return s.Func(), s.Trace(), nil
+}
+
+// teMatmul is the tutorial's scheduled matmul as TVMScript, and its trace.
+func teMatmul() (string, []string, error) {
+	f, trace, err := teMatmulScheduled()
+	if err != nil {
 		return "", nil, err
 	}
-	return script.Print(s.Func()), s.Trace(), nil
+	return script.Print(f), trace, nil
 }
 
 // demoMatmul builds, runs, checks and times the matmul on the fleet.

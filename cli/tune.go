@@ -25,7 +25,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
-	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
@@ -509,18 +508,14 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 	return tf, nil
 }
 
-// demoTune is kiln demo's tuning step: an n×n×n matmul from bare
-// te.compute, timed on the device as it is, then tuned for trials
-// candidates on the demo's fleet and the best one reported.
+// demoTune is kiln demo's tuning step: the demo's matmul (symbolic N, M,
+// K) bound to n×n×n as kiln tune --shape binds it, timed on the device
+// with the demo's schedule, then tuned for trials candidates on the
+// demo's fleet and the best one reported.
 func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int, dir string, begin func(string), step func(string, time.Time, string, ...any)) error {
 	start := time.Now()
-	begin(fmt.Sprintf("tune a static %d×%d×%d matmul: %d candidates built on the compiler node, timed on the device", n, n, n, trials))
-	N := int64(n)
-	A := te.Placeholder(te.Shape(N, N), ir.Float32, "A")
-	B := te.Placeholder(te.Shape(N, N), ir.Float32, "B")
-	k := te.ReduceAxis(ir.RangeFromExtent(ir.I32(N)), "k")
-	C := te.Compute(te.Shape(N, N), func(i, j ir.Expr) ir.Expr { return te.Sum(ir.Mul(A.At(i, k), B.At(k, j)), k) }, "C")
-	f, err := te.CreatePrimFunc([]*te.Tensor{A, B, C})
+	begin(fmt.Sprintf("tune the demo's matmul bound to N=M=K=%d: %d candidates built on the compiler node, timed on the device", n, trials))
+	f, err := teMatmulDef()
 	if err != nil {
 		return err
 	}
@@ -528,8 +523,20 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 	if err != nil {
 		return err
 	}
-	task, err := tune.NewTask("matmul_static", f.WithAttr(ir.AttrGlobalSymbol, "matmul_static"), 1, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()})
+	shape := map[string]int64{"N": int64(n), "M": int64(n), "K": int64(n)}
+	tasks, skipped, err := tune.Tasks(ir.NewIRModule().With("matrix_multiply", f), rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
 	if err != nil {
+		return err
+	}
+	if len(tasks) != 1 {
+		return fmt.Errorf("the matmul is not tunable: %s", strings.Join(skipped, "; "))
+	}
+	task := tasks[0]
+	demo, _, err := teMatmulScheduled()
+	if err != nil {
+		return err
+	}
+	if demo, err = tune.Bind(demo, shape); err != nil {
 		return err
 	}
 	runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: "cpu", Token: tok, Target: target.String(), Devices: 1, User: "kiln demo",
@@ -538,12 +545,12 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 		return err
 	}
 	defer runner.Close()
-	before, err := runner.Run(ctx, task, []*tune.Candidate{{Func: task.Func}})
+	before, err := runner.Run(ctx, task, []*tune.Candidate{{Func: demo}})
 	if err != nil {
 		return err
 	}
 	if before[0].Error != "" {
-		return fmt.Errorf("the unscheduled matmul: %s", before[0].Error)
+		return fmt.Errorf("the demo's matmul: %s", before[0].Error)
 	}
 	rec := tune.Record{Times: before[0].Times}
 	t0 := rec.Median()
@@ -559,7 +566,7 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 	if sum[0].Best <= 0 {
 		return fmt.Errorf("no valid candidate among %d", trials)
 	}
-	step("tune", start, "%d×%d×%d matmul (static shape, from bare te.compute): default %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl",
-		n, n, n, fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
+	step("tune", start, "the demo's matmul (kiln tune matmul.py --shape %s): demo schedule %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl",
+		tune.FormatShape(shape), fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
 	return nil
 }
