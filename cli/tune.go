@@ -519,6 +519,9 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "matmul_def.py"), []byte(script.Print(f)), 0o644); err != nil {
+		return err
+	}
 	target, err := compiler.ParseTarget("cpu")
 	if err != nil {
 		return err
@@ -566,7 +569,7 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 	if sum[0].Best <= 0 {
 		return fmt.Errorf("no valid candidate among %d", trials)
 	}
-	step("tune", start, "the demo's matmul (kiln tune matmul.py --shape %s): demo schedule %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl",
+	step("tune", start, "the demo's matmul unscheduled (kiln tune matmul_def.py --shape %s): demo schedule %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl (kiln build matmul_def.py --tuning-db tuning.jsonl)",
 		tune.FormatShape(shape), fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
 	return nil
 }
