@@ -362,6 +362,26 @@ func (ev *evaluator) call(e *ir.Call) (Value, error) {
 		return ev.eval(e.Args[2])
 	case ir.OpCallExtern:
 		return Value{}, fmt.Errorf("evaluate %s: external calls are not supported by the interpreter", e)
+	case ir.OpWarpShuffleDown:
+		if len(e.Args) != 5 {
+			return Value{}, fmt.Errorf("evaluate %s: tvm_warp_shuffle_down takes 5 arguments", e)
+		}
+		m, ok := ev.env.(*machine)
+		if !ok {
+			return Value{}, fmt.Errorf("evaluate %s: a warp shuffle outside a function run", e)
+		}
+		args := make([]Value, 5)
+		for i, a := range e.Args {
+			v, err := ev.eval(a)
+			if err != nil {
+				return Value{}, err
+			}
+			if i != 1 && (v.Lanes() != 1 || v.IsFloat()) {
+				return Value{}, fmt.Errorf("evaluate %s: argument %d is not an integer", e, i)
+			}
+			args[i] = v
+		}
+		return m.shuffle(e, args[1], args[2].AsInt(), args[3].AsInt(), args[4].AsInt())
 	}
 	in, ok := ir.Intrinsics[e.Op]
 	if !ok {

@@ -35,6 +35,8 @@ type gpu struct {
 	// makes earlier writes visible to every thread.
 	phase int
 	log   map[*memory]map[int]*access
+	// lane is set in the threads of a loop run in lockstep (warp.go).
+	lane *warpLane
 }
 
 // threadAxis returns the dimension (0-2) of a threadIdx or blockIdx tag,
@@ -59,6 +61,9 @@ func (m *machine) boundLoop(tag string, v *ir.Var, min, extent ir.Expr, body ir.
 	}
 	if !thread {
 		return m.loopEach(v, min, extent, body, func(int64) { m.gpu.log = nil })
+	}
+	if dim == 0 && m.gpu.threadDepth == 0 && hasShuffle(body) {
+		return m.lockstep(v, min, extent, body)
 	}
 	outer := m.gpu.thread[dim]
 	m.gpu.threadDepth++

@@ -13,6 +13,20 @@ const OpCallExtern = "call_extern"
 // unlike Select only the taken branch is evaluated.
 const OpIfThenElse = "if_then_else"
 
+// OpWarpShuffleDown is the Op of TVM's tvm_warp_shuffle_down(mask, value,
+// delta, width, warp_size): the value of the thread delta lanes above the
+// caller within its group of width lanes of a warp, or the caller's own
+// value where that lane is outside the group (CUDA's __shfl_down_sync).
+// Every thread of the warp must reach it; the result has value's type.
+const OpWarpShuffleDown = "tvm_warp_shuffle_down"
+
+// WarpShuffleDown returns tvm_warp_shuffle_down over all 32 lanes of a
+// warp (full mask, width 32).
+func WarpShuffleDown(value Expr, delta int64) Expr {
+	return &Call{Type: value.DType(), Op: OpWarpShuffleDown, Args: []Expr{
+		NewIntImm(Uint32, 0xffffffff), value, NewIntImm(Int32, delta), NewIntImm(Int32, 32), NewIntImm(Int32, 32)}}
+}
+
 // Intrinsic describes a built-in math function callable with Call.
 type Intrinsic struct {
 	// Name is the Op string ("exp", "pow"…), also the TVMScript name T.<Name>.

@@ -794,6 +794,8 @@ func (p *printer) exprPrec(e ir.Expr, ctx int) string {
 			return "T.call_extern(" + strings.Join(append([]string{pyQuote(e.Type.String())}, args...), ", ") + ")"
 		case e.Op == ir.OpIfThenElse:
 			return "T.if_then_else(" + strings.Join(args, ", ") + ")"
+		case e.Op == ir.OpWarpShuffleDown && len(e.Args) == 5:
+			return "T.tvm_warp_shuffle_down(" + strings.Join(args, ", ") + ")"
 		}
 		if _, ok := ir.Intrinsics[e.Op]; ok && len(e.Args) > 0 && e.Args[0].DType() == e.Type {
 			return "T." + e.Op + "(" + strings.Join(args, ", ") + ")"

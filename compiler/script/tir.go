@@ -1524,6 +1524,17 @@ func (p *tirParser) call(c *pyCall) ir.Expr {
 			p.failAt(c.Args[0].at(), "condition %s has dtype %s, want bool", a[0], a[0].DType())
 		}
 		return ir.NewIfThenElse(a[0], a[1], a[2])
+	case "tvm_warp_shuffle_down":
+		a := args(5, 5)
+		for i, x := range a {
+			if i != 1 && (!x.DType().IsInt() || x.DType().Lanes != 1) {
+				p.failAt(c.Args[i].at(), "T.tvm_warp_shuffle_down(mask, value, delta, width, warp_size): argument %d is %s, want a scalar integer", i+1, x.DType())
+			}
+		}
+		if a[1].DType().Lanes != 1 {
+			p.failAt(c.Args[1].at(), "T.tvm_warp_shuffle_down shuffles a scalar, not %s", a[1].DType())
+		}
+		return &ir.Call{Type: a[1].DType(), Op: ir.OpWarpShuffleDown, Args: a}
 	case "call_extern", "call_pure_extern", "call_intrin":
 		p.nargs(c, 2, 64)
 		dt := p.dtype(c.Args[0])

@@ -293,6 +293,12 @@ func (r *Renderer) call(e *ir.Call) string {
 			return "0"
 		}
 		return "(" + r.Expr(e.Args[0]) + " ? " + r.Expr(e.Args[1]) + " : " + r.Expr(e.Args[2]) + ")"
+	case ir.OpWarpShuffleDown:
+		if r.d.Name != "cuda" || len(e.Args) != 5 || e.Type.Lanes > 1 {
+			r.fail("%s: warp shuffles are CUDA's (5 scalar arguments), not %s's", e, r.d.Name)
+			return "0"
+		}
+		return fmt.Sprintf("__shfl_down_sync(%s, %s, %s, %s)", r.Expr(e.Args[0]), r.Expr(e.Args[1]), r.Expr(e.Args[2]), r.Expr(e.Args[3]))
 	}
 	if _, ok := ir.Intrinsics[e.Op]; !ok {
 		r.fail("unknown intrinsic %q", e.Op)

@@ -132,6 +132,12 @@ KILN_HALF_CMP(==)
 KILN_HALF_CMP(!=)
 static __device__ __forceinline__ kiln_half operator-(kiln_half a) { kiln_half r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; }
 #define _Float16 kiln_half
+// Warp shuffles of float16 move its 16 bits.
+static __device__ __forceinline__ kiln_half __shfl_down_sync(unsigned mask, kiln_half v, unsigned delta, int width) {
+  kiln_half r;
+  r.bits = (unsigned short)__shfl_down_sync(mask, (unsigned)v.bits, delta, width);
+  return r;
+}
 
 // The integer helpers printed expressions call (the C dialect's are GNU
 // statement expressions, which NVRTC does not read): the result has the

@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"fmt"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
@@ -9,6 +11,7 @@ import (
 const (
 	gpuReduceThreads = 256
 	gpuReduceMinK    = 64
+	gpuWarp          = 32
 )
 
 // rowReduction gives f, when its one block is a sum over one reduction
@@ -16,9 +19,12 @@ const (
 // (y[i…] = y[i…] + E(i…, k), initialized to 0: a GEMV, a row sum), a
 // cross-thread schedule: one block of T threads (a power of two up to
 // 256) per output element; thread t sums E over k = t, t+T, t+2T… into
-// shared memory, then the block adds the partial sums pairwise in log2(T)
-// steps (barriers between them, placed by barrier insertion), and thread 0
-// stores the total. The sum's order is not the serial loop's, so results
+// shared memory, then the block adds the partial sums pairwise through
+// shared memory down to 64 (barriers between the steps, placed by barrier
+// insertion), and each warp adds the last 64 with warp shuffles
+// (tvm_warp_shuffle_down: five steps, no barrier, no shared memory; every
+// lane of every warp takes part, so no shuffle is in divergent code);
+// thread 0 stores the total. The sum's order is not the serial loop's, so results
 // differ from it by rounding. Spatial blocks after the sum that read it
 // (and each other) element for element, a bias add and an activation,
 // are computed by thread 0 from the total; intermediates only they read
@@ -153,16 +159,34 @@ func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 		ir.NewBufferStore(S, zero, t),
 		&ir.For{Var: kk, Min: i32(0), Extent: i32((K + T - 1) / T), Kind: ir.ForSerial, Body: acc},
 	))}
-	for s := T / 2; s >= 1; s /= 2 {
+	for s := T / 2; s >= 2*gpuWarp; s /= 2 {
 		steps = append(steps, thread(&ir.IfThenElse{Cond: ir.LT(t, i32(s)),
 			Then: ir.NewBufferStore(S, ir.Add(ir.NewBufferLoad(S, t), ir.NewBufferLoad(S, ir.Add(t, i32(s)))), t)}))
+	}
+	// The last 64 partial sums: every warp adds S[l] and S[l+32] for its
+	// lanes l and folds them with shuffles (all lanes of all warps take
+	// part, so no shuffle is in divergent code); warp 0's lane 0 has the
+	// total.
+	lanes := ir.FloorMod(t, i32(gpuWarp))
+	vars := []*ir.Var{ir.NewVar("v0", dt)}
+	for d := int64(gpuWarp / 2); d >= 1; d /= 2 {
+		vars = append(vars, ir.NewVar(fmt.Sprintf("v%d", len(vars)), dt))
+	}
+	total := vars[len(vars)-1]
+	warpSum := func(rest ir.Stmt) ir.Stmt {
+		body := rest
+		for i := len(vars) - 1; i >= 1; i-- {
+			d := int64(gpuWarp) >> i
+			body = &ir.LetStmt{Var: vars[i], Value: ir.Add(vars[i-1], ir.WarpShuffleDown(vars[i-1], d)), Body: body}
+		}
+		return &ir.LetStmt{Var: vars[0], Value: ir.Add(ir.NewBufferLoad(S, lanes), ir.NewBufferLoad(S, ir.Add(lanes, i32(gpuWarp)))), Body: body}
 	}
 	outIdx := make([]ir.Expr, n-1)
 	for i := range outIdx {
 		outIdx[i] = vmap[b.IterVars[i].Var]
 	}
 	// Thread 0 stores the total and computes the epilogues from it.
-	values := map[*ir.Buffer]ir.Expr{st.Buffer: ir.NewBufferLoad(S, i32(0))}
+	values := map[*ir.Buffer]ir.Expr{st.Buffer: total}
 	var stores []ir.Stmt
 	if !inter[st.Buffer] {
 		stores = append(stores, ir.NewBufferStore(st.Buffer, values[st.Buffer], outIdx...))
@@ -180,7 +204,7 @@ func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	if len(stores) == 0 {
 		return nil
 	}
-	steps = append(steps, thread(&ir.IfThenElse{Cond: ir.EQ(t, i32(0)), Then: ir.Seq(stores...)}))
+	steps = append(steps, thread(warpSum(&ir.IfThenElse{Cond: ir.EQ(t, i32(0)), Then: ir.Seq(stores...)})))
 	body := &ir.For{Var: bx, Min: i32(0), Extent: i32(N), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x",
 		Body: &ir.Allocate{Buffer: S, Body: ir.Seq(steps...)}}
 	return f.WithBody(ir.NewRootBlock(body))

@@ -31,6 +31,16 @@ class Module:
                 S[vi] = S[vi] + A[vi, vk]
 
     @T.prim_func
+    def row_sum_long(A: T.Buffer((6, 300), "float32"), S: T.Buffer((6,), "float32")):
+        T.func_attr({"global_symbol": "row_sum_long", "tir.noalias": T.bool(True)})
+        for i, k in T.grid(6, 300):
+            with T.block("S"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    S[vi] = T.float32(0)
+                S[vi] = S[vi] + A[vi, vk]
+
+    @T.prim_func
     def small(A: T.Buffer((5,), "float32"), B: T.Buffer((5,), "float32")):
         T.func_attr({"global_symbol": "small", "tir.noalias": T.bool(True)})
         for i in range(5):
