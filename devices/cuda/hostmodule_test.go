@@ -215,3 +215,88 @@ func TestHostModuleRefusals(t *testing.T) {
 	_, err = cuda.LoadArtifact(gpu0, noDevice, dir)
 	check.Error(t, err, "no device/kernels.json in it")
 }
+
+// TestCubinSelectionOnFakeDriver loads cuda artifacts built for sm_80 and
+// sm_90 on fake devices of compute capability 8.0 and 9.0: a device gets
+// the artifact's cubin of its own architecture (the driver sees an ELF
+// image and looks the kernels up in it, no PTX is loaded), the PTX where
+// the artifact has no cubin for it, and an error naming both
+// architectures where the device is older than the artifact's.
+func TestCubinSelectionOnFakeDriver(t *testing.T) {
+	if os.Getenv("KILN_FAKE_CUDA") != "" {
+		t.Skip("already running on the fake driver")
+	}
+	if testing.Short() {
+		t.Skip("builds C libraries and runs child processes")
+	}
+	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
+		t.Skipf("NVRTC is not installed, so no cuda artifact can be built here: %v", err)
+	}
+	mod, err := script.Parse("host.py", hostModuleSrc)
+	check.NoError(t, err)
+	dir := buildFakeDriver(t)
+	arts := map[string]string{}
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		a, err := compiler.Build(context.Background(), mod, compiler.MustParseTarget("cuda -arch="+arch), compiler.BuildOptions{NoCache: true, CUDA: cuda.NVRTC{}})
+		check.NoError(t, err)
+		arts[arch] = filepath.Join(dir, arch+".kiln")
+		check.NoError(t, a.Save(arts[arch]))
+	}
+	for _, c := range []struct{ arch, cc, want, load string }{
+		{"sm_90", "90", "cubin sm_90", "load cubin"},
+		{"sm_80", "80", "cubin sm_80", "load cubin"},
+		{"sm_80", "90", "PTX for sm_80", "load ptx"},
+		{"sm_90", "80", "error: cuda:0 is sm_80 (compute capability 8.0); the artifact is built for sm_90 and needs a device at least that new", ""},
+	} {
+		t.Run(c.arch+" on "+c.cc, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "driver.log")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCubinSelectionChild$", "-test.v", "-test.count=1", "-test.timeout=5m")
+			cmd.Env = append(os.Environ(),
+				"LD_LIBRARY_PATH="+dir+string(os.PathListSeparator)+os.Getenv("LD_LIBRARY_PATH"),
+				"KILN_FAKE_CUDA="+dir, "KILN_FAKE_CUDA_CC="+c.cc,
+				"KILN_CUDA_TEST_ARTIFACT="+arts[c.arch], "KILN_CUDA_TEST_WANT="+c.want, "KILN_FAKE_CUDA_LOG="+log)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child test failed: %v\n%s", err, out)
+			}
+			check.True(t, strings.Contains(string(out), "--- PASS: TestCubinSelectionChild "), "the child test did not pass:\n", string(out))
+			text, _ := os.ReadFile(log)
+			var loads []string
+			for _, l := range strings.Split(string(text), "\n") {
+				if strings.HasPrefix(l, "load ") {
+					loads = append(loads, strings.Join(strings.Fields(l)[:2], " "))
+				}
+			}
+			if c.load == "" {
+				check.Equal(t, len(loads), 0, "module loads:\n", string(text))
+				return
+			}
+			check.Equal(t, loads, []string{c.load}, "module loads:\n", string(text))
+			if c.load == "load cubin" {
+				for _, k := range []string{"scale_kernel", "vadd_kernel", "reverse_kernel"} {
+					check.True(t, strings.Contains(string(text), "function "+k+" in cubin\n"), k, "looked up in the cubin:\n", string(text))
+				}
+			}
+		})
+	}
+}
+
+// TestCubinSelectionChild is the child of TestCubinSelectionOnFakeDriver.
+func TestCubinSelectionChild(t *testing.T) {
+	path, want := os.Getenv("KILN_CUDA_TEST_ARTIFACT"), os.Getenv("KILN_CUDA_TEST_WANT")
+	if path == "" || want == "" || os.Getenv("KILN_FAKE_CUDA") == "" {
+		t.Skip("runs as the child of TestCubinSelectionOnFakeDriver")
+	}
+	needGPU(t)
+	a, err := artifact.Load(path)
+	check.NoError(t, err)
+	m, err := cuda.LoadArtifact(gpu0, a, t.TempDir())
+	if msg, isErr := strings.CutPrefix(want, "error: "); isErr {
+		check.Error(t, err, msg)
+		return
+	}
+	check.NoError(t, err)
+	defer m.Close()
+	check.Equal(t, m.Image(), want)
+	check.Equal(t, len(m.DeviceMetadata().Kernels), 3)
+}

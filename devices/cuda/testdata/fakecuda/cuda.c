@@ -66,7 +66,7 @@ typedef struct fstream* CUstream;
 struct fevent { unsigned magic; struct fctx* ctx; int recorded; double t; };
 typedef struct fevent* CUevent;
 struct kdef;
-struct fmod { unsigned magic; struct fctx* ctx; char* image; };
+struct fmod { unsigned magic; struct fctx* ctx; char* image; size_t size; int cubin; };
 typedef struct fmod* CUmodule;
 struct ffunc { unsigned magic; struct fmod* mod; const struct kdef* def; int max_smem; };
 typedef struct ffunc* CUfunction;
@@ -251,8 +251,13 @@ CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
 	case 13: *v = 1755000; break;
 	case 16: *v = 132; break;
 	case 38: *v = 52428800; break;
-	case 75: *v = 9; break;
-	case 76: *v = 0; break;
+	case 75: case 76: {
+		// Compute capability: 9.0, or KILN_FAKE_CUDA_CC ("80" is 8.0).
+		const char* e = getenv("KILN_FAKE_CUDA_CC");
+		int cc = e ? atoi(e) : 90;
+		*v = attr == 75 ? cc / 10 : cc % 10;
+		break;
+	}
 	case 97: *v = SMEM_OPTIN; break;
 	default: return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -572,6 +577,30 @@ CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned int nopts, 
 		else return CUDA_ERROR_INVALID_VALUE;
 	}
 	const char* text = (const char*)image;
+	if (memcmp(text, "\x7f" "ELF", 4) == 0) {
+		// A cubin: an ELF64 file whose section headers end it.
+		const unsigned char* h = (const unsigned char*)image;
+		uint64_t shoff;
+		uint16_t shentsize, shnum;
+		memcpy(&shoff, h + 0x28, 8);
+		memcpy(&shentsize, h + 0x3a, 2);
+		memcpy(&shnum, h + 0x3c, 2);
+		if (h[4] != 2 || shoff == 0 || shnum == 0 || shoff > (1u << 30)) {
+			if (log != NULL && loglen > 0) snprintf(log, loglen, "fake driver: not a 64-bit ELF cubin");
+			return CUDA_ERROR_INVALID_PTX;
+		}
+		size_t size = (size_t)shoff + (size_t)shnum * shentsize;
+		fake_log("load cubin %zu bytes\n", size);
+		struct fmod* mod = calloc(1, sizeof *mod);
+		mod->magic = MAGIC_MOD;
+		mod->ctx = cur;
+		mod->image = malloc(size);
+		memcpy(mod->image, image, size);
+		mod->size = size;
+		mod->cubin = 1;
+		*m = mod;
+		return CUDA_SUCCESS;
+	}
 	if (strstr(text, ".version") == NULL || strstr(text, ".entry") == NULL) {
 		if (log != NULL && loglen > 0) snprintf(log, loglen, "ptxas fatal   : fake driver: image is not PTX");
 		return CUDA_ERROR_INVALID_PTX;
@@ -598,6 +627,42 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
 	NEED_CTX();
 	if (f == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (m == NULL || m->magic != MAGIC_MOD || m->ctx != cur) return CUDA_ERROR_INVALID_HANDLE;
+	if (m->cubin) {
+		// The kernel's symbol in the cubin's string table; its parameters
+		// are not read from the cubin, so it cannot be launched here.
+		size_t n = strlen(name) + 1;
+		for (size_t i = 0; i + n <= m->size; i++) {
+			if (memcmp(m->image + i, name, n) == 0 && (i == 0 || m->image[i - 1] == 0 || m->image[i - 1] == '.')) {
+				fake_log("function %s in cubin\n", name);
+				struct ffunc* fn = calloc(1, sizeof *fn);
+				fn->magic = MAGIC_FUNC;
+				fn->mod = m;
+				fn->def = NULL;
+				fn->max_smem = SMEM_DEFAULT;
+				*f = fn;
+				return CUDA_SUCCESS;
+			}
+		}
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	if (m->cubin) {
+		// The kernel's symbol in the cubin's string table; its parameters
+		// are not read from the cubin, so it cannot be launched here.
+		size_t n = strlen(name) + 1;
+		for (size_t i = 0; i + n <= m->size; i++) {
+			if (memcmp(m->image + i, name, n) == 0 && (i == 0 || m->image[i - 1] == 0 || m->image[i - 1] == '.')) {
+				fake_log("function %s in cubin\n", name);
+				struct ffunc* fn = calloc(1, sizeof *fn);
+				fn->magic = MAGIC_FUNC;
+				fn->mod = m;
+				fn->def = NULL;
+				fn->max_smem = SMEM_DEFAULT;
+				*f = fn;
+				return CUDA_SUCCESS;
+			}
+		}
+		return CUDA_ERROR_NOT_FOUND;
+	}
 	char entry[256];
 	snprintf(entry, sizeof entry, ".entry %s(", name);
 	if (strstr(m->image, entry) == NULL) return CUDA_ERROR_NOT_FOUND;
@@ -635,6 +700,7 @@ CUresult cuFuncSetAttribute(CUfunction f, int attr, int v) {
 CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t* offset, size_t* size) {
 	NEED_CTX();
 	if (f == NULL || f->magic != MAGIC_FUNC) return CUDA_ERROR_INVALID_HANDLE;
+	if (f->def == NULL) return CUDA_ERROR_NOT_FOUND; // a cubin's kernel: parameters unknown here
 	if (offset == NULL || size == NULL || i >= (size_t)f->def->nparams) return CUDA_ERROR_INVALID_VALUE;
 	size_t off = 0;
 	for (size_t j = 0; j < i; j++) off += f->def->sizes[j];
@@ -653,6 +719,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
 	if ((unsigned long long)bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
 	if ((int)smem > f->max_smem) return CUDA_ERROR_INVALID_VALUE;
+	if (f->def == NULL) return CUDA_ERROR_NOT_FOUND; // a cubin's kernel: parameters unknown here
 	if (f->def->nparams > 0 && params == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (int i = 0; i < f->def->nparams; i++) {
 		if (params[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
