@@ -107,3 +107,48 @@ func TestShapeSubgraphFolds(t *testing.T) {
 	call := bs[0].BoundValue().(*ir.RCall)
 	check.Equal(t, call.Op.(*ir.Op).Name, "relax.reshape")
 }
+
+// TestImportBitShiftErrors checks that BitShift names a bad direction
+// and refuses signed or mixed operand types.
+func TestImportBitShiftErrors(t *testing.T) {
+	shift := func(elem onnxpb.TensorProto_DataType, dir string) error {
+		attr := &onnxpb.AttributeProto{Name: proto.String("direction"), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(dir)}
+		pm := model(11, &onnxpb.GraphProto{
+			Name:   proto.String("shift"),
+			Input:  []*onnxpb.ValueInfoProto{vinfo("x", elem, 3), vinfo("s", elem, 3)},
+			Node:   []*onnxpb.NodeProto{nodeOf("BitShift", []string{"x", "s"}, []string{"y"}, attr)},
+			Output: []*onnxpb.ValueInfoProto{vinfo("y", elem, 3)},
+		})
+		_, _, err := Import(readModel(t, pm), Options{})
+		return err
+	}
+	check.NoError(t, shift(onnxpb.TensorProto_UINT32, "LEFT"))
+	check.NoError(t, shift(onnxpb.TensorProto_UINT8, "RIGHT"))
+	check.Error(t, shift(onnxpb.TensorProto_UINT8, "UP"), `BitShift direction "UP", want LEFT or RIGHT`)
+	check.Error(t, shift(onnxpb.TensorProto_INT32, "LEFT"), "BitShift of int32 by int32, want the same unsigned integer type")
+}
+
+// TestImportScatterErrors checks that ScatterND and ScatterElements name
+// updates of the wrong shape and a reduction kiln does not import.
+func TestImportScatterErrors(t *testing.T) {
+	scatter := func(op string, idx, upd []any, attrs ...*onnxpb.AttributeProto) error {
+		pm := model(16, &onnxpb.GraphProto{
+			Name: proto.String("scatter"),
+			Input: []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, 4, 3),
+				vinfo("i", onnxpb.TensorProto_INT64, idx...), vinfo("u", onnxpb.TensorProto_FLOAT, upd...)},
+			Node:   []*onnxpb.NodeProto{nodeOf(op, []string{"x", "i", "u"}, []string{"y"}, attrs...)},
+			Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, 4, 3)},
+		})
+		_, _, err := Import(readModel(t, pm), Options{})
+		return err
+	}
+	mul := &onnxpb.AttributeProto{Name: proto.String("reduction"), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("mul")}
+	check.NoError(t, scatter("ScatterND", []any{2, 1}, []any{2, 3}))
+	check.NoError(t, scatter("ScatterElements", []any{2, 3}, []any{2, 3}, intAttr("axis", 1)))
+	check.Error(t, scatter("ScatterND", []any{2, 1}, []any{2, 2}), "updates float32[2 2], want float32[2 3]")
+	check.Error(t, scatter("ScatterND", []any{2, 3}, []any{2}), "indices of shape [2 3] for data of shape [4 3]")
+	check.Error(t, scatter("ScatterElements", []any{2, 3}, []any{3, 3}), "updates float32[3 3] for indices of shape [2 3]")
+	err := scatter("ScatterND", []any{2, 1}, []any{2, 3}, mul)
+	check.ErrorIs(t, err, ErrUnsupported)
+	check.Error(t, err, `ScatterND with reduction "mul"`)
+}

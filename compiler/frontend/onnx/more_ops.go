@@ -2,13 +2,17 @@ package onnx
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // Operators composed from others: logical operators on booleans, Mod,
-// Trilu, Tile, EyeLike, CumSum, OneHot, GatherElements, SpaceToDepth and
-// DepthToSpace.
+// Trilu, Tile, EyeLike, CumSum, OneHot, GatherElements, SpaceToDepth,
+// DepthToSpace, IsInf, Shrink, BitShift, GatherND, ScatterND and
+// ScatterElements.
 
 func init() {
 	logical := map[string]func(im *importer, a, b *value) (*value, error){
@@ -340,6 +344,69 @@ func init() {
 		}
 		return ret(im.gatherElements(x, idx, axis))
 	})
+	reg("GatherND", 11, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		idx, err := n.need(1)
+		if err != nil {
+			return nil, err
+		}
+		b := int64(0)
+		if n.opset >= 12 {
+			b = n.attrInt("batch_dims", 0)
+		}
+		return ret(im.gatherND(x, idx, b))
+	})
+	scatterElements := func(im *importer, n *node) ([]*value, error) {
+		x, idx, upd, err := scatterInputs(n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Equal(idx.shape(), upd.shape()) || upd.dtype() != x.dtype() {
+			return nil, fmt.Errorf("updates %s%v for indices of shape %v and data of %s", upd.dtype(), upd.shape(), idx.shape(), x.dtype())
+		}
+		red, err := scatterReduction(n)
+		if err != nil {
+			return nil, err
+		}
+		axis, err := normAxis(n.attrInt("axis", 0), x.rank())
+		if err != nil {
+			return nil, err
+		}
+		at, err := im.elementIndex(x, idx, axis)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.scatter(x, at, upd, numElements(x.shape()), 1, red))
+	}
+	reg("ScatterElements", 11, scatterElements)
+	reg("Scatter", 9, scatterElements)
+	reg("ScatterND", 11, func(im *importer, n *node) ([]*value, error) {
+		x, idx, upd, err := scatterInputs(n)
+		if err != nil {
+			return nil, err
+		}
+		red, err := scatterReduction(n)
+		if err != nil {
+			return nil, err
+		}
+		xs, is := x.shape(), idx.shape()
+		if len(is) < 1 || is[len(is)-1] < 1 || is[len(is)-1] > int64(len(xs)) {
+			return nil, fmt.Errorf("indices of shape %v for data of shape %v", is, xs)
+		}
+		k := is[len(is)-1]
+		want := append(append([]int64{}, is[:len(is)-1]...), xs[k:]...)
+		if !slices.Equal(upd.shape(), want) || upd.dtype() != x.dtype() {
+			return nil, fmt.Errorf("updates %s%v, want %s%v", upd.dtype(), upd.shape(), x.dtype(), want)
+		}
+		at, err := im.rowIndex(x, idx, 0)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.scatter(x, at, upd, numElements(xs[:k]), numElements(xs[k:]), red))
+	})
 	reg("Hardmax", 13, func(im *importer, n *node) ([]*value, error) {
 		x, err := n.need(0)
 		if err != nil {
@@ -400,6 +467,99 @@ func init() {
 			return nil, err
 		}
 		return []*value{loss, lp}, nil
+	})
+	reg("IsInf", 10, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		dt := x.dtype()
+		big, ok := map[uint8]float64{16: 65504, 32: math.MaxFloat32, 64: math.MaxFloat64}[dt.Bits]
+		if !dt.IsFloat() || !ok {
+			return nil, unsupported("IsInf of %s", dt)
+		}
+		// An infinity is beyond the largest finite value of its dtype
+		// (a comparison with an infinite constant is left out).
+		pos, neg := n.attrInt("detect_positive", 1) != 0, n.attrInt("detect_negative", 1) != 0
+		switch {
+		case pos && neg:
+			a, err := im.emit("relax.abs", nil, x)
+			if err != nil {
+				return nil, err
+			}
+			return ret(im.emit("relax.greater", nil, a, scalar(dt, big)))
+		case pos:
+			return ret(im.emit("relax.greater", nil, x, scalar(dt, big)))
+		case neg:
+			return ret(im.emit("relax.less", nil, x, scalar(dt, -big)))
+		}
+		// Neither: false everywhere (NaN included).
+		a, err := im.emit("relax.abs", nil, x)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.less", nil, a, scalar(dt, -1)))
+	})
+	reg("BitShift", 11, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		s, err := n.need(1)
+		if err != nil {
+			return nil, err
+		}
+		dt := x.dtype()
+		if dt.Code != ndarray.UInt || s.dtype() != dt {
+			return nil, fmt.Errorf("BitShift of %s by %s, want the same unsigned integer type", dt, s.dtype())
+		}
+		// x << s is x * 2^s (wrapping as the shift does), x >> s is
+		// x / 2^s; 2^s fits the type for every shift the type allows.
+		p, err := im.emit("relax.power", nil, scalar(dt, 2), s)
+		if err != nil {
+			return nil, err
+		}
+		switch d := n.attrString("direction", ""); d {
+		case "LEFT":
+			return ret(im.emit("relax.multiply", nil, x, p))
+		case "RIGHT":
+			return ret(im.emit("relax.divide", nil, x, p))
+		default:
+			return nil, fmt.Errorf("BitShift direction %q, want LEFT or RIGHT", d)
+		}
+	})
+	reg("Shrink", 9, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		dt := x.dtype()
+		if !dt.IsFloat() {
+			return nil, unsupported("Shrink of %s", dt)
+		}
+		// y = x + bias where x < -lambd, x - bias where x > lambd, else 0.
+		lambd, bias := n.attrFloat("lambd", 0.5), n.attrFloat("bias", 0)
+		lo, err := im.emit("relax.less", nil, x, scalar(dt, -lambd))
+		if err != nil {
+			return nil, err
+		}
+		hi, err := im.emit("relax.greater", nil, x, scalar(dt, lambd))
+		if err != nil {
+			return nil, err
+		}
+		up, err := im.emit("relax.add", nil, x, scalar(dt, bias))
+		if err != nil {
+			return nil, err
+		}
+		down, err := im.emit("relax.subtract", nil, x, scalar(dt, bias))
+		if err != nil {
+			return nil, err
+		}
+		inner, err := im.emit("relax.where", nil, hi, down, scalar(dt, 0))
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.where", nil, lo, up, inner))
 	})
 	for name, toDepth := range map[string]bool{"SpaceToDepth": true, "DepthToSpace": false} {
 		reg(name, 7, func(im *importer, n *node) ([]*value, error) {
@@ -508,6 +668,21 @@ func (im *importer) take(x *value, idx []int64, axis int) (*value, error) {
 // idx[p]], a take from the flat data at base[p] + idx[p]·stride, base
 // being p's flat index with p[axis] = 0.
 func (im *importer) gatherElements(x, idx *value, axis int) (*value, error) {
+	flatIdx, err := im.elementIndex(x, idx, axis)
+	if err != nil {
+		return nil, err
+	}
+	flat, err := im.reshape(x, []int64{numElements(x.shape())})
+	if err != nil {
+		return nil, err
+	}
+	return im.emit("relax.take", map[string]any{"axis": int64(0)}, flat, flatIdx)
+}
+
+// elementIndex is, for each element of idx (of x's rank), the flat
+// offset in x of the element it names along axis (GatherElements and
+// ScatterElements); negative indices count from the end.
+func (im *importer) elementIndex(x, idx *value, axis int) (*value, error) {
 	xs, is := x.shape(), idx.shape()
 	if len(is) != len(xs) {
 		return nil, fmt.Errorf("indices of rank %d for data of rank %d", len(is), len(xs))
@@ -543,15 +718,190 @@ func (im *importer) gatherElements(x, idx *value, axis int) (*value, error) {
 	if err != nil {
 		return nil, err
 	}
-	flatIdx, err := im.emit("relax.add", nil, scaled, constant(base))
+	return im.emit("relax.add", nil, scaled, constant(base))
+}
+
+// gatherND is GatherND of x by idx with b batch dimensions: each row of
+// idx (its last axis, k long) picks x[batch…, row…] (a slice of rank
+// rank(x)-b-k). The rows become indices into x flattened over its first
+// b+k axes, taken at once.
+func (im *importer) gatherND(x, idx *value, b int64) (*value, error) {
+	flatIdx, err := im.rowIndex(x, idx, b)
 	if err != nil {
 		return nil, err
 	}
-	flat, err := im.reshape(x, []int64{numElements(xs)})
+	xs, k := x.shape(), idx.shape()[len(idx.shape())-1]
+	flat, err := im.reshape(x, append([]int64{numElements(xs[:b+k])}, xs[b+k:]...))
 	if err != nil {
 		return nil, err
 	}
 	return im.emit("relax.take", map[string]any{"axis": int64(0)}, flat, flatIdx)
+}
+
+// rowIndex is, for each row of idx (its last axis), the offset of the
+// slice it names in x flattened over its first b+k axes (GatherND and
+// ScatterND); negative indices count from the end.
+func (im *importer) rowIndex(x, idx *value, b int64) (*value, error) {
+	xs, is := x.shape(), idx.shape()
+	q, r := int64(len(is)), int64(len(xs))
+	if q < 1 || b < 0 || b >= q || b >= r {
+		return nil, fmt.Errorf("batch_dims %d for data of rank %d and indices of rank %d", b, r, q)
+	}
+	k := is[q-1]
+	if k < 1 || b+k > r {
+		return nil, fmt.Errorf("index rows of length %d for data of rank %d with batch_dims %d", k, r, b)
+	}
+	for d := range b {
+		if is[d] != xs[d] {
+			return nil, fmt.Errorf("batch dim %d is %d in the indices and %d in the data", d, is[d], xs[d])
+		}
+	}
+	// dims and strides of the indexed axes, laid along the rows' axis.
+	dims, strides := newTensor(ir.Int64, []int64{k}), newTensor(ir.Int64, []int64{k})
+	st := int64(1)
+	for j := k - 1; j >= 0; j-- {
+		putInt(dims.Data, ir.Int64, int(j), xs[b+j])
+		putInt(strides.Data, ir.Int64, int(j), st)
+		st *= xs[b+j]
+	}
+	// base: the offset of each row's batch in the flattened data.
+	rows := is[:q-1]
+	base := newTensor(ir.Int64, rows)
+	rstr := stridesOf(rows)
+	for f := range numElements(rows) {
+		bi := int64(0)
+		for d := range b {
+			bi = bi*xs[d] + f/rstr[d]%rows[d]
+		}
+		putInt(base.Data, ir.Int64, int(f), bi*st)
+	}
+	ix, err := im.cast(idx, ir.Int64)
+	if err != nil {
+		return nil, err
+	}
+	neg, err := im.emit("relax.less", nil, ix, scalar(ir.Int64, 0))
+	if err != nil {
+		return nil, err
+	}
+	wrapped, err := im.emit("relax.add", nil, ix, constant(dims))
+	if err != nil {
+		return nil, err
+	}
+	if ix, err = im.emit("relax.where", nil, neg, wrapped, ix); err != nil {
+		return nil, err
+	}
+	scaled, err := im.emit("relax.multiply", nil, ix, constant(strides))
+	if err != nil {
+		return nil, err
+	}
+	off, err := im.emit("relax.sum", map[string]any{"axis": anyInts([]int64{q - 1}), "keepdims": false}, scaled)
+	if err != nil {
+		return nil, err
+	}
+	return im.emit("relax.add", nil, off, constant(base))
+}
+
+// scatterRows writes the rows of upd [U, S] into the rows of data
+// [R, S] that at [U] names (ScatterND and ScatterElements): replacing
+// them (reduction "none"; of duplicate indices the sum lands) or adding
+// to them ("add"). Every update is compared with every row, so the work
+// is U·R·S.
+func (im *importer) scatterRows(data, at, upd *value, reduction string) (*value, error) {
+	ds, us := data.shape(), upd.shape()
+	r, u, sl := ds[0], us[0], ds[1]
+	iota := newTensor(ir.Int64, []int64{1, r})
+	for i := range r {
+		putInt(iota.Data, ir.Int64, int(i), i)
+	}
+	at2, err := im.reshape(at, []int64{u, 1})
+	if err != nil {
+		return nil, err
+	}
+	m, err := im.emit("relax.equal", nil, at2, constant(iota)) // [U, R]
+	if err != nil {
+		return nil, err
+	}
+	m3, err := im.reshape(m, []int64{u, r, 1})
+	if err != nil {
+		return nil, err
+	}
+	u3, err := im.reshape(upd, []int64{u, 1, sl})
+	if err != nil {
+		return nil, err
+	}
+	picked, err := im.emit("relax.where", nil, m3, u3, scalar(data.dtype(), 0)) // [U, R, S]
+	if err != nil {
+		return nil, err
+	}
+	contrib, err := im.emit("relax.sum", map[string]any{"axis": anyInts([]int64{0}), "keepdims": false}, picked)
+	if err != nil {
+		return nil, err
+	}
+	if reduction == "add" {
+		return im.emit("relax.add", nil, data, contrib)
+	}
+	mi, err := im.cast(m, ir.Int64)
+	if err != nil {
+		return nil, err
+	}
+	hits, err := im.emit("relax.sum", map[string]any{"axis": anyInts([]int64{0}), "keepdims": false}, mi)
+	if err != nil {
+		return nil, err
+	}
+	hit, err := im.emit("relax.greater", nil, hits, scalar(ir.Int64, 0))
+	if err != nil {
+		return nil, err
+	}
+	hit2, err := im.reshape(hit, []int64{r, 1})
+	if err != nil {
+		return nil, err
+	}
+	return im.emit("relax.where", nil, hit2, contrib, data)
+}
+
+// scatterInputs returns a Scatter operator's data, indices and updates.
+func scatterInputs(n *node) (x, idx, upd *value, err error) {
+	if x, err = n.need(0); err != nil {
+		return nil, nil, nil, err
+	}
+	if idx, err = n.need(1); err != nil {
+		return nil, nil, nil, err
+	}
+	upd, err = n.need(2)
+	return x, idx, upd, err
+}
+
+// scatter is scatterRows of x seen as r rows of sl elements, at naming a
+// row for each sl-element row of upd; the result has x's shape.
+func (im *importer) scatter(x, at, upd *value, r, sl int64, reduction string) (*value, error) {
+	nu := numElements(upd.shape()) / sl
+	at1, err := im.reshape(at, []int64{nu})
+	if err != nil {
+		return nil, err
+	}
+	u2, err := im.reshape(upd, []int64{nu, sl})
+	if err != nil {
+		return nil, err
+	}
+	d2, err := im.reshape(x, []int64{r, sl})
+	if err != nil {
+		return nil, err
+	}
+	out, err := im.scatterRows(d2, at1, u2, reduction)
+	if err != nil {
+		return nil, err
+	}
+	return im.reshape(out, x.shape())
+}
+
+// scatterReduction reads a Scatter operator's reduction attribute, the
+// ones kiln imports.
+func scatterReduction(n *node) (string, error) {
+	red := n.attrString("reduction", "none")
+	if red != "none" && red != "add" {
+		return "", unsupported("%s with reduction %q", n.p.GetOpType(), red)
+	}
+	return red, nil
 }
 
 // nllLoss is NegativeLogLikelihoodLoss of x [N, C, d…] (log-probabilities)
