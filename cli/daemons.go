@@ -352,8 +352,9 @@ func runRPCServer(c *ucli.Context) error {
 		}
 		attrs := rpcserver.NodeAttrs(Version())
 		attrs.Emulated = emulator
+		maxSessions, sandboxed := d.Capacity()
 		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log, CredentialFile: c.String("credential-file")}, proto.RegisterArgs{
-			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: attrs,
+			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: attrs, MaxSessions: maxSessions, Sandboxed: sandboxed,
 		})
 		reg.OnHealthCheck = deviceHealthCheck
 		d.SetTracker(reg) // the daemon runs it and verifies leases with it

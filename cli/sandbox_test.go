@@ -20,6 +20,7 @@ import (
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/tracker"
 )
 
 // TestSharedBoardTwoUsers: `kiln rpcserver --max-sessions 2` on one board,
@@ -28,7 +29,18 @@ import (
 // uploaded file and the daemon's token file, to rewrite the other's file,
 // to kill the other's processes, and to leave a process behind when their
 // session ends; none of it succeeds.
+//
+// In "leased", the board is registered with a tracker that holds a users
+// file with alice and bob: each gets their own lease on the board with
+// their own tracker token (the tracker grants the sandboxed board's two
+// sessions at once) and opens their session with that lease alone, never
+// the board's token.
 func TestSharedBoardTwoUsers(t *testing.T) {
+	t.Run("token", func(t *testing.T) { sharedBoardTwoUsers(t, false) })
+	t.Run("leased", func(t *testing.T) { sharedBoardTwoUsers(t, true) })
+}
+
+func sharedBoardTwoUsers(t *testing.T, leased bool) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bubblewrap (bwrap) is not installed; .ci/run installs it (Debian: apt-get install bubblewrap)")
 	}
@@ -51,6 +63,19 @@ func TestSharedBoardTwoUsers(t *testing.T) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--worker-uids", "61201-61202")
 	}
+	userToken := map[string]string{}
+	var trackerAddr string
+	if leased {
+		users := filepath.Join(secret, "users")
+		for _, name := range []string{"alice", "bob"} {
+			userToken[name], err = tracker.CreateUserToken(users, name, "client")
+			check.NoError(t, err)
+		}
+		tr := startProcPath(t, "tracker", kiln, nil, "tracker", "--listen", "127.0.0.1:0", "--data", filepath.Join(secret, "tracker"),
+			"--token-file", tokFile, "--users-file", users)
+		trackerAddr = tr.addr(t)
+		args = append(args, "--tracker", trackerAddr)
+	}
 	p := startProcPath(t, "daemon", kiln, nil, args...)
 	addr := p.addr(t)
 	check.True(t, strings.Contains(p.out.String(), "sessions are sandboxed with bubblewrap"), p.out.String())
@@ -66,7 +91,19 @@ func TestSharedBoardTwoUsers(t *testing.T) {
 	}
 	var users []*user
 	for _, name := range []string{"alice", "bob"} {
-		s, err := client.Connect(ctx, addr, client.SessionOptions{Token: "shared-board-token"})
+		opts := client.SessionOptions{Token: "shared-board-token"}
+		if leased {
+			// The user's own tracker token gets a lease; the lease alone
+			// opens the session.
+			tc, err := client.DialTracker(ctx, trackerAddr, client.TrackerOptions{Token: userToken[name]})
+			check.NoError(t, err, name)
+			t.Cleanup(func() { tc.Close() })
+			l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu"})
+			check.NoError(t, err, name)
+			check.Equal(t, l.Addr, addr)
+			opts = client.SessionOptions{LeaseToken: l.Token}
+		}
+		s, err := client.Connect(ctx, addr, opts)
 		check.NoError(t, err, name)
 		t.Cleanup(func() { s.Close() })
 		check.NoError(t, s.Upload(ctx, "attack.kiln", art))
@@ -124,6 +161,12 @@ func TestSharedBoardTwoUsers(t *testing.T) {
 	check.NoError(t, err)
 	_, err = nop.Call(ctx)
 	check.NoError(t, err, "alice's session after bob left")
+	if leased {
+		// The board's log names each session's user, from their lease.
+		for _, name := range []string{"alice", "bob"} {
+			check.True(t, strings.Contains(p.out.String(), "user="+name), "the daemon's log does not name "+name+":\n"+p.out.String())
+		}
+	}
 }
 
 // attackKernels builds the device daemon's test kernels (they include

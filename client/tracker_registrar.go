@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,7 +33,7 @@ type Registrar struct {
 	args        proto.RegisterArgs
 	c           *proto.Client
 	interval    time.Duration
-	activeLease string
+	activeLease []string
 	load        string
 	state       proto.NodeState
 
@@ -79,14 +80,33 @@ func (r *Registrar) State() proto.NodeState {
 // SetActiveLease records the lease of the session the daemon serves ("" when
 // idle) and sends a heartbeat at once, so the tracker learns of it.
 func (r *Registrar) SetActiveLease(id string) {
+	var ids []string
+	if id != "" {
+		ids = []string{id}
+	}
+	r.SetActiveLeases(ids)
+}
+
+// SetActiveLeases records the leases of every session the daemon serves
+// (none when idle) and sends a heartbeat at once, so the tracker learns of
+// them.
+func (r *Registrar) SetActiveLeases(ids []string) {
+	ids = slices.Clone(ids)
 	r.mu.Lock()
-	r.activeLease = id
-	r.args.ActiveLease = id
+	r.activeLease = ids
+	r.args.ActiveLease, r.args.ActiveLeases = firstOf(ids), ids
 	r.mu.Unlock()
 	r.Kick()
 }
 
-// WatchLeases has fn called with the active lease's id when a heartbeat
+func firstOf(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
+}
+
+// WatchLeases has fn called with an active lease's id when a heartbeat
 // reply says that lease was released or expired.
 func (r *Registrar) WatchLeases(fn func(id string)) {
 	r.mu.Lock()
@@ -218,7 +238,7 @@ func (r *Registrar) register(ctx context.Context, c *proto.Client) error {
 
 func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
 	r.mu.Lock()
-	args := proto.HeartbeatArgs{NodeID: r.args.NodeID, ActiveLease: r.activeLease, Load: r.load}
+	args := proto.HeartbeatArgs{NodeID: r.args.NodeID, ActiveLease: firstOf(r.activeLease), ActiveLeases: r.activeLease, Load: r.load}
 	timeout := max(r.interval, time.Second)
 	r.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -234,8 +254,17 @@ func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
 	}
 	onEnded := r.onLeaseEnded
 	r.mu.Unlock()
-	if rep.LeaseEnded && args.ActiveLease != "" && onEnded != nil {
-		onEnded(args.ActiveLease)
+	if onEnded != nil {
+		switch {
+		case len(rep.EndedLeases) > 0:
+			for _, id := range rep.EndedLeases {
+				if slices.Contains(args.ActiveLeases, id) {
+					onEnded(id)
+				}
+			}
+		case rep.LeaseEnded && args.ActiveLease != "":
+			onEnded(args.ActiveLease)
+		}
 	}
 	if rep.HealthCheck && r.OnHealthCheck != nil {
 		herr := r.OnHealthCheck(ctx)

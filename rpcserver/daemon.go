@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,9 +41,10 @@ const endGrace = 2 * time.Second
 type Tracker interface {
 	// VerifyLease checks that token is a live lease on this daemon.
 	VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error)
-	// SetActiveLease tells the tracker which lease the daemon serves now
-	// ("" when idle); it travels with the next heartbeat.
-	SetActiveLease(id string)
+	// SetActiveLeases tells the tracker which leases the daemon serves
+	// sessions under now (none when idle); they travel with the next
+	// heartbeat.
+	SetActiveLeases(ids []string)
 }
 
 // FailureReporter is implemented by a Tracker that can report a device
@@ -284,6 +286,28 @@ func New(cfg Config) (*Daemon, error) {
 	})
 	d.registerHandlers()
 	return d, nil
+}
+
+// Capacity is what the daemon advertises to a tracker when it registers:
+// how many sessions it serves at once, and whether they are sandboxed from
+// each other (the tracker grants concurrent leases only on a sandboxed
+// device).
+func (d *Daemon) Capacity() (maxSessions int, sandboxed bool) {
+	return d.cfg.MaxSessions, d.iso.bwrap != ""
+}
+
+// activeLeases returns the leases the open sessions serve.
+func (d *Daemon) activeLeases() []string {
+	var ids []string
+	for _, s := range d.openSessions() {
+		s.mu.Lock()
+		if s.lease != "" && s.state != stateEnded {
+			ids = append(ids, s.lease)
+		}
+		s.mu.Unlock()
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // SetTracker attaches the tracker (Config.Tracker) after New, for callers

@@ -513,10 +513,10 @@ func (f *fakeTracker) VerifyLease(ctx context.Context, token string) (proto.Leas
 	return proto.LeaseInfo{}, fmt.Errorf("lease token %q: %w", token, proto.ErrNotFound)
 }
 
-func (f *fakeTracker) SetActiveLease(id string) {
+func (f *fakeTracker) SetActiveLeases(ids []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.active = append(f.active, id)
+	f.active = append(f.active, strings.Join(ids, ","))
 }
 
 func (f *fakeTracker) ReportFailure(ctx context.Context, message string) error {

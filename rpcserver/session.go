@@ -218,7 +218,7 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			if li.SessionTimeout > 0 && li.SessionTimeout < d.cfg.SessionTimeout {
 				s.armDeadline(li.SessionTimeout)
 			}
-			d.cfg.Tracker.SetActiveLease(li.ID)
+			d.cfg.Tracker.SetActiveLeases(d.activeLeases())
 		case !d.cfg.AllowWithoutLease:
 			return proto.SessionInfo{}, fmt.Errorf("open session: this device serves clients with a tracker lease only; request one from the tracker: %w", proto.ErrUnauthorized)
 		default:
@@ -312,7 +312,7 @@ func (s *session) end(how string, err error) bool {
 	s.d.m.ended.Inc(how)
 	s.d.release(s)
 	if lease != "" && s.d.cfg.Tracker != nil {
-		s.d.cfg.Tracker.SetActiveLease("")
+		s.d.cfg.Tracker.SetActiveLeases(s.d.activeLeases())
 	}
 	return true
 }

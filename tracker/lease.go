@@ -178,7 +178,7 @@ func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 	l.durable = s.persistLeaseLocked(l)
 	s.leases[l.ID] = l
 	s.byToken[l.Token] = l
-	n.lease = l
+	n.leases[l.ID] = l
 	t.lease = l
 	if t.queue != nil {
 		t.queue.remove(t)
@@ -223,11 +223,9 @@ func (s *Server) releaseLocked(l *lease) {
 	delete(s.byToken, l.Token)
 	s.deleteLeaseLocked(l.ID)
 	s.m.leasesReleased.Inc()
-	if n := s.nodes[l.NodeID]; n != nil && n.lease == l {
-		n.lease = nil
-		if n.activeLease == l.ID {
-			n.activeLease = ""
-		}
+	if n := s.nodes[l.NodeID]; n != nil && n.leases[l.ID] == l {
+		delete(n.leases, l.ID)
+		n.activeLeases = slices.DeleteFunc(n.activeLeases, func(id string) bool { return id == l.ID })
 		s.nodeChangedLocked(n)
 	}
 }

@@ -47,9 +47,7 @@ func (s *Server) summary(jobs int, before string) proto.TrackerSummary {
 			NodeID: n.id, Role: n.role, Key: n.key, Addr: n.addr, State: n.state(), LastSeen: n.lastSeen,
 			Failures: len(n.failures), LastError: n.lastErr, Load: n.load, Attrs: n.attrs, Registered: n.registered,
 		}
-		if n.lease != nil {
-			ns.Lease = n.lease.ID
-		}
+		ns.Lease = strings.Join(n.leaseIDs(), ",")
 		for id := range n.jobs {
 			ns.Job = id
 		}

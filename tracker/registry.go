@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -28,11 +29,56 @@ type node struct {
 	failures   []time.Time
 	lastErr    string
 	load       string
-	// activeLease is the lease the daemon says it serves; a value the
+	// activeLeases are the leases the daemon says it serves; one the
 	// tracker does not hold as a live lease on this node keeps it busy.
-	activeLease string
-	lease       *lease          // the lease out on this device
-	jobs        map[string]*job // jobs running on this compiler node
+	activeLeases []string
+	leases       map[string]*lease // the leases out on this device, by id
+	// capacity is how many leases may be out on this device at once: its
+	// max_sessions when it registered as sandboxed, else 1.
+	capacity int
+	jobs     map[string]*job // jobs running on this compiler node
+}
+
+// stale reports whether the daemon serves a lease the tracker does not
+// hold on n (a session whose lease ended, not yet stopped).
+func (n *node) stale() bool {
+	for _, id := range n.activeLeases {
+		if n.leases[id] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// setActive records the leases a registration or heartbeat names.
+func (n *node) setActive(one string, all []string) {
+	switch {
+	case len(all) > 0:
+		n.activeLeases = slices.Clone(all)
+	case one != "":
+		n.activeLeases = []string{one}
+	default:
+		n.activeLeases = nil
+	}
+}
+
+// leaseIDs returns the ids of the leases out on n, sorted.
+func (n *node) leaseIDs() []string {
+	ids := make([]string, 0, len(n.leases))
+	for id := range n.leases {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// capacityOf is how many concurrent leases a device registering with a
+// may hold: its max_sessions when its sessions are sandboxed, else one.
+func capacityOf(a proto.RegisterArgs) int {
+	if a.Sandboxed && a.MaxSessions > 1 {
+		return a.MaxSessions
+	}
+	return 1
 }
 
 func (n *node) state() proto.NodeState {
@@ -41,7 +87,7 @@ func (n *node) state() proto.NodeState {
 		return proto.StateLost
 	case n.quarantine:
 		return proto.StateQuarantined
-	case n.lease != nil || len(n.jobs) > 0 || (n.activeLease != "" && n.lease == nil):
+	case len(n.leases) >= max(n.capacity, 1) || len(n.jobs) > 0 || n.stale():
 		return proto.StateBusy
 	}
 	return proto.StateFree
@@ -87,7 +133,7 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 		return nil, fmt.Errorf("register: node %q is registered and alive on another connection; a node may only change its own registration (if this is that node, retry once its old connection has closed): %w", a.NodeID, proto.ErrBusy)
 	}
 	if n == nil {
-		n = &node{id: a.NodeID, registered: now, jobs: make(map[string]*job)}
+		n = &node{id: a.NodeID, registered: now, jobs: make(map[string]*job), leases: make(map[string]*lease)}
 		s.nodes[n.id] = n
 	} else if n.key != a.Key {
 		s.unindexLocked(n)
@@ -96,7 +142,8 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 	n.flat = a.Attrs.Flatten()
 	n.flat["key"] = a.Key
 	n.conn, n.lastSeen, n.lost = c, now, false
-	n.activeLease = a.ActiveLease
+	n.setActive(a.ActiveLease, a.ActiveLeases)
+	n.capacity = capacityOf(a)
 	if n.role == proto.NodeDevice {
 		if s.byKey[n.key] == nil {
 			s.byKey[n.key] = make(map[string]*node)
@@ -105,7 +152,7 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 		// A lease restored from the store, or granted before a reconnect.
 		for _, l := range s.leases {
 			if l.NodeID == n.id {
-				n.lease = l
+				n.leases[l.ID] = l
 				l.Addr = addr
 			}
 		}
@@ -162,7 +209,8 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 		return nil, err
 	}
 	was := n.state()
-	n.lastSeen, n.load, n.activeLease = time.Now(), a.Load, a.ActiveLease
+	n.lastSeen, n.load = time.Now(), a.Load
+	n.setActive(a.ActiveLease, a.ActiveLeases)
 	if n.lost {
 		n.lost = false
 		s.log.Info("node back", "node", n.id)
@@ -172,12 +220,16 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 	}
 	// A session whose lease was released or expired must end, so that
 	// the device goes to the lease's next holder.
-	ended := false
-	if a.ActiveLease != "" {
-		l := s.leases[a.ActiveLease]
-		ended = l == nil || l.NodeID != n.id
+	var ended []string
+	for _, id := range n.activeLeases {
+		if l := s.leases[id]; l == nil || l.NodeID != n.id {
+			ended = append(ended, id)
+		}
 	}
-	return proto.HeartbeatReply{State: n.state(), HeartbeatInterval: s.cfg.HeartbeatInterval, HealthCheck: n.quarantine && !n.lost, LeaseEnded: ended}, nil
+	return proto.HeartbeatReply{
+		State: n.state(), HeartbeatInterval: s.cfg.HeartbeatInterval, HealthCheck: n.quarantine && !n.lost,
+		LeaseEnded: slices.Contains(ended, a.ActiveLease) && a.ActiveLease != "", EndedLeases: ended,
+	}, nil
 }
 
 func (s *Server) handleDeregister(ctx context.Context, c *proto.Conn, a proto.DeregisterArgs) (any, error) {

@@ -290,6 +290,15 @@ type RegisterArgs struct {
 	// ActiveLease is the lease id of a session the daemon is serving when it
 	// (re-)registers, empty when idle.
 	ActiveLease string `msgpack:"active_lease,omitempty"`
+	// ActiveLeases lists every lease the daemon serves a session under
+	// when it serves several (ActiveLease names the first).
+	ActiveLeases []string `msgpack:"active_leases,omitempty"`
+	// MaxSessions is how many sessions the device daemon serves at once;
+	// Sandboxed says whether they are sandboxed from each other. The
+	// tracker grants up to MaxSessions concurrent leases on a sandboxed
+	// device, one on any other.
+	MaxSessions int  `msgpack:"max_sessions,omitempty"`
+	Sandboxed   bool `msgpack:"sandboxed,omitempty"`
 }
 
 // RegisterReply answers tracker.register.
@@ -310,6 +319,9 @@ type HeartbeatArgs struct {
 	NodeID string `msgpack:"node_id"`
 	// ActiveLease is the lease the daemon is serving now, empty when idle.
 	ActiveLease string `msgpack:"active_lease,omitempty"`
+	// ActiveLeases lists every lease the daemon serves a session under
+	// when it serves several (ActiveLease names the first).
+	ActiveLeases []string `msgpack:"active_leases,omitempty"`
 	// Load is free-form load information shown by query (running jobs, sessions).
 	Load string `msgpack:"load,omitempty"`
 }
@@ -326,6 +338,9 @@ type HeartbeatReply struct {
 	// LeaseEnded says that the lease the heartbeat named as active is no
 	// longer held (released or expired): the daemon ends its session.
 	LeaseEnded bool `msgpack:"lease_ended,omitempty"`
+	// EndedLeases lists the leases the heartbeat named as active that are
+	// no longer held: the daemon ends their sessions.
+	EndedLeases []string `msgpack:"ended_leases,omitempty"`
 }
 
 // DeregisterArgs removes a node (a daemon that shuts down cleanly).
