@@ -39,17 +39,17 @@ func TestDefaultSchedule(t *testing.T) {
 	check.NoError(t, err)
 	want := map[string][2]int64{"relu": {19, 256}, "add_bias": {128, 256}, "row_sum": {100, 64}, "row_sum_long": {6, 256}, "small": {1, 5},
 		"gemv_bias": {40, 64}, "scale_relu": {2, 256}, "matmul": {2, 12}, "matmul_bias_relu": {1, 16},
-		"softmax": {1, 8}, "layer_norm": {1, 8}}
+		"softmax": {8, 32}, "softmax_3d": {6, 128}, "layer_norm": {8, 32}}
 	check.Equal(t, len(ks), len(want))
 	for _, k := range ks {
 		check.Equal(t, [2]int64{k.Grid[0], k.Block[0]}, want[k.Name], k.Name)
 	}
 	// The cross-thread sums end in warp shuffles.
-	check.True(t, strings.Count(src, "__shfl_down_sync(") >= 5*3, "warp shuffles in the row sums and the GEMV")
+	check.True(t, strings.Count(src, "__shfl_down_sync(") >= 5*9, "warp shuffles in the row sums, the GEMV, softmax and layer norm")
 	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
 	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
 	t.Run("interpreter", func(t *testing.T) {
-		interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true, "row_sum_long": true, "gemv_bias": true})
+		interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true, "row_sum_long": true, "gemv_bias": true, "softmax": true, "softmax_3d": true, "layer_norm": true})
 	})
 }
 

@@ -16,7 +16,9 @@ type GPUOptions struct {
 
 // GPUFunc gives f a GPU schedule: a function that is one sum over a
 // reduction loop of at least 64 (a GEMV, a row sum) gets the cross-thread
-// rule (see rowReduction); otherwise spatial producers that can be inlined
+// rule (see rowReduction); a function of row reductions and elementwise
+// blocks over the same rows (softmax, layer norm) gets one block of threads
+// per row (see rowPipeline); otherwise spatial producers that can be inlined
 // into their consumers are; a first remaining block that is a 2-D matmul
 // large enough for 64 threads gets the matmul rule (register tiles of up
 // to 4×4 per thread, 16×16 threads per block, see bindMatmul); otherwise
@@ -35,6 +37,9 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 		opts.ThreadsPerBlock = 256
 	}
 	if g := rowReduction(f); g != nil {
+		return g, nil
+	}
+	if g := rowPipeline(f); g != nil {
 		return g, nil
 	}
 	s, err := schedule.New(f)

@@ -134,6 +134,33 @@ class Module:
                 B[vi, vj] = e[vi, vj] / s[vi]
 
     @T.prim_func
+    def softmax_3d(A: T.Buffer((2, 3, 130), "float32"), B: T.Buffer((2, 3, 130), "float32")):
+        T.func_attr({"global_symbol": "softmax_3d", "tir.noalias": T.bool(True)})
+        mx = T.alloc_buffer((2, 3), "float32")
+        e = T.alloc_buffer((2, 3, 130), "float32")
+        s = T.alloc_buffer((2, 3), "float32")
+        for i, j, k in T.grid(2, 3, 130):
+            with T.block("max"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    mx[vi, vj] = T.float32(-3.4028234663852886e38)
+                mx[vi, vj] = T.max(mx[vi, vj], A[vi, vj, vk])
+        for i, j, k in T.grid(2, 3, 130):
+            with T.block("exp"):
+                vi, vj, vk = T.axis.remap("SSS", [i, j, k])
+                e[vi, vj, vk] = T.exp(A[vi, vj, vk] - mx[vi, vj])
+        for i, j, k in T.grid(2, 3, 130):
+            with T.block("sum"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    s[vi, vj] = T.float32(0)
+                s[vi, vj] = s[vi, vj] + e[vi, vj, vk]
+        for i, j, k in T.grid(2, 3, 130):
+            with T.block("norm"):
+                vi, vj, vk = T.axis.remap("SSS", [i, j, k])
+                B[vi, vj, vk] = e[vi, vj, vk] / s[vi, vj]
+
+    @T.prim_func
     def layer_norm(A: T.Buffer((8, 50), "float32"), gamma: T.Buffer((50,), "float32"), beta: T.Buffer((50,), "float32"), B: T.Buffer((8, 50), "float32")):
         T.func_attr({"global_symbol": "layer_norm", "tir.noalias": T.bool(True)})
         s = T.alloc_buffer((8,), "float32")
