@@ -36,7 +36,10 @@
 // threads. Sibling threadIdx loop nests are separated by a barrier (the
 // one barrier insertion places between them, as TVM's thread sync does);
 // within one nest there is none. A vector access is checked at its first
-// element.
+// element. A threadIdx.x loop that shuffles values between the lanes of a
+// warp (tvm_warp_shuffle_down) runs its threads in lockstep from shuffle to
+// shuffle (one after another between shuffles); a shuffle that not every
+// lane of a warp reaches is an error naming both threads.
 // Memory belongs to a buffer's Data variable, so buffers that alias
 // (a flattened view declared over a parameter) share it. Every access is
 // checked against the buffer's shape and the memory behind it: an out of
