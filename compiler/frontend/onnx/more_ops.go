@@ -75,12 +75,15 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		if !x.dtype().IsFloat() || n.attrInt("fmod", 0) == 0 {
-			if n.attrInt("fmod", 0) != 0 {
-				return nil, unsupported("integer Mod with fmod=1")
+		if fmod := n.attrInt("fmod", 0) != 0; !fmod || !x.dtype().IsFloat() {
+			// x − q·y with q = floor(x / y), Python's modulo (the sign
+			// of the divisor), or for integer fmod q = x / y truncated,
+			// C's % (the sign of the dividend).
+			div := "relax.floor_divide"
+			if fmod {
+				div = "relax.divide"
 			}
-			// Python's modulo: the sign of the divisor.
-			q, err := im.emit("relax.floor_divide", nil, x, y)
+			q, err := im.emit(div, nil, x, y)
 			if err != nil {
 				return nil, err
 			}

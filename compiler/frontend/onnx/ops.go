@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // ErrUnsupported is returned (wrapped) for a node whose operator, opset
@@ -144,8 +145,9 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			if b.onnx == "Div" && !x.dtype().IsFloat() && !(x.known() && y.known()) {
-				return nil, unsupported("integer Div computed at run time")
+			// Unsigned division truncates, which is flooring: one answer.
+			if b.onnx == "Div" && x.dtype().Code == ndarray.Int && !(x.known() && y.known()) {
+				return nil, unsupported("signed integer Div computed at run time")
 			}
 			if b.onnx == "Pow" && x.dtype() != y.dtype() {
 				if y, err = im.cast(y, x.dtype()); err != nil {
