@@ -209,7 +209,7 @@ func runCUDA(ctx context.Context, opt options) (result, error) {
 	}
 	archs := []string{"sm_80", "sm_90"}
 	r := cudaResult{Name: "cuda", NVRTC: fmt.Sprintf("%d.%d", major, minor), Repeats: repeats, Quick: opt.quick,
-		Note: "default GPU schedules: 2-D matmuls register-tiled (4x4 per thread, 16x16 threads), sums over one reduction (GEMV) a cross-thread tree in shared memory per output element, everything else the fallback rule (fused spatial loops on blockIdx.x/threadIdx.x, reductions serial per thread); grid and block are total blocks and threads per block; no kernel timed on a GPU"}
+		Note: "default GPU schedules: 2-D matmuls register-tiled (4x4 per thread, 16x16 threads), sums over one reduction (GEMV) a cross-thread tree in shared memory per output element ending in warp shuffles, softmax and layer norm one block of threads per row (each row reduction across the threads), everything else the fallback rule (fused spatial loops on blockIdx.x/threadIdx.x); grid and block are total blocks and threads per block; no kernel timed on a GPU"}
 	timeIt := func(src, arch string) (float64, []byte, string, error) {
 		var ts []float64
 		var cubin []byte
