@@ -91,19 +91,17 @@ start() {
 	local t="$1"; shift
 	local root="$work/$t/rootfs"
 	local user uid gid home entry env
-	user="$(bah inspect --type image --format '{{.OCIv1.Config.User}}' "$prefix-$t")"
-	uid="$(awk -F: -v u="${user:-root}" '$1 == u { print $3 }' "$root/etc/passwd")"
-	gid="$(awk -F: -v u="${user:-root}" '$1 == u { print $4 }' "$root/etc/passwd")"
-	home="$(awk -F: -v u="${user:-root}" '$1 == u { print $6 }' "$root/etc/passwd")"
+	# The image's user, entrypoint and environment, one per line.
+	{ read -r user; read -r entry; read -r env; } <<< "$(bah inspect --type image --format \
+		'{{.OCIv1.Config.User}}{{"\n"}}{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}{{"\n"}}{{range .OCIv1.Config.Env}}{{.}} {{end}}' "$prefix-$t")"
+	read -r uid gid home <<< "$(awk -F: -v u="${user:-root}" '$1 == u { print $3, $4, $6 }' "$root/etc/passwd")"
 	[ -n "$uid" ] || fail "image $prefix-$t: user ${user:-root} is not in its /etc/passwd"
 	chown "$uid:$gid" "$root/run/kiln/token"
 	chmod 0400 "$root/run/kiln/token"
 	[ ! -d "$root/data" ] || chown "$uid:$gid" "$root/data"
-	entry="$(bah inspect --type image --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$prefix-$t")"
 	[ -n "$entry" ] || fail "image $prefix-$t has no entrypoint"
-	# The environment a container engine gives: the image's, and HOME from
-	# the user's passwd entry; nothing of this shell's.
-	env="$(bah inspect --type image --format '{{range .OCIv1.Config.Env}}{{.}} {{end}}' "$prefix-$t")"
+	# The environment a container engine gives: the image's ($env), and
+	# HOME from the user's passwd entry; nothing of this shell's.
 	# shellcheck disable=SC2086 # the entrypoint's words are split on purpose
 	unshare --mount --pid --fork --kill-child -- sh -c '
 		root="$1" userspec="$2"; shift 2
