@@ -379,3 +379,11 @@ func (r *Registrar) FailJob(ctx context.Context, id, message, log string) error 
 	}
 	return nil
 }
+
+// Connected returns nil while the node is registered with the tracker over
+// a live connection, else an error naming the tracker (a readiness
+// probe's answer).
+func (r *Registrar) Connected() error {
+	_, _, err := r.conn()
+	return err
+}

@@ -152,9 +152,17 @@ assert np.allclose(out, want, rtol=1e-4, atol=1e-4), abs(out - want).max()
 "$kiln" bench remote.kiln --func matrix_multiply --tracker "$tracker" --key cpu --wait 30s "${inputs[@]}" --repeat 3 --json > bench.json 2> bench.err ||
 	fail "remote bench: $(cat bench.err)"
 grep -q '"median"' bench.json || fail "remote bench printed no timing: $(cat bench.json)"
-"$py" - "$metrics_port" <<'EOF' || fail "the tracker image serves no kiln_ series on /metrics"
+"$py" - "$metrics_port" "$device_metrics_port" <<'EOF' || fail "the tracker's or the device's metrics listener does not serve /metrics, /healthz and /readyz"
 import sys, urllib.request
-body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
-sys.exit(0 if any(l.startswith("kiln_") for l in body.splitlines()) else 1)
+def get(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%s%s" % (port, path), timeout=5) as r:
+        return r.status, r.read().decode()
+for port in sys.argv[1:]:
+    status, body = get(port, "/metrics")
+    assert status == 200 and any(l.startswith("kiln_") for l in body.splitlines()), (port, "/metrics", status)
+    for path in ("/healthz", "/readyz"):
+        status, body = get(port, path)
+        assert status == 200, (port, path, status, body)
 EOF
+[ -x "$work/device-cpu/rootfs/usr/bin/bwrap" ] || fail "the device-cpu image lacks bubblewrap (/usr/bin/bwrap)"
 echo "docker/smoke.sh: tracker, compiler and device-cpu images built, uploaded, ran and timed matrix_multiply: $(cat bench.json)"

@@ -380,9 +380,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var hs *http.Server
 	if d.cfg.MetricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", d.MetricsHandler())
-		hs = metrics.NewServer(mux)
+		hs = metrics.NewServer(d.HTTPHandler())
 		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
 		if err != nil {
 			d.log.Error("metrics listener", "err", err)

@@ -41,6 +41,11 @@ func startTracker(t testing.TB, cfg Config) *running {
 	t.Helper()
 	s, err := New(cfg)
 	check.NoError(t, err)
+	return runServer(t, s)
+}
+
+// runServer runs s until stopped or the test ends.
+func runServer(t testing.TB, s *Server) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Server: s, cancel: cancel, errc: make(chan error, 1)}
 	go func() { r.errc <- s.Run(ctx) }()

@@ -49,6 +49,7 @@ func (s *Server) initMetrics() {
 var (
 	descNodes      = prometheus.NewDesc("kiln_tracker_nodes", "Registered nodes by role and state.", []string{"role", "state"}, nil)
 	descQueueDepth = prometheus.NewDesc("kiln_tracker_queue_depth", "Lease requests waiting, by queue.", []string{"queue"}, nil)
+	descBuildQueue = prometheus.NewDesc("kiln_tracker_build_queue_depth", "Build jobs waiting for a compiler node (what an autoscaler of compiler nodes scales on).", nil, nil)
 	descLeases     = prometheus.NewDesc("kiln_tracker_leases", "Leases outstanding.", nil, nil)
 	descJobs       = prometheus.NewDesc("kiln_tracker_jobs", "Build jobs by state.", []string{"state"}, nil)
 	descTVMServers = prometheus.NewDesc("kiln_tracker_tvm_servers", "TVM rpc servers registered through the TVM protocol.", nil, nil)
@@ -60,7 +61,7 @@ var (
 type snapshotCollector struct{ s *Server }
 
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodes, descQueueDepth, descLeases, descJobs, descTVMServers, descTVMPending} {
+	for _, d := range []*prometheus.Desc{descNodes, descQueueDepth, descBuildQueue, descLeases, descJobs, descTVMServers, descTVMPending} {
 		ch <- d
 	}
 }
@@ -98,6 +99,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descQueueDepth, n, name)
 	}
 	gauge(descLeases, leases)
+	gauge(descBuildQueue, jobs[proto.JobQueued])
 	for _, st := range []proto.JobState{proto.JobQueued, proto.JobRunning, proto.JobSucceeded, proto.JobFailed, proto.JobCancelled} {
 		gauge(descJobs, jobs[st], string(st))
 	}
@@ -109,6 +111,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.m.reg.Handler())
+	metrics.HandleHealth(mux, s.Ready)
 	return mux
 }
 

@@ -23,6 +23,9 @@ func TestMetrics(t *testing.T) {
 	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "k"})
 	check.NoError(t, err)
 	defer l.Release(ctx)
+	// No compiler node: the build waits in the queue.
+	_, err = tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: module, Target: "cpu"})
+	check.NoError(t, err)
 
 	resp, err := http.Get("http://" + tr.MetricsAddr() + "/metrics")
 	check.NoError(t, err)
@@ -37,7 +40,8 @@ func TestMetrics(t *testing.T) {
 		"kiln_tracker_leases_granted_total 1\n",
 		"# TYPE kiln_tracker_lease_wait_seconds histogram",
 		`kiln_tracker_lease_wait_seconds_bucket{le="+Inf"} 1`,
-		`kiln_tracker_jobs{state="queued"} 0`,
+		`kiln_tracker_jobs{state="queued"} 1`,
+		"kiln_tracker_build_queue_depth 1\n",
 		"# TYPE kiln_tracker_job_duration_seconds histogram",
 		"# TYPE kiln_tracker_store_sync_seconds histogram",
 		"# TYPE kiln_tracker_store_checkpoint_seconds histogram",

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kiln-ml/kiln/client"
@@ -156,6 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	attrs.KilnVersion = cfg.Version
 	reg := client.NewRegistrar(cfg.Tracker, cfg.Options, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: attrs})
 	n.reg = reg
+	n.registrar.Store(reg)
 	regErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -195,12 +197,15 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 type node struct {
-	cfg  Config
-	reg  *client.Registrar
-	log  *slog.Logger
-	work string
-	m    nodeMetrics
-	disc toolchain.Discovery
+	cfg Config
+	reg *client.Registrar
+	// registrar is reg for the readiness probe, which runs before reg is
+	// made (C compilers are found first).
+	registrar atomic.Pointer[client.Registrar]
+	log       *slog.Logger
+	work      string
+	m         nodeMetrics
+	disc      toolchain.Discovery
 }
 
 // nodeMetrics are the compiler node's Prometheus metrics.
@@ -222,6 +227,16 @@ func newNodeMetrics() nodeMetrics {
 	}
 }
 
+// ready is the node's readiness: registered with the tracker over a live
+// connection.
+func (n *node) ready() error {
+	reg := n.registrar.Load()
+	if reg == nil {
+		return errors.New("finding C compilers; not registered with the tracker yet")
+	}
+	return reg.Connected()
+}
+
 // serveMetrics listens on cfg.MetricsListen and serves /metrics until stop
 // is called.
 func (n *node) serveMetrics() (stop func(), err error) {
@@ -231,6 +246,7 @@ func (n *node) serveMetrics() (stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", n.m.reg.Handler())
+	metrics.HandleHealth(mux, n.ready)
 	srv := metrics.NewServer(mux)
 	done := make(chan struct{})
 	go func() {

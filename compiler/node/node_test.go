@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -102,11 +103,7 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	check.Error(t, err, "mfoo")
 
 	// /metrics counts the builds, with the Go and process series.
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	check.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	check.NoError(t, err)
+	_, body := httpGet(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{
 		`kiln_compiler_builds_total{outcome="succeeded"} 1` + "\n",
 		`kiln_compiler_builds_total{outcome="failed"} 2` + "\n",
@@ -114,8 +111,54 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 		"kiln_compiler_builds_running 0\n",
 		"\ngo_goroutines ", "\nprocess_resident_memory_bytes ",
 	} {
-		check.True(t, strings.Contains(string(body), want), "missing", want, "in", string(body))
+		check.True(t, strings.Contains(body, want), "missing", want, "in", body)
 	}
+	// Registered: live and ready.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body := httpGet(t, "http://"+metricsAddr+path)
+		check.Equal(t, code, http.StatusOK, path, body)
+	}
+}
+
+// httpGet returns the status and body of a GET.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	check.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	check.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// TestNodeNotReadyWithoutTracker: a node whose tracker cannot be reached
+// is alive (/healthz) but not ready (/readyz), naming the tracker.
+func TestNodeNotReadyWithoutTracker(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := freeAddr(t) // nothing listens there
+	metricsAddr := freeAddr(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	done := make(chan error, 1)
+	go func() {
+		done <- node.Run(ctx, node.Config{Tracker: gone, Command: []string{"true"}, WorkDir: t.TempDir(), MetricsListen: metricsAddr,
+			Logger: quiet, Options: client.TrackerOptions{Logger: quiet}})
+	}()
+	defer func() { cancel(); check.NoError(t, <-done) }()
+	var code int
+	var body string
+	deadline := time.Now().Add(30 * time.Second) // a bound on the wait, not a speed threshold
+	for time.Now().Before(deadline) && !strings.Contains(body, "not connected to tracker "+gone) {
+		time.Sleep(20 * time.Millisecond)
+		if resp, err := http.Get("http://" + metricsAddr + "/readyz"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+		}
+	}
+	check.Equal(t, code, http.StatusServiceUnavailable, body)
+	check.True(t, strings.Contains(body, "not connected to tracker "+gone), body)
+	code, body = httpGet(t, "http://"+metricsAddr+"/healthz")
+	check.Equal(t, code, http.StatusOK, body)
 }
 
 // freeAddr returns a loopback address that was free a moment ago.

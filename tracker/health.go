@@ -1,0 +1,27 @@
+package tracker
+
+import "errors"
+
+// readier is a store that can lose its backing service while the tracker
+// runs (a store over the network); ready says whether it reaches it now.
+// A store that does not implement it (bbolt) is ready once open.
+type readier interface {
+	ready() error
+}
+
+// Ready returns nil while the tracker can take requests: it is not
+// stopping and its store is reachable. The metrics listener's /readyz
+// answers with it, so a load balancer or Kubernetes sends no new work to
+// a tracker that could not keep it.
+func (s *Server) Ready() error {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping {
+		return errors.New("tracker is stopping")
+	}
+	if r, ok := s.st.(readier); ok {
+		return r.ready()
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package tracker
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// unreachableStore is a store whose backing service can be cut, as a
+// network store's can.
+type unreachableStore struct {
+	stateStore
+	down atomic.Bool
+}
+
+func (u *unreachableStore) ready() error {
+	if u.down.Load() {
+		return errors.New("store: etcd endpoints 127.0.0.1:1 unreachable")
+	}
+	return nil
+}
+
+// probe GETs path on the tracker's metrics listener and returns the status
+// and body.
+func probe(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	check.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	check.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// TestHealthProbes: /healthz answers while the process serves; /readyz
+// only while the store is reachable, with the store's reason when not; a
+// bbolt tracker is ready as soon as it serves.
+func TestHealthProbes(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.MetricsListen = "127.0.0.1:0"
+	s, err := New(cfg)
+	check.NoError(t, err)
+	check.NoError(t, s.Ready(), "bbolt store")
+	st := &unreachableStore{stateStore: s.st}
+	s.st = st
+	tr := runServer(t, s)
+	addr := tr.MetricsAddr()
+
+	code, body := probe(t, addr, "/healthz")
+	check.Equal(t, code, http.StatusOK, body)
+	code, body = probe(t, addr, "/readyz")
+	check.Equal(t, code, http.StatusOK, body)
+
+	st.down.Store(true)
+	code, body = probe(t, addr, "/readyz")
+	check.Equal(t, code, http.StatusServiceUnavailable, body)
+	check.True(t, strings.Contains(body, "127.0.0.1:1 unreachable"), body)
+	code, body = probe(t, addr, "/healthz")
+	check.Equal(t, code, http.StatusOK, body)
+
+	st.down.Store(false)
+	code, body = probe(t, addr, "/readyz")
+	check.Equal(t, code, http.StatusOK, body)
+
+	tr.stop(t)
+	check.True(t, tr.Ready() != nil, "a stopped tracker says it is ready")
+}
