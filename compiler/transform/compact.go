@@ -27,7 +27,7 @@ const maxSymbolicCompact = 1 << 16
 // does, and also into a serial or unrolled loop when the regions its
 // iterations touch are disjoint (one dimension's minimum moves by at least
 // the region's extent per iteration), so no value flows from one
-// iteration to the next. Vectorized loops are never entered, and
+// iteration to the next (a loop of one iteration is always entered). Vectorized loops are never entered, and
 // thread-bound loops are entered only by buffers that are not "shared"
 // (a shared buffer is entered by blockIdx loops only).
 //
@@ -226,6 +226,9 @@ func (c *compactor) mayEnter(b *ir.Buffer, f *ir.For) bool {
 	case ir.ForThreadBinding:
 		return !shared || strings.HasPrefix(f.ThreadTag, "blockIdx")
 	case ir.ForSerial, ir.ForUnrolled:
+		if ext, ok := ir.IsConstInt(f.Extent); ok && ext == 1 {
+			return true // one iteration: nothing flows to the next
+		}
 		// Disjoint per-iteration regions: look at the region touched by
 		// one iteration, with the loop variable fixed.
 		c.bind(f.Var, ir.Range{Min: f.Min, Extent: f.Extent})

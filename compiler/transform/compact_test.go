@@ -63,6 +63,7 @@ func TestCompactBuffersShapes(t *testing.T) {
 		{"fused_tile", []string{"C_local [4 8] in i_0_j_0_fused"}},
 		{"packed_panel", []string{"B_global [4 8] in j_0", "C_local [4 8] in i_0"}},
 		{"carried", []string{"t [4] in root"}},
+		{"unit_batch", []string{"C_local [1 4 16] in i_0"}},
 		{"symbolic", []string{"u [n 1] in root", "t [1 4] in i"}},
 		{"threads", []string{"S [16] in bx", "L [1] in tx"}},
 	}

@@ -65,6 +65,35 @@ class Module:
                             C[v0, v1] = C_local[v0, v1]
 
     @T.prim_func
+    def unit_batch(A: T.Buffer((1, 8, 4), "float32"), B: T.Buffer((4, 16), "float32"), C: T.Buffer((1, 8, 16), "float32")):
+        T.func_attr({"global_symbol": "unit_batch", "tir.noalias": T.bool(True)})
+        C_local = T.alloc_buffer((1, 8, 16), scope="local")
+        for b in range(1):
+            for i_0 in T.parallel(2):
+                for i_1_init in T.unroll(4):
+                    for j_init in T.vectorized(16):
+                        with T.block("C_init"):
+                            v_b = T.axis.remap("S", [b])
+                            v_i = T.axis.spatial(8, i_0 * 4 + i_1_init)
+                            v_j = T.axis.remap("S", [j_init])
+                            C_local[v_b, v_i, v_j] = T.float32(0.0)
+                for k in range(4):
+                    for i_1 in T.unroll(4):
+                        for j in T.vectorized(16):
+                            with T.block("C_update"):
+                                v_b = T.axis.remap("S", [b])
+                                v_i = T.axis.spatial(8, i_0 * 4 + i_1)
+                                v_j, v_k = T.axis.remap("SR", [j, k])
+                                C_local[v_b, v_i, v_j] = C_local[v_b, v_i, v_j] + A[v_b, v_i, v_k] * B[v_k, v_j]
+                for ax0 in range(4):
+                    for ax1 in T.vectorized(16):
+                        with T.block("C_local"):
+                            v0 = T.axis.remap("S", [b])
+                            v1 = T.axis.spatial(8, i_0 * 4 + ax0)
+                            v2 = T.axis.remap("S", [ax1])
+                            C[v0, v1, v2] = C_local[v0, v1, v2]
+
+    @T.prim_func
     def carried(A: T.Buffer((4, 4), "float32"), B: T.Buffer((4, 4), "float32")):
         T.func_attr({"global_symbol": "carried"})
         t = T.decl_buffer((8,), scope="local")
