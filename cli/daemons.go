@@ -34,8 +34,9 @@ func trackerCommand() *ucli.Command {
 nodes register with it and keep a heartbeat; clients ask it for devices (by
 key or attribute selector, e.g. "cuda.compute>=8.0") and get leases; build
 jobs are queued durably in DIR/tracker.db (bbolt) and handed to compiler
-nodes; artifacts are stored in DIR by sha256. A restart loses no submitted
-job (running ones are requeued).
+nodes; artifacts are stored by sha256 in DIR/artifacts, or where --artifacts
+says (another directory, or an S3-compatible bucket). A restart loses no
+submitted job (running ones are requeued).
 
 --tvm-listen opens a second listener speaking Apache TVM's tracker protocol,
 so TVM's rpc servers and tuning runners can use this tracker unchanged (that
@@ -43,10 +44,12 @@ protocol has no authentication: bind it to a trusted network).
 
 Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
-   kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192`,
+   kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
+   kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9190", Usage: "address of the kiln protocol listener"},
 			&ucli.StringFlag{Name: "data", Required: true, Usage: "directory for tracker.db and the artifacts"},
+			&ucli.StringFlag{Name: "artifacts", Usage: "where artifacts are kept: a directory (default DATA/artifacts; trackers may share one on a ReadWriteMany volume) or an S3-compatible bucket, s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT[&region=R], with credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the AWS credentials file or an IAM role"},
 			&ucli.StringFlag{Name: "tvm-listen", Usage: "address of an Apache TVM tracker-protocol listener"},
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
@@ -75,7 +78,7 @@ func runTracker(c *ucli.Context) error {
 		return err
 	}
 	srv, err := tracker.New(tracker.Config{
-		Listen: c.String("listen"), DataDir: c.String("data"),
+		Listen: c.String("listen"), DataDir: c.String("data"), Artifacts: c.String("artifacts"),
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),

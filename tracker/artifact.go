@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -99,7 +98,7 @@ func (s *Server) evictLocked(keep string) {
 			return
 		}
 		for _, sha := range gone {
-			if err := os.Remove(s.artifactPath(sha)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := s.blobs.remove(context.Background(), sha); err != nil {
 				s.log.Warn("evict artifact", "sha256", sha, "err", err)
 			}
 		}
@@ -133,10 +132,6 @@ func (s *Server) hidePaths(err error) error {
 	return err
 }
 
-func (s *Server) artifactPath(sha string) string {
-	return filepath.Join(s.arts, sha[:2], sha)
-}
-
 // artifactSize returns the size of a stored artifact, or an error wrapping
 // ErrNotFound.
 func (s *Server) artifactSize(sha string) (int64, error) {
@@ -166,11 +161,14 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	if size, err := s.artifactSize(in.Name); err == nil && size == in.Size {
 		return proto.Bulk{}, nil // already stored
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.arts, "tmp"), "upload-*")
+	tmp, err := os.CreateTemp(s.blobs.spoolDir(), "upload-*")
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
-	defer os.Remove(tmp.Name())
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name()) // gone already once put renamed it
+	}()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(in.Body, in.Size))
 	if err == nil && n != in.Size {
@@ -179,20 +177,13 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	if err == nil {
 		err = tmp.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != in.Name {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: the bytes hash to %s: %w", in.Name, got, proto.ErrBadRequest)
 	}
-	dst := s.artifactPath(in.Name)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := s.blobs.put(ctx, in.Name, tmp, in.Size); err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	now := time.Now()
@@ -221,14 +212,14 @@ func (s *Server) handleArtifactDownload(ctx context.Context, c *proto.Conn, in p
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("download artifact: %w", err)
 	}
-	f, err := os.Open(s.artifactPath(in.Name))
+	f, err := s.blobs.open(ctx, in.Name)
 	if err == nil {
 		s.mu.Lock()
 		s.touchArtifactLocked(in.Name, time.Now())
 		s.mu.Unlock()
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return proto.Bulk{}, fmt.Errorf("download artifact %s: indexed but missing on disk: %w", in.Name, proto.ErrNotFound)
+		return proto.Bulk{}, fmt.Errorf("download artifact %s: indexed but missing from the artifact store: %w", in.Name, proto.ErrNotFound)
 	}
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("download artifact %s: %w", in.Name, s.hidePaths(err))

@@ -13,6 +13,10 @@ type Config struct {
 	Listen string
 	// DataDir holds tracker.db and the artifacts; required.
 	DataDir string
+	// Artifacts is where the artifacts' bytes are kept: a directory
+	// (default DataDir/artifacts), or an S3-compatible bucket as
+	// s3://BUCKET[/PREFIX]?endpoint=URL[&region=R] (see openS3Store).
+	Artifacts string
 	// TVMListen, when set, is the address of the Apache TVM tracker-protocol listener.
 	TVMListen string
 	// TVMStopKey, when set, lets a TVM STOP message carrying it stop the tracker.

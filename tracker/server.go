@@ -23,11 +23,11 @@ import (
 // Server is a tracker. New opens its store and listeners; Run serves until
 // its context is cancelled; Close (or the end of Run) stops it.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	st   stateStore
-	arts string // artifact directory
-	rpc  *proto.Server
+	cfg   Config
+	log   *slog.Logger
+	st    stateStore
+	blobs blobStore // the artifacts' bytes
+	rpc   *proto.Server
 
 	ln, tvmLn, metricsLn net.Listener
 	httpSrv              *http.Server
@@ -72,7 +72,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		arts:      filepath.Join(cfg.DataDir, "artifacts"),
 		nodes:     make(map[string]*node),
 		byKey:     make(map[string]map[string]*node),
 		queues:    make(map[string]*queue),
@@ -87,9 +86,14 @@ func New(cfg Config) (*Server, error) {
 	s.initMetrics()
 	s.tvm.init()
 	s.creds.init()
-	if err := os.MkdirAll(filepath.Join(s.arts, "tmp"), 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
+	blobs, err := openBlobStore(context.Background(), cfg.Artifacts, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.blobs = blobs
 	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
 		synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
 		checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
