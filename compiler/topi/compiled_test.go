@@ -1,19 +1,14 @@
 package topi
 
 import (
-	"context"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/relax/op"
-	"github.com/kiln-ml/kiln/compiler/toolchain"
-	"github.com/kiln-ml/kiln/compiler/transform"
-	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/ckernel"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -44,18 +39,7 @@ func TestCompiledMatchesInterpreter(t *testing.T) {
 	}
 	// Lower, generate and compile directly: package compiler imports the
 	// graph passes, which import topi.
-	lowered, err := transform.LowerModule(mod, transform.Options{})
-	check.NoError(t, err)
-	src, _, err := c.Generate(lowered, c.Options{})
-	check.NoError(t, err)
-	tc, err := toolchain.Find(context.Background(), toolchain.Options{Flags: []string{"-O0"}})
-	if err != nil {
-		t.Skip("no C compiler:", err)
-	}
-	lib := filepath.Join(t.TempDir(), "host.so")
-	check.NoError(t, tc.BuildShared(context.Background(), []toolchain.Source{{Name: "host.c", Text: src}}, lib, ""))
-	m, err := cpu.LoadModule(lib)
-	check.NoError(t, err)
+	m := ckernel.Load(t, ckernel.Source(t, mod), "-O0")
 	rng := rand.New(rand.NewPCG(30, 1))
 	for fn, r := range results {
 		t.Run(fn, func(t *testing.T) {

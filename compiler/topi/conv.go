@@ -252,8 +252,7 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 	if groups > 1 {
 		stage = "group_" + stage
 	}
-	return finish(te.Compute(out, func(idx []ir.Expr) ir.Expr {
-		n, f, y, x := idx[oi['N']], idx[oi['C']], idx[oi['H']], idx[oi['W']]
+	body := func(n, f, y, x ir.Expr) ir.Expr {
 		var ch ir.Expr = rc
 		if groups > 1 {
 			ch = ir.Add(ir.Mul(ir.FloorDiv(f, perGroup), kin), rc)
@@ -264,5 +263,23 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 		w := make([]ir.Expr, 4)
 		w[ki['O']], w[ki['I']], w[ki['H']], w[ki['W']] = f, rc, ry, rx
 		return te.Sum(ir.Mul(conv(src.At(in...)), conv(weight.At(w...))), rc, ry, rx)
+	}
+	if groups == 1 && a.KernelLayout == "HWIO" && a.OutLayout != "NHWC" {
+		// Output channels are contiguous in the kernel: the sums are
+		// computed with them innermost (stage conv2d_hwio, [N, H, W, C]),
+		// where a CPU schedule keeps a tile of them in vector registers,
+		// and stage OutLayout reads them back in the layout asked for.
+		acc, err := finish(te.Compute([]ir.Expr{dims['N'], oh, ow, cout}, func(idx []ir.Expr) ir.Expr {
+			return body(idx[0], idx[3], idx[1], idx[2])
+		}, "conv2d_hwio", "nn", "yy", "xx", "ff"))
+		if err != nil {
+			return nil, err
+		}
+		return finish(te.Compute(out, func(idx []ir.Expr) ir.Expr {
+			return acc.At(idx[oi['N']], idx[oi['H']], idx[oi['W']], idx[oi['C']])
+		}, stage, axes...))
+	}
+	return finish(te.Compute(out, func(idx []ir.Expr) ir.Expr {
+		return body(idx[oi['N']], idx[oi['C']], idx[oi['H']], idx[oi['W']])
 	}, stage, axes...))
 }

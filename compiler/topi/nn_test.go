@@ -224,6 +224,7 @@ func TestConv2D(t *testing.T) {
 		{"nchw", []int64{1, 2, 5, 5}, []int64{3, 2, 3, 3}, [2]int64{1, 1}, [2]int64{1, 1}, [4]int64{}, 1, "NCHW", "OIHW", ""},
 		{"nchw_pad_stride", []int64{2, 2, 6, 5}, []int64{2, 2, 3, 2}, [2]int64{2, 1}, [2]int64{1, 1}, [4]int64{1, 0, 2, 1}, 1, "NCHW", "OIHW", ""},
 		{"nchw_dilation_groups", []int64{1, 4, 7, 7}, []int64{6, 2, 3, 3}, [2]int64{1, 2}, [2]int64{2, 1}, [4]int64{1, 1, 1, 1}, 2, "NCHW", "OIHW", ""},
+		{"nchw_hwio_two_stages", []int64{2, 3, 6, 5}, []int64{5, 3, 3, 2}, [2]int64{2, 1}, [2]int64{1, 2}, [4]int64{1, 2, 0, 1}, 1, "NCHW", "HWIO", ""},
 		{"nhwc_hwio", []int64{1, 3, 5, 4}, []int64{4, 3, 3, 3}, [2]int64{1, 1}, [2]int64{1, 1}, [4]int64{1, 1, 1, 1}, 1, "NHWC", "HWIO", ""},
 		{"nhwc_groups_ohwi_out_nchw", []int64{2, 4, 4, 4}, []int64{4, 1, 2, 2}, [2]int64{2, 2}, [2]int64{1, 1}, [4]int64{0, 0, 1, 1}, 4, "NHWC", "OHWI", "NCHW"},
 	}

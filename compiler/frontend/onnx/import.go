@@ -29,9 +29,10 @@ type Options struct {
 	// model whose shapes, axes or pads are computed from an input needs
 	// that input known.
 	Known map[string]*Tensor
-	// DirectConv keeps convolutions as R.nn.conv2d; by default a
-	// convolution of one group becomes a patch gather and a matmul.
-	DirectConv bool
+	// Im2Col imports a float32 convolution of one group as a patch
+	// gather and a matmul; by default convolutions stay R.nn.conv2d,
+	// which the default CPU schedule runs as a direct convolution.
+	Im2Col bool
 	// ConstLimit is the largest initializer (in elements) folded into the
 	// graph as a constant rather than passed as a weight parameter; 0
 	// means 16. Initializers needed at import time (shapes, axes) are

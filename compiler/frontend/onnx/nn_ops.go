@@ -155,7 +155,7 @@ func convertConv(im *importer, n *node) ([]*value, error) {
 		strides, dil, pads = to2D(strides, dil, pads)
 	}
 	var y *value
-	if n.attrInt("group", 1) == 1 && !im.opts.DirectConv && x.dtype() == ir.Float32 {
+	if n.attrInt("group", 1) == 1 && im.opts.Im2Col && x.dtype() == ir.Float32 {
 		y, err = im.convMatmul(x, w, strides, pads, dil)
 	} else {
 		y, err = im.emit("relax.nn.conv2d", map[string]any{

@@ -23,6 +23,7 @@ type Pass struct {
 // passes is the list of every pass this package defines, in the order a
 // full pipeline runs them.
 var passes = []Pass{
+	{Name: "AlterConvLayout", Fn: AlterConvLayout},
 	{Name: "LegalizeOps", Fn: LegalizeOps},
 	{Name: "AnnotateTIROpPattern", Fn: AnnotateTIROpPattern},
 	{Name: "FoldConstant", Fn: FoldConstant},
@@ -36,6 +37,7 @@ var passes = []Pass{
 // constraints are ordering rules: in a list that holds both passes, the
 // first Before must run before the first After.
 var constraints = []struct{ Before, After string }{
+	{"AlterConvLayout", "LegalizeOps"},
 	{"LegalizeOps", "AnnotateTIROpPattern"},
 	{"LegalizeOps", "FuseOps"},
 	{"AnnotateTIROpPattern", "FuseOps"},
@@ -60,7 +62,7 @@ var pipelines = map[string][]string{
 	// (LiftTransformParams). O3 does not yet: cli's print test expects
 	// its plan to hold the transposed weight's storage.
 	"O1": {"LegalizeOps", "FoldConstant", "DeadCodeElimination", "LiftTransformParams"},
-	"O2": {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
+	"O2": {"AlterConvLayout", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
 		"LiftTransformParams"},
 	"O3": {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
 		"StaticPlanBlockMemory"},

@@ -59,6 +59,8 @@ func TestPassGoldens(t *testing.T) {
 		{"lift_transform_params_O3", "lift_transform_params.py", []string{"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant",
 			"FuseOps", "FuseTIR", "DeadCodeElimination", "LiftTransformParams", "StaticPlanBlockMemory"}, false},
 		{"mlp_small_O2", "mlp_small.py", pipelines["O2"], false},
+		{"alter_conv_layout", "alter_conv_layout.py", []string{"AlterConvLayout"}, true},
+		{"alter_conv_layout_O2", "alter_conv_layout.py", pipelines["O2"], false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,7 +83,7 @@ func TestPassGoldens(t *testing.T) {
 			// The passes preserve what main computes. Before legalization
 			// there is nothing to run: compare with the legalized input.
 			ref := in
-			if tc.passes[0] == "LegalizeOps" {
+			if tc.passes[0] == "LegalizeOps" || tc.passes[0] == "AlterConvLayout" {
 				ref = runVerified(t, in, "LegalizeOps")
 			}
 			inputs := randomInputs(t, in)

@@ -4,8 +4,13 @@
 // reduction blocks (C[.., i, j] += A[.., i, k] * B[.., k, j] with B
 // contiguous in j) as a register-blocked kernel: loops (i, j_outer, k,
 // j_inner) with j_inner vectorized into a "local" accumulator tile,
-// the way bench/matmul.go's hand schedule does. Everything else is left
-// as it is.
+// the way bench/matmul.go's hand schedule does. Direct convolutions with
+// the output channels innermost (topi.Conv2D's conv2d_hwio stage) get a
+// tile of output positions × vectors of channels in registers (conv.go);
+// the elementwise blocks after one (bias, ReLU, Clip, residual adds, and
+// the layout change back to NCHW) are inlined into the tile's store, so
+// they run on registers before anything is written. Everything else is
+// left as it is.
 //
 // For GPUs, GPUFunc is the fallback rule of DLight: a function's one block
 // gets its spatial loops fused and bound to blockIdx.x and threadIdx.x,

@@ -70,6 +70,11 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 			return s.Func(), true, nil
 		}
 	}
+	for _, c := range findConvs(f) {
+		if g, err := scheduleConv(f, c, opts); err == nil && g != nil {
+			return g, true, nil
+		}
+	}
 	return f, false, nil
 }
 
@@ -85,14 +90,18 @@ type matmulBlock struct {
 // serial loop in order (as LegalizeOps makes them), with constant extents,
 // a body C = C + A * B whose B index ends in (k, j) and whose C index
 // ends in j.
-func findMatmuls(f *ir.PrimFunc) []matmulBlock {
-	var out []matmulBlock
+func findMatmuls(f *ir.PrimFunc) []matmulBlock { return findBlocks(f, matchMatmul) }
+
+// findBlocks lists, in program order, what match makes of the blocks of f
+// it accepts.
+func findBlocks[T any](f *ir.PrimFunc, match func(*ir.BlockRealize) (T, bool)) []T {
+	var out []T
 	ir.Visit(f.Body, func(n ir.Node) bool {
 		br, ok := n.(*ir.BlockRealize)
 		if !ok || br.Block == nil || br.Block.Name == ir.RootBlockName {
 			return true
 		}
-		if m, ok := matchMatmul(br); ok {
+		if m, ok := match(br); ok {
 			out = append(out, m)
 		}
 		return true

@@ -139,19 +139,10 @@ func TestFunc(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := parseFunc(t, tc.src)
-			g, ok, err := Func(f, tc.opts)
-			check.NoError(t, err)
-			check.Equal(t, ok, tc.scheduled, "scheduled")
-			check.NoError(t, ir.Verify(g))
+			g, ok := scheduleChecked(t, f, tc.opts, tc.scheduled)
 			if !ok {
-				check.True(t, g == f, "unchanged")
 				return
 			}
-			// Scheduling twice does nothing: the loops are no longer the
-			// block's own.
-			_, again, err := Func(g, tc.opts)
-			check.NoError(t, err)
-			check.True(t, !again, "a scheduled function is left alone")
 			want := outputOf(t, f)
 			lowered, err := transform.Lower(g, transform.Options{StopAfter: "storage_rewrite", Verify: true})
 			check.NoError(t, err)
@@ -169,6 +160,25 @@ func TestFunc(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scheduleChecked schedules f, checks that Func did (or did not) and
+// that the result is well formed, and that scheduling it again does
+// nothing: the loops are no longer the block's own.
+func scheduleChecked(t *testing.T, f *ir.PrimFunc, opts Options, scheduled bool) (*ir.PrimFunc, bool) {
+	t.Helper()
+	g, ok, err := Func(f, opts)
+	check.NoError(t, err)
+	check.Equal(t, ok, scheduled, "scheduled")
+	check.NoError(t, ir.Verify(g))
+	if !ok {
+		check.True(t, g == f, "unchanged")
+		return g, false
+	}
+	_, again, err := Func(g, opts)
+	check.NoError(t, err)
+	check.True(t, !again, "a scheduled function is left alone")
+	return g, true
 }
 
 func TestModule(t *testing.T) {

@@ -1,0 +1,18 @@
+# AlterConvLayout: the convolution of one group (w, a weight: num_input = 1)
+# takes its kernel in HWIO through a permute_dims, which O2 lifts out of
+# the per-call path; its bias and relu fuse after it. The grouped
+# convolution keeps its OIHW kernel.
+# from tvm.script import ir as I
+# from tvm.script import relax as R
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((1, 4, 6, 6), dtype="float32"), w: R.Tensor((16, 4, 3, 3), dtype="float32"), b: R.Tensor((1, 16, 1, 1), dtype="float32"), g: R.Tensor((16, 8, 3, 3), dtype="float32")) -> R.Tensor((1, 16, 3, 3), dtype="float32"):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            c: R.Tensor((1, 16, 6, 6), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
+            cb: R.Tensor((1, 16, 6, 6), dtype="float32") = R.add(c, b)
+            r: R.Tensor((1, 16, 6, 6), dtype="float32") = R.nn.relu(cb)
+            gv: R.Tensor((1, 16, 3, 3), dtype="float32") = R.nn.conv2d(r, g, strides=[2, 2], padding=[1, 1, 1, 1], dilation=[1, 1], groups=2, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
+            R.output(gv)
+        return gv

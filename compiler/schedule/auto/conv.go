@@ -1,0 +1,373 @@
+package auto
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// Direct convolution with the output channels innermost: topi.Conv2D's
+// conv2d_hwio stage (a kernel in HWIO, as AlterConvLayout arranges),
+//
+//	C[n, y, x, f] += A[n, c, y·s+ry, x·s+rx] · W[ry, rx, c, f]
+//
+// or any block of that form: spatial iteration variables, the last (f)
+// indexing C and B last and A not at all, then one or more reductions.
+// A tile of xi positions of the next-to-last spatial variable (x) × vecs
+// vectors of f stays in vector registers over the whole reduction: each
+// step loads vecs vectors of W, broadcasts xi elements of A and does
+// xi·vecs fused multiply-adds.
+
+// maxConvAccumulators bounds the vector registers of a convolution's
+// accumulator tile with 32 vector registers (AVX-512); half as many with
+// 16.
+const maxConvAccumulators = 24
+
+// convBlock is a block C[.., x, f] += A[..] * B[.., f].
+type convBlock struct {
+	name    string
+	dtype   ir.DType
+	spatial []int64 // extents of the spatial iteration variables
+	reduce  []int64 // extents of the reductions
+}
+
+// findConvs lists the unscheduled blocks of f of the convolution form.
+func findConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchConv) }
+
+func matchConv(br *ir.BlockRealize) (convBlock, bool) {
+	b := br.Block
+	n := len(b.IterVars)
+	if n < 3 || b.Init == nil || len(br.IterValues) != n || !isTrue(br.Predicate) {
+		return convBlock{}, false
+	}
+	c := convBlock{name: b.Name}
+	for i, iv := range b.IterVars {
+		ext, ok := iv.Dom.Extent.(*ir.IntImm)
+		if !ok {
+			return convBlock{}, false
+		}
+		if min, _ := iv.Dom.Min.(*ir.IntImm); min == nil || min.Value != 0 {
+			return convBlock{}, false
+		}
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return convBlock{}, false
+		}
+		switch {
+		case iv.Kind == ir.IterSpatial && len(c.reduce) == 0:
+			c.spatial = append(c.spatial, ext.Value)
+		case iv.Kind == ir.IterReduce:
+			c.reduce = append(c.reduce, ext.Value)
+		default:
+			return convBlock{}, false
+		}
+	}
+	if len(c.spatial) < 2 || len(c.reduce) == 0 {
+		return convBlock{}, false
+	}
+	f := b.IterVars[len(c.spatial)-1].Var
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) == 0 || !isVar(st.Indices[len(st.Indices)-1], f) {
+		return convBlock{}, false
+	}
+	sum, ok := st.Value.(*ir.Binary)
+	if !ok || sum.Op != ir.OpAdd {
+		return convBlock{}, false
+	}
+	if acc, ok := sum.A.(*ir.BufferLoad); !ok || acc.Buffer != st.Buffer {
+		return convBlock{}, false
+	}
+	prod, ok := sum.B.(*ir.Binary)
+	if !ok || prod.Op != ir.OpMul {
+		return convBlock{}, false
+	}
+	a, ok := prod.A.(*ir.BufferLoad)
+	if !ok || usesVar(a, f) {
+		return convBlock{}, false
+	}
+	w, ok := prod.B.(*ir.BufferLoad)
+	if !ok || len(w.Indices) == 0 || !isVar(w.Indices[len(w.Indices)-1], f) {
+		return convBlock{}, false
+	}
+	for _, ix := range w.Indices[:len(w.Indices)-1] {
+		if usesVar(ix, f) {
+			return convBlock{}, false
+		}
+	}
+	c.dtype = st.Buffer.DType
+	return c, true
+}
+
+func usesVar(n ir.Node, v *ir.Var) bool {
+	found := false
+	ir.Visit(n, func(m ir.Node) bool {
+		if x, ok := m.(*ir.Var); ok && x == v {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// convTile picks the register tile: lanes per vector (a power of two
+// dividing F, at most the register's), vecs vectors of f and xi
+// positions of x, the most multiply-adds per step that fit in limit
+// accumulators, then the fewest loads.
+func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
+	for lanes = maxLanes; lanes >= 4 && F%lanes != 0; lanes /= 2 {
+	}
+	if lanes < 4 {
+		return 0, 0, 0, false
+	}
+	best := int64(0)
+	for v := int64(1); v <= 4 && v <= limit; v++ {
+		if (F/lanes)%v != 0 {
+			continue
+		}
+		x := largestDivisor(X, limit/v)
+		if p := v * x; p > best || p == best && v+x < vecs+xi {
+			best, vecs, xi = p, v, x
+		}
+	}
+	return lanes, vecs, xi, best > 0
+}
+
+// scheduleConv returns f with block c scheduled, its elementwise
+// consumers computed on the register tile when they can be, or nil when
+// the primitives refuse the shape.
+func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	for _, epilogue := range []bool{true, false} {
+		s, err := schedule.New(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := convSchedule(s, c, opts, epilogue); err == nil {
+			return s.Func(), nil
+		} else if !epilogue {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool) error {
+	blk, err := s.GetBlock(c.name)
+	if err != nil {
+		return err
+	}
+	loops, err := s.GetLoops(blk)
+	if err != nil {
+		return err
+	}
+	ns, nr := len(c.spatial), len(c.reduce)
+	if len(loops) != ns+nr {
+		return fmt.Errorf("block %q is nested in other loops", c.name)
+	}
+	esize := int64(c.dtype.Size())
+	if esize <= 0 {
+		return fmt.Errorf("block %q: dtype %s", c.name, c.dtype)
+	}
+	limit := int64(maxConvAccumulators)
+	if opts.VectorBytes < 64 {
+		limit /= 2
+	}
+	X, F := c.spatial[ns-2], c.spatial[ns-1]
+	lanes, vecs, xi, ok := convTile(X, F, opts.VectorBytes/esize, limit)
+	if !ok {
+		return fmt.Errorf("block %q: %d channels take no vector tile", c.name, F)
+	}
+	xs, err := s.Split(loops[ns-2], -1, xi)
+	if err != nil {
+		return err
+	}
+	fs, err := s.Split(loops[ns-1], -1, vecs, lanes)
+	if err != nil {
+		return err
+	}
+	// Outer loops: the spatial ones before x, f's blocks first (a block
+	// of W stays in cache while the positions stream by), then x's.
+	outer := append([]schedule.LoopRV{fs[0]}, loops[:ns-2]...)
+	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
+	order = append(order, loops[ns:]...)
+	order = append(order, xs[1], fs[1], fs[2])
+	if err := s.Reorder(order...); err != nil {
+		return err
+	}
+	wb, err := s.CacheWrite(blk, 0, "local")
+	if err != nil {
+		return err
+	}
+	init, err := s.DecomposeReduction(blk, loops[ns])
+	if err != nil {
+		return err
+	}
+	if epilogue {
+		err = convEpilogue(s, wb, xs[0], lanes)
+	} else {
+		err = tileStore(s, wb, xs[0], lanes)
+	}
+	if err != nil {
+		return err
+	}
+	il, err := s.GetLoops(init)
+	if err != nil {
+		return err
+	}
+	for _, u := range []schedule.LoopRV{xs[1], fs[1], il[len(il)-3], il[len(il)-2]} {
+		if err := s.Unroll(u); err != nil {
+			return err
+		}
+	}
+	for _, v := range []schedule.LoopRV{fs[2], il[len(il)-1]} {
+		if err := s.Vectorize(v); err != nil {
+			return err
+		}
+	}
+	flops := int64(1)
+	for _, e := range append(append([]int64{}, c.spatial...), c.reduce...) {
+		flops *= e
+	}
+	if opts.ParallelFlops > 0 && flops >= opts.ParallelFlops {
+		par, err := s.Fuse(outer...)
+		if err != nil {
+			par = fs[0] // loops of different index types
+		}
+		if err := s.Parallel(par); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convEpilogue computes the blocks after the accumulator's write-back on
+// the tile, before anything is stored: the write-back and every
+// intermediate elementwise block are inlined into the last block, which
+// moves under loop at.
+func convEpilogue(s *schedule.Schedule, wb schedule.BlockRV, at schedule.LoopRV, lanes int64) error {
+	wbr, err := s.BlockRealize(wb)
+	if err != nil {
+		return err
+	}
+	after := blocksAfter(s.Func(), wbr.Block.Name)
+	if len(after) == 0 {
+		return fmt.Errorf("no block reads the accumulator")
+	}
+	if err := s.ComputeInline(wb); err != nil {
+		return err
+	}
+	for _, name := range after[:len(after)-1] {
+		b, err := s.GetBlock(name)
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return err
+		}
+	}
+	last, err := s.GetBlock(after[len(after)-1])
+	if err != nil {
+		return err
+	}
+	return tileStore(s, last, at, lanes)
+}
+
+// blocksAfter names the blocks that follow block name in f, in order.
+func blocksAfter(f *ir.PrimFunc, name string) []string {
+	var out []string
+	seen := false
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		br, ok := n.(*ir.BlockRealize)
+		if !ok || br.Block == nil || br.Block.Name == ir.RootBlockName {
+			return true
+		}
+		if seen {
+			out = append(out, br.Block.Name)
+		} else {
+			seen = br.Block.Name == name
+		}
+		return false
+	})
+	return out
+}
+
+// tileStore moves block b, which reads the accumulator tile, under loop
+// at and vectorizes it along the accumulator's last (f) axis: its loop
+// that binds the variable of the accumulator's last index goes innermost,
+// split into vectors of lanes, the others unrolled, so that every access
+// to the tile is a constant slot (it lives in registers).
+func tileStore(s *schedule.Schedule, b schedule.BlockRV, at schedule.LoopRV, lanes int64) error {
+	if err := s.ReverseComputeAt(b, at); err != nil {
+		return err
+	}
+	br, err := s.BlockRealize(b)
+	if err != nil {
+		return err
+	}
+	var fv *ir.Var
+	ir.Visit(br.Block.Body, func(n ir.Node) bool {
+		if l, ok := n.(*ir.BufferLoad); ok && l.Buffer.Scope == "local" && len(l.Indices) > 0 {
+			fv, _ = l.Indices[len(l.Indices)-1].(*ir.Var)
+		}
+		return fv == nil
+	})
+	if fv == nil {
+		return fmt.Errorf("block %q does not read the accumulator at a variable", br.Block.Name)
+	}
+	loops, err := s.GetLoops(b)
+	if err != nil {
+		return err
+	}
+	atLoop, err := s.LoopFor(at)
+	if err != nil {
+		return err
+	}
+	var inner []schedule.LoopRV
+	for i, l := range loops {
+		lf, err := s.LoopFor(l)
+		if err != nil {
+			return err
+		}
+		if lf == atLoop {
+			inner = loops[i+1:]
+			break
+		}
+	}
+	var fl schedule.LoopRV
+	var rest []schedule.LoopRV
+	found := false
+	for i, l := range inner {
+		lf, err := s.LoopFor(l)
+		if err != nil {
+			return err
+		}
+		bound := false
+		for j, iv := range br.Block.IterVars {
+			if iv.Var == fv && usesVar(br.IterValues[j], lf.Var) {
+				bound = true
+			}
+		}
+		if bound && !found {
+			fl, found = inner[i], true
+		} else {
+			rest = append(rest, inner[i])
+		}
+	}
+	if !found {
+		return fmt.Errorf("block %q: no loop runs along the accumulator's last axis", br.Block.Name)
+	}
+	if len(rest) > 0 {
+		if err := s.Reorder(append(append([]schedule.LoopRV{}, rest...), fl)...); err != nil {
+			return err
+		}
+	}
+	fs, err := s.Split(fl, -1, lanes)
+	if err != nil {
+		return err
+	}
+	for _, u := range append(rest, fs[0]) {
+		if err := s.Unroll(u); err != nil {
+			return err
+		}
+	}
+	return s.Vectorize(fs[1])
+}

@@ -1,0 +1,181 @@
+package auto
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/topi"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/ckernel"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+)
+
+// convCase is a convolution over NCHW data with an HWIO kernel (what
+// AlterConvLayout gives the graph), followed by an epilogue as FuseTIR
+// leaves it: one block per operator.
+type convCase struct {
+	name              string
+	n, c, h, w, f     int64
+	kh, kw            int64
+	stride, pad       int64
+	groups            int64
+	epilogue          string // "", "bias_relu", "residual", "relu6", "mean"
+	int32             bool   // te.Shape's int32 dimensions
+	opts              Options
+	scheduled, inTile bool // inTile: the epilogue runs on the register tile
+}
+
+func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
+	t.Helper()
+	g := max(cc.groups, 1)
+	dims := ir.Dims
+	if cc.int32 {
+		dims = te.Shape
+	}
+	x := te.Placeholder(dims(cc.n, cc.c, cc.h, cc.w), ir.Float32, "x")
+	w := te.Placeholder(dims(cc.kh, cc.kw, cc.c/g, cc.f), ir.Float32, "w")
+	args := []*te.Tensor{x, w}
+	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{
+		Strides: [2]int64{cc.stride, cc.stride}, Padding: [4]int64{cc.pad, cc.pad, cc.pad, cc.pad},
+		Groups: g, KernelLayout: "HWIO", OutLayout: "NCHW",
+	})
+	check.NoError(t, err)
+	switch cc.epilogue {
+	case "bias_relu", "residual", "relu6":
+		b := te.Placeholder(dims(1, cc.f, 1, 1), ir.Float32, "b")
+		args = append(args, b)
+		y, err = topi.Add(y, b)
+		check.NoError(t, err)
+		if cc.epilogue == "residual" {
+			r := te.Placeholder(y.Shape, ir.Float32, "r")
+			args = append(args, r)
+			sum := y
+			y = te.Compute(y.Shape, func(i []ir.Expr) ir.Expr { return ir.Add(sum.At(i...), r.At(i...)) }, "T_add_residual")
+			check.NoError(t, y.Err())
+		}
+		if cc.epilogue == "relu6" {
+			y, err = topi.Clip(y, ir.Const(ir.Float32, 0), ir.Const(ir.Float32, 6))
+		} else {
+			y, err = topi.Relu(y)
+		}
+		check.NoError(t, err)
+	case "mean":
+		y, err = topi.Mean(y, []int64{2, 3}, true)
+		check.NoError(t, err)
+	}
+	f, err := te.CreatePrimFunc(append(args, y))
+	check.NoError(t, err)
+	return f
+}
+
+func convCases() []convCase {
+	return []convCase{
+		{name: "3x3_pad1_odd_width", n: 1, c: 8, h: 9, w: 9, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "residual", n: 1, c: 4, h: 6, w: 8, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "residual", scheduled: true, inTile: true},
+		{name: "7x7_stride2_pad3", n: 1, c: 3, h: 13, w: 11, f: 16, kh: 7, kw: 7, stride: 2, pad: 3, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "1x1_48_channels", n: 1, c: 16, h: 5, w: 7, f: 48, kh: 1, kw: 1, stride: 1, epilogue: "relu6", scheduled: true, inTile: true},
+		{name: "1x1_stride2_batch2", n: 2, c: 8, h: 7, w: 7, f: 32, kh: 1, kw: 1, stride: 2, scheduled: true, inTile: true},
+		{name: "24_channels_8_lanes", n: 1, c: 5, h: 4, w: 13, f: 24, kh: 3, kw: 1, stride: 1, pad: 1, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "20_channels_4_lanes", n: 1, c: 3, h: 5, w: 5, f: 20, kh: 2, kw: 2, stride: 1, scheduled: true, inTile: true},
+		{name: "avx2", n: 1, c: 4, h: 8, w: 12, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		{name: "parallel", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "parallel_int32", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, int32: true, opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
+		{name: "6_channels", n: 1, c: 4, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
+		{name: "groups", n: 1, c: 8, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, epilogue: "bias_relu"},
+	}
+}
+
+// TestConv checks each convolution schedule against the unscheduled
+// function in the interpreter, then (below) compiled.
+func TestConv(t *testing.T) {
+	for _, cc := range convCases() {
+		t.Run(cc.name, func(t *testing.T) {
+			f := cc.primFunc(t)
+			g, ok := scheduleChecked(t, f, cc.opts, cc.scheduled)
+			if !ok {
+				return
+			}
+			// On the tile, the epilogue's intermediate buffers are gone.
+			check.Equal(t, len(rootAllocs(g)) <= 2, cc.inTile, "allocations %v", rootAllocs(g))
+			want := outputOf(t, f)
+			got := outputOf(t, g)
+			nearSlices(t, got, want)
+		})
+	}
+}
+
+// rootAllocs names the buffers the root block allocates.
+func rootAllocs(f *ir.PrimFunc) []string {
+	var out []string
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if b, ok := n.(*ir.Block); ok && b.Name == ir.RootBlockName {
+			for _, a := range b.AllocBuffers {
+				out = append(out, a.Name)
+			}
+			return false
+		}
+		return true
+	})
+	return out
+}
+
+func nearSlices(t *testing.T, got, want []float32) {
+	t.Helper()
+	check.Equal(t, len(got), len(want))
+	for i := range got {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+			t.Fatalf("element %d: got %g, want %g", i, got[i], want[i])
+		}
+	}
+}
+
+// TestConvCompiled compiles the scheduled convolutions to C and checks
+// them against the interpreter, and that each accumulator tile became
+// variables (vector registers), not an array.
+func TestConvCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	mod := ir.NewIRModule()
+	funcs := map[string]*ir.PrimFunc{}
+	for i, cc := range convCases() {
+		if !cc.scheduled || cc.int32 {
+			continue // int32 loops keep casts in the tile's indices
+		}
+		f := cc.primFunc(t)
+		g, ok, err := Func(f, cc.opts)
+		check.NoError(t, err)
+		check.True(t, ok, cc.name)
+		name := fmt.Sprintf("conv%d", i)
+		funcs[name] = f
+		mod = mod.With(name, g.WithAttr(ir.AttrGlobalSymbol, name))
+	}
+	src := ckernel.Source(t, mod)
+	if i := strings.Index(src, "_local["); i >= 0 {
+		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
+	}
+	m := ckernel.Load(t, src, "-O1")
+	for name, f := range funcs {
+		t.Run(name, func(t *testing.T) {
+			want := outputOf(t, f)
+			args := randomArgs(t, f, 7)
+			vals := make([]packedfunc.Value, len(args))
+			for i, a := range args {
+				vals[i] = packedfunc.Array(a.(*ndarray.NDArray))
+			}
+			fn, err := m.GetFunction(name)
+			check.NoError(t, err)
+			_, err = fn.Call(vals...)
+			check.NoError(t, err)
+			got, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
+			check.NoError(t, err)
+			nearSlices(t, got, want)
+		})
+	}
+}
