@@ -1,9 +1,11 @@
 package topi
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -62,6 +64,11 @@ func init() {
 	}
 	for name, f := range binary {
 		legalizers["relax."+name] = legalizer{name, func(c *lctx) ([]*te.Tensor, error) {
+			if name == "power" {
+				if t, ok, err := c.squareOf(); ok || err != nil {
+					return one(t, err)
+				}
+			}
 			a, b, err := c.two()
 			if err != nil {
 				return nil, err
@@ -565,6 +572,45 @@ func (c *lctx) tensor(i int) (*te.Tensor, error) {
 	}
 	a := c.call.Args[i]
 	return c.placeholder(ir.StructInfoOf(a), a, c.argName(i), fmt.Sprintf("%q", c.argName(i)))
+}
+
+// squareOf legalizes power(x, 2) with a constant float exponent of 2
+// (layer norm's variance as ONNX exporters write it) as x * x: no pow
+// call, and the same value. ok is false for any other call.
+func (c *lctx) squareOf() (*te.Tensor, bool, error) {
+	if len(c.call.Args) != 2 {
+		return nil, false, nil
+	}
+	e, ok := c.call.Args[1].(*ir.Constant)
+	x, isT := ir.StructInfoOf(c.call.Args[0]).(*ir.TensorStructInfo)
+	if !ok || !isT || x.Shape == nil || len(e.Shape) > len(x.Shape) || !e.DType.IsFloat() || e.DType != x.DType {
+		return nil, false, nil
+	}
+	if v, ok := scalarValue(e); !ok || v != 2 {
+		return nil, false, nil
+	}
+	a, err := c.tensor(0)
+	if err != nil {
+		return nil, true, err
+	}
+	t, err := Unary("square", a)
+	return t, true, err
+}
+
+// scalarValue is the value of a float constant of one element.
+func scalarValue(e *ir.Constant) (float64, bool) {
+	for _, d := range e.Shape {
+		if d != 1 {
+			return 0, false
+		}
+	}
+	switch {
+	case e.DType == ir.Float32 && len(e.Data) == 4:
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(e.Data))), true
+	case e.DType == ir.Float64 && len(e.Data) == 8:
+		return math.Float64frombits(binary.LittleEndian.Uint64(e.Data)), true
+	}
+	return 0, false
 }
 
 // two returns tensor arguments 0 and 1.

@@ -1,8 +1,10 @@
 package topi
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -282,6 +284,30 @@ func TestLegalizeNumerics(t *testing.T) {
 		got := runPrimFunc(t, r.Func, []arr{x}, []arr{newArr(f32t, 2, 2), newArr(f32t, 2, 2)})
 		near(t, got[0], arr{shape: []int64{2, 2}, dt: f32t, data: x.data[:4]}, 0)
 		near(t, got[1], arr{shape: []int64{2, 2}, dt: f32t, data: x.data[4:]}, 0)
+	})
+	t.Run("power_of_constant_two", func(t *testing.T) {
+		// x ** 2 with a constant 2 is x * x: the constant is no argument
+		// and no pow is called; any other exponent stays a power.
+		for _, e := range []float32{2, 3} {
+			c, err := ir.ConstantFromBytes(f32t, nil, binary.LittleEndian.AppendUint32(nil, math.Float32bits(e)))
+			check.NoError(t, err)
+			call, err := op.Call("relax.power", []ir.RExpr{tvar("x", f32t, 2, 3), c}, nil)
+			check.NoError(t, err)
+			r, err := LegalizeCall(call)
+			check.NoError(t, err)
+			check.Equal(t, len(r.Args), map[float32]int{2: 1, 3: 2}[e], "arguments")
+			check.Equal(t, strings.Contains(script.Print(r.Func), "T.pow"), e != 2, "pow")
+			x := randArr(rng, f32t, 2, 3)
+			ins := []arr{x}
+			if e != 2 {
+				ins = append(ins, arr{dt: f32t, data: []float64{float64(e)}})
+			}
+			got := runPrimFunc(t, r.Func, ins, []arr{newArr(f32t, 2, 3)})
+			want := fill(f32t, []int64{2, 3}, func(idx []int64) float64 {
+				return float64(f32(math.Pow(x.at(idx...), float64(e))))
+			})
+			near(t, got[0], want, 1e-6)
+		}
 	})
 	t.Run("symbolic_matmul", func(t *testing.T) {
 		n := ir.NewVar("n", ir.Int64)

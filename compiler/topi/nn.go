@@ -23,16 +23,18 @@ func withAxis(idx []ir.Expr, axis int, v ir.Expr) []ir.Expr {
 	return append(out, idx[axis:]...)
 }
 
-// softmaxStages builds the max and the sum of exp(x - max) along axis.
-func softmaxStages(op string, x *te.Tensor, axis int64) (ax int, maxel, expsum *te.Tensor, err error) {
+// softmaxStages builds the max and the sum of exp(x - max) along axis;
+// with keepExp, exp(x - max) is a stage of its own (T_softmax_exp) that
+// the sum reads, so the caller reuses it rather than computing it again.
+func softmaxStages(op string, x *te.Tensor, axis int64, keepExp bool) (ax int, maxel, exps, expsum *te.Tensor, err error) {
 	if err := checkInputs(op, x); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	if err := checkFloat(op, x); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	if ax, err = normAxis(op, axis, len(x.Shape)); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	red := dropAxis(x.Shape, ax)
 	n := len(red)
@@ -40,30 +42,39 @@ func softmaxStages(op string, x *te.Tensor, axis int64) (ax int, maxel, expsum *
 	if maxel, err = finish(te.Compute(red, func(idx []ir.Expr) ir.Expr {
 		return te.Max(x.At(withAxis(idx, ax, k)...), k)
 	}, "T_softmax_maxelem", names("i", n)...)); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
+	}
+	expAt := func(idx []ir.Expr) ir.Expr {
+		return ir.Exp(ir.Sub(x.At(idx...), maxel.At(dropAxis(idx, ax)...)))
+	}
+	if keepExp {
+		if exps, err = finish(te.Compute(x.Shape, expAt, "T_softmax_exp", names("i", len(x.Shape))...)); err != nil {
+			return 0, nil, nil, nil, err
+		}
+		expAt = func(idx []ir.Expr) ir.Expr { return exps.At(idx...) }
 	}
 	k2 := te.ReduceAxis(ir.RangeFromExtent(x.Shape[ax]), "k")
 	expsum, err = finish(te.Compute(red, func(idx []ir.Expr) ir.Expr {
-		return te.Sum(ir.Exp(ir.Sub(x.At(withAxis(idx, ax, k2)...), maxel.At(idx...))), k2)
+		return te.Sum(expAt(withAxis(idx, ax, k2)), k2)
 	}, "T_softmax_expsum", names("i", n)...))
-	return ax, maxel, expsum, err
+	return ax, maxel, exps, expsum, err
 }
 
-// Softmax returns exp(x - max) / sum(exp(x - max)) along axis.
+// Softmax returns exp(x - max) / sum(exp(x - max)) along axis, each
+// exponential computed once.
 func Softmax(x *te.Tensor, axis int64) (*te.Tensor, error) {
-	ax, maxel, expsum, err := softmaxStages("softmax", x, axis)
+	ax, _, exps, expsum, err := softmaxStages("softmax", x, axis, true)
 	if err != nil {
 		return nil, err
 	}
 	return finish(te.Compute(x.Shape, func(idx []ir.Expr) ir.Expr {
-		r := dropAxis(idx, ax)
-		return ir.Div(ir.Exp(ir.Sub(x.At(idx...), maxel.At(r...))), expsum.At(r...))
+		return ir.Div(exps.At(idx...), expsum.At(dropAxis(idx, ax)...))
 	}, "T_softmax_norm", names("i", len(x.Shape))...))
 }
 
 // LogSoftmax returns x - max - log(sum(exp(x - max))) along axis.
 func LogSoftmax(x *te.Tensor, axis int64) (*te.Tensor, error) {
-	ax, maxel, expsum, err := softmaxStages("log_softmax", x, axis)
+	ax, maxel, _, expsum, err := softmaxStages("log_softmax", x, axis, false)
 	if err != nil {
 		return nil, err
 	}
