@@ -56,18 +56,24 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 		opts.ParallelFlops = DefaultParallelFlops
 	}
 	for _, m := range findMatmuls(f) {
-		s, err := schedule.New(f)
-		if err != nil {
-			return f, false, nil
-		}
-		ok, err := scheduleMatmul(s, m, opts)
-		if err != nil {
-			// The primitives refused (a shape they cannot handle): the
-			// unscheduled function stays correct.
-			continue
-		}
-		if ok {
-			return s.Func(), true, nil
+		// First with the blocks after the matmul (bias, activation,
+		// residual add) computed on the register tile, then, where the
+		// primitives refuse that, with the tile stored as it is.
+		for _, epilogue := range []bool{true, false} {
+			s, err := schedule.New(f)
+			if err != nil {
+				return f, false, nil
+			}
+			ok, err := scheduleMatmul(s, m, opts, epilogue)
+			if err != nil {
+				// The primitives refused (a shape they cannot handle):
+				// the unscheduled function stays correct.
+				continue
+			}
+			if ok {
+				return s.Func(), true, nil
+			}
+			break
 		}
 	}
 	for _, c := range findConvs(f) {
@@ -83,6 +89,9 @@ type matmulBlock struct {
 	name    string
 	dtype   ir.DType
 	extents []int64 // per iteration variable; the last three are i, j, k
+	// sharedB: B's index uses only j and k (a weight every row reads),
+	// so the rows may be tiled in any order and share B's panels.
+	sharedB bool
 }
 
 // findMatmuls lists the blocks of f that look like an unscheduled matmul:
@@ -162,6 +171,14 @@ func matchMatmul(br *ir.BlockRealize) (matmulBlock, bool) {
 		return matmulBlock{}, false
 	}
 	m.dtype = st.Buffer.DType
+	m.sharedB = true
+	for _, iv := range b.IterVars[:n-2] {
+		for _, e := range bl.Indices {
+			if usesVar(e, iv.Var) {
+				m.sharedB = false
+			}
+		}
+	}
 	return m, true
 }
 
@@ -191,7 +208,10 @@ func largestDivisor(n, limit int64) int64 {
 // scheduleMatmul register-blocks block m: a tile of mr rows × nt columns
 // (nt = vecs vectors of lanes when lanes divide N, else an unrolled
 // scalar tile) accumulates in a "local" buffer over the whole of k.
-func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, error) {
+// With epilogue, the elementwise blocks after the matmul are computed on
+// the tile before it is stored (see convEpilogue): the matmul's own
+// output is never written to memory.
+func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue bool) (bool, error) {
 	c, err := s.GetBlock(m.name)
 	if err != nil {
 		return false, err
@@ -230,6 +250,19 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, er
 		}
 	}
 	i, j, k := loops[n-3], loops[n-2], loops[n-1]
+	batch := loops[:n-3]
+	if m.sharedB && n > 3 {
+		// Every row reads the same B: the spatial loops before j are
+		// one run of rows (a [1, M, K] activation, or [M, 1, K]).
+		if i, err = s.Fuse(loops[:n-2]...); err != nil {
+			return false, err
+		}
+		iExt, batch = M, nil
+		if mr = 1; vector && iExt >= 4 {
+			mr = largestDivisor(iExt, 4)
+			nt = largestDivisor(N/lanes, maxAccumulators/mr) * lanes
+		}
+	}
 	is, err := s.Split(i, -1, mr)
 	if err != nil {
 		return false, err
@@ -238,15 +271,23 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, er
 	if err != nil {
 		return false, err
 	}
-	order := append([]schedule.LoopRV{}, loops[:n-3]...)
+	// With a shared B, a panel of B (K × nt) is the tile loop's
+	// working set: the row tiles run inside the column tiles, so each
+	// panel is read from memory once and A, the smaller operand of a
+	// layer over few rows, is what is re-read (from cache).
+	outer, inner := is[0], js[0]
+	if m.sharedB {
+		outer, inner = js[0], is[0]
+	}
+	order := append([]schedule.LoopRV{}, batch...)
 	var jv []schedule.LoopRV
 	if vector {
 		if jv, err = s.Split(js[1], -1, lanes); err != nil {
 			return false, err
 		}
-		order = append(order, is[0], js[0], k, is[1], jv[0], jv[1])
+		order = append(order, outer, inner, k, is[1], jv[0], jv[1])
 	} else {
-		order = append(order, is[0], js[0], k, is[1], js[1])
+		order = append(order, outer, inner, k, is[1], js[1])
 	}
 	if err := s.Reorder(order...); err != nil {
 		return false, err
@@ -255,18 +296,24 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, er
 	if err != nil {
 		return false, err
 	}
-	if err := s.ReverseComputeAt(wb, js[0]); err != nil {
-		return false, err
-	}
 	init, err := s.DecomposeReduction(c, k)
 	if err != nil {
 		return false, err
 	}
-	il, err := s.GetLoops(init)
+	switch {
+	case vector && epilogue:
+		err = convEpilogue(s, wb, inner, lanes)
+	case vector:
+		err = tileStore(s, wb, inner, lanes)
+	case epilogue:
+		return false, fmt.Errorf("block %q: no vector tile for an epilogue", m.name)
+	default:
+		err = s.ReverseComputeAt(wb, inner)
+	}
 	if err != nil {
 		return false, err
 	}
-	wl, err := s.GetLoops(wb)
+	il, err := s.GetLoops(init)
 	if err != nil {
 		return false, err
 	}
@@ -276,7 +323,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, er
 				return false, err
 			}
 		}
-		for _, v := range []schedule.LoopRV{jv[1], il[len(il)-1], wl[len(wl)-1]} {
+		for _, v := range []schedule.LoopRV{jv[1], il[len(il)-1]} {
 			if err := s.Vectorize(v); err != nil {
 				return false, err
 			}
@@ -289,11 +336,11 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options) (bool, er
 		}
 	}
 	if M*N*K >= opts.ParallelFlops && opts.ParallelFlops > 0 {
-		outer := is[0]
-		if iExt/mr < 2 {
-			outer = js[0]
+		par := outer
+		if outer == js[0] && N/nt < 2 || outer == is[0] && iExt/mr < 2 {
+			par = inner
 		}
-		if err := s.Parallel(outer); err != nil {
+		if err := s.Parallel(par); err != nil {
 			return false, err
 		}
 	}

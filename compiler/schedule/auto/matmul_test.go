@@ -68,6 +68,23 @@ def bmm(a: T.Buffer((T.int64(%[1]d), T.int64(%[2]d), T.int64(%[4]d)), "float32")
 `, bs, m, n, k)
 }
 
+// sharedWeight is x[b, m, k] × w[k, n]: rows over two loops, one weight.
+func sharedWeight(bs, m, n, k int) string {
+	return fmt.Sprintf(`
+@T.prim_func(private=True)
+def dense3(x: T.Buffer((T.int64(%[1]d), T.int64(%[2]d), T.int64(%[4]d)), "float32"), w: T.Buffer((T.int64(%[4]d), T.int64(%[3]d)), "float32"), c: T.Buffer((T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d)), "float32")):
+    T.func_attr({"tir.noalias": T.bool(True)})
+    for b, i, j, k in T.grid(T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d), T.int64(%[4]d)):
+        with T.block("matmul"):
+            v_b, v_i, v_j, v_k = T.axis.remap("SSSR", [b, i, j, k])
+            T.reads(x[v_b, v_i, v_k], w[v_k, v_j])
+            T.writes(c[v_b, v_i, v_j])
+            with T.init():
+                c[v_b, v_i, v_j] = T.float32(0.0)
+            c[v_b, v_i, v_j] = c[v_b, v_i, v_j] + x[v_b, v_i, v_k] * w[v_k, v_j]
+`, bs, m, n, k)
+}
+
 func parseFunc(t *testing.T, src string) *ir.PrimFunc {
 	t.Helper()
 	mod, err := script.Parse("test.py", src)
@@ -124,16 +141,23 @@ func TestFunc(t *testing.T) {
 		opts      Options
 		scheduled bool
 		golden    bool
+		// allocs are the root block's buffers after scheduling: with
+		// the bias and relu computed on the register tile, the matmul's
+		// own output (mm) is gone.
+		allocs string
 	}{
-		{name: "gemv_vector", src: fusedDense(1, 64, 24, false), scheduled: true, golden: true},
-		{name: "gemv_tail_scalar", src: fusedDense(1, 10, 32, false), scheduled: true, golden: true},
+		{name: "gemv_vector", src: fusedDense(1, 64, 24, false), scheduled: true, golden: true, allocs: "mm_local"},
+		{name: "gemv_tail_scalar", src: fusedDense(1, 10, 32, false), scheduled: true, golden: true, allocs: "mm mm_local"},
 		{name: "gemv_wide", src: fusedDense(1, 512, 8, false), scheduled: true},
-		{name: "dense_rows", src: fusedDense(8, 32, 16, false), scheduled: true},
-		{name: "dense_odd_rows", src: fusedDense(3, 48, 5, false), scheduled: true},
+		{name: "dense_rows", src: fusedDense(8, 32, 16, false), scheduled: true, allocs: "mm_local"},
+		{name: "dense_odd_rows", src: fusedDense(3, 48, 5, false), scheduled: true, allocs: "mm_local"},
 		{name: "dense_40_columns", src: fusedDense(2, 40, 7, false), scheduled: true},
-		{name: "parallel", src: fusedDense(8, 64, 16, false), opts: Options{ParallelFlops: 1}, scheduled: true},
+		{name: "parallel", src: fusedDense(8, 64, 16, false), opts: Options{ParallelFlops: 1}, scheduled: true, allocs: "mm_local"},
 		{name: "avx2_lanes", src: fusedDense(2, 24, 9, false), opts: Options{VectorBytes: 32}, scheduled: true},
 		{name: "batched", src: batchMatmul(2, 4, 32, 8), scheduled: true},
+		{name: "shared_weight_unit_batch", src: sharedWeight(1, 12, 48, 5), scheduled: true, allocs: "c_local"},
+		{name: "shared_weight_rows_outside", src: sharedWeight(6, 1, 32, 7), opts: Options{ParallelFlops: 1}, scheduled: true},
+		{name: "shared_weight_odd", src: sharedWeight(3, 5, 40, 3), opts: Options{ParallelFlops: 1}, scheduled: true},
 		{name: "weight_not_transposed", src: fusedDense(1, 64, 24, true), scheduled: false},
 	}
 	for _, tc := range cases {
@@ -142,6 +166,9 @@ func TestFunc(t *testing.T) {
 			g, ok := scheduleChecked(t, f, tc.opts, tc.scheduled)
 			if !ok {
 				return
+			}
+			if tc.allocs != "" {
+				check.Equal(t, strings.Join(rootAllocs(g), " "), tc.allocs, "root buffers")
 			}
 			want := outputOf(t, f)
 			lowered, err := transform.Lower(g, transform.Options{StopAfter: "storage_rewrite", Verify: true})
