@@ -24,7 +24,8 @@ import (
 // 16.
 const maxConvAccumulators = 24
 
-// convBlock is a block C[.., x, f] += A[..] * B[.., f].
+// convBlock is a block C[.., x, f] += A[..] * B[.., f] (or, for the row
+// schedule, C[.., x] += A[..] * B[..]).
 type convBlock struct {
 	name    string
 	dtype   ir.DType
@@ -36,66 +37,96 @@ type convBlock struct {
 func findConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchConv) }
 
 func matchConv(br *ir.BlockRealize) (convBlock, bool) {
-	b := br.Block
-	n := len(b.IterVars)
-	if n < 3 || b.Init == nil || len(br.IterValues) != n || !isTrue(br.Predicate) {
+	c, f, a, w, ok := lastAxisMAC(br, 1)
+	if !ok || usesVar(a, f) || !onlyLastUses(w.Indices, f) || !isVar(w.Indices[len(w.Indices)-1], f) {
 		return convBlock{}, false
 	}
-	c := convBlock{name: b.Name}
+	return c, true
+}
+
+// lastAxisMAC matches an unscheduled block C[.., v] = C[.., v] + A * B
+// with v its last spatial iteration variable, at least two of those and
+// minReduce reductions; it returns the block's extents, v and the loads
+// of A and B.
+func lastAxisMAC(br *ir.BlockRealize, minReduce int) (c convBlock, v *ir.Var, a, w *ir.BufferLoad, ok bool) {
+	b := br.Block
+	spatial, reduce, ok := unscheduledExtents(br)
+	if !ok || len(spatial) < 2 || len(reduce) < minReduce {
+		return c, nil, nil, nil, false
+	}
+	v = b.IterVars[len(spatial)-1].Var
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) == 0 || !isVar(st.Indices[len(st.Indices)-1], v) {
+		return c, nil, nil, nil, false
+	}
+	if a, w, ok = multiplyAccumulate(st); !ok {
+		return c, nil, nil, nil, false
+	}
+	return convBlock{name: b.Name, dtype: st.Buffer.DType, spatial: spatial, reduce: reduce}, v, a, w, true
+}
+
+// onlyLastUses reports whether v appears in the last index only (which
+// must be there).
+func onlyLastUses(idx []ir.Expr, v *ir.Var) bool {
+	if len(idx) == 0 {
+		return false
+	}
+	for _, ix := range idx[:len(idx)-1] {
+		if usesVar(ix, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// unscheduledExtents returns the extents of the spatial iteration
+// variables of a reduction block, then of its reductions, when every
+// variable is bound to a loop variable of its own with a constant range
+// from 0 (as LegalizeOps makes them) and the spatial ones come first.
+func unscheduledExtents(br *ir.BlockRealize) (spatial, reduce []int64, ok bool) {
+	b := br.Block
+	if b.Init == nil || len(br.IterValues) != len(b.IterVars) || !isTrue(br.Predicate) {
+		return nil, nil, false
+	}
 	for i, iv := range b.IterVars {
 		ext, ok := iv.Dom.Extent.(*ir.IntImm)
 		if !ok {
-			return convBlock{}, false
+			return nil, nil, false
 		}
 		if min, _ := iv.Dom.Min.(*ir.IntImm); min == nil || min.Value != 0 {
-			return convBlock{}, false
+			return nil, nil, false
 		}
 		if _, ok := br.IterValues[i].(*ir.Var); !ok {
-			return convBlock{}, false
+			return nil, nil, false
 		}
 		switch {
-		case iv.Kind == ir.IterSpatial && len(c.reduce) == 0:
-			c.spatial = append(c.spatial, ext.Value)
+		case iv.Kind == ir.IterSpatial && len(reduce) == 0:
+			spatial = append(spatial, ext.Value)
 		case iv.Kind == ir.IterReduce:
-			c.reduce = append(c.reduce, ext.Value)
+			reduce = append(reduce, ext.Value)
 		default:
-			return convBlock{}, false
+			return nil, nil, false
 		}
 	}
-	if len(c.spatial) < 2 || len(c.reduce) == 0 {
-		return convBlock{}, false
-	}
-	f := b.IterVars[len(c.spatial)-1].Var
-	st, ok := b.Body.(*ir.BufferStore)
-	if !ok || len(st.Indices) == 0 || !isVar(st.Indices[len(st.Indices)-1], f) {
-		return convBlock{}, false
-	}
+	return spatial, reduce, true
+}
+
+// multiplyAccumulate returns the operands of a store C = C + A * B.
+func multiplyAccumulate(st *ir.BufferStore) (a, b *ir.BufferLoad, ok bool) {
 	sum, ok := st.Value.(*ir.Binary)
 	if !ok || sum.Op != ir.OpAdd {
-		return convBlock{}, false
+		return nil, nil, false
 	}
 	if acc, ok := sum.A.(*ir.BufferLoad); !ok || acc.Buffer != st.Buffer {
-		return convBlock{}, false
+		return nil, nil, false
 	}
 	prod, ok := sum.B.(*ir.Binary)
 	if !ok || prod.Op != ir.OpMul {
-		return convBlock{}, false
+		return nil, nil, false
 	}
-	a, ok := prod.A.(*ir.BufferLoad)
-	if !ok || usesVar(a, f) {
-		return convBlock{}, false
-	}
-	w, ok := prod.B.(*ir.BufferLoad)
-	if !ok || len(w.Indices) == 0 || !isVar(w.Indices[len(w.Indices)-1], f) {
-		return convBlock{}, false
-	}
-	for _, ix := range w.Indices[:len(w.Indices)-1] {
-		if usesVar(ix, f) {
-			return convBlock{}, false
-		}
-	}
-	c.dtype = st.Buffer.DType
-	return c, true
+	a, okA := prod.A.(*ir.BufferLoad)
+	b, okB := prod.B.(*ir.BufferLoad)
+	return a, b, okA && okB
 }
 
 func usesVar(n ir.Node, v *ir.Var) bool {
@@ -136,12 +167,19 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 // consumers computed on the register tile when they can be, or nil when
 // the primitives refuse the shape.
 func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return convSchedule(s, c, opts, epilogue) })
+}
+
+// withEpilogue applies sched to a schedule of f, first with the epilogue
+// on the tile, then, if the primitives refuse that, without; it returns
+// the scheduled function or sched's error.
+func withEpilogue(f *ir.PrimFunc, sched func(s *schedule.Schedule, epilogue bool) error) (*ir.PrimFunc, error) {
 	for _, epilogue := range []bool{true, false} {
 		s, err := schedule.New(f)
 		if err != nil {
 			return nil, err
 		}
-		if err := convSchedule(s, c, opts, epilogue); err == nil {
+		if err := sched(s, epilogue); err == nil {
 			return s.Func(), nil
 		} else if !epilogue {
 			return nil, err
@@ -150,29 +188,39 @@ func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, erro
 	return nil, nil
 }
 
-func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool) error {
+// loops returns c's block in s, its loops (spatial then reductions) and
+// the vector lanes of its dtype in vectorBytes.
+func (c convBlock) loops(s *schedule.Schedule, vectorBytes int64) (schedule.BlockRV, []schedule.LoopRV, int64, error) {
 	blk, err := s.GetBlock(c.name)
 	if err != nil {
-		return err
+		return blk, nil, 0, err
 	}
 	loops, err := s.GetLoops(blk)
 	if err != nil {
-		return err
+		return blk, nil, 0, err
 	}
-	ns, nr := len(c.spatial), len(c.reduce)
-	if len(loops) != ns+nr {
-		return fmt.Errorf("block %q is nested in other loops", c.name)
+	if len(loops) != len(c.spatial)+len(c.reduce) {
+		return blk, nil, 0, fmt.Errorf("block %q is nested in other loops", c.name)
 	}
 	esize := int64(c.dtype.Size())
 	if esize <= 0 {
-		return fmt.Errorf("block %q: dtype %s", c.name, c.dtype)
+		return blk, nil, 0, fmt.Errorf("block %q: dtype %s", c.name, c.dtype)
 	}
+	return blk, loops, vectorBytes / esize, nil
+}
+
+func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool) error {
+	blk, loops, maxLanes, err := c.loops(s, opts.VectorBytes)
+	if err != nil {
+		return err
+	}
+	ns := len(c.spatial)
 	limit := int64(maxConvAccumulators)
 	if opts.VectorBytes < 64 {
 		limit /= 2
 	}
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
-	lanes, vecs, xi, ok := convTile(X, F, opts.VectorBytes/esize, limit)
+	lanes, vecs, xi, ok := convTile(X, F, maxLanes, limit)
 	if !ok {
 		return fmt.Errorf("block %q: %d channels take no vector tile", c.name, F)
 	}
@@ -189,22 +237,56 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	outer := append([]schedule.LoopRV{fs[0]}, loops[:ns-2]...)
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
 	order = append(order, loops[ns:]...)
-	order = append(order, xs[1], fs[1], fs[2])
-	if err := s.Reorder(order...); err != nil {
+	if err := registerTile(s, blk, order, xs[0], loops[ns], []schedule.LoopRV{xs[1], fs[1], fs[2]}, lanes, epilogue); err != nil {
+		return err
+	}
+	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce) >= opts.ParallelFlops {
+		return parallel(s, outer)
+	}
+	return nil
+}
+
+func product(xs []int64) int64 {
+	p := int64(1)
+	for _, x := range xs {
+		p *= x
+	}
+	return p
+}
+
+// parallel fuses loops (nested in order) and makes the result parallel;
+// loops of different index types cannot fuse, and the first goes
+// parallel alone.
+func parallel(s *schedule.Schedule, loops []schedule.LoopRV) error {
+	par, err := s.Fuse(loops...)
+	if err != nil {
+		par = loops[0]
+	}
+	return s.Parallel(par)
+}
+
+// registerTile accumulates block blk in a "local" tile over the
+// reductions: its loops go in order (the loops outside the tile, tile
+// loop at, the reductions from red), then tile (the tile's loops, the
+// last one a vector of lanes); the tile is zeroed before red, and stored
+// (through the epilogue when asked) after the reductions, both unrolled
+// but for the vector.
+func registerTile(s *schedule.Schedule, blk schedule.BlockRV, order []schedule.LoopRV, at, red schedule.LoopRV, tile []schedule.LoopRV, lanes int64, epilogue bool) error {
+	if err := s.Reorder(append(append([]schedule.LoopRV{}, order...), tile...)...); err != nil {
 		return err
 	}
 	wb, err := s.CacheWrite(blk, 0, "local")
 	if err != nil {
 		return err
 	}
-	init, err := s.DecomposeReduction(blk, loops[ns])
+	init, err := s.DecomposeReduction(blk, red)
 	if err != nil {
 		return err
 	}
 	if epilogue {
-		err = convEpilogue(s, wb, xs[0], lanes)
+		err = convEpilogue(s, wb, at, lanes)
 	} else {
-		err = tileStore(s, wb, xs[0], lanes)
+		err = tileStore(s, wb, at, lanes)
 	}
 	if err != nil {
 		return err
@@ -213,26 +295,15 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if err != nil {
 		return err
 	}
-	for _, u := range []schedule.LoopRV{xs[1], fs[1], il[len(il)-3], il[len(il)-2]} {
+	n := len(tile)
+	unroll := append(append([]schedule.LoopRV{}, tile[:n-1]...), il[len(il)-n:len(il)-1]...)
+	for _, u := range unroll {
 		if err := s.Unroll(u); err != nil {
 			return err
 		}
 	}
-	for _, v := range []schedule.LoopRV{fs[2], il[len(il)-1]} {
+	for _, v := range []schedule.LoopRV{tile[n-1], il[len(il)-1]} {
 		if err := s.Vectorize(v); err != nil {
-			return err
-		}
-	}
-	flops := int64(1)
-	for _, e := range append(append([]int64{}, c.spatial...), c.reduce...) {
-		flops *= e
-	}
-	if opts.ParallelFlops > 0 && flops >= opts.ParallelFlops {
-		par, err := s.Fuse(outer...)
-		if err != nil {
-			par = fs[0] // loops of different index types
-		}
-		if err := s.Parallel(par); err != nil {
 			return err
 		}
 	}
@@ -291,10 +362,11 @@ func blocksAfter(f *ir.PrimFunc, name string) []string {
 }
 
 // tileStore moves block b, which reads the accumulator tile, under loop
-// at and vectorizes it along the accumulator's last (f) axis: its loop
-// that binds the variable of the accumulator's last index goes innermost,
-// split into vectors of lanes, the others unrolled, so that every access
-// to the tile is a constant slot (it lives in registers).
+// at and vectorizes it along the accumulator's last axis: its loop that
+// binds the variable of the accumulator's last index goes innermost,
+// split into vectors of lanes (unrolled when lanes ≤ 1), the others
+// unrolled, so that every access to the tile is a constant slot (it
+// lives in registers).
 func tileStore(s *schedule.Schedule, b schedule.BlockRV, at schedule.LoopRV, lanes int64) error {
 	if err := s.ReverseComputeAt(b, at); err != nil {
 		return err
@@ -359,6 +431,14 @@ func tileStore(s *schedule.Schedule, b schedule.BlockRV, at schedule.LoopRV, lan
 		if err := s.Reorder(append(append([]schedule.LoopRV{}, rest...), fl)...); err != nil {
 			return err
 		}
+	}
+	if lanes <= 1 {
+		for _, u := range append(rest, fl) {
+			if err := s.Unroll(u); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	fs, err := s.Split(fl, -1, lanes)
 	if err != nil {

@@ -24,6 +24,7 @@ type convCase struct {
 	kh, kw            int64
 	stride, pad       int64
 	groups            int64
+	oihw              bool   // the kernel in OIHW (depthwise, grouped)
 	epilogue          string // "", "bias_relu", "residual", "relu6", "mean"
 	int32             bool   // te.Shape's int32 dimensions
 	opts              Options
@@ -39,10 +40,14 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 	}
 	x := te.Placeholder(dims(cc.n, cc.c, cc.h, cc.w), ir.Float32, "x")
 	w := te.Placeholder(dims(cc.kh, cc.kw, cc.c/g, cc.f), ir.Float32, "w")
+	kl := "HWIO"
+	if cc.oihw {
+		w, kl = te.Placeholder(dims(cc.f, cc.c/g, cc.kh, cc.kw), ir.Float32, "w"), "OIHW"
+	}
 	args := []*te.Tensor{x, w}
 	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{
 		Strides: [2]int64{cc.stride, cc.stride}, Padding: [4]int64{cc.pad, cc.pad, cc.pad, cc.pad},
-		Groups: g, KernelLayout: "HWIO", OutLayout: "NCHW",
+		Groups: g, KernelLayout: kl, OutLayout: "NCHW",
 	})
 	check.NoError(t, err)
 	switch cc.epilogue {
@@ -87,7 +92,13 @@ func convCases() []convCase {
 		{name: "parallel_int32", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, int32: true, opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
 		{name: "6_channels", n: 1, c: 4, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
-		{name: "groups", n: 1, c: 8, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, epilogue: "bias_relu"},
+		{name: "groups_6_wide", n: 1, c: 8, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, epilogue: "bias_relu"},
+		{name: "depthwise_rows_of_16", n: 1, c: 6, h: 5, w: 16, f: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 6, oihw: true, epilogue: "relu6", scheduled: true, inTile: true},
+		{name: "depthwise_rows_of_24", n: 1, c: 3, h: 4, w: 24, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "grouped_rows_of_12", n: 2, c: 4, h: 3, w: 12, f: 6, kh: 2, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual", scheduled: true, inTile: true},
+		{name: "oihw_rows_mean_after", n: 1, c: 3, h: 5, w: 8, f: 5, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "mean", scheduled: true},
+		{name: "depthwise_stride2", n: 1, c: 4, h: 9, w: 16, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, epilogue: "relu6"},
+		{name: "depthwise_7_wide", n: 1, c: 4, h: 7, w: 7, f: 4, kh: 3, kw: 3, stride: 1, pad: 1, groups: 4, oihw: true},
 	}
 }
 

@@ -9,8 +9,10 @@
 // tile of output positions × vectors of channels in registers (conv.go);
 // the elementwise blocks after one (bias, ReLU, Clip, residual adds, and
 // the layout change back to NCHW) are inlined into the tile's store, so
-// they run on registers before anything is written. Everything else is
-// left as it is.
+// they run on registers before anything is written. Depthwise and
+// grouped convolutions (and any convolution whose kernel is not in HWIO)
+// with rows of stride 1 get a run of outputs along the row in vector
+// registers instead (depthwise.go). Everything else is left as it is.
 //
 // For GPUs, GPUFunc is the fallback rule of DLight: a function's one block
 // gets its spatial loops fused and bound to blockIdx.x and threadIdx.x,

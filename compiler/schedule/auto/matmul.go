@@ -81,6 +81,11 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 			return g, true, nil
 		}
 	}
+	for _, c := range findRowConvs(f) {
+		if g, err := scheduleRowConv(f, c, opts); err == nil && g != nil {
+			return g, true, nil
+		}
+	}
 	return f, false, nil
 }
 

@@ -1,0 +1,99 @@
+package auto
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// Convolutions along the output's rows: depthwise and grouped
+// convolutions over NCHW data (topi.Conv2D's group_conv2d_nchw), and any
+// convolution whose kernel is not in HWIO,
+//
+//	C[n, f, y, x] += A[n, c, y·s+ry, x·s+rx] · W[f, c, ry, rx]
+//
+// that is, a block of spatial iteration variables then two or more
+// reductions whose store's last index is the last spatial variable (x),
+// which the second operand does not use and the first reads with a
+// stride of 1 (stride-2 rows would gather lane by lane). Each channel has
+// its own weights, so the tile is a run of xi outputs along x kept in
+// vector registers (vectors of lanes dividing the row) over the whole
+// reduction; the epilogue runs on it as for the
+// channel-vectorized convolution (conv.go), and the rows of all channels
+// are shared among the threads.
+
+// maxRowVectors bounds the vector registers of a row tile.
+const maxRowVectors = 8
+
+// findRowConvs lists the unscheduled blocks of f of the row form, a
+// convBlock each (its last spatial variable is x).
+func findRowConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchRowConv) }
+
+func matchRowConv(br *ir.BlockRealize) (convBlock, bool) {
+	c, x, a, w, ok := lastAxisMAC(br, 2)
+	if !ok || !onlyLastUses(a.Indices, x) || !unitStep(a.Indices[len(a.Indices)-1], x) || usesVar(w, x) {
+		return convBlock{}, false
+	}
+	return c, true
+}
+
+// unitStep reports whether e is x plus terms free of x: consecutive x
+// read consecutive elements (a stride of 1), so a run of x is one vector
+// load.
+func unitStep(e ir.Expr, x *ir.Var) bool {
+	if isVar(e, x) {
+		return true
+	}
+	sum, ok := e.(*ir.Binary)
+	if !ok || sum.Op != ir.OpAdd {
+		return false
+	}
+	return unitStep(sum.A, x) && !usesVar(sum.B, x) || unitStep(sum.B, x) && !usesVar(sum.A, x)
+}
+
+// rowTile picks the lanes (a power of two of at least 4 dividing X, at
+// most maxLanes) and the run of xi outputs; ok is false when no such
+// lanes exist (unrolled scalars measured slower than the unscheduled
+// loops, which GCC vectorizes itself).
+func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
+	for lanes = maxLanes; lanes >= 4; lanes /= 2 {
+		if X%lanes == 0 {
+			return lanes, lanes * largestDivisor(X/lanes, maxRowVectors), true
+		}
+	}
+	return 0, 0, false
+}
+
+// scheduleRowConv returns f with block c scheduled, or nil when the
+// primitives refuse the shape.
+func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
+}
+
+func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool) error {
+	blk, loops, maxLanes, err := c.loops(s, opts.VectorBytes)
+	if err != nil {
+		return err
+	}
+	ns := len(c.spatial)
+	lanes, xi, ok := rowTile(c.spatial[ns-1], maxLanes)
+	if !ok {
+		return fmt.Errorf("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
+	}
+	xs, err := s.Split(loops[ns-1], -1, xi/lanes, lanes)
+	if err != nil {
+		return err
+	}
+	outer := loops[:ns-1]
+	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
+	order = append(order, loops[ns:]...)
+	if err := registerTile(s, blk, order, xs[0], loops[ns], xs[1:], lanes, epilogue); err != nil {
+		return err
+	}
+	// Rows are memory-bound: they go parallel earlier than a matmul.
+	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0 {
+		return parallel(s, outer)
+	}
+	return nil
+}
