@@ -88,6 +88,7 @@ Examples:
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 3, Usage: "time evaluator repeats per candidate"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 20, Usage: "time evaluator: shortest repeat in milliseconds"},
+			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart the devices are leased again once their old leases lapse"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "log each build and measurement (and the in-process fleet's logs)"},
 		}, connFlags()...),
@@ -190,13 +191,8 @@ func runTune(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	var tc *client.Tracker
-	if addr := c.String("tracker"); addr != "" {
-		if tc, err = client.DialTracker(ctx, addr, client.TrackerOptions{Token: tok, TLS: tlsCfg}); err != nil {
-			return fmt.Errorf("tune: %w", err)
-		}
-		defer tc.Close()
-	} else {
+	addr := c.String("tracker")
+	if addr == "" {
 		n := max(c.Int("devices"), 1)
 		spin := startProgress(c, fmt.Sprintf("starting an in-process fleet (tracker, compiler node, %d device daemon(s))", n))
 		fl, err := startTuneFleet(ctx, c, n)
@@ -205,16 +201,22 @@ func runTune(c *ucli.Context) error {
 			return fmt.Errorf("tune: %w", err)
 		}
 		defer fl.stop()
-		tc, tok, tlsCfg = fl.client, fl.token, nil
+		addr, tok, tlsCfg = fl.tracker.Addr(), fl.token, nil
 	}
+	// The runner dials the tracker, and again if it restarts mid-tuning.
+	topts := client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: slog.New(slog.DiscardHandler)}
+	dial := func(ctx context.Context) (*client.Tracker, error) { return client.DialTracker(ctx, addr, topts) }
 
 	display := newTuneDisplay(c)
 	rlog := slog.New(slog.DiscardHandler)
 	if c.Bool("verbose") {
 		rlog = logger(c)
 	}
-	runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
-		Devices: c.Int("devices"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
+	if c.Bool("verbose") {
+		topts.Logger = rlog
+	}
+	runner, err := tunefleet.Open(ctx, tunefleet.Config{Dial: dial, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
+		Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
 		Time: client.TimeOptions{Number: 1, Repeat: max(c.Int("repeat"), 1), MinRepeatMS: max(c.Int("min-repeat-ms"), 0)}})
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
@@ -345,6 +347,11 @@ func newTuneDisplay(c *ucli.Context) *tuneDisplay {
 func (d *tuneDisplay) event(e tunefleet.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if e.Note != "" {
+		// Notes are warnings: printed with --json too.
+		fmt.Fprintf(d.w, "tune: %s\n", e.Note)
+		return
+	}
 	if e.Dropped != "" {
 		delete(d.flight, e.Device)
 		if !d.quiet {

@@ -248,15 +248,7 @@ func TestTuneProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	f := newProcFleet(t, 200*time.Millisecond)
-	f.startTracker("")
-	f.startDevice("cpu")
-	f.startDevice("cpu")
-	f.startCompiler()
-	f.waitFree("cpu", 2)
-	src := filepath.Join(f.dir, "mm.py")
-	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
-	db := filepath.Join(f.dir, "tuning.jsonl")
+	f, src, db := tuneProcFleet(t, 2)
 	out, errOut, err := runApp(t, "tune", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile, "--key", "cpu",
 		"--trials", "4", "--batch", "4", "--db", db, "--seed", "1", "--json")
 	check.NoError(t, err, errOut)
@@ -281,24 +273,7 @@ func TestTuneProcesses(t *testing.T) {
 		out, errOut, runErr = runApp(t, "tune", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile, "--key", "cpu",
 			"--trials", "8", "--batch", "4", "--db", db, "--seed", "2", "--json")
 	}()
-	// Builds are slow on a loaded machine: wait up to a few minutes.
-	for deadline := time.Now().Add(4 * time.Minute); strings.Count(readFile(t, db), "\n") <= 4; {
-		select {
-		case <-done:
-		case <-time.After(50 * time.Millisecond):
-			if time.Now().After(deadline) {
-				t.Fatal("the second run measured nothing within 4 minutes")
-			}
-			continue
-		}
-		break
-	}
-	finishedFirst := false
-	select {
-	case <-done:
-		finishedFirst = true
-	default:
-	}
+	finishedFirst := waitRecords(t, db, 5, done)
 	f.devices[1].kill9(t)
 	select {
 	case <-done:
@@ -337,4 +312,101 @@ func TestTuneTasksGraph(t *testing.T) {
 		total += tk.Weight
 	}
 	check.True(t, total >= len(tasks), total)
+}
+
+// TestTuneTrackerRestart: the tracker, a real process, is killed in the
+// middle of a kiln tune run and started again on the same address and
+// data directory; the run redials it, leases the device again, resubmits
+// what was in flight and measures its whole budget. Every record of
+// before the restart stays in the database.
+func TestTuneTrackerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	f, src, db := tuneProcFleet(t, 1)
+	done := make(chan struct{})
+	var out, errOut string
+	var runErr error
+	go func() {
+		defer close(done)
+		out, errOut, runErr = runApp(t, "tune", src, "--tracker", f.trackerAddr, "--token-file", f.tokFile, "--key", "cpu",
+			"--trials", "6", "--batch", "2", "--db", db, "--seed", "3", "--lease-ttl", "2s", "--json")
+	}()
+	if waitRecords(t, db, 2, done) {
+		t.Fatalf("kiln tune ended before the restart: %v\n%s", runErr, errOut)
+	}
+	before := countLines(t, db)
+	addr := f.trackerAddr
+	f.tracker.kill9(t)
+	f.startTracker(addr)
+	check.Equal(t, f.trackerAddr, addr)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("kiln tune did not finish after the tracker restarted")
+	}
+	check.NoError(t, runErr, errOut)
+	check.True(t, strings.Contains(errOut, "tracker connection lost") && strings.Contains(errOut, "tracker back after"), errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 6)
+	lines := strings.Split(strings.TrimSpace(readFile(t, db)), "\n")
+	check.Equal(t, len(lines), 6)
+	check.True(t, before >= 2, before)
+	for _, line := range lines {
+		var r tune.Record
+		check.NoError(t, json.Unmarshal([]byte(line), &r))
+		check.True(t, r.Valid(), r.Error)
+	}
+}
+
+// tuneProcFleet starts a tracker, a compiler node and n "cpu" device
+// daemons, each a process, and writes the small matmul to tune; it
+// returns the fleet, the source and where the database goes.
+func tuneProcFleet(t *testing.T, n int) (f *procFleet, src, db string) {
+	f = newProcFleet(t, 200*time.Millisecond)
+	f.startTracker("")
+	for range n {
+		f.startDevice("cpu")
+	}
+	f.startCompiler()
+	f.waitFree("cpu", n)
+	src = filepath.Join(f.dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	return f, src, filepath.Join(f.dir, "tuning.jsonl")
+}
+
+// waitRecords waits until the database at path holds n records, or the
+// run (done) ended first, which it reports. Builds are slow on a loaded
+// machine: it waits up to a few minutes.
+func waitRecords(t *testing.T, path string, n int, done <-chan struct{}) (ended bool) {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	for countLines(t, path) < n {
+		select {
+		case <-done:
+			return true
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d records in %s after 4 minutes", n, path)
+		}
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// countLines counts the complete lines of the file at path (0 when it
+// does not exist yet).
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	check.NoError(t, err)
+	return strings.Count(string(b), "\n")
 }

@@ -104,13 +104,14 @@ func run(t testing.TB, f *ir.PrimFunc) []float32 {
 // TestSpaceSamplesComputeTheSame draws candidates from the spaces of
 // three functions; every one must verify, compute what the unscheduled
 // function computes, and replay from its decisions to the same function.
+
 func TestSpaceSamplesComputeTheSame(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		fn   *ir.PrimFunc
 		want []string // choices that some sample must make
 	}{
-		{"matmul", matmulFunc(t, 24, 32, 12), []string{"tile/C/i", "cache_write/C", "cache_read/C/B", "parallel/", "unroll/"}},
+		{"matmul", matmulFunc(t, 24, 32, 12), []string{"tile/C/i", "cache_write/C", "cache_read/C/B", "parallel_fuse/", "unroll/"}},
 		{"relu_matmul", reluMatmul(t, 16, 16, 8), []string{"tile/C/k"}},
 		{"row_max", rowMax(t, 8, 24), []string{"compute_location/M", "vectorize/Y"}},
 	} {
@@ -155,6 +156,35 @@ func TestSpaceSamplesComputeTheSame(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpaceParallel: parallelism is not a sampled yes/no (candidates are
+// often timed on one core, where it cannot show): every candidate of a
+// large matmul whose tiling leaves an outer spatial loop of more than one
+// iteration runs a loop in parallel, and a small nest stays serial.
+func TestSpaceParallel(t *testing.T) {
+	sp, err := NewSpace(matmulFunc(t, 1024, 1024, 1024), rules.Target{Kind: "cpu", VectorBytes: 64})
+	check.NoError(t, err)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 40 {
+		c, err := sp.Sample(rng)
+		check.NoError(t, err)
+		outer := int64(1)
+		for _, d := range c.Decisions {
+			if d.Site == "tile/C/i" || d.Site == "tile/C/j" {
+				outer *= d.Tile[0] * d.Tile[1]
+			}
+		}
+		trace := strings.Join(c.Trace, "\n")
+		if outer > 1 {
+			check.True(t, strings.Contains(trace, "sch.parallel("), "no parallel loop:\n", trace)
+		}
+	}
+	small, err := NewSpace(rowMax(t, 8, 24), testTarget)
+	check.NoError(t, err)
+	c, err := small.Sample(rng)
+	check.NoError(t, err)
+	check.True(t, !strings.Contains(strings.Join(c.Trace, "\n"), "sch.parallel("), c.Trace)
 }
 
 // TestSpaceUntunable: a function without loops has nothing to tune.

@@ -2,20 +2,31 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
 // parallelVectorizeUnroll is MetaSchedule's ParallelVectorizeUnroll for
-// CPUs, run last. For each loop nest at the root: whether the outermost
-// loop runs in parallel, alone or fused with the loop below it. For each
+// CPUs, run last. Every loop nest at the root with enough work (at least
+// parallelMinWork iterations) runs its outermost loop in parallel, as
+// MetaSchedule parallelizes unconditionally (the outermost loop with more
+// than one iteration: a loop the tiling left at one is skipped): the
+// choice is only whether that loop runs alone or fused with the loop
+// below it. Parallelism is
+// not a sampled yes/no because candidates are often timed on one core
+// (where it cannot show), and the tuned kernel runs on all. For each
 // block: whether its innermost loop is vectorized, and how many
 // iterations of its innermost serial loops are unrolled (0, 16, 64 or
 // 256: loops are unrolled from the inside out while the product of their
 // extents stays within it). A primitive that refuses (a reduction loop
 // cannot be parallel or vectorized) leaves the loop as it was.
 type parallelVectorizeUnroll struct{}
+
+// parallelMinWork is the fewest iterations of a loop nest worth running
+// in parallel.
+const parallelMinWork = 4096
 
 var unrollSteps = []int64{0, 16, 64, 256}
 
@@ -26,38 +37,40 @@ func (parallelVectorizeUnroll) Order() int   { return 90 }
 
 func (parallelVectorizeUnroll) Apply(c *Context, s *schedule.Schedule) error {
 	names := blockNames(s.Func())
-	done := map[*ir.Var]bool{}
+	done := map[*ir.Var]bool{} // loops made parallel
 	for _, name := range names {
 		b, err := s.GetBlock(name)
 		if err != nil {
 			continue
 		}
 		loops, err := s.GetLoops(b)
-		if err != nil || len(loops) == 0 {
-			continue
-		}
-		outer := loops[0]
-		if done[outer.Var()] {
-			continue
-		}
-		done[outer.Var()] = true
-		nest := perfectPrefix(s, loops)
-		n := 2
-		if len(nest) > 1 {
-			n = 3
-		}
-		p, err := c.Sampler.Choose(s, fmt.Sprintf("parallel/%s", name), n, nil)
 		if err != nil {
-			return err
+			continue
 		}
-		switch p {
-		case 1:
-			_ = s.Parallel(outer)
-		case 2:
+		// The outermost loop with more than one iteration, unless it or
+		// a loop around it runs in parallel already.
+		p := firstNonUnit(s, loops)
+		if p < 0 || slices.ContainsFunc(loops[:p+1], func(l schedule.LoopRV) bool { return done[l.Var()] }) {
+			continue
+		}
+		nest := perfectPrefix(s, loops[p:])
+		if len(nest) == 0 || nestWork(s, loops) < parallelMinWork {
+			continue
+		}
+		done[nest[0].Var()] = true
+		fuse := 0
+		if len(nest) > 1 {
+			if fuse, err = c.Sampler.Choose(s, fmt.Sprintf("parallel_fuse/%s", name), 2, nil); err != nil {
+				return err
+			}
+		}
+		if fuse == 1 {
 			if f, err := s.Fuse(nest[0], nest[1]); err == nil {
 				_ = s.Parallel(f)
 			}
+			continue
 		}
+		_ = s.Parallel(nest[0])
 	}
 	for _, name := range names {
 		b, err := s.GetBlock(name)
@@ -90,6 +103,34 @@ func (parallelVectorizeUnroll) Apply(c *Context, s *schedule.Schedule) error {
 		unrollInner(s, loops, unrollSteps[u])
 	}
 	return nil
+}
+
+// firstNonUnit returns the index of the first of loops with more than one
+// iteration (-1 when none has).
+func firstNonUnit(s *schedule.Schedule, loops []schedule.LoopRV) int {
+	for i, l := range loops {
+		f, err := s.LoopFor(l)
+		if err != nil {
+			return -1
+		}
+		if ext, ok := ir.IsConstInt(f.Extent); !ok || ext > 1 {
+			return i
+		}
+	}
+	return -1
+}
+
+// nestWork is the product of the constant extents of loops.
+func nestWork(s *schedule.Schedule, loops []schedule.LoopRV) int64 {
+	w := int64(1)
+	for _, l := range loops {
+		if f, err := s.LoopFor(l); err == nil {
+			if ext, ok := ir.IsConstInt(f.Extent); ok {
+				w *= ext
+			}
+		}
+	}
+	return w
 }
 
 // perfectPrefix returns the outermost loops of loops that nest perfectly

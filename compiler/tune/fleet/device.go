@@ -1,0 +1,259 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// device is one leased device and its session. Its fields change only in
+// the goroutine measuring on it (name also under Runner.mu).
+type device struct {
+	name  string
+	lease *client.Lease
+	gen   int // the tracker connection the lease came from
+	sess  *client.Session
+	attrs map[string]string
+	// arrays of the workload last measured here
+	task   string
+	arrays []*client.Array
+}
+
+// lease leases a device through the current tracker connection (redialed
+// when it failed) and opens a session on it, into d.
+func (r *Runner) lease(ctx context.Context, d *device) error {
+	for try := 0; ; try++ {
+		tc, gen := r.tracker()
+		l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: r.cfg.Key, User: r.cfg.User, TTL: r.cfg.LeaseTTL})
+		if trackerLost(ctx, err) && try < buildRetries {
+			if rerr := r.reconnect(ctx, gen, err); rerr != nil {
+				return rerr
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.connect(ctx, d, l, gen); err != nil {
+			// Tell the tracker, which takes a device that fails
+			// repeatedly out of the pool.
+			l.ReportFailure(context.WithoutCancel(ctx), fmt.Sprintf("kiln tune could not open a session: %v", err))
+			l.Release(context.WithoutCancel(ctx))
+			return fmt.Errorf("device %s: %w", l.Addr, err)
+		}
+		return nil
+	}
+}
+
+// connect opens a session on l's device and makes it d's.
+func (r *Runner) connect(ctx context.Context, d *device, l *client.Lease, gen int) error {
+	s, err := client.Connect(ctx, l.Addr, client.SessionOptions{TLS: r.cfg.TLS, LeaseToken: l.Token, Logger: r.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	if d.attrs == nil || d.attrs["addr"] != l.Addr {
+		d.attrs = map[string]string{"key": r.cfg.Key, "addr": l.Addr}
+		if a, err := s.DeviceAttrs(ctx); err == nil {
+			d.attrs["arch"], d.attrs["model"] = a.Host.Arch, a.Host.Model
+			d.attrs["cores"] = fmt.Sprint(a.Host.Cores)
+		}
+	}
+	r.mu.Lock()
+	d.name = l.Addr
+	r.mu.Unlock()
+	d.lease, d.gen, d.sess, d.task, d.arrays = l, gen, s, "", nil
+	return nil
+}
+
+// ready leases d again when its lease came through a tracker connection
+// that has since been redialed: the old lease is no longer renewed.
+func (r *Runner) ready(ctx context.Context, d *device) error {
+	if _, gen := r.tracker(); d.gen == gen {
+		return nil
+	}
+	r.log.Info("leasing again after the tracker came back", "device", d.name)
+	return r.relet(ctx, "the tracker came back", d)
+}
+
+// relet ends d's session and lease and leases a device again (waiting
+// for the old lease to lapse when the tracker can no longer be told).
+func (r *Runner) relet(ctx context.Context, why string, d *device) error {
+	if d.sess != nil {
+		d.sess.Close()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	d.lease.Release(rctx)
+	cancel()
+	ttl := r.cfg.LeaseTTL
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	var err error
+	for try := range 3 {
+		lctx, cancel := context.WithTimeout(ctx, ttl+30*time.Second)
+		err = r.lease(lctx, d)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		r.log.Debug("leasing again", "try", try+1, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s; leasing again: %w", why, err)
+	}
+	return nil
+}
+
+// call runs the artifact's function once on d with the reference's
+// inputs and returns the outputs' bytes.
+func (r *Runner) call(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) ([][]byte, error) {
+	fn, err := r.load(ctx, d, task, ref, art)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(d.arrays))
+	for i, a := range d.arrays {
+		args[i] = a
+		if ref.params[i].out {
+			// Poison the outputs so a kernel that skips elements shows.
+			poison := bytes.Repeat([]byte{0xff}, len(ref.params[i].data))
+			if err := a.CopyFromBytes(ctx, poison); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := fn.Call(ctx, args...); err != nil {
+		return nil, err
+	}
+	var outs [][]byte
+	for i, a := range d.arrays {
+		if ref.params[i].out {
+			b, err := a.ReadBytes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, b)
+		}
+	}
+	return outs, nil
+}
+
+// load uploads and loads the artifact on d and makes d's arrays hold the
+// task's inputs.
+func (r *Runner) load(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (*client.Func, error) {
+	name := fmt.Sprintf("cand-%d.kiln", r.seq.Add(1))
+	if err := d.sess.Upload(ctx, name, art); err != nil {
+		return nil, err
+	}
+	mod, err := d.sess.LoadModule(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := mod.GetFunction(ctx, task.Name)
+	if err != nil {
+		return nil, err
+	}
+	if d.task != task.Workload.Hash {
+		d.arrays = nil
+		for _, p := range ref.params {
+			a, err := d.sess.Empty(ctx, p.shape, p.dtype, devices.CPUDevice)
+			if err != nil {
+				return nil, err
+			}
+			if !p.out {
+				if err := a.CopyFromBytes(ctx, p.data); err != nil {
+					return nil, err
+				}
+			}
+			d.arrays = append(d.arrays, a)
+		}
+		d.task = task.Workload.Hash
+	}
+	d.sess.Remove(ctx, name)
+	return fn, nil
+}
+
+// measure runs, checks and times one built candidate on d. ok is false
+// when the device itself failed (its daemon is gone), not the candidate.
+func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (tune.Result, bool) {
+	start := time.Now()
+	defer func() { r.log.Debug("measured", "device", d.name, "took", time.Since(start)) }()
+	res := tune.Result{Device: d.attrs}
+	if err := r.ready(ctx, d); err != nil {
+		res.Error = err.Error()
+		return res, false
+	}
+	res.Device = d.attrs
+	outs, err := r.call(ctx, d, task, ref, art)
+	if err != nil {
+		return r.failed(ctx, d, res, err)
+	}
+	k := 0
+	for _, p := range ref.params {
+		if !p.out {
+			continue
+		}
+		if msg := compare(p, outs[k]); msg != "" {
+			res.Error, res.Stage = msg, "check"
+			return res, true
+		}
+		k++
+	}
+	fn, err := r.load(ctx, d, task, ref, art)
+	if err != nil {
+		return r.failed(ctx, d, res, err)
+	}
+	args := make([]any, len(d.arrays))
+	for i, a := range d.arrays {
+		args[i] = a
+	}
+	t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, args...)
+	if err != nil {
+		return r.failed(ctx, d, res, err)
+	}
+	res.Times = t.Results
+	return res, true
+}
+
+// failed classifies an error of a candidate's run: a crash or a failing
+// kernel marks the candidate (and the session is reopened, or the device
+// leased again, so the device stays in the pool); a daemon that cannot be
+// reached again is the device's failure.
+func (r *Runner) failed(ctx context.Context, d *device, res tune.Result, err error) (tune.Result, bool) {
+	res.Error, res.Stage = err.Error(), "run"
+	if ctx.Err() != nil {
+		return res, true
+	}
+	if d.sess.Err() == nil {
+		return res, true // the kernel failed; the session lives
+	}
+	d.sess.Close()
+	if cerr := r.connect(ctx, d, d.lease, d.gen); cerr != nil {
+		if !errors.Is(err, proto.ErrCrashed) {
+			res.Error = fmt.Sprintf("%v; reconnecting: %v", err, cerr)
+			return res, false
+		}
+		// The crash ended the lease's session: lease again.
+		if lerr := r.relet(ctx, err.Error(), d); lerr != nil {
+			res.Error = lerr.Error()
+			return res, false
+		}
+	}
+	if errors.Is(err, proto.ErrCrashed) {
+		return res, true
+	}
+	// The session ended without a crash (connection lost): the candidate
+	// was not at fault; another device measures it.
+	return res, false
+}

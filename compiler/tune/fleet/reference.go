@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+// reference is a workload's inputs and the unscheduled function's
+// outputs.
+type reference struct {
+	params []param
+	// dflt is the unscheduled function's median time on the device that
+	// computed the reference (0 when it could not be timed).
+	dflt float64
+}
+
+type param struct {
+	shape ndarray.Shape
+	dtype ndarray.DType
+	data  []byte // inputs: the values; outputs: the reference result
+	out   bool
+}
+
+// reference draws the task's inputs and computes the reference result
+// with the unscheduled function, once per workload.
+func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, error) {
+	r.mu.Lock()
+	ref := r.refs[task.Workload.Hash]
+	r.mu.Unlock()
+	if ref != nil {
+		return ref, nil
+	}
+	ref, err := newReference(task.Func)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
+	}
+	art, res, err := r.build(ctx, task, task.Func)
+	if err != nil {
+		return nil, err
+	}
+	if art == nil {
+		return nil, fmt.Errorf("fleet: %s: the unscheduled function does not build: %s", task.Name, res.Error)
+	}
+	r.mu.Lock()
+	devs := append([]*device(nil), r.devs...)
+	r.mu.Unlock()
+	for _, d := range devs {
+		if err := r.ready(ctx, d); err != nil {
+			return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
+		}
+		outs, err := r.call(ctx, d, task, ref, art)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("fleet: %s: the unscheduled function failed on %s: %w", task.Name, d.name, err)
+		}
+		k := 0
+		for i := range ref.params {
+			if ref.params[i].out {
+				ref.params[i].data = outs[k]
+				k++
+			}
+		}
+		if fn, err := r.load(ctx, d, task, ref, art); err == nil {
+			args := make([]any, len(d.arrays))
+			for i, a := range d.arrays {
+				args[i] = a
+			}
+			if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, args...); err == nil {
+				ref.dflt = t.Median
+			}
+		}
+		r.mu.Lock()
+		r.refs[task.Workload.Hash] = ref
+		r.mu.Unlock()
+		return ref, nil
+	}
+	return nil, errors.New("fleet: no device left in the pool")
+}
+
+// Default returns the median time of the task's unscheduled function on
+// the device that computed its reference (false before the task's first
+// batch, or when it could not be timed).
+func (r *Runner) Default(t *tune.Task) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref := r.refs[t.Workload.Hash]
+	if ref == nil || ref.dflt <= 0 {
+		return 0, false
+	}
+	return ref.dflt, true
+}
+
+// newReference draws inputs for f's parameters: uniform in [-1, 1) for
+// floats, small integers otherwise. Outputs are the buffers its blocks
+// write.
+func newReference(f *ir.PrimFunc) (*reference, error) {
+	written := map[*ir.Buffer]bool{}
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if b, ok := n.(*ir.Block); ok {
+			for _, w := range b.Writes {
+				written[w.Buffer] = true
+			}
+		}
+		return true
+	})
+	rng := rand.New(rand.NewPCG(0x6b696c6e, 11))
+	ref := &reference{}
+	for i, p := range f.Params {
+		b := f.BufferMap[p]
+		if b == nil {
+			return nil, fmt.Errorf("parameter %d (%q) is a scalar: tuning takes functions of buffers only", i, p.Name)
+		}
+		shape := make(ndarray.Shape, len(b.Shape))
+		for d, e := range b.Shape {
+			v, ok := ir.IsConstInt(e)
+			if !ok {
+				return nil, fmt.Errorf("buffer %q has the symbolic shape %v: tuning needs static shapes", b.Name, b.Shape)
+			}
+			shape[d] = v
+		}
+		dt := b.DType
+		n := shape.NumElements()
+		data := make([]byte, n*int64(dt.Size()))
+		if !written[b] {
+			if err := fill(rng, dt, data); err != nil {
+				return nil, fmt.Errorf("buffer %q: %w", b.Name, err)
+			}
+		}
+		ref.params = append(ref.params, param{shape: shape, dtype: dt, data: data, out: written[b]})
+	}
+	return ref, nil
+}
+
+func fill(rng *rand.Rand, dt ndarray.DType, b []byte) error {
+	switch {
+	case dt == ndarray.Float32:
+		for i := 0; i < len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(rng.Float64()*2-1)))
+		}
+	case dt == ndarray.Float64:
+		for i := 0; i < len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], math.Float64bits(rng.Float64()*2-1))
+		}
+	case dt.IsInt() && dt.Lanes == 1:
+		sz := dt.Size()
+		for i := 0; i < len(b); i += sz {
+			b[i] = byte(rng.IntN(8))
+		}
+	default:
+		return fmt.Errorf("dtype %s is not supported by the tuner's checks", dt)
+	}
+	return nil
+}
+
+// compare checks an output against the reference: within 1e-3 of the
+// reference's magnitude (plus 1e-3) for floats, exactly for integers.
+func compare(p param, got []byte) string {
+	if len(got) != len(p.data) {
+		return fmt.Sprintf("output has %d bytes, want %d", len(got), len(p.data))
+	}
+	switch p.dtype {
+	case ndarray.Float32, ndarray.Float64:
+		sz := p.dtype.Size()
+		for i := 0; i < len(got); i += sz {
+			var g, w float64
+			if sz == 4 {
+				g = float64(math.Float32frombits(binary.LittleEndian.Uint32(got[i:])))
+				w = float64(math.Float32frombits(binary.LittleEndian.Uint32(p.data[i:])))
+			} else {
+				g = math.Float64frombits(binary.LittleEndian.Uint64(got[i:]))
+				w = math.Float64frombits(binary.LittleEndian.Uint64(p.data[i:]))
+			}
+			if !(math.Abs(g-w) <= 1e-3*(1+math.Abs(w))) && !(math.IsNaN(w) && math.IsNaN(g)) {
+				return fmt.Sprintf("wrong result: element %d is %g, the reference says %g", i/sz, g, w)
+			}
+		}
+	default:
+		if i := firstDiff(got, p.data); i >= 0 {
+			return fmt.Sprintf("wrong result: byte %d differs from the reference", i)
+		}
+	}
+	return ""
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,156 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/tune"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// Backoff of the redials after the tracker connection failed: the first
+// wait, the longest, and how many times a build is retried over
+// reconnects before its candidate's batch fails.
+const (
+	redialFirst    = 100 * time.Millisecond
+	redialMax      = 5 * time.Second
+	buildRetries   = 5
+	defaultRedials = 2 * time.Minute
+)
+
+// errJobLost is buildOn's error for a job the tracker does not know (it
+// restarted without its state): the job is submitted again.
+var errJobLost = errors.New("the tracker does not know the job")
+
+// tracker returns the current tracker connection and its generation
+// (how many times it was redialed).
+func (r *Runner) tracker() (*client.Tracker, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tc, r.gen
+}
+
+// trackerLost reports whether err means the tracker connection is gone
+// (and not that ctx ended or the tracker refused the call).
+func trackerLost(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, proto.ErrUnavailable)
+}
+
+// reconnect replaces the tracker connection of generation gen, which
+// failed with cause, by a fresh dial, retried with a bounded exponential
+// backoff for at most cfg.Redial. Concurrent callers wait for one
+// redial; a caller whose generation was replaced already returns at
+// once. Devices leased through the old connection are leased again
+// through the new one before their next measurement (see ready).
+func (r *Runner) reconnect(ctx context.Context, gen int, cause error) error {
+	r.redial.Lock()
+	defer r.redial.Unlock()
+	if _, cur := r.tracker(); cur != gen {
+		return nil
+	}
+	if r.cfg.Dial == nil {
+		return fmt.Errorf("fleet: the tracker connection failed: %w", cause)
+	}
+	r.log.Warn("tracker connection lost; redialing", "err", cause)
+	r.note(fmt.Sprintf("tracker connection lost (%v); redialing", cause))
+	start := time.Now()
+	wait := redialFirst
+	for attempt := 1; ; attempt++ {
+		dctx, cancel := context.WithTimeout(ctx, redialMax)
+		tc, err := r.cfg.Dial(dctx)
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			old := r.tc
+			r.tc, r.gen = tc, r.gen+1
+			r.mu.Unlock()
+			old.Close()
+			took := time.Since(start).Round(time.Millisecond)
+			r.log.Info("tracker back", "after", took, "dials", attempt)
+			r.note(fmt.Sprintf("tracker back after %s; leasing the devices again and resubmitting the candidates in flight", took))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Since(start)+wait > r.cfg.Redial {
+			return fmt.Errorf("fleet: the tracker has been unreachable for %s (%d dials; the records measured so far are kept): %w",
+				time.Since(start).Round(time.Second), attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, redialMax)
+	}
+}
+
+// build submits f as a build job and downloads its artifact. A job that
+// fails gives a result with stage "build" and no artifact; an error
+// means the tracker could not be used. When the tracker connection
+// fails, the tracker is redialed and the job waited for again (the
+// tracker keeps its jobs over a restart), or submitted again if the
+// tracker no longer knows it.
+func (r *Runner) build(ctx context.Context, task *tune.Task, f *ir.PrimFunc) ([]byte, tune.Result, error) {
+	n := r.seq.Add(1)
+	mod := ir.NewIRModule().With(task.Name, f.WithAttr(ir.AttrGlobalSymbol, task.Name))
+	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target}
+	id := ""
+	for try := 0; ; try++ {
+		tc, gen := r.tracker()
+		art, res, err := r.buildOn(ctx, tc, args, &id)
+		if try >= buildRetries || !trackerLost(ctx, err) && !errors.Is(err, errJobLost) {
+			return art, res, err
+		}
+		if errors.Is(err, errJobLost) {
+			r.log.Debug("build job lost by the tracker; submitting it again", "err", err)
+			continue
+		}
+		if rerr := r.reconnect(ctx, gen, err); rerr != nil {
+			return nil, tune.Result{}, rerr
+		}
+	}
+}
+
+// buildOn is one attempt of build through tc; *id is the job's id once
+// submitted (cleared when the tracker does not know it).
+func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.BuildSubmitArgs, id *string) ([]byte, tune.Result, error) {
+	if *id == "" {
+		job, err := tc.SubmitBuild(ctx, args)
+		if err != nil {
+			return nil, tune.Result{}, fmt.Errorf("fleet: submit build: %w", err)
+		}
+		*id = job.ID
+	}
+	start := time.Now()
+	job, err := tc.WaitBuild(ctx, *id, nil)
+	r.log.Debug("build job", "job", *id, "node", job.Node, "state", job.State, "took", time.Since(start))
+	if errors.Is(err, proto.ErrNotFound) {
+		// A tracker that lost its state: submit the job again.
+		lost := *id
+		*id = ""
+		return nil, tune.Result{}, fmt.Errorf("fleet: build job %s: %w: %w", lost, errJobLost, err)
+	}
+	if err != nil && !errors.Is(err, client.ErrBuildFailed) {
+		return nil, tune.Result{}, fmt.Errorf("fleet: build job %s: %w", *id, err)
+	}
+	if job.State != proto.JobSucceeded {
+		msg := job.Error
+		if msg == "" {
+			msg = string(job.State)
+		}
+		return nil, tune.Result{Error: msg, Stage: "build"}, nil
+	}
+	var art bytes.Buffer
+	if _, err := tc.DownloadArtifact(ctx, job.Artifact, &art); err != nil {
+		return nil, tune.Result{}, fmt.Errorf("fleet: download artifact of job %s: %w", job.ID, err)
+	}
+	return art.Bytes(), tune.Result{}, nil
+}
