@@ -3,7 +3,11 @@ package tracker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,6 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -36,7 +41,7 @@ type weedS3 struct {
 
 // freePortPair returns a loopback port p, free a moment ago, with p+10000
 // free too (weed puts each server's gRPC port there).
-func freePortPair(t *testing.T) int {
+func freePortPair(t testing.TB) int {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		check.NoError(t, err)
@@ -56,7 +61,7 @@ func freePortPair(t *testing.T) int {
 	return 0
 }
 
-func startWeedS3(t *testing.T) *weedS3 {
+func startWeedS3(t testing.TB) *weedS3 {
 	t.Helper()
 	weed := os.Getenv("KILN_WEED")
 	if weed == "" {
@@ -130,7 +135,7 @@ func startWeedS3(t *testing.T) *weedS3 {
 }
 
 // bucket makes a bucket and returns its name.
-func (w *weedS3) bucket(t *testing.T, name string) string {
+func (w *weedS3) bucket(t testing.TB, name string) string {
 	t.Helper()
 	check.NoError(t, w.c.MakeBucket(testCtx(t), name, minio.MakeBucketOptions{}))
 	return name
@@ -212,4 +217,40 @@ func TestArtifactsS3(t *testing.T) {
 		_, err := New(c)
 		check.Error(t, err, tt.want)
 	}
+}
+
+// BenchmarkArtifactStores uploads and downloads 4 MiB artifacts through
+// two trackers in the same run, one keeping them in a directory and one in
+// an S3 bucket (weed mini on loopback), and reports each one's throughput
+// (upload plus download, MB/s) and the bucket's time over the directory's.
+func BenchmarkArtifactStores(b *testing.B) {
+	w := startWeedS3(b)
+	bucket := w.bucket(b, "kiln-bench")
+	dirCfg, s3Cfg := fastConfig(b), fastConfig(b)
+	s3Cfg.Artifacts = "s3://" + bucket + "?endpoint=" + url.QueryEscape(w.endpoint)
+	stores := []struct {
+		name string
+		tc   *client.Tracker
+		took time.Duration
+	}{{name: "dir", tc: dialTracker(b, startTracker(b, dirCfg).Addr())}, {name: "s3", tc: dialTracker(b, startTracker(b, s3Cfg).Addr())}}
+	const size = 4 << 20
+	data := make([]byte, size)
+	for i := range b.N {
+		for j := range stores {
+			st := &stores[j]
+			binary.LittleEndian.PutUint64(data, uint64(i*len(stores)+j)) // new content, so a new artifact
+			sum := sha256.Sum256(data)
+			sha := hex.EncodeToString(sum[:])
+			start := time.Now()
+			check.NoError(b, st.tc.UploadArtifact(testCtx(b), sha, size, bytes.NewReader(data)))
+			n, err := st.tc.DownloadArtifact(testCtx(b), sha, io.Discard)
+			check.NoError(b, err)
+			check.Equal(b, n, int64(size))
+			st.took += time.Since(start)
+		}
+	}
+	for _, st := range stores {
+		b.ReportMetric(float64(2*size*b.N)/1e6/st.took.Seconds(), st.name+"-MB/s")
+	}
+	b.ReportMetric(stores[1].took.Seconds()/stores[0].took.Seconds(), "s3/dir")
 }
