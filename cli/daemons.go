@@ -129,7 +129,7 @@ Examples:
    kiln compiler --tracker tracker:9190 --toolchain aarch64-linux-gnu=/opt/cross/bin/aarch64-linux-gnu-gcc
    kiln compiler --tracker tracker:9190 --toolchain "riscv64-linux-gnu=clang --target=riscv64-linux-gnu"`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
+			trackerFlag("HOST:PORT of the tracker", true),
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
 			&ucli.StringSliceFlag{Name: "target", Usage: "target kinds this node builds: cpu, cuda (default: cpu, and cuda where NVRTC is installed)"},
@@ -264,7 +264,7 @@ Examples:
    kiln rpcserver --listen 0.0.0.0:9090 --advertise board7:9090 --tracker tracker:9190 --key rpi4`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "key", Required: true, Usage: "device key clients ask the tracker for"},
-			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the tracker to register with (none: serve direct sessions only)"},
+			trackerFlag("HOST:PORT of the tracker to register with (none: serve direct sessions only)", false),
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},

@@ -8,8 +8,26 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
+
+// trackerFlag is --tracker: the address of a tracker, or of the replicas
+// of one (HOST:PORT,HOST:PORT, or a name that resolves to each), which the
+// command fails over between. A list that does not parse is refused when
+// the flag is read.
+func trackerFlag(usage string, required bool) *ucli.StringFlag {
+	return &ucli.StringFlag{
+		Name: "tracker", Required: required,
+		Usage: usage + "; replicas as HOST:PORT,HOST:PORT or a name that resolves to each, failed over between",
+		Action: func(_ *ucli.Context, v string) error {
+			if _, err := client.ParseTrackerAddrs(v); err != nil {
+				return fmt.Errorf("--tracker: %w", err)
+			}
+			return nil
+		},
+	}
+}
 
 // connFlags are the flags of every command that talks to a tracker or a
 // device daemon: the token and TLS as a client.

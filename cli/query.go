@@ -32,7 +32,7 @@ Examples:
    kiln query --tracker 127.0.0.1:9190
    kiln query --tracker tracker:9190 --token-file token --json | jq '.keys'`,
 		Flags: append([]ucli.Flag{
-			&ucli.StringFlag{Name: "tracker", Required: true, Usage: "HOST:PORT of the tracker"},
+			trackerFlag("HOST:PORT of the tracker", true),
 			&ucli.IntFlag{Name: "jobs", Value: 10, Usage: "recent build jobs to list (at most 1000 a page)"},
 			&ucli.StringFlag{Name: "jobs-before", Usage: "list the jobs submitted before this job id (the next page)"},
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object for machines"},

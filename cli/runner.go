@@ -42,7 +42,7 @@ type runner interface {
 // remoteFlags are the flags of commands that can run on a leased device.
 func remoteFlags() []ucli.Flag {
 	return append([]ucli.Flag{
-		&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of a tracker: run on a device leased from it (default: this machine)"},
+		trackerFlag("HOST:PORT of a tracker: run on a device leased from it (default: this machine)", false),
 		&ucli.StringFlag{Name: "key", Usage: "with --tracker: the device key to lease"},
 		&ucli.StringFlag{Name: "selector", Usage: "with --tracker: attribute selector, e.g. \"cpu.avx512=true\""},
 		&ucli.IntFlag{Name: "priority", Usage: "with --tracker: queue priority (higher first)"},

@@ -78,7 +78,7 @@ Examples:
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...]"},
 			&ucli.IntFlag{Name: "trials", Usage: "candidates to measure, over all kernels (required, at least 1)"},
 			&ucli.StringFlag{Name: "db", Usage: "tuning database (JSON lines) to read and append to (required)"},
-			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the fleet's tracker (default: an in-process fleet)"},
+			trackerFlag("HOST:PORT of the fleet's tracker (default: an in-process fleet)", false),
 			&ucli.StringFlag{Name: "key", Value: "cpu", Usage: "device key to lease"},
 			&ucli.IntFlag{Name: "devices", Usage: "measure on at most K devices (default: every free one; 1 in-process)"},
 			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},

@@ -32,6 +32,10 @@ type TrackerOptions struct {
 	HandshakeTimeout time.Duration
 	// Logger receives debug logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// FailoverTimeout bounds how long one call keeps trying to reach a
+	// tracker (this replica again, or another) after its connection
+	// failed (DefaultFailoverTimeout when 0).
+	FailoverTimeout time.Duration
 }
 
 func (o TrackerOptions) dial(ctx context.Context, addr string, role proto.Role) (*proto.Client, error) {
@@ -48,23 +52,35 @@ func (o TrackerOptions) logger() *slog.Logger {
 }
 
 // Tracker is a client's connection to a tracker. It is safe for
-// concurrent use.
+// concurrent use. Given several tracker replicas (DialTracker), it fails
+// over between them: a call whose connection drops, or that a replica
+// answers unavailable, is made again on a connection to the next
+// reachable replica (see the methods for what resumes how).
 type Tracker struct {
-	c   *proto.Client
-	log *slog.Logger
+	addrs *trackerAddrs
+	opts  TrackerOptions
+	log   *slog.Logger
+
+	dialMu sync.Mutex // one redial at a time
 
 	mu     sync.Mutex
+	c      *proto.Client
+	addr   string // c's tracker
 	leases map[*Lease]struct{}
 	closed bool
 }
 
-// DialTracker connects to the tracker at addr as a client.
-func DialTracker(ctx context.Context, addr string, opts TrackerOptions) (*Tracker, error) {
-	c, err := opts.dial(ctx, addr, proto.RoleClient)
+// DialTracker connects to a tracker as a client. addrs is one HOST:PORT or
+// several separated by commas (tracker replicas); a name may resolve to
+// several addresses. The first reachable one is used.
+func DialTracker(ctx context.Context, addrs string, opts TrackerOptions) (*Tracker, error) {
+	t := &Tracker{addrs: newTrackerAddrs(addrs), opts: opts, log: opts.logger(), leases: make(map[*Lease]struct{})}
+	c, addr, err := opts.dialAny(ctx, t.addrs, proto.RoleClient)
 	if err != nil {
 		return nil, fmt.Errorf("connect to tracker: %w", err)
 	}
-	return &Tracker{c: c, log: opts.logger(), leases: make(map[*Lease]struct{})}, nil
+	t.c, t.addr = c, addr
+	return t, nil
 }
 
 // Close stops the renewal of every lease still held (they expire on the
@@ -76,11 +92,94 @@ func (t *Tracker) Close() error {
 	for l := range t.leases {
 		leases = append(leases, l)
 	}
+	c := t.c
 	t.mu.Unlock()
 	for _, l := range leases {
 		l.stopRenewing()
 	}
-	return t.c.Close()
+	t.dialMu.Lock() // a redial in progress ends before the connection is closed
+	defer t.dialMu.Unlock()
+	t.mu.Lock()
+	c = t.c
+	t.mu.Unlock()
+	return c.Close()
+}
+
+// Addr returns the address of the tracker the connection is to now.
+func (t *Tracker) Addr() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.addr
+}
+
+// conn returns a live connection, dialling the replicas (with backoff)
+// until one answers, ctx ends or the failover time since since is spent.
+func (t *Tracker) conn(ctx context.Context, since time.Time) (*proto.Client, error) {
+	if c, err := t.current(); c != nil || err != nil {
+		return c, err
+	}
+	t.dialMu.Lock()
+	defer t.dialMu.Unlock()
+	b := newBackoff()
+	for {
+		if c, err := t.current(); c != nil || err != nil {
+			return c, err
+		}
+		c, addr, err := t.opts.dialAny(ctx, t.addrs, proto.RoleClient)
+		if err == nil {
+			t.mu.Lock()
+			old := t.c
+			t.c, t.addr = c, addr
+			t.mu.Unlock()
+			old.Close()
+			t.log.Info("connected to tracker", "tracker", addr)
+			return c, nil
+		}
+		if !retryable(err) || time.Since(since) > t.opts.failoverTimeout() || !b.wait(ctx) {
+			return nil, fmt.Errorf("reconnect to tracker: %w", err)
+		}
+	}
+}
+
+// current returns the connection while it is up, nil when it needs a
+// redial, or an error once the Tracker is closed.
+func (t *Tracker) current() (*proto.Client, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, fmt.Errorf("tracker connection closed: %w", proto.ErrUnavailable)
+	}
+	if t.c.Err() != nil {
+		return nil, nil
+	}
+	return t.c, nil
+}
+
+// drop marks c failed (err wraps ErrUnavailable): the next call dials the
+// replica after its one.
+func (t *Tracker) drop(c *proto.Client, err error) {
+	t.mu.Lock()
+	addr := t.addr
+	mine := t.c == c
+	t.mu.Unlock()
+	if !mine {
+		return
+	}
+	t.log.Warn("tracker connection lost; failing over", "tracker", addr, "err", err)
+	t.addrs.markFailed(addr)
+	c.Close()
+}
+
+// do runs fn on a live connection, again on a new one (up to the failover
+// time) while it fails with a retryable error.
+func (t *Tracker) do(ctx context.Context, fn func(c *proto.Client, try int) error) error {
+	get := func(since time.Time) (*proto.Client, error) { return t.conn(ctx, since) }
+	return retryOn(ctx, t.opts.failoverTimeout(), get, t.drop, fn)
+}
+
+// call runs method on the tracker, failing over as do does.
+func (t *Tracker) call(ctx context.Context, method string, args, result any) error {
+	return t.do(ctx, func(c *proto.Client, _ int) error { return c.Call(ctx, method, args, result) })
 }
 
 // Query returns the tracker's summary: devices by key and state, compiler
@@ -94,244 +193,21 @@ func (t *Tracker) Query(ctx context.Context, jobs int) (proto.TrackerSummary, er
 // a.JobsBefore (the previous page's MoreJobsBefore).
 func (t *Tracker) QueryPage(ctx context.Context, a proto.QueryArgs) (proto.TrackerSummary, error) {
 	var sum proto.TrackerSummary
-	if err := t.c.Call(ctx, proto.MethodTrackerQuery, a, &sum); err != nil {
+	if err := t.call(ctx, proto.MethodTrackerQuery, a, &sum); err != nil {
 		return sum, fmt.Errorf("query tracker: %w", err)
 	}
 	return sum, nil
 }
 
-// LeaseRequest says which device a client wants.
-type LeaseRequest struct {
-	// Key asks for a device registered under it; empty means any key.
-	Key string
-	// Selector filters by attributes, "cuda.compute>=8.0,cpu.avx512=true".
-	Selector string
-	// Priority orders waiting requests: higher first, FIFO within one.
-	Priority int
-	// SessionTimeout is passed to the daemon (0: its default).
-	SessionTimeout time.Duration
-	// TTL is the lease's life between renewals (0: the tracker's default).
-	TTL time.Duration
-	// User names the requester in the tracker's query output.
-	User string
-	// OnPosition, when set, is called with the request's queue position
-	// (1 = next) and queue name whenever it changes while waiting.
-	OnPosition func(position int, queue string)
-	// NoRenew turns off the Lease's automatic renewal.
-	NoRenew bool
-}
-
-// Lease is a granted lease. Unless NoRenew was set it renews itself at a
-// third of its TTL until Release (or the Tracker's Close).
-type Lease struct {
-	proto.Lease
-	t *Tracker
-
-	mu      sync.Mutex
-	expires time.Time
-	err     error // why renewal stopped
-	stop    chan struct{}
-	stopped bool
-	wg      sync.WaitGroup
-}
-
-// RequestLease asks for a device and waits, queued, until one is granted or
-// ctx ends. When ctx's deadline passes first the error wraps
-// proto.ErrDeadline and says how long it waited, at which queue position,
-// and whether any device serves the request at all.
-func (t *Tracker) RequestLease(ctx context.Context, req LeaseRequest) (*Lease, error) {
-	args := proto.LeaseRequestArgs{
-		Key: req.Key, Selector: req.Selector, Priority: req.Priority,
-		SessionTimeout: req.SessionTimeout, TTL: req.TTL, User: req.User,
-	}
-	if d, ok := ctx.Deadline(); ok {
-		args.Deadline = d
-	}
-	what := describeRequest(req)
-	start := time.Now()
-	// Calls may outlive ctx's deadline by a moment: the tracker answers a
-	// request that reaches its deadline with an error that says where it
-	// stood in the queue and why, and that answer should arrive. A
-	// cancelled ctx still cuts them at once.
-	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	if d, ok := ctx.Deadline(); ok {
-		var cancelD context.CancelFunc
-		callCtx, cancelD = context.WithDeadline(callCtx, d.Add(time.Second))
-		defer cancelD()
-	}
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			cancel()
-		}
-	})
-	defer stop()
-	var tk proto.LeaseTicket
-	err := t.c.Call(callCtx, proto.MethodLeaseRequest, args, &tk)
-	lastPos := -1
-	for {
-		if err == nil && tk.Lease == nil && ctx.Err() != nil {
-			return nil, t.abandon(ctx, what, tk, start)
-		}
-		if err != nil {
-			if errors.Is(err, proto.ErrDeadline) {
-				return nil, fmt.Errorf("request lease: %w", err)
-			}
-			if ctx.Err() != nil {
-				return nil, t.abandon(ctx, what, tk, start)
-			}
-			return nil, fmt.Errorf("request lease for %s: %w", what, err)
-		}
-		if tk.Lease != nil {
-			return t.newLease(*tk.Lease, req.NoRenew), nil
-		}
-		if tk.Position != lastPos && req.OnPosition != nil {
-			req.OnPosition(tk.Position, tk.Queue)
-		}
-		lastPos = tk.Position
-		ticket, served := tk.Ticket, tk.Served
-		tk = proto.LeaseTicket{}
-		err = t.c.Call(callCtx, proto.MethodLeaseWait, proto.LeaseWaitArgs{Ticket: ticket}, &tk)
-		if tk.Ticket == "" {
-			tk.Ticket, tk.Position, tk.Served = ticket, lastPos, served
-		}
-	}
-}
-
-// abandon cancels a queued request after ctx ended and builds the error.
-func (t *Tracker) abandon(ctx context.Context, what string, tk proto.LeaseTicket, start time.Time) error {
-	if tk.Ticket != "" {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		t.c.Call(cctx, proto.MethodLeaseCancel, proto.LeaseWaitArgs{Ticket: tk.Ticket}, nil)
-		cancel()
-	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return fmt.Errorf("request lease for %s: cancelled after waiting %s: %w", what, time.Since(start).Round(time.Millisecond), proto.ErrCancelled)
-	}
-	served := "no live device serves it"
-	if tk.Served {
-		served = "every matching device stayed busy"
-	}
-	return fmt.Errorf("request lease for %s: gave up at the deadline after waiting %s at queue position %d (%s): %w",
-		what, time.Since(start).Round(time.Millisecond), tk.Position, served, proto.ErrDeadline)
-}
-
-func describeRequest(r LeaseRequest) string {
-	switch {
-	case r.Key != "" && r.Selector != "":
-		return fmt.Sprintf("key %q with selector %q", r.Key, r.Selector)
-	case r.Key != "":
-		return fmt.Sprintf("key %q", r.Key)
-	case r.Selector != "":
-		return fmt.Sprintf("selector %q", r.Selector)
-	}
-	return "any device"
-}
-
-func (t *Tracker) newLease(pl proto.Lease, noRenew bool) *Lease {
-	l := &Lease{Lease: pl, t: t, stop: make(chan struct{}), expires: pl.Expires}
-	if noRenew || pl.TTL <= 0 {
-		l.stopped = true
-		return l
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		l.stopped = true
-		return l
-	}
-	t.leases[l] = struct{}{}
-	t.mu.Unlock()
-	l.wg.Go(l.renewLoop)
-	return l
-}
-
-func (l *Lease) renewLoop() {
-	tick := time.NewTicker(max(l.TTL/3, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(l.TTL/3, time.Second))
-			err := l.Renew(ctx)
-			cancel()
-			if errors.Is(err, proto.ErrSessionExpired) || errors.Is(err, proto.ErrUnavailable) {
-				l.mu.Lock()
-				l.err = err
-				l.mu.Unlock()
-				l.t.log.Warn("lease renewal stopped", "lease", l.ID, "err", err)
-				return
-			}
-		}
-	}
-}
-
-// Err returns why automatic renewal stopped (the lease expired on the
-// tracker, or the connection dropped), nil while it runs.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-func (l *Lease) stopRenewing() {
-	l.mu.Lock()
-	if !l.stopped {
-		l.stopped = true
-		close(l.stop)
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	l.t.mu.Lock()
-	delete(l.t.leases, l)
-	l.t.mu.Unlock()
-}
-
-// Renew extends the lease by its TTL.
-func (l *Lease) Renew(ctx context.Context) error {
-	var out proto.Lease
-	if err := l.t.c.Call(ctx, proto.MethodLeaseRenew, proto.LeaseRenewArgs{ID: l.ID, Token: l.Token}, &out); err != nil {
-		return fmt.Errorf("renew lease %s: %w", l.ID, err)
-	}
-	l.mu.Lock()
-	l.expires = out.Expires
-	l.mu.Unlock()
-	return nil
-}
-
-// Expiry returns when the lease ends unless renewed again (the embedded
-// Expires is the first grant's).
-func (l *Lease) Expiry() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.expires
-}
-
-// Release stops renewal and gives the device back.
-func (l *Lease) Release(ctx context.Context) error {
-	l.stopRenewing()
-	if err := l.t.c.Call(ctx, proto.MethodLeaseRelease, proto.LeaseRenewArgs{ID: l.ID, Token: l.Token}, nil); err != nil {
-		return fmt.Errorf("release lease %s: %w", l.ID, err)
-	}
-	return nil
-}
-
-// ReportFailure tells the tracker the leased device failed; repeated
-// failures quarantine it.
-func (l *Lease) ReportFailure(ctx context.Context, message string) error {
-	args := proto.ReportArgs{LeaseID: l.ID, Token: l.Token, Kind: proto.ReportFailure, Message: message}
-	if err := l.t.c.Call(ctx, proto.MethodTrackerReport, args, nil); err != nil {
-		return fmt.Errorf("report failure of lease %s: %w", l.ID, err)
-	}
-	return nil
-}
-
-// SubmitBuild queues a build job.
+// SubmitBuild queues a build job. A submission whose connection fails is
+// sent again to the next replica under the same SubmitKey (a random one
+// unless args has one), so it queues one job, never two.
 func (t *Tracker) SubmitBuild(ctx context.Context, args proto.BuildSubmitArgs) (proto.BuildJob, error) {
+	if args.SubmitKey == "" {
+		args.SubmitKey = randomKey()
+	}
 	var j proto.BuildJob
-	if err := t.c.Call(ctx, proto.MethodBuildSubmit, args, &j); err != nil {
+	if err := t.call(ctx, proto.MethodBuildSubmit, args, &j); err != nil {
 		return j, fmt.Errorf("submit build: %w", err)
 	}
 	return j, nil
@@ -340,7 +216,7 @@ func (t *Tracker) SubmitBuild(ctx context.Context, args proto.BuildSubmitArgs) (
 // BuildStatus returns a job as the tracker sees it now.
 func (t *Tracker) BuildStatus(ctx context.Context, id string) (proto.BuildJob, error) {
 	var j proto.BuildJob
-	if err := t.c.Call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: id}, &j); err != nil {
+	if err := t.call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: id}, &j); err != nil {
 		return j, fmt.Errorf("build job %s: %w", id, err)
 	}
 	return j, nil
@@ -353,12 +229,13 @@ var ErrBuildFailed = errors.New("build failed")
 // WaitBuild waits until the job is final, calling onChange (when set) with
 // each change it sees (state, progress). A job that ended failed or
 // cancelled is returned with an error wrapping ErrBuildFailed that carries
-// the compiler's message.
+// the compiler's message. When the tracker connection fails it waits on
+// for the same job through the next replica.
 func (t *Tracker) WaitBuild(ctx context.Context, id string, onChange func(proto.BuildJob)) (proto.BuildJob, error) {
 	var seq uint64
 	for {
 		var j proto.BuildJob
-		if err := t.c.Call(ctx, proto.MethodBuildWait, proto.BuildWaitArgs{ID: id, Seq: seq}, &j); err != nil {
+		if err := t.call(ctx, proto.MethodBuildWait, proto.BuildWaitArgs{ID: id, Seq: seq}, &j); err != nil {
 			return j, fmt.Errorf("wait for build job %s: %w", id, err)
 		}
 		if j.Seq != seq && onChange != nil {
@@ -377,32 +254,24 @@ func (t *Tracker) WaitBuild(ctx context.Context, id string, onChange func(proto.
 // CancelBuild cancels a queued or running job; a final job is returned as is.
 func (t *Tracker) CancelBuild(ctx context.Context, id string) (proto.BuildJob, error) {
 	var j proto.BuildJob
-	if err := t.c.Call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: id}, &j); err != nil {
+	if err := t.call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: id}, &j); err != nil {
 		return j, fmt.Errorf("cancel build job %s: %w", id, err)
 	}
 	return j, nil
 }
 
-// DownloadArtifact copies the artifact with the given sha256 to w.
+// DownloadArtifact copies the artifact with the given sha256 to w. A
+// download whose connection fails is made again through the next replica
+// when nothing was written yet or w can start over (an *os.File).
 func (t *Tracker) DownloadArtifact(ctx context.Context, sha string, w io.Writer) (int64, error) {
-	n, err := t.c.Download(ctx, proto.BulkArtifactDownload, sha, w)
-	if err != nil {
-		return n, fmt.Errorf("download artifact %s: %w", sha, err)
-	}
-	return n, nil
+	return downloadVia(ctx, t.do, sha, w)
 }
 
 // UploadArtifact stores size bytes of r on the tracker under sha (their
-// sha256, lowercase hex).
+// sha256, lowercase hex). An upload whose connection fails is made again
+// through the next replica when r can start over (an io.Seeker).
 func (t *Tracker) UploadArtifact(ctx context.Context, sha string, size int64, r io.Reader) error {
-	return uploadArtifact(ctx, t.c, sha, size, r)
-}
-
-func uploadArtifact(ctx context.Context, c *proto.Client, sha string, size int64, r io.Reader) error {
-	if err := c.Upload(ctx, proto.BulkArtifactUpload, sha, size, r); err != nil {
-		return fmt.Errorf("upload artifact %s: %w", sha, err)
-	}
-	return nil
+	return t.do(ctx, func(c *proto.Client, try int) error { return uploadArtifact(ctx, c, sha, size, r, try) })
 }
 
 // FileSHA256 returns the lowercase hex sha256 and size of a file, the name

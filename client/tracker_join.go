@@ -77,7 +77,7 @@ func (r *Registrar) token(ctx context.Context) (string, error) {
 // join exchanges the join token for a node credential and stores it in
 // CredentialFile before using it.
 func (r *Registrar) join(ctx context.Context) (string, error) {
-	c, err := r.opts.dial(ctx, r.addr, r.role)
+	c, addr, err := r.opts.dialAny(ctx, r.addrs, r.role)
 	if err != nil {
 		return "", fmt.Errorf("join with a join token: %w", err)
 	}
@@ -92,7 +92,7 @@ func (r *Registrar) join(ctx context.Context) (string, error) {
 	if rep.Role != r.role || rep.NodeID == "" || rep.Credential == "" {
 		return "", fatalError{fmt.Errorf("join: the tracker answered role %s, node %q: want a %s credential", rep.Role, rep.NodeID, r.role)}
 	}
-	cred := nodeCredential{Tracker: r.addr, NodeID: rep.NodeID, Role: rep.Role.String(), Credential: rep.Credential}
+	cred := nodeCredential{Tracker: addr, NodeID: rep.NodeID, Role: rep.Role.String(), Credential: rep.Credential}
 	if err := writeCredential(r.opts.CredentialFile, cred); err != nil {
 		return "", fatalError{err}
 	}

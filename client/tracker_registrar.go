@@ -15,23 +15,27 @@ import (
 
 // Registrar keeps a device daemon or compiler node registered with a
 // tracker: it dials, registers, sends heartbeats, registers again when the
-// tracker answers a heartbeat with not_found (it restarted) and redials
-// with backoff when the connection drops. Run drives it until its context
-// ends. The methods a daemon or compiler node needs (VerifyLease, Report,
-// TakeJob, …) run on its current connection.
+// tracker answers a heartbeat with not_found (it restarted) and, when the
+// connection drops or the tracker answers unavailable, dials the next
+// reachable tracker replica (with jittered backoff) and registers there.
+// Run drives it until its context ends. The methods a daemon or compiler
+// node needs (VerifyLease, Report, TakeJob, …) run on its current
+// connection; between connections they wait for the next one, and one whose
+// connection fails is made again on the next (up to the failover time).
 type Registrar struct {
 	// OnHealthCheck, when set, runs when the tracker asks a quarantined
 	// device for a health check; its result is reported. Set it before Run.
 	OnHealthCheck func(ctx context.Context) error
 
-	addr string
-	opts TrackerOptions
-	role proto.Role
-	log  *slog.Logger
+	addrs *trackerAddrs
+	opts  TrackerOptions
+	role  proto.Role
+	log   *slog.Logger
 
 	mu          sync.Mutex
 	args        proto.RegisterArgs
 	c           *proto.Client
+	changed     chan struct{} // closed and replaced when c changes
 	interval    time.Duration
 	activeLease []string
 	load        string
@@ -46,15 +50,17 @@ type Registrar struct {
 
 // NewRegistrar returns a Registrar for args (Role device or compiler). An
 // empty args.NodeID is chosen by the tracker at the first registration and
-// kept afterwards.
-func NewRegistrar(addr string, opts TrackerOptions, args proto.RegisterArgs) *Registrar {
+// kept afterwards. addrs is one HOST:PORT or several separated by commas
+// (tracker replicas); a name may resolve to several addresses. A list that
+// does not parse makes Run fail.
+func NewRegistrar(addrs string, opts TrackerOptions, args proto.RegisterArgs) *Registrar {
 	role := proto.RoleDevice
 	if args.Role == proto.NodeCompiler {
 		role = proto.RoleCompiler
 	}
 	return &Registrar{
-		addr: addr, opts: opts, role: role, log: opts.logger().With("tracker", addr),
-		args: args, ready: make(chan struct{}), kick: make(chan struct{}, 1),
+		addrs: newTrackerAddrs(addrs), opts: opts, role: role, log: opts.logger(),
+		args: args, ready: make(chan struct{}), kick: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
 }
 
@@ -133,8 +139,7 @@ func (r *Registrar) Kick() {
 // effort) and returns nil. It returns an error only for a registration the
 // tracker refuses outright (a wrong token, bad arguments).
 func (r *Registrar) Run(ctx context.Context) error {
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
+	b := newBackoff()
 	for {
 		registered, err := r.session(ctx)
 		if ctx.Err() != nil {
@@ -148,15 +153,12 @@ func (r *Registrar) Run(ctx context.Context) error {
 			return fmt.Errorf("tracker registration: %w", err)
 		}
 		if registered {
-			backoff = minBackoff
+			b.reset()
 		}
-		r.log.Warn("tracker connection lost; reconnecting", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
+		r.log.Warn("tracker connection lost; connecting to the next reachable tracker", "err", err)
+		if !b.wait(ctx) {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
@@ -167,23 +169,25 @@ func (r *Registrar) session(ctx context.Context) (registered bool, err error) {
 	if opts.Token, err = r.token(ctx); err != nil {
 		return false, err
 	}
-	c, err := opts.dial(ctx, r.addr, r.role)
+	c, addr, err := opts.dialAny(ctx, r.addrs, r.role)
 	if err != nil {
 		return false, err
 	}
 	defer c.Close()
+	// A replica that fails this connection (or answers unavailable) is
+	// the last one tried at the next dial.
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			r.addrs.markFailed(addr)
+		}
+	}()
 	if err := r.register(ctx, c); err != nil {
 		return false, err
 	}
-	r.mu.Lock()
-	r.c = c
-	r.mu.Unlock()
+	r.log.Info("registered with tracker", "tracker", addr, "node", r.NodeID())
+	r.setConn(c)
 	r.readyOnce.Do(func() { close(r.ready) })
-	defer func() {
-		r.mu.Lock()
-		r.c = nil
-		r.mu.Unlock()
-	}()
+	defer r.setConn(nil)
 	for {
 		r.mu.Lock()
 		interval := r.interval
@@ -279,22 +283,65 @@ func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
 	return nil
 }
 
+// setConn makes c (registered) the connection the methods use; nil while
+// between connections.
+func (r *Registrar) setConn(c *proto.Client) {
+	r.mu.Lock()
+	r.c = c
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
 // conn returns the current connection or an error wrapping ErrUnavailable.
-func (r *Registrar) conn() (*proto.Client, string, error) {
+func (r *Registrar) conn() (*proto.Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.c == nil {
-		return nil, "", fmt.Errorf("not connected to tracker %s: %w", r.addr, proto.ErrUnavailable)
+	if r.c == nil || r.c.Err() != nil {
+		return nil, fmt.Errorf("not connected to tracker %s: %w", r.addrs, proto.ErrUnavailable)
 	}
-	return r.c, r.args.NodeID, nil
+	return r.c, nil
+}
+
+// await returns the current connection, waiting for one while the node
+// is between connections until ctx ends or the failover time since since
+// is spent.
+func (r *Registrar) await(ctx context.Context, since time.Time) (*proto.Client, error) {
+	for {
+		c, err := r.conn()
+		if err == nil {
+			return c, nil
+		}
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		left := r.opts.failoverTimeout() - time.Since(since)
+		if left <= 0 {
+			return nil, err
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for a tracker connection: %w", proto.ErrUnavailable)
+		}
+		t.Stop()
+	}
+}
+
+// do runs fn on the current connection and again on the next while it
+// fails with a retryable error, up to the failover time. A connection fn
+// failed on is closed, so that Run moves to the next replica.
+func (r *Registrar) do(ctx context.Context, fn func(c *proto.Client, try int) error) error {
+	get := func(since time.Time) (*proto.Client, error) { return r.await(ctx, since) }
+	lost := func(c *proto.Client, _ error) { c.Close() }
+	return retryOn(ctx, r.opts.failoverTimeout(), get, lost, fn)
 }
 
 func (r *Registrar) call(ctx context.Context, method string, args, result any) error {
-	c, _, err := r.conn()
-	if err != nil {
-		return err
-	}
-	return c.Call(ctx, method, args, result)
+	return r.do(ctx, func(c *proto.Client, _ int) error { return c.Call(ctx, method, args, result) })
 }
 
 // VerifyLease asks the tracker whether token is a live lease on this
@@ -339,27 +386,19 @@ func (r *Registrar) JobProgress(ctx context.Context, id string, fraction float64
 	return nil
 }
 
-// UploadArtifact stores size bytes of r on the tracker under sha (their sha256).
+// UploadArtifact stores size bytes of body on the tracker under sha (their
+// sha256); a body that is an io.Seeker is sent again when the connection
+// fails.
 func (r *Registrar) UploadArtifact(ctx context.Context, sha string, size int64, body io.Reader) error {
-	c, _, err := r.conn()
-	if err != nil {
-		return err
-	}
-	return uploadArtifact(ctx, c, sha, size, body)
+	return r.do(ctx, func(c *proto.Client, try int) error { return uploadArtifact(ctx, c, sha, size, body, try) })
 }
 
 // DownloadArtifact copies the artifact-store entry with the given sha256
-// to w (the model of a build job that travelled through the store).
+// to w (the model of a build job that travelled through the store); it
+// starts over through the next connection when nothing was written yet or
+// w can start over.
 func (r *Registrar) DownloadArtifact(ctx context.Context, sha string, w io.Writer) (int64, error) {
-	c, _, err := r.conn()
-	if err != nil {
-		return 0, err
-	}
-	n, err := c.Download(ctx, proto.BulkArtifactDownload, sha, w)
-	if err != nil {
-		return n, fmt.Errorf("download artifact %s: %w", sha, err)
-	}
-	return n, nil
+	return downloadVia(ctx, r.do, sha, w)
 }
 
 // CompleteJob marks a job succeeded with its (uploaded) artifact.
@@ -384,6 +423,6 @@ func (r *Registrar) FailJob(ctx context.Context, id, message, log string) error 
 // a live connection, else an error naming the tracker (a readiness
 // probe's answer).
 func (r *Registrar) Connected() error {
-	_, _, err := r.conn()
+	_, err := r.conn()
 	return err
 }

@@ -121,8 +121,24 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		a.RunTimeout = s.cfg.JobRunTimeout
 	}
 	now := time.Now()
-	s.mu.Lock()
 	owner := userOf(c)
+	s.mu.Lock()
+	if a.SubmitKey != "" {
+		j, err := s.submittedLocked(ctx, owner, a.SubmitKey)
+		if j != nil || err != nil {
+			s.mu.Unlock()
+			return j, err
+		}
+		key := submitKey{owner, a.SubmitKey}
+		done := make(chan struct{})
+		s.submitting[key] = done
+		defer func() {
+			s.mu.Lock()
+			delete(s.submitting, key)
+			close(done)
+			s.mu.Unlock()
+		}()
+	}
 	queued, queuedBytes, mine := 0, int64(0), 0
 	for _, q := range s.jobs {
 		if q.State == proto.JobQueued {
@@ -160,6 +176,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	if unbuildable != nil {
 		j.State, j.Error, j.Finished, j.module = proto.JobFailed, unbuildable.Error(), now, ""
 	}
+	j.SubmitKey = a.SubmitKey
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
 	var changes []change
 	if unbuildable == nil {
@@ -183,6 +200,35 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	}
 	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target)
 	return out, nil
+}
+
+// submitKey names a submission: its user and SubmitKey.
+type submitKey struct{ owner, key string }
+
+// submittedLocked returns the job the user's submission with key made,
+// nil when there is none. A submission with that key still being made is
+// waited for (s.mu is released meanwhile).
+func (s *Server) submittedLocked(ctx context.Context, owner, key string) (*proto.BuildJob, error) {
+	for {
+		for _, j := range s.jobs {
+			if j.SubmitKey == key && j.Owner == owner {
+				out := j.BuildJob
+				return &out, nil
+			}
+		}
+		pending := s.submitting[submitKey{owner, key}]
+		if pending == nil {
+			return nil, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-pending:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return nil, fmt.Errorf("submit build: %w", ctx.Err())
+		}
+		s.mu.Lock()
+	}
 }
 
 func (s *Server) jobLocked(id string) (*job, error) {
@@ -220,7 +266,7 @@ func jobFor(c *proto.Conn, j proto.BuildJob) proto.BuildJob {
 	if u := userOf(c); u == "" || u == j.Owner {
 		return j
 	}
-	j.Options, j.Message, j.Error, j.Log = nil, "", "", ""
+	j.Options, j.Message, j.Error, j.Log, j.SubmitKey = nil, "", "", "", ""
 	return j
 }
 

@@ -32,21 +32,23 @@ type Server struct {
 	ln, tvmLn, metricsLn net.Listener
 	httpSrv              *http.Server
 
-	mu       sync.Mutex
-	nodes    map[string]*node
-	byKey    map[string]map[string]*node // devices by key
-	queues   map[string]*queue
-	tickets  map[string]*ticket
-	leases   map[string]*lease // by id
-	byToken  map[string]*lease
-	jobs     map[string]*job
-	queued   []*job // FIFO of queued jobs
-	jobAvail chan struct{}
-	nextJob  uint64
-	seq      uint64 // ticket order
-	stopping bool   // set when shutdown starts: dropped connections no longer mark nodes lost
-	m        trackerMetrics
-	arti     artIndex // artifact store accounting
+	mu      sync.Mutex
+	nodes   map[string]*node
+	byKey   map[string]map[string]*node // devices by key
+	queues  map[string]*queue
+	tickets map[string]*ticket
+	leases  map[string]*lease // by id
+	byToken map[string]*lease
+	jobs    map[string]*job
+	// submitting holds the submissions with a SubmitKey being persisted.
+	submitting map[submitKey]chan struct{}
+	queued     []*job // FIFO of queued jobs
+	jobAvail   chan struct{}
+	nextJob    uint64
+	seq        uint64 // ticket order
+	stopping   bool   // set when shutdown starts: dropped connections no longer mark nodes lost
+	m          trackerMetrics
+	arti       artIndex // artifact store accounting
 
 	users     *users                   // nil without a users file
 	userConns map[*proto.Conn]struct{} // connections admitted with a user or join token or a node credential
@@ -70,18 +72,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		nodes:     make(map[string]*node),
-		byKey:     make(map[string]map[string]*node),
-		queues:    make(map[string]*queue),
-		tickets:   make(map[string]*ticket),
-		leases:    make(map[string]*lease),
-		byToken:   make(map[string]*lease),
-		jobs:      make(map[string]*job),
-		userConns: make(map[*proto.Conn]struct{}),
-		jobAvail:  make(chan struct{}),
-		runDone:   make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		nodes:      make(map[string]*node),
+		byKey:      make(map[string]map[string]*node),
+		queues:     make(map[string]*queue),
+		tickets:    make(map[string]*ticket),
+		leases:     make(map[string]*lease),
+		byToken:    make(map[string]*lease),
+		jobs:       make(map[string]*job),
+		submitting: make(map[submitKey]chan struct{}),
+		userConns:  make(map[*proto.Conn]struct{}),
+		jobAvail:   make(chan struct{}),
+		runDone:    make(chan struct{}),
 	}
 	s.initMetrics()
 	s.tvm.init()

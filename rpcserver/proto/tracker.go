@@ -584,6 +584,12 @@ type BuildSubmitArgs struct {
 	QueueTimeout time.Duration `msgpack:"queue_timeout,omitempty"`
 	// RunTimeout bounds the time running on a compiler node (0: the tracker's default).
 	RunTimeout time.Duration `msgpack:"run_timeout,omitempty"`
+	// SubmitKey, when set, makes the submission idempotent: a submission
+	// by the same user with the key of a job the tracker holds answers
+	// that job instead of queueing another, so a client that lost its
+	// connection during a submit sends it again safely. The SDK sets a
+	// random key per SubmitBuild.
+	SubmitKey string `msgpack:"submit_key,omitempty"`
 }
 
 // BuildJob is a build job as the tracker reports it. Module is only filled
@@ -614,6 +620,9 @@ type BuildJob struct {
 	// fleet token). Other users see the job without its options, message,
 	// error and log.
 	Owner string `msgpack:"owner,omitempty" json:"owner,omitempty"`
+	// SubmitKey is the submission's BuildSubmitArgs.SubmitKey, shown to
+	// its owner only.
+	SubmitKey string `msgpack:"submit_key,omitempty" json:"-"`
 }
 
 // BuildJobArgs names a job.
