@@ -31,6 +31,10 @@ type convBlock struct {
 	dtype   ir.DType
 	spatial []int64 // extents of the spatial iteration variables
 	reduce  []int64 // extents of the reductions
+	// rows, for the row schedule, is the spatial variable (an output
+	// channel) that B uses and A does not, whose tile rows share A's
+	// loads; -1 when there is none (depthwise).
+	rows int
 }
 
 // findConvs lists the unscheduled blocks of f of the convolution form.
@@ -62,7 +66,7 @@ func lastAxisMAC(br *ir.BlockRealize, minReduce int) (c convBlock, v *ir.Var, a,
 	if a, w, ok = multiplyAccumulate(st); !ok {
 		return c, nil, nil, nil, false
 	}
-	return convBlock{name: b.Name, dtype: st.Buffer.DType, spatial: spatial, reduce: reduce}, v, a, w, true
+	return convBlock{name: b.Name, dtype: st.Buffer.DType, spatial: spatial, reduce: reduce, rows: -1}, v, a, w, true
 }
 
 // onlyLastUses reports whether v appears in the last index only (which

@@ -16,14 +16,19 @@ import (
 // that is, a block of spatial iteration variables then two or more
 // reductions whose store's last index is the last spatial variable (x),
 // which the second operand does not use and the first reads with a
-// stride of 1 (stride-2 rows would gather lane by lane). Each channel has
-// its own weights, so the tile is a run of xi outputs along x kept in
-// vector registers (vectors of lanes dividing the row) over the whole
-// reduction; the epilogue runs on it as for the
-// channel-vectorized convolution (conv.go), and the rows of all channels
-// are shared among the threads.
+// stride of 1 (stride-2 rows would gather lane by lane). The tile is a
+// run of xi outputs along x kept in vector registers (vectors of lanes
+// dividing the row) over the whole reduction, times fi output channels
+// when A does not depend on the channel (a convolution of one group that
+// AlterConvLayout left in OIHW because its rows vectorize: each step
+// loads the row's vectors once for fi broadcast weights); a depthwise
+// channel has weights of its own, so its tile is one row. The epilogue
+// runs on the tile as for the channel-vectorized convolution (conv.go),
+// and the rows of all channels are shared among the threads.
 
-// maxRowVectors bounds the vector registers of a row tile.
+// maxRowVectors bounds the vectors of a row tile along the row; with
+// output channel rows, maxRowVectors/2 vectors along the row times the
+// rows stay within maxConvAccumulators.
 const maxRowVectors = 8
 
 // findRowConvs lists the unscheduled blocks of f of the row form, a
@@ -34,6 +39,11 @@ func matchRowConv(br *ir.BlockRealize) (convBlock, bool) {
 	c, x, a, w, ok := lastAxisMAC(br, 2)
 	if !ok || !onlyLastUses(a.Indices, x) || !unitStep(a.Indices[len(a.Indices)-1], x) || usesVar(w, x) {
 		return convBlock{}, false
+	}
+	for i, iv := range br.Block.IterVars[:len(c.spatial)-1] {
+		if usesVar(w, iv.Var) && !usesVar(a, iv.Var) {
+			c.rows = i
+		}
 	}
 	return c, true
 }
@@ -81,14 +91,25 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if !ok {
 		return fmt.Errorf("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
 	}
+	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)
+	tile := []schedule.LoopRV{}
+	if c.rows >= 0 {
+		xv := largestDivisor(xi/lanes, maxRowVectors/2)
+		xi = xv * lanes
+		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], maxConvAccumulators/xv))
+		if err != nil {
+			return err
+		}
+		outer[c.rows] = fs[0]
+		tile = append(tile, fs[1])
+	}
 	xs, err := s.Split(loops[ns-1], -1, xi/lanes, lanes)
 	if err != nil {
 		return err
 	}
-	outer := loops[:ns-1]
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
 	order = append(order, loops[ns:]...)
-	if err := registerTile(s, blk, order, xs[0], loops[ns], xs[1:], lanes, epilogue); err != nil {
+	if err := registerTile(s, blk, order, xs[0], loops[ns], append(tile, xs[1:]...), lanes, epilogue); err != nil {
 		return err
 	}
 	// Rows are memory-bound: they go parallel earlier than a matmul.
