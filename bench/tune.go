@@ -17,6 +17,8 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/schedule"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
@@ -46,71 +48,111 @@ func init() {
 	}
 	register(benchmark{
 		name:    "tune",
-		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet: tuned vs hand schedule vs numpy, trials to 90%, trials/min with 1 and 2 daemons",
+		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet (256 trials): tuned vs hand schedule (one core and all threads) vs numpy, trials to 90%, trials/min with 1 and 2 daemons, conv2d and softmax tuned vs default",
 		run:     runTuneBench,
 	})
 }
 
-// tuneResult is the tune benchmark's report. The GFLOPS of the tuned
-// kernel, the hand schedule and numpy are medians of interleaved rounds
-// in this process (all threads), as in the matmul benchmark; the tuning
-// itself measured each candidate on a daemon whose worker is pinned to
-// one core with one OpenMP thread.
+// tuneResult is the tune benchmark's report. The search measures each
+// candidate on a daemon whose session worker is pinned to one core and
+// runs kernels on one OpenMP thread; the tuned kernel and the hand
+// schedule are timed again there side by side (device figures). The
+// GFLOPS of the tuned kernel, the hand schedule, the default and numpy
+// are medians of interleaved rounds in this process (all threads), as in
+// the matmul benchmark.
 type tuneResult struct {
-	Name           string   `json:"name"`
-	Sizes          sizesNMK `json:"sizes"`
-	Trials         int      `json:"trials"`
-	Invalid        int      `json:"invalid"`
-	TrialsTo90     int      `json:"trials_to_90"`
-	BestDeviceMS   float64  `json:"best_device_ms"` // the best candidate's median on its daemon
-	GFLOPSTuned    float64  `json:"gflops_tuned"`
-	GFLOPSHand     float64  `json:"gflops_hand"`
-	GFLOPSDefault  float64  `json:"gflops_default"`
-	GFLOPSNumpy    float64  `json:"gflops_numpy,omitempty"`
-	TunedVsHand    float64  `json:"tuned_vs_hand"`
-	TunedVsNumpy   float64  `json:"tuned_vs_numpy,omitempty"`
-	TunedVsDefault float64  `json:"tuned_vs_default"`
-	Numpy          string   `json:"numpy,omitempty"`
-	NoReference    string   `json:"no_reference,omitempty"`
-	TuneSeconds    float64  `json:"tune_seconds"`
-	// Trials per minute measuring the same number of new candidates on
-	// one and on two daemons (each worker pinned to its own core).
-	ThroughputTrials int      `json:"throughput_trials"`
-	PerMin1          float64  `json:"trials_per_min_1_daemon"`
-	PerMin2          float64  `json:"trials_per_min_2_daemons"`
-	Scaling          float64  `json:"scaling_2_over_1"`
-	Load             float64  `json:"loadavg_before"` // 1-minute load average, -1 when unknown
-	Trace            []string `json:"trace"`
-	Quick            bool     `json:"quick,omitempty"`
+	Name          string   `json:"name"`
+	Sizes         sizesNMK `json:"sizes"`
+	Trials        int      `json:"trials"`
+	Invalid       int      `json:"invalid"`
+	TrialsTo90    int      `json:"trials_to_90"`
+	BestDeviceMS  float64  `json:"best_device_ms"` // the best candidate's median during the search
+	GFLOPSTuned   float64  `json:"gflops_tuned"`
+	GFLOPSHand    float64  `json:"gflops_hand"`
+	GFLOPSDefault float64  `json:"gflops_default"`
+	GFLOPSNumpy   float64  `json:"gflops_numpy,omitempty"`
+	TunedVsHand   float64  `json:"tuned_vs_hand"`
+	TunedVsNumpy  float64  `json:"tuned_vs_numpy,omitempty"`
+	// TunedVsDefault is in this process (all threads); the default
+	// (unscheduled) kernel on the daemon is DefaultDeviceMS.
+	TunedVsDefault float64 `json:"tuned_vs_default"`
+	Numpy          string  `json:"numpy,omitempty"`
+	NoReference    string  `json:"no_reference,omitempty"`
+	TuneSeconds    float64 `json:"tune_seconds"`
+	// The tuned kernel and the hand schedule timed again on one daemon
+	// (one core, one thread), in one batch; the default as timed when
+	// the search computed its reference.
+	TunedDeviceMS     float64 `json:"tuned_device_ms"`
+	HandDeviceMS      float64 `json:"hand_device_ms"`
+	DefaultDeviceMS   float64 `json:"default_device_ms"`
+	TunedVsHandDevice float64 `json:"tuned_vs_hand_device"`
+	// Trials per minute measuring the same candidates (the search's last
+	// valid ones, whose builds the compiler node has cached, so the
+	// figure is the devices' pipeline) on one and on two daemons.
+	ThroughputTrials int     `json:"throughput_trials"`
+	PerMin1          float64 `json:"trials_per_min_1_daemon"`
+	PerMin2          float64 `json:"trials_per_min_2_daemons"`
+	Scaling          float64 `json:"scaling_2_over_1"`
+	// Others are a convolution and a softmax tuned with a smaller budget:
+	// tuned vs default on the daemons.
+	Others []otherTune `json:"others"`
+	Load   float64     `json:"loadavg_before"` // 1-minute load average, -1 when unknown
+	Trace  []string    `json:"trace"`
+	Quick  bool        `json:"quick,omitempty"`
+}
+
+// otherTune is one more kernel tuned by the benchmark.
+type otherTune struct {
+	Name           string  `json:"name"`
+	Shape          string  `json:"shape"`
+	Trials         int     `json:"trials"`
+	Invalid        int     `json:"invalid"`
+	DefaultMS      float64 `json:"default_device_ms"`
+	BestMS         float64 `json:"best_device_ms"`
+	TunedVsDefault float64 `json:"tuned_vs_default"`
 }
 
 func (r tuneResult) Line() string {
-	s := fmt.Sprintf("tune: %d×%d×%d fp32, %d trials (%d invalid, 90%% of the best after %d) in %.0f s: tuned %.1f GFLOPS, hand %.1f, default %.2f",
-		r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds, r.GFLOPSTuned, r.GFLOPSHand, r.GFLOPSDefault)
+	s := fmt.Sprintf("tune: %d×%d×%d fp32, %d trials (%d invalid, 90%% of the best after %d) in %.0f s: on one core tuned %.3g ms, hand %.3g ms (tuned/hand %.2f), default %.4g ms; all threads: tuned %.1f GFLOPS, hand %.1f, default %.2f",
+		r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds, r.TunedDeviceMS, r.HandDeviceMS, r.TunedVsHandDevice, r.DefaultDeviceMS,
+		r.GFLOPSTuned, r.GFLOPSHand, r.GFLOPSDefault)
 	if r.GFLOPSNumpy > 0 {
 		s += fmt.Sprintf(", numpy %.1f; tuned/hand %.2f, tuned/numpy %.2f", r.GFLOPSNumpy, r.TunedVsHand, r.TunedVsNumpy)
 	} else {
 		s += fmt.Sprintf("; tuned/hand %.2f; no numpy: %s", r.TunedVsHand, r.NoReference)
 	}
-	return s + fmt.Sprintf("; %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.PerMin1, r.PerMin2, r.Scaling)
+	s += fmt.Sprintf("; %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.PerMin1, r.PerMin2, r.Scaling)
+	for _, o := range r.Others {
+		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs default %.4g ms (×%.1f, %d trials)", o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.Trials)
+	}
+	return s
 }
 
 func runTuneBench(ctx context.Context, opt options) (result, error) {
-	n, trials, thr, rounds, minBatch := 1024, 64, 16, 5, 200*time.Millisecond
+	n, trials, batch, thr, otherTrials, rounds, minBatch := 1024, 256, 16, 16, 32, 5, 200*time.Millisecond
 	if opt.quick {
-		n, trials, thr, rounds, minBatch = 64, 2, 1, 1, time.Millisecond
+		n, trials, batch, thr, otherTrials, rounds, minBatch = 64, 4, 2, 2, 2, 1, time.Millisecond
 	}
-	r := tuneResult{Name: "tune", Sizes: sizesNMK{n, n, n}, Quick: opt.quick, ThroughputTrials: thr, Load: loadAvg()}
+	r := tuneResult{Name: "tune", Sizes: sizesNMK{n, n, n}, Quick: opt.quick, Load: loadAvg()}
 	f, err := matmulFunc(n, n, n)
 	if err != nil {
 		return nil, err
 	}
 	f = f.WithAttr(ir.AttrGlobalSymbol, "matmul")
 	target := compiler.Target{Kind: "cpu"}
-	task, err := tune.NewTask("matmul", f, 1, rules.Target{Kind: "cpu", VectorBytes: target.VectorBytes()})
+	rtarget := rules.Target{Kind: "cpu", VectorBytes: target.VectorBytes()}
+	task, err := tune.NewTask("matmul", f, 1, rtarget)
 	if err != nil {
 		return nil, err
 	}
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
+		return nil, fmt.Errorf("hand schedule: %w", err)
+	}
+	hand := s.Func()
 	dir, err := os.MkdirTemp("", "kiln-bench-tune-")
 	if err != nil {
 		return nil, err
@@ -126,60 +168,53 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer fl.stop()
-
-	measure := func(devices int, trials int, seed uint64, db *tune.Database) ([]tune.TaskSummary, time.Duration, error) {
-		runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: fl.client, Key: "cpu", Token: fl.tok, Target: target.String(),
+	open := func(devices int) (*tunefleet.Runner, error) {
+		return tunefleet.Open(ctx, tunefleet.Config{Tracker: fl.client, Key: "cpu", Token: fl.tok, Target: target.String(),
 			Devices: devices, User: "bench tune", Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
-		if err != nil {
-			return nil, 0, err
-		}
-		defer runner.Close()
-		start := time.Now()
-		sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: 8, Seed: seed})
-		return sum, time.Since(start), err
 	}
+
+	// The search, on both daemons; then the other kernels.
+	runner, err := open(2)
+	if err != nil {
+		return nil, err
+	}
+	defer runner.Close()
 	db := tune.NewDatabase(target.String())
-	sum, took, err := measure(2, trials, 1, db)
+	start := time.Now()
+	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: batch, Seed: 1})
 	if err != nil {
 		return nil, fmt.Errorf("tuning: %w", err)
 	}
-	r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds = sum[0].Trials, sum[0].Invalid, sum[0].TrialsTo90, took.Seconds()
+	r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds = sum[0].Trials, sum[0].Invalid, sum[0].TrialsTo90, time.Since(start).Seconds()
+	if d, ok := runner.Default(task); ok {
+		r.DefaultDeviceMS = sig(d*1e3, 4)
+	}
 	best, ok := db.Best(task.Workload.Hash)
 	if !ok {
 		return nil, errors.New("tuning measured no valid candidate")
 	}
-	r.BestDeviceMS = best.Median() * 1e3
+	r.BestDeviceMS = sig(best.Median()*1e3, 4)
 	tuned, err := task.Space.Replay(best.Decisions)
 	if err != nil {
 		return nil, err
 	}
 	r.Trace = tuned.Trace
-
-	// Trials per minute: the same number of new candidates on one daemon,
-	// then on two.
-	for i, devs := range []int{1, 2} {
-		_, took, err := measure(devs, thr, uint64(100+i), tune.NewDatabase(target.String()))
-		if err != nil {
-			return nil, fmt.Errorf("throughput with %d daemon(s): %w", devs, err)
-		}
-		rate := float64(thr) / took.Minutes()
-		if devs == 1 {
-			r.PerMin1 = rate
-		} else {
-			r.PerMin2 = rate
-		}
+	if r.Others, err = tuneOthers(ctx, runner, rtarget, otherTrials, opt.quick); err != nil {
+		return nil, err
 	}
-	r.Scaling = sig(r.PerMin2/r.PerMin1, 3)
+	runner.Close()
+
+	// One daemon: the tuned kernel and the hand schedule side by side,
+	// then the throughput figures.
+	if err := compareOnDevice(ctx, &r, open, task, tuned.Func, hand); err != nil {
+		return nil, err
+	}
+	if err := tuneThroughput(ctx, &r, open, task, db, thr); err != nil {
+		return nil, err
+	}
 	fl.stop()
 
 	// The tuned kernel, the hand schedule, the default and numpy, here.
-	s, err := schedule.New(f)
-	if err != nil {
-		return nil, err
-	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
-		return nil, fmt.Errorf("hand schedule: %w", err)
-	}
 	kdir := filepath.Join(dir, "kernels")
 	if err := os.MkdirAll(kdir, 0o755); err != nil {
 		return nil, err
@@ -188,7 +223,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	for _, k := range []struct {
 		name string
 		fn   *ir.PrimFunc
-	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", s.Func()}, {"matmul_default", f}} {
+	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", hand}, {"matmul_default", f}} {
 		kern, err := buildKernel(ctx, k.fn, k.name, kdir, compiler.BuildOptions{})
 		if err != nil {
 			return nil, err
@@ -256,6 +291,130 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		r.TunedVsNumpy = sig(r.GFLOPSTuned/r.GFLOPSNumpy, 3)
 	}
 	return r, nil
+}
+
+// compareOnDevice times the tuned kernel and the hand schedule in one
+// batch on one daemon, as the search timed its candidates.
+func compareOnDevice(ctx context.Context, r *tuneResult, open func(int) (*tunefleet.Runner, error), task *tune.Task, tuned, hand *ir.PrimFunc) error {
+	runner, err := open(1)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	res, err := runner.Run(ctx, task, []*tune.Candidate{{Func: tuned}, {Func: hand}})
+	if err != nil {
+		return fmt.Errorf("tuned and hand schedule on one daemon: %w", err)
+	}
+	for i, x := range res {
+		if x.Error != "" {
+			return fmt.Errorf("%s on the daemon: %s: %s", []string{"the tuned kernel", "the hand schedule"}[i], x.Stage, x.Error)
+		}
+	}
+	t, h := median(res[0].Times), median(res[1].Times)
+	r.TunedDeviceMS, r.HandDeviceMS, r.TunedVsHandDevice = sig(t*1e3, 4), sig(h*1e3, 4), sig(h/t, 3)
+	return nil
+}
+
+// tuneThroughput measures the same candidates (the search's last valid
+// ones: the compiler node has their builds cached, so both runs pay the
+// same build cost) on one daemon, then on two.
+func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefleet.Runner, error), task *tune.Task, db *tune.Database, n int) error {
+	var cands []*tune.Candidate
+	recs := db.Records(task.Workload.Hash)
+	for i := len(recs) - 1; i >= 0 && len(cands) < n; i-- {
+		if !recs[i].Valid() {
+			continue
+		}
+		c, err := task.Space.Replay(recs[i].Decisions)
+		if err != nil {
+			return err
+		}
+		cands = append(cands, c)
+	}
+	r.ThroughputTrials = len(cands)
+	for _, devs := range []int{1, 2} {
+		runner, err := open(devs)
+		if err != nil {
+			return err
+		}
+		rate, err := timedRun(ctx, runner, task, cands)
+		runner.Close()
+		if err != nil {
+			return fmt.Errorf("throughput with %d daemon(s): %w", devs, err)
+		}
+		if devs == 1 {
+			r.PerMin1 = sig(rate, 3)
+		} else {
+			r.PerMin2 = sig(rate, 3)
+		}
+	}
+	r.Scaling = sig(r.PerMin2/r.PerMin1, 3)
+	return nil
+}
+
+// timedRun measures cands in one batch after the reference is ready and
+// returns trials per minute.
+func timedRun(ctx context.Context, runner *tunefleet.Runner, task *tune.Task, cands []*tune.Candidate) (float64, error) {
+	if err := runner.Prepare(ctx, task); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := runner.Run(ctx, task, cands); err != nil {
+		return 0, err
+	}
+	return float64(len(cands)) / time.Since(start).Minutes(), nil
+}
+
+// tuneOthers tunes a 3×3 convolution (a ResNet layer's shape) and a
+// softmax with trials each on runner and reports them against their
+// unscheduled defaults.
+func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Target, trials int, quick bool) ([]otherTune, error) {
+	c, hw, rows, cols := int64(64), int64(56), int64(512), int64(1024)
+	if quick {
+		c, hw, rows, cols = 8, 8, 8, 16
+	}
+	x := te.Placeholder(te.Shape(1, c, hw, hw), ir.Float32, "data")
+	w := te.Placeholder(te.Shape(c, c, 3, 3), ir.Float32, "weight")
+	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{Padding: [4]int64{1, 1, 1, 1}})
+	if err != nil {
+		return nil, err
+	}
+	conv, err := te.CreatePrimFunc([]*te.Tensor{x, w, y})
+	if err != nil {
+		return nil, err
+	}
+	sx := te.Placeholder(te.Shape(rows, cols), ir.Float32, "x")
+	sy, err := topi.Softmax(sx, 1)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := te.CreatePrimFunc([]*te.Tensor{sx, sy})
+	if err != nil {
+		return nil, err
+	}
+	var out []otherTune
+	for _, k := range []struct {
+		name, shape string
+		fn          *ir.PrimFunc
+	}{
+		{"conv2d", fmt.Sprintf("1×%d×%d×%d, %d 3×3 filters, pad 1", c, hw, hw, c), conv},
+		{"softmax", fmt.Sprintf("%d×%d", rows, cols), sm},
+	} {
+		task, err := tune.NewTask(k.name, k.fn.WithAttr(ir.AttrGlobalSymbol, k.name), 1, target)
+		if err != nil {
+			return nil, err
+		}
+		sum, err := tune.Tune(ctx, []*tune.Task{task}, tune.NewDatabase("cpu"), runner, tune.Options{Trials: trials, Batch: min(trials, 16), Seed: 1})
+		if err != nil {
+			return nil, fmt.Errorf("tuning %s: %w", k.name, err)
+		}
+		o := otherTune{Name: k.name, Shape: k.shape, Trials: sum[0].Trials, Invalid: sum[0].Invalid, BestMS: sig(sum[0].Best*1e3, 4)}
+		if d, ok := runner.Default(task); ok && sum[0].Best > 0 {
+			o.DefaultMS, o.TunedVsDefault = sig(d*1e3, 4), sig(d/sum[0].Best, 3)
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }
 
 // benchFleet is an in-process tracker, compiler node and CPU device

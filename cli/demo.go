@@ -44,20 +44,22 @@ s[C].parallel(C.op.axis[0])), submits the build to the tracker's queue, where
 the compiler node builds it, leases the device, uploads the artifact, runs the
 kernel on random N×N inputs, checks the result against a reference computed
 here, times it with the device-side time evaluator, then tunes that matmul's
-definition bound to N=M=K=--size with kiln tune's search (kiln tune --shape;
---tune-trials candidates built on the compiler node and timed on the device;
-0 skips), shows it before (the demo's schedule) and after, and prints the
-table.
+definition bound to N=M=K=--tune-size (the tutorial's 1024) with kiln tune's
+search (kiln tune --shape; --tune-trials candidates built on the compiler node
+and timed on the device; 0 skips), shows it before (the tutorial's schedule
+at that size) and after, and prints the table.
 Everything stops and is removed at the end.
 
 Examples:
    kiln demo
-   kiln demo --size 512`,
+   kiln demo --size 512
+   kiln demo --size 64 --tune-size 64 --tune-trials 4`,
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "size", Value: 256, Usage: "matrix size N (N×N times N×N)"},
 			&ucli.StringFlag{Name: "keep", Usage: "keep the fleet's files (tracker data, artifact) in this directory"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "show the daemons' logs"},
-			&ucli.IntFlag{Name: "tune-trials", Value: 4, Usage: "then tune the demo's matmul bound to N×N×N with this many candidates (kiln tune's search) and show it before and after; 0 skips"},
+			&ucli.IntFlag{Name: "tune-trials", Value: 16, Usage: "then tune the demo's matmul bound to --tune-size with this many candidates (kiln tune's search) and show it before and after; 0 skips"},
+			&ucli.IntFlag{Name: "tune-size", Value: 1024, Usage: "the size N=M=K the tuning step binds the matmul to (the tutorial's 1024)"},
 		},
 		OnUsageError: usageError,
 		Action:       runDemo,
@@ -75,8 +77,10 @@ func runDemo(c *ucli.Context) error {
 		return err
 	}
 	n := c.Int("size")
-	if n < 1 || n > 4096 {
-		return fmt.Errorf("demo: --size %d: want 1 to 4096", n)
+	for _, f := range []string{"size", "tune-size"} {
+		if v := c.Int(f); v < 1 || v > 4096 {
+			return fmt.Errorf("demo: --%s %d: want 1 to 4096", f, v)
+		}
 	}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
@@ -130,7 +134,7 @@ func runDemo(c *ucli.Context) error {
 
 	err = demoMatmul(ctx, tc, tok, n, dir, begin, step)
 	if trials := c.Int("tune-trials"); err == nil && trials > 0 {
-		err = demoTune(ctx, tc, tok, n, trials, dir, begin, step)
+		err = demoTune(ctx, tc, tok, c.Int("tune-size"), trials, dir, begin, step)
 	}
 	fleetErr := fl.stop()
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestDemo(t *testing.T) {
-	out, errOut, err := runApp(t, "demo", "--size", "24")
+	out, errOut, err := runApp(t, "demo", "--size", "24", "--tune-size", "24", "--tune-trials", "4")
 	check.NoError(t, err, errOut)
 	// Not a terminal: the steps are listed, no spinner is drawn.
 	check.True(t, strings.Contains(errOut, "build (queued): done in") && !strings.ContainsAny(errOut, "\r⠋⠙"),

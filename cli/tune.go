@@ -550,7 +550,7 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 		return err
 	}
 	runner, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: "cpu", Token: tok, Target: target.String(), Devices: 1, User: "kiln demo",
-		Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
+		Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}, NoDefault: true})
 	if err != nil {
 		return err
 	}
@@ -569,14 +569,15 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 		return err
 	}
 	defer db.Close()
-	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: trials, Seed: 1})
+	// Two batches: random samples, then the model's picks.
+	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: max((trials+1)/2, 4), Seed: 1})
 	if err != nil {
 		return err
 	}
 	if sum[0].Best <= 0 {
 		return fmt.Errorf("no valid candidate among %d", trials)
 	}
-	step("tune", start, "the demo's matmul unscheduled (kiln tune matmul_def.py --shape %s): demo schedule %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl (kiln build matmul_def.py --tuning-db tuning.jsonl)",
-		tune.FormatShape(shape), fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
+	step("tune", start, "the tutorial's matmul at %d×%d×%d from its unscheduled definition (kiln tune matmul_def.py --shape %s): with the tutorial's schedule %s (%.2f GFLOPS), tuned %s (%.2f GFLOPS) after %d trials (%d invalid): %.1f× faster; records in tuning.jsonl (kiln build matmul_def.py --tuning-db tuning.jsonl)",
+		n, n, n, tune.FormatShape(shape), fmtSeconds(t0), task.Flops/t0/1e9, fmtSeconds(sum[0].Best), sum[0].GFLOPS, sum[0].Trials, sum[0].Invalid, t0/sum[0].Best)
 	return nil
 }

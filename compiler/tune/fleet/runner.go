@@ -45,6 +45,10 @@ type Config struct {
 	// Time are the time evaluator's options (default: 3 repeats of at
 	// least 20 ms).
 	Time client.TimeOptions
+	// NoDefault skips timing each task's unscheduled function when its
+	// reference is computed (Default then reports nothing): it can be
+	// slow.
+	NoDefault bool
 	// User names the leases in the tracker's query output.
 	User string
 	// Logger receives debug logs (nil: discarded).
