@@ -54,6 +54,7 @@ func (t *Tracker) RequestLease(ctx context.Context, req LeaseRequest) (*Lease, e
 	args := proto.LeaseRequestArgs{
 		Key: req.Key, Selector: req.Selector, Priority: req.Priority,
 		SessionTimeout: req.SessionTimeout, TTL: req.TTL, User: req.User,
+		RequestKey: randomKey(),
 	}
 	if d, ok := ctx.Deadline(); ok {
 		args.Deadline = d

@@ -192,3 +192,64 @@ func TestSubmitKeyOnce(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, again.ID, j1.ID)
 }
+
+// TestLeaseRequestKeyOnce: a lease request sent again with its
+// RequestKey (its client lost the answer with a tracker that stopped)
+// answers the lease granted to it, across a restart too, and never a
+// second one; a retry while the first request still waits on another
+// connection takes its place.
+func TestLeaseRequestKeyOnce(t *testing.T) {
+	cfg := fastConfig(t)
+	a := startTracker(t, cfg)
+	ctx := testCtx(t)
+	device(t, a.Addr(), "k", proto.NodeAttrs{})
+	request := func(c *proto.Client, key string) (proto.LeaseTicket, error) {
+		var tk proto.LeaseTicket
+		err := c.Call(ctx, proto.MethodLeaseRequest, proto.LeaseRequestArgs{Key: "k", RequestKey: key, Wait: 50 * time.Millisecond}, &tk)
+		return tk, err
+	}
+	c1, err := rawDial(t, a.Addr(), "", proto.RoleClient)
+	check.NoError(t, err)
+	first, err := request(c1, "r1")
+	check.NoError(t, err)
+	check.True(t, first.Lease != nil, "granted")
+	again, err := request(c1, "r1")
+	check.NoError(t, err)
+	check.Equal(t, again.Lease.ID, first.Lease.ID)
+
+	a.stop(t)
+	cfg.Listen = a.Addr()
+	b := startTracker(t, cfg)
+	device(t, b.Addr(), "k", proto.NodeAttrs{}) // another device: a second grant would find it free
+	c2, err := rawDial(t, b.Addr(), "", proto.RoleClient)
+	check.NoError(t, err)
+	again, err = request(c2, "r1")
+	check.NoError(t, err)
+	check.Equal(t, again.Lease.ID, first.Lease.ID)
+	check.Equal(t, b.Summary(0).Leases, 1)
+
+	// The second device is taken; a request for a third waits on c2, and
+	// its retry on c3 replaces it.
+	_, err = request(c2, "r2")
+	check.NoError(t, err)
+	waiting, err := request(c2, "r3")
+	check.NoError(t, err)
+	check.True(t, waiting.Lease == nil && waiting.Ticket != "", "queued")
+	c3, err := rawDial(t, b.Addr(), "", proto.RoleClient)
+	check.NoError(t, err)
+	retried, err := request(c3, "r3")
+	check.NoError(t, err)
+	err = c2.Call(ctx, proto.MethodLeaseWait, proto.LeaseWaitArgs{Ticket: waiting.Ticket}, nil)
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	check.Equal(t, queueLen(b.Server, "k"), 1)
+
+	// Released, the first device goes to the retried request, and the
+	// first key, asked again, waits for a new lease.
+	check.NoError(t, c2.Call(ctx, proto.MethodLeaseRelease, proto.LeaseRenewArgs{ID: first.Lease.ID, Token: first.Lease.Token}, nil))
+	var tk proto.LeaseTicket
+	check.NoError(t, c3.Call(ctx, proto.MethodLeaseWait, proto.LeaseWaitArgs{Ticket: retried.Ticket}, &tk))
+	check.True(t, tk.Lease != nil && tk.Lease.ID != first.Lease.ID, "a new lease for the retried request")
+	again, err = request(c2, "r1")
+	check.NoError(t, err)
+	check.True(t, again.Lease == nil, "the released lease is not answered again")
+}

@@ -129,7 +129,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 			s.mu.Unlock()
 			return j, err
 		}
-		key := submitKey{owner, a.SubmitKey}
+		key := idemKey{owner, a.SubmitKey}
 		done := make(chan struct{})
 		s.submitting[key] = done
 		defer func() {
@@ -202,8 +202,9 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	return out, nil
 }
 
-// submitKey names a submission: its user and SubmitKey.
-type submitKey struct{ owner, key string }
+// idemKey is a user's idempotency key (a build submission's SubmitKey, a
+// lease request's RequestKey).
+type idemKey struct{ owner, key string }
 
 // submittedLocked returns the job the user's submission with key made,
 // nil when there is none. A submission with that key still being made is
@@ -216,7 +217,7 @@ func (s *Server) submittedLocked(ctx context.Context, owner, key string) (*proto
 				return &out, nil
 			}
 		}
-		pending := s.submitting[submitKey{owner, key}]
+		pending := s.submitting[idemKey{owner, key}]
 		if pending == nil {
 			return nil, nil
 		}

@@ -14,6 +14,8 @@ type lease struct {
 	proto.Lease
 	User    string `msgpack:"user"`
 	Granted time.Time
+	// RequestKey is the RequestKey of the request it was granted to.
+	RequestKey string
 	// durable receives the result of persisting the grant; nil once read.
 	durable <-chan error `msgpack:"-"`
 }
@@ -27,6 +29,7 @@ type ticket struct {
 	priority       int
 	seq            uint64
 	user           string
+	requestKey     string
 	since          time.Time
 	deadline       time.Time
 	ttl            time.Duration
@@ -88,10 +91,12 @@ type leaseRecord struct {
 	Lease   proto.Lease `msgpack:"lease"`
 	User    string      `msgpack:"user"`
 	Granted time.Time   `msgpack:"granted"`
+	// RequestKey is the idempotency key of the request it was granted to.
+	RequestKey string `msgpack:"request_key,omitempty"`
 }
 
 func (s *Server) persistLeaseLocked(l *lease) <-chan error {
-	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted}
+	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted, RequestKey: l.RequestKey}
 	return s.st.apply(putRecord(tableLeases, rec.Lease.ID, rec))
 }
 
@@ -109,7 +114,7 @@ func (s *Server) enqueueLocked(a proto.LeaseRequestArgs, sel *Selector, conn *pr
 	s.seq++
 	t := &ticket{
 		id: randomID("t-", 8), key: a.Key, sel: sel, priority: a.Priority, seq: s.seq,
-		user: a.User, since: now, deadline: a.Deadline, ttl: ttl, sessionTimeout: a.SessionTimeout,
+		user: a.User, requestKey: a.RequestKey, since: now, deadline: a.Deadline, ttl: ttl, sessionTimeout: a.SessionTimeout,
 		conn: conn, done: make(chan struct{}),
 	}
 	s.m.leaseRequests.Inc()
@@ -173,11 +178,14 @@ func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 			ID: randomID("l-", 8), Token: randomID("", 16), NodeID: n.id, Key: n.key, Addr: n.addr,
 			Expires: now.Add(t.ttl), TTL: t.ttl, SessionTimeout: t.sessionTimeout, Attrs: n.attrs,
 		},
-		User: t.user, Granted: now,
+		User: t.user, Granted: now, RequestKey: t.requestKey,
 	}
 	l.durable = s.persistLeaseLocked(l)
 	s.leases[l.ID] = l
 	s.byToken[l.Token] = l
+	if l.RequestKey != "" {
+		s.byRequest[idemKey{l.User, l.RequestKey}] = l
+	}
 	n.leases[l.ID] = l
 	t.lease = l
 	if t.queue != nil {
@@ -221,6 +229,9 @@ func (s *Server) dropTicketLocked(t *ticket, err error) {
 func (s *Server) releaseLocked(l *lease) {
 	delete(s.leases, l.ID)
 	delete(s.byToken, l.Token)
+	if k := (idemKey{l.User, l.RequestKey}); l.RequestKey != "" && s.byRequest[k] == l {
+		delete(s.byRequest, k)
+	}
 	s.deleteLeaseLocked(l.ID)
 	s.m.leasesReleased.Inc()
 	if n := s.nodes[l.NodeID]; n != nil && n.leases[l.ID] == l {
@@ -290,25 +301,31 @@ func (s *Server) ticketReply(ctx context.Context, t *ticket) (any, error) {
 		return nil, t.err
 	}
 	if l := t.lease; l != nil {
-		durable := l.durable
-		l.durable = nil
 		delete(s.tickets, t.id)
-		rep := proto.LeaseTicket{Ticket: t.id, Served: true, Lease: new(l.Lease)}
-		s.mu.Unlock()
-		if durable != nil {
-			if err := s.st.wait(durable); err != nil {
-				s.mu.Lock()
-				if s.leases[l.ID] == l {
-					s.releaseLocked(l)
-				}
-				s.mu.Unlock()
-				return nil, fmt.Errorf("lease request %s: persist lease: %w", t.id, err)
-			}
-		}
-		return rep, nil
+		return s.deliverLocked(t.id, l)
 	}
 	rep := proto.LeaseTicket{Ticket: t.id, Position: t.queue.position(t), Queue: t.queue.name, Served: s.servedLocked(t.key, t.sel)}
 	s.mu.Unlock()
+	return rep, nil
+}
+
+// deliverLocked answers lease l, granted to ticket id, once it is
+// durable. It unlocks s.mu.
+func (s *Server) deliverLocked(id string, l *lease) (any, error) {
+	durable := l.durable
+	l.durable = nil
+	rep := proto.LeaseTicket{Ticket: id, Served: true, Lease: new(l.Lease)}
+	s.mu.Unlock()
+	if durable != nil {
+		if err := s.st.wait(durable); err != nil {
+			s.mu.Lock()
+			if s.leases[l.ID] == l {
+				s.releaseLocked(l)
+			}
+			s.mu.Unlock()
+			return nil, fmt.Errorf("lease request %s: persist lease: %w", id, err)
+		}
+	}
 	return rep, nil
 }
 
@@ -363,9 +380,35 @@ func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.
 		}
 	}
 	s.mu.Lock()
+	if l := s.retriedLocked(a); l != nil {
+		return s.deliverLocked("", l)
+	}
 	t := s.enqueueLocked(a, sel, c, time.Now())
 	s.mu.Unlock()
 	return s.waitTicket(ctx, t, a.Wait)
+}
+
+// retriedLocked handles a request sent again with its RequestKey (its
+// client's connection failed): a lease already granted to the key is
+// returned, and taken from a ticket still waiting on the old connection
+// so that the connection's end does not release it; a ticket of the key
+// still waiting there is dropped, the new request takes its place.
+func (s *Server) retriedLocked(a proto.LeaseRequestArgs) *lease {
+	if a.RequestKey == "" {
+		return nil
+	}
+	l := s.byRequest[idemKey{a.User, a.RequestKey}]
+	for _, t := range s.tickets {
+		if t.requestKey != a.RequestKey || t.user != a.User {
+			continue
+		}
+		if t.lease != nil && t.lease == l {
+			delete(s.tickets, t.id)
+			continue
+		}
+		s.dropTicketLocked(t, fmt.Errorf("lease request %s: sent again on another connection: %w", t.id, proto.ErrCancelled))
+	}
+	return l
 }
 
 func (s *Server) lookupTicket(id string, c *proto.Conn) (*ticket, error) {

@@ -44,9 +44,12 @@ func (s *Server) load() error {
 			expired = append(expired, rec.Lease.ID)
 			continue
 		}
-		l := &lease{Lease: rec.Lease, User: rec.User, Granted: rec.Granted}
+		l := &lease{Lease: rec.Lease, User: rec.User, Granted: rec.Granted, RequestKey: rec.RequestKey}
 		s.leases[l.ID] = l
 		s.byToken[l.Token] = l
+		if l.RequestKey != "" {
+			s.byRequest[idemKey{l.User, l.RequestKey}] = l
+		}
 	}
 	slices.SortFunc(s.queued, func(a, b *job) int { return strings.Compare(a.ID, b.ID) })
 	s.mu.Lock()

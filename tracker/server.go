@@ -39,9 +39,11 @@ type Server struct {
 	tickets map[string]*ticket
 	leases  map[string]*lease // by id
 	byToken map[string]*lease
-	jobs    map[string]*job
+	// byRequest holds the leases granted to requests with a RequestKey.
+	byRequest map[idemKey]*lease
+	jobs      map[string]*job
 	// submitting holds the submissions with a SubmitKey being persisted.
-	submitting map[submitKey]chan struct{}
+	submitting map[idemKey]chan struct{}
 	queued     []*job // FIFO of queued jobs
 	jobAvail   chan struct{}
 	nextJob    uint64
@@ -80,8 +82,9 @@ func New(cfg Config) (*Server, error) {
 		tickets:    make(map[string]*ticket),
 		leases:     make(map[string]*lease),
 		byToken:    make(map[string]*lease),
+		byRequest:  make(map[idemKey]*lease),
 		jobs:       make(map[string]*job),
-		submitting: make(map[submitKey]chan struct{}),
+		submitting: make(map[idemKey]chan struct{}),
 		userConns:  make(map[*proto.Conn]struct{}),
 		jobAvail:   make(chan struct{}),
 		runDone:    make(chan struct{}),

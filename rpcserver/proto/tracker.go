@@ -409,6 +409,13 @@ type LeaseRequestArgs struct {
 	Wait time.Duration `msgpack:"wait,omitempty"`
 	// User names the requester in query output.
 	User string `msgpack:"user,omitempty"`
+	// RequestKey, when set, makes the request idempotent: while a lease
+	// granted to a request of the same user with this key is held, the
+	// request answers that lease at once instead of queueing. A client
+	// whose tracker stopped between granting a lease and delivering it
+	// asks again with the key and gets the lease it was granted. The SDK
+	// sets a random key per RequestLease.
+	RequestKey string `msgpack:"request_key,omitempty"`
 }
 
 // LeaseWaitArgs names a queued request (tracker.lease.wait, tracker.lease.cancel).
