@@ -1,18 +1,30 @@
 // Package auto owns kiln's default schedules, CPU and GPU: the schedule a
 // PrimFunc gets when nobody wrote one for it (the tensor programs
-// LegalizeOps and FuseTIR make for a graph module). Today it schedules matmul-shaped
-// reduction blocks (C[.., i, j] += A[.., i, k] * B[.., k, j] with B
-// contiguous in j) as a register-blocked kernel: loops (i, j_outer, k,
-// j_inner) with j_inner vectorized into a "local" accumulator tile,
-// the way bench/matmul.go's hand schedule does. Direct convolutions with
-// the output channels innermost (topi.Conv2D's conv2d_hwio stage) get a
-// tile of output positions × vectors of channels in registers (conv.go);
-// the elementwise blocks after one (bias, ReLU, Clip, residual adds, and
-// the layout change back to NCHW) are inlined into the tile's store, so
-// they run on registers before anything is written. Depthwise and
-// grouped convolutions (and any convolution whose kernel is not in HWIO)
-// with rows of stride 1 get a run of outputs along the row in vector
-// registers instead (depthwise.go). Everything else is left as it is.
+// LegalizeOps and FuseTIR make for a graph module). On CPUs:
+//
+//   - Matmul-shaped reduction blocks (C[.., i, j] += A[.., i, k] *
+//     B[.., k, j] with B contiguous in j) become a register-blocked
+//     kernel: a tile of rows × vectors of columns accumulates in a
+//     "local" buffer over the whole of k, the way bench/matmul.go's hand
+//     schedule does. When every row reads the same B (a dense layer's
+//     weight), the activation's row loops are fused into one and the
+//     column tiles run outside the row tiles, so each panel of the
+//     weight is read from memory once; the elementwise blocks after the
+//     matmul (bias, activation, residual add) are computed on the tile
+//     before it is stored (matmul.go).
+//   - Direct convolutions with the output channels innermost
+//     (topi.Conv2D's conv2d_hwio stage) get a tile of output positions ×
+//     vectors of channels in registers (conv.go); the elementwise blocks
+//     after one (bias, ReLU, Clip, residual adds, and the layout change
+//     back to NCHW) are inlined into the tile's store, so they run on
+//     registers before anything is written. Depthwise and grouped
+//     convolutions (and any convolution whose kernel is not in HWIO) with
+//     rows of stride 1 get a run of outputs along the row in vector
+//     registers instead (depthwise.go).
+//   - Every other kernel gets the generic rule (injective.go): cheap
+//     elementwise intermediates inlined into their readers, the innermost
+//     loop of each elementwise block vectorized, and loop nests with
+//     enough work parallel over their outer loops.
 //
 // For GPUs, GPUFunc is the fallback rule of DLight: a function's one block
 // gets its spatial loops fused and bound to blockIdx.x and threadIdx.x,

@@ -1,0 +1,285 @@
+package auto
+
+import (
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// The generic CPU rule, for functions no matmul or convolution rule
+// took: the glue between the heavy kernels (bias adds, normalizations,
+// reshapes, transposes, slices, softmax, reductions).
+//
+//   - Cheap intermediates are inlined: a spatial block whose value is
+//     loads and arithmetic (no math call such as exp or sqrt, which
+//     would be computed again by every reader) and whose readers are
+//     all spatial (not a reduction, which would compute it again at
+//     every step) and read it without dividing indices (not a reshape
+//     of it) is substituted into them, so a chain of elementwise steps
+//     is one pass over memory with no intermediate buffer.
+//   - Each remaining spatial block has its innermost loop split into
+//     vectors (when the vector's lanes divide it) and vectorized; its
+//     stores are contiguous there, being the output's last axis.
+//   - A block whose work (iterations, reductions included) reaches
+//     genericParallelFactor × Options.ParallelFlops runs in parallel
+//     over its outer spatial loops, fused into one.
+//
+// It only touches functions whose every block is unscheduled (each loop
+// serial and binding one iteration variable, in order), so functions a
+// tuning database scheduled, and functions it already scheduled, are
+// left as they are.
+
+// genericParallelFactor scales Options.ParallelFlops for the generic
+// rule: its loop nests do little arithmetic per element, so a fork/join
+// (and, on a loaded machine, waiting for the slower thread) pays off only
+// on more work than a matmul's. Measured on mobilenet_v2's depthwise
+// convolutions (0.7 to 3.6 million multiply-adds), two threads were
+// slower than one on a machine shared with other work.
+const genericParallelFactor = 4
+
+// parallelChunks is the number of iterations a parallel loop is given
+// (by fusing outer loops) so that two or more threads share it evenly.
+const parallelChunks = 16
+
+// scheduleGeneric applies the generic rule to f and reports whether it
+// changed anything.
+func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool) {
+	blocks := topBlocks(f)
+	if len(blocks) == 0 {
+		return f, false
+	}
+	for _, br := range blocks {
+		if !unscheduled(f, br) {
+			return f, false
+		}
+	}
+	s, err := schedule.New(f)
+	if err != nil {
+		return f, false
+	}
+	changed := false
+	for _, br := range blocks[:len(blocks)-1] {
+		if !isSpatial(br.Block) || !cheap(br.Block.Body) || !inlinable(s.Func(), br) {
+			continue
+		}
+		// A refusal (the block writes a parameter, or is not one to one)
+		// leaves the schedule as it was.
+		c := s.Copy()
+		if b, err := c.GetBlock(br.Block.Name); err == nil && c.ComputeInline(b) == nil {
+			s, changed = c, true
+		}
+	}
+	for _, br := range topBlocks(s.Func()) {
+		c := s.Copy()
+		if ok, err := loopNest(c, br, opts); err == nil && ok {
+			s, changed = c, true
+		}
+	}
+	return s.Func(), changed
+}
+
+// unscheduled reports a block directly under serial loops of constant
+// extent, one per iteration variable in order, each binding its
+// variable, with the spatial variables first.
+func unscheduled(f *ir.PrimFunc, br *ir.BlockRealize) bool {
+	b := br.Block
+	if len(br.IterValues) != len(b.IterVars) || !isTrue(br.Predicate) || len(b.IterVars) == 0 {
+		return false
+	}
+	reduce := false
+	for i, iv := range b.IterVars {
+		switch iv.Kind {
+		case ir.IterSpatial:
+			if reduce {
+				return false
+			}
+		case ir.IterReduce:
+			reduce = true
+		default:
+			return false
+		}
+		v, ok := br.IterValues[i].(*ir.Var)
+		if !ok {
+			return false
+		}
+		if _, ok := loopExtent(f, v); !ok {
+			return false
+		}
+	}
+	// Every loop above the block binds one of its variables, in order.
+	var loops []*ir.For
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.For:
+			if containsBlock(n, br) {
+				loops = append(loops, n)
+				return true
+			}
+			return false
+		case *ir.BlockRealize:
+			return n != br
+		}
+		return true
+	})
+	if len(loops) != len(b.IterVars) {
+		return false
+	}
+	for i, l := range loops {
+		if l.Kind != ir.ForSerial || l.Var != br.IterValues[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func containsBlock(n ir.Node, br *ir.BlockRealize) bool {
+	found := false
+	ir.Visit(n, func(m ir.Node) bool {
+		if m == br {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// inlinable reports whether br may be inlined into its readers: every
+// block of f that reads what br writes is spatial (inlined into a
+// reduction, a producer such as a padding would be computed again at
+// every step of it) and reads it at indices without division or modulo
+// (a reshape's reads: inlined there, a transpose's gather would need a
+// division per element and no longer vectorize).
+func inlinable(f *ir.PrimFunc, br *ir.BlockRealize) bool {
+	st, ok := br.Block.Body.(*ir.BufferStore)
+	if !ok {
+		return false
+	}
+	for _, r := range topBlocks(f) {
+		if r.Block.Name == br.Block.Name {
+			continue
+		}
+		ok := true
+		ir.Visit(r.Block, func(n ir.Node) bool {
+			if l, isLoad := n.(*ir.BufferLoad); isLoad && l.Buffer.Data == st.Buffer.Data {
+				ok = isSpatial(r.Block) && !divides(l.Indices)
+			}
+			return ok
+		})
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// divides reports an index that divides or takes a remainder.
+func divides(idx []ir.Expr) bool {
+	found := false
+	for _, e := range idx {
+		ir.Visit(e, func(n ir.Node) bool {
+			if b, ok := n.(*ir.Binary); ok {
+				switch b.Op {
+				case ir.OpDiv, ir.OpMod, ir.OpFloorDiv, ir.OpFloorMod:
+					found = true
+				}
+			}
+			return !found
+		})
+	}
+	return found
+}
+
+// cheap reports a block body that computes with loads, arithmetic,
+// casts and selects only.
+func cheap(body ir.Stmt) bool {
+	ok := true
+	ir.Visit(body, func(n ir.Node) bool {
+		if _, call := n.(*ir.Call); call {
+			ok = false
+		}
+		return ok
+	})
+	return ok
+}
+
+// loopNest vectorizes and parallelizes the loops of one block (see the
+// rule above) and reports whether it changed them.
+func loopNest(s *schedule.Schedule, br *ir.BlockRealize, opts Options) (bool, error) {
+	b, err := s.GetBlock(br.Block.Name)
+	if err != nil {
+		return false, err
+	}
+	loops, err := s.GetLoops(b)
+	if err != nil {
+		return false, err
+	}
+	n := len(loops)
+	exts := make([]int64, n)
+	work := int64(1)
+	spatial := 0
+	for i, iv := range br.Block.IterVars {
+		e, ok := ir.IsConstInt(iv.Dom.Extent)
+		if !ok || e < 1 || n != len(br.Block.IterVars) {
+			return false, nil
+		}
+		exts[i], work = e, work*e
+		if iv.Kind == ir.IterSpatial {
+			spatial++
+		}
+	}
+	changed := false
+	outer, outerExts := loops[:spatial], exts[:spatial]
+	if spatial == n {
+		st, ok := br.Block.Body.(*ir.BufferStore)
+		size := int64(0)
+		if ok {
+			size = int64(st.Buffer.DType.Size())
+		}
+		if lanes := opts.VectorBytes / max(size, 1); size > 0 && lanes > 1 && exts[n-1]%lanes == 0 {
+			parts, err := s.Split(loops[n-1], -1, lanes)
+			if err != nil {
+				return false, err
+			}
+			if err := s.Vectorize(parts[1]); err != nil {
+				return false, err
+			}
+			outer = append(append([]schedule.LoopRV{}, loops[:n-1]...), parts[0])
+			outerExts = append(append([]int64{}, exts[:n-1]...), exts[n-1]/lanes)
+			changed = true
+		} else if n > 1 {
+			outer, outerExts = loops[:n-1], exts[:n-1]
+		}
+	}
+	if opts.ParallelFlops > 0 && work >= genericParallelFactor*opts.ParallelFlops && len(outer) > 0 {
+		// The fewest outer loops that make enough chunks for the threads
+		// to balance; the loops inside stay as they are (plain indices,
+		// contiguous runs).
+		k, chunks := 0, int64(1)
+		for k < len(outer) && chunks < parallelChunks {
+			chunks *= outerExts[k]
+			k++
+		}
+		par := outer[0]
+		if k > 1 {
+			if par, err = s.Fuse(outer[:k]...); err != nil {
+				return false, err
+			}
+		}
+		if ext := parallelExtent(s, par); ext >= 2 {
+			if err := s.Parallel(par); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+// parallelExtent is loop l's constant extent (0 when unknown).
+func parallelExtent(s *schedule.Schedule, l schedule.LoopRV) int64 {
+	f, err := s.LoopFor(l)
+	if err != nil {
+		return 0
+	}
+	e, _ := ir.IsConstInt(f.Extent)
+	return e
+}
