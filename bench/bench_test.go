@@ -23,6 +23,7 @@ var headline = map[string]string{
 	"rpc-call":         "median_us",
 	"upload":           "gb_per_s",
 	"tracker":          "leases_per_s",
+	"tracker-ha":       "leases_per_s_bbolt",
 	"timing-fidelity":  "ratio",
 	"cuda":             "median_nvrtc_ms",
 	"python":           "ratio_remote_call",

@@ -40,11 +40,16 @@ type trackerResult struct {
 	FsyncP99US      float64 `json:"fsync_p99_us"`        // 4 KiB write + fdatasync in the data dir, µs
 	P99OverFloor    float64 `json:"p99_over_floor"`      // p99_lease_us / floor_p99_us
 	RegistrationsPS float64 `json:"registrations_per_s"` // dial + hello + register, per second
-	Devices         int     `json:"devices"`
-	Keys            int     `json:"keys"`
-	Requests        int     `json:"requests"`
-	Clients         int     `json:"clients"`
-	Quick           bool    `json:"quick,omitempty"`
+	fleetShape
+}
+
+// fleetShape is a tracker benchmark's size and the machine it ran on.
+type fleetShape struct {
+	Devices  int  `json:"devices"`
+	Keys     int  `json:"keys"`
+	Requests int  `json:"requests"`
+	Clients  int  `json:"clients"`
+	Quick    bool `json:"quick,omitempty"`
 	// LoadAvg is the machine's 1-minute load average at the start and the
 	// end of the run (/proc/loadavg; -1 where there is none): latency
 	// percentiles on a machine with more runnable threads than cores
@@ -202,8 +207,8 @@ func runTracker(ctx context.Context, opt options) (_ result, err error) {
 		FsyncP50US: round(percentile(fsync, 0.50), 1), FsyncP99US: round(percentile(fsync, 0.99), 1),
 		P99OverFloor:    round(p99/percentile(floor, 0.99), 2),
 		RegistrationsPS: round(float64(devices)/regTime.Seconds(), 1),
-		Devices:         devices, Keys: keys, Requests: requests, Clients: clients, Quick: opt.quick,
-		LoadAvg: [2]float64{load0, loadAvg()}, CPUs: runtime.NumCPU(),
+		fleetShape: fleetShape{Devices: devices, Keys: keys, Requests: requests, Clients: clients, Quick: opt.quick,
+			LoadAvg: [2]float64{load0, loadAvg()}, CPUs: runtime.NumCPU()},
 	}, nil
 }
 
