@@ -1,7 +1,6 @@
 package tracker
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -31,23 +30,10 @@ type boltStore struct {
 
 	hooks storeHooks
 
-	// commitMu is held by whichever goroutine applies a batch: the commit
-	// loop, or a caller in wait that found no commit running.
-	commitMu sync.Mutex
-
-	mu      sync.Mutex
-	queue   []pendingWrite
-	wake    chan struct{} // 1-buffered: the committer has work
-	closing bool
-	done    chan struct{} // closed when the committer has returned
+	groupCommit
 }
 
 var _ stateStore = (*boltStore)(nil)
-
-type pendingWrite struct {
-	changes []change
-	done    chan error // 1-buffered
-}
 
 // storeHooks observe a store's work (for metrics); nil ones are skipped.
 type storeHooks struct {
@@ -95,7 +81,7 @@ func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 		return nil, fmt.Errorf("create buckets in %s: %w", path, err)
 	}
 	st := &boltStore{
-		db: db, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		db:       db,
 		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 		hooks: hooks,
 	}
@@ -108,7 +94,7 @@ func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 		db.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	go st.commitLoop()
+	st.start(st.commit)
 	go st.checkpointLoop()
 	return st, nil
 }
@@ -230,73 +216,6 @@ func (st *boltStore) checkpointLoop() {
 	}
 }
 
-func (st *boltStore) apply(changes ...change) <-chan error {
-	done := make(chan error, 1)
-	st.mu.Lock()
-	if st.closing {
-		st.mu.Unlock()
-		done <- errors.New("tracker store is closed")
-		return done
-	}
-	st.queue = append(st.queue, pendingWrite{changes: changes, done: done})
-	st.mu.Unlock()
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
-	return done
-}
-
-// take removes and returns the queued writes, and whether the store is
-// closing.
-func (st *boltStore) take() ([]pendingWrite, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	batch := st.queue
-	st.queue = nil
-	return batch, st.closing
-}
-
-// wait returns the result of the write whose channel is done. When no
-// commit is running it commits the queue itself rather than waking the
-// commit loop and waiting for it: one hand-off less between a write and
-// its caller's answer, which counts on a machine short of CPU.
-func (st *boltStore) wait(done <-chan error) error {
-	select {
-	case err := <-done:
-		return err
-	default:
-	}
-	if st.commitMu.TryLock() {
-		if batch, _ := st.take(); len(batch) > 0 {
-			st.commit(batch)
-		}
-		st.commitMu.Unlock()
-	}
-	// Either that commit held this write, or an earlier one did, or the
-	// commit loop (woken when the write was queued) is applying it now.
-	return <-done
-}
-
-func (st *boltStore) commitLoop() {
-	defer close(st.done)
-	for {
-		st.commitMu.Lock()
-		batch, closing := st.take()
-		if len(batch) > 0 {
-			st.commit(batch)
-		}
-		st.commitMu.Unlock()
-		if len(batch) > 0 {
-			continue
-		}
-		if closing {
-			return
-		}
-		<-st.wake
-	}
-}
-
 // commit logs batch as one record and answers its writers once it is
 // synced; a write whose changes cannot be encoded fails alone. A batch
 // too large for the log is applied to tracker.db directly.
@@ -315,21 +234,17 @@ func (st *boltStore) commit(batch []pendingWrite) {
 	if len(ok) == 0 {
 		return
 	}
-	answer := func(err error) {
-		for _, w := range ok {
-			w.done <- err
-		}
-	}
+	reply := func(err error) { answer(ok, err) }
 	rec := walRecord{Seq: st.seq + 1, Changes: changes}
 	payload, err := msgpack.Marshal(rec)
 	if err != nil {
-		answer(fmt.Errorf("write-ahead log: encode: %w", err))
+		reply(fmt.Errorf("write-ahead log: encode: %w", err))
 		return
 	}
 	if !st.log.fits(len(payload)) {
 		// Apply what is logged, then start the log over.
 		if err := st.checkpoint(); err != nil {
-			answer(fmt.Errorf("checkpoint: %w", err))
+			reply(fmt.Errorf("checkpoint: %w", err))
 			return
 		}
 		st.log.off = 0
@@ -338,13 +253,13 @@ func (st *boltStore) commit(batch []pendingWrite) {
 			if err == nil {
 				st.seq = rec.Seq
 			}
-			answer(err)
+			reply(err)
 			return
 		}
 	}
 	t0 := time.Now()
 	if err := st.log.append(payload); err != nil {
-		answer(err)
+		reply(err)
 		return
 	}
 	if st.hooks.synced != nil {
@@ -358,7 +273,7 @@ func (st *boltStore) commit(batch []pendingWrite) {
 	case st.ckptWake <- struct{}{}:
 	default:
 	}
-	answer(nil)
+	reply(nil)
 }
 
 func (st *boltStore) artifact(sha string) (artifactRecord, bool, error) {
@@ -450,19 +365,9 @@ func (st *boltStore) load() (snapshot, error) {
 
 // close commits what is queued and closes the database. It is idempotent.
 func (st *boltStore) close() error {
-	st.mu.Lock()
-	already := st.closing
-	st.closing = true
-	st.mu.Unlock()
-	if already {
-		<-st.done
+	if st.stop() {
 		return nil
 	}
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
-	<-st.done
 	close(st.ckptStop)
 	<-st.ckptDone
 	err := st.checkpoint()

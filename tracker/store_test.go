@@ -11,12 +11,33 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// TestStateStore checks the stateStore contract on boltStore: changes
+// storeKinds lists the stateStore implementations; each opens a store,
+// and opens the same data again after it is closed.
+var storeKinds = []struct {
+	name   string
+	opener func(t *testing.T) func() (stateStore, error)
+}{
+	{"bbolt", func(t *testing.T) func() (stateStore, error) {
+		path := filepath.Join(t.TempDir(), "tracker.db")
+		return func() (stateStore, error) { return openBoltStore(path, storeHooks{}) }
+	}},
+	{"etcd", func(t *testing.T) func() (stateStore, error) {
+		cli, prefix := etcdClient(t), etcdPrefix("store")
+		return func() (stateStore, error) { return openEtcdStore(cli, prefix, nil, storeHooks{}), nil }
+	}},
+}
+
+// TestStateStore checks the stateStore contract on every store: changes
 // applied in order and together, a failed apply changing nothing, and
 // everything read back after a reopen.
 func TestStateStore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tracker.db")
-	st, err := openBoltStore(path, storeHooks{})
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) { testStateStore(t, kind.opener(t)) })
+	}
+}
+
+func testStateStore(t *testing.T, open func() (stateStore, error)) {
+	st, err := open()
 	check.NoError(t, err)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	job := func(id string, state proto.JobState) jobRecord {
@@ -50,7 +71,7 @@ func TestStateStore(t *testing.T) {
 	check.NoError(t, st.close())
 	check.Error(t, st.wait(st.apply(deleteRecord(tableJobs, "j-1"))), "closed")
 
-	st, err = openBoltStore(path, storeHooks{})
+	st, err = open()
 	check.NoError(t, err)
 	defer st.close()
 	snap, err := st.load()
