@@ -97,11 +97,6 @@ func (t *Tracker) Close() error {
 	for _, l := range leases {
 		l.stopRenewing()
 	}
-	t.dialMu.Lock() // a redial in progress ends before the connection is closed
-	defer t.dialMu.Unlock()
-	t.mu.Lock()
-	c = t.c
-	t.mu.Unlock()
 	return c.Close()
 }
 
@@ -128,6 +123,11 @@ func (t *Tracker) conn(ctx context.Context, since time.Time) (*proto.Client, err
 		c, addr, err := t.opts.dialAny(ctx, t.addrs, proto.RoleClient)
 		if err == nil {
 			t.mu.Lock()
+			if t.closed { // closed while dialling
+				t.mu.Unlock()
+				c.Close()
+				return nil, fmt.Errorf("tracker connection closed: %w", proto.ErrUnavailable)
+			}
 			old := t.c
 			t.c, t.addr = c, addr
 			t.mu.Unlock()

@@ -64,9 +64,18 @@ func TestFailoverAcrossRestart(t *testing.T) {
 		built <- err
 	}()
 
+	stored := []byte("stored before the restart")
+	check.NoError(t, tc.UploadArtifact(ctx, sha(stored), int64(len(stored)), bytes.NewReader(stored)))
+
 	a.stop(t)
 	cfg.Listen = a.Addr()
 	b := startTracker(t, cfg)
+
+	// Artifacts come back through the new connection.
+	var back bytes.Buffer
+	_, err = tc.DownloadArtifact(ctx, sha(stored), &back)
+	check.NoError(t, err)
+	check.Equal(t, back.String(), string(stored))
 
 	// The waiting request is queued again on the new tracker; the device
 	// stays with the first lease until it is released.
