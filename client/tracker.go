@@ -262,7 +262,8 @@ func (t *Tracker) CancelBuild(ctx context.Context, id string) (proto.BuildJob, e
 
 // DownloadArtifact copies the artifact with the given sha256 to w. A
 // download whose connection fails is made again through the next replica
-// when nothing was written yet or w can start over (an *os.File).
+// when nothing was written yet or w can start over (an *os.File, a
+// *bytes.Buffer).
 func (t *Tracker) DownloadArtifact(ctx context.Context, sha string, w io.Writer) (int64, error) {
 	return downloadVia(ctx, t.do, sha, w)
 }

@@ -162,7 +162,7 @@ func (o TrackerOptions) failoverTimeout() time.Duration {
 type backoff struct{ min, max, cur time.Duration }
 
 func newBackoff() *backoff {
-	const minStep, maxStep = 50 * time.Millisecond, 2 * time.Second
+	const minStep, maxStep = 50 * time.Millisecond, time.Second
 	return &backoff{min: minStep, max: maxStep, cur: minStep}
 }
 

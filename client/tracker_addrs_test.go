@@ -169,7 +169,51 @@ func TestTransferRetryNeedsARewind(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrUnavailable)
 	check.True(t, !retryable(err), "a body that cannot be read again is not retried")
 	check.Error(t, err, "cannot be read again")
-	_, err = downloadArtifact(context.Background(), nil, "abc", &bytes.Buffer{}, 10)
+	_, err = downloadArtifact(context.Background(), nil, "abc", io.Discard, 10)
 	check.True(t, !retryable(err), "a destination that cannot start over is not retried")
 	check.Error(t, err, "after 10 bytes", "cannot start over")
+}
+
+// cutReader yields n bytes of data, then closes the connection under it.
+type cutReader struct {
+	data []byte
+	n    int
+	c    *proto.Conn
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		r.c.Close()
+		return 0, fmt.Errorf("cut: %w", proto.ErrUnavailable)
+	}
+	k := copy(p[:min(len(p), r.n)], r.data)
+	r.data, r.n = r.data[k:], r.n-k
+	return k, nil
+}
+
+// TestDownloadStartsOver: a download cut after some bytes by the tracker
+// connection's end is made again on the next connection, into a buffer
+// reset first, so the bytes arrive once and whole.
+func TestDownloadStartsOver(t *testing.T) {
+	data := []byte(strings.Repeat("artifact bytes ", 4000))
+	var tries atomic.Int32
+	addr := fakeTracker(t, func(s *proto.Server) {
+		s.HandleBulk(proto.BulkArtifactDownload, func(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+			if tries.Add(1) == 1 {
+				return proto.Bulk{Name: in.Name, Size: int64(len(data)), Body: &cutReader{data: data, n: 20000, c: c}}, nil
+			}
+			return proto.Bulk{Name: in.Name, Size: int64(len(data)), Body: bytes.NewReader(data)}, nil
+		})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tr, err := DialTracker(ctx, addr, TrackerOptions{Logger: quiet()})
+	check.NoError(t, err)
+	defer tr.Close()
+	var buf bytes.Buffer
+	n, err := tr.DownloadArtifact(ctx, "abc", &buf)
+	check.NoError(t, err)
+	check.Equal(t, n, int64(len(data)))
+	check.True(t, bytes.Equal(buf.Bytes(), data), "the bytes arrive once and whole")
+	check.Equal(t, tries.Load(), int32(2))
 }

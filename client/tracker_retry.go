@@ -78,20 +78,27 @@ type rewindable interface {
 	Truncate(size int64) error
 }
 
+// resettable is an in-memory writer a download can start over in (a
+// *bytes.Buffer).
+type resettable interface{ Reset() }
+
 // downloadArtifact copies the artifact sha from c to w; written is what an
 // earlier try wrote to w, which is discarded first (or the retry given up
 // with a finalError when w cannot start over).
 func downloadArtifact(ctx context.Context, c *proto.Client, sha string, w io.Writer, written int64) (int64, error) {
 	if written > 0 {
-		rw, ok := w.(rewindable)
-		if !ok {
+		switch rw := w.(type) {
+		case resettable:
+			rw.Reset()
+		case rewindable:
+			if _, err := rw.Seek(0, io.SeekStart); err != nil {
+				return written, finalError{fmt.Errorf("download artifact %s: rewind for a retry: %w", sha, err)}
+			}
+			if err := rw.Truncate(0); err != nil {
+				return written, finalError{fmt.Errorf("download artifact %s: truncate for a retry: %w", sha, err)}
+			}
+		default:
 			return written, finalError{fmt.Errorf("download artifact %s: the tracker connection failed after %d bytes and the destination cannot start over: %w", sha, written, proto.ErrUnavailable)}
-		}
-		if _, err := rw.Seek(0, io.SeekStart); err != nil {
-			return written, finalError{fmt.Errorf("download artifact %s: rewind for a retry: %w", sha, err)}
-		}
-		if err := rw.Truncate(0); err != nil {
-			return written, finalError{fmt.Errorf("download artifact %s: truncate for a retry: %w", sha, err)}
 		}
 	}
 	n, err := c.Download(ctx, proto.BulkArtifactDownload, sha, w)

@@ -12,12 +12,9 @@ package node
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -463,15 +460,20 @@ func (n *node) fetchModel(ctx context.Context, sha, path string) error {
 	if err != nil {
 		return err
 	}
-	h := sha256.New()
-	if _, err := n.reg.DownloadArtifact(ctx, sha, io.MultiWriter(f, h)); err != nil {
+	// Into the file alone, so that a download cut by a tracker failover
+	// can start over; the digest is taken from the file afterwards.
+	if _, err := n.reg.DownloadArtifact(ctx, sha, f); err != nil {
 		f.Close()
 		return fmt.Errorf("fetch the model: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
+	got, _, err := client.FileSHA256(path)
+	if err != nil {
+		return fmt.Errorf("fetch the model: %w", err)
+	}
+	if got != sha {
 		return fmt.Errorf("fetch the model: its sha256 is %s, not %s", got, sha)
 	}
 	return nil
