@@ -72,7 +72,7 @@ func haCycle(ctx context.Context, f *procFleet, tc *client.Tracker, lg *haLedger
 	if _, err := tc.DownloadArtifact(ctx, built.Artifact, art); err != nil {
 		return err
 	}
-	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 3 * time.Second, User: "ha"})
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 10 * time.Second, User: "ha"})
 	if err != nil {
 		return err
 	}
@@ -150,21 +150,31 @@ func haClients(t *testing.T, ctx context.Context, f *procFleet, lg *haLedger, n 
 	return &wg
 }
 
-// TestHATrackerKilled runs a fleet of real processes (two compiler nodes,
-// three device daemons, clients building and timing in a loop) through
-// kill -9 of its tracker and a restart on the same data: a session held
-// across the kill keeps timing calls, its lease keeps renewing, every job
-// a client submitted is built exactly once, no device is leased twice, and
-// the clients carry on, seeing at most retryable errors.
+// TestHATrackerKilled runs the fault test on one tracker (bbolt), killed
+// with -9 and started again on the same data.
 func TestHATrackerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a fleet of processes through a tracker crash")
 	}
 	failKernels(t) // skips without a C compiler
-	ctx, cancel := context.WithTimeout(context.Background(), 4*procGuard)
-	defer cancel()
 	f := newProcFleet(t, 250*time.Millisecond)
 	f.startTracker("")
+	runHAFaults(t, f, func(lg *haLedger) {
+		addr := f.trackerAddr
+		f.tracker.kill9(t)
+		f.startTracker(addr)
+	})
+}
+
+// runHAFaults runs a fleet of real processes (two compiler nodes, three
+// device daemons, clients building and timing in a loop) on f's trackers
+// through faults: a session held across them keeps timing calls, its
+// lease keeps renewing, every job a client submitted is built exactly
+// once, no device is leased twice, and the clients carry on, seeing at
+// most retryable errors.
+func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*procGuard)
+	defer cancel()
 	for range 3 {
 		f.startDevice("cpu")
 	}
@@ -172,10 +182,10 @@ func TestHATrackerKilled(t *testing.T) {
 	f.startCompiler()
 	f.waitFree("cpu", 3)
 
-	// A session held through the kill, under a lease that must be renewed
-	// meanwhile (its TTL is shorter than the test's outage and recovery).
+	// A session held through the faults, under a lease that must be
+	// renewed meanwhile (its TTL is shorter than an outage and recovery).
 	tc := f.dialTracker(ctx)
-	held, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 2 * time.Second, User: "held"})
+	held, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 6 * time.Second, User: "held"})
 	check.NoError(t, err)
 	lg := &haLedger{holder: map[string]string{}}
 	lg.take(held)
@@ -191,24 +201,23 @@ func TestHATrackerKilled(t *testing.T) {
 	cctx, stopClients := context.WithCancel(ctx)
 	defer stopClients()
 	wg := haClients(t, cctx, f, lg, 2)
-	eventually(t, "two cycles before the kill", func() bool { return lg.done() >= 2 })
+	eventually(t, "two cycles before the faults", func() bool { return lg.done() >= 2 })
 
-	// A call in flight on the held session while the tracker dies.
+	// A call in flight on the held session while the faults happen, and
+	// calls on it after each.
 	inflight := make(chan error, 1)
 	go func() {
 		_, err := sleep.Call(ctx, int64(500))
 		inflight <- err
 	}()
-	addr := f.trackerAddr
-	f.tracker.kill9(t)
-	f.startTracker(addr)
-	check.NoError(t, <-inflight, "a call in flight to a daemon while the tracker died")
+	faults(lg)
+	check.NoError(t, <-inflight, "a call in flight to a daemon while a tracker died")
 	before := lg.done()
 	for i := range 4 {
 		_, err := sleep.Call(ctx, int64(100))
 		check.NoError(t, err, "held session, call", i)
 	}
-	eventually(t, "four cycles after the restart", func() bool { return lg.done() >= before+4 })
+	eventually(t, "four cycles after the faults", func() bool { return lg.done() >= before+4 })
 	check.NoError(t, held.Err(), "the held lease's renewal")
 	stopClients()
 	wg.Wait()
