@@ -61,7 +61,7 @@ type Tracker struct {
 	opts  TrackerOptions
 	log   *slog.Logger
 
-	dialMu sync.Mutex // one redial at a time
+	dialing chan struct{} // held (one element in it) by the one redial at a time
 
 	mu     sync.Mutex
 	c      *proto.Client
@@ -74,7 +74,7 @@ type Tracker struct {
 // several separated by commas (tracker replicas); a name may resolve to
 // several addresses. The first reachable one is used.
 func DialTracker(ctx context.Context, addrs string, opts TrackerOptions) (*Tracker, error) {
-	t := &Tracker{addrs: newTrackerAddrs(addrs), opts: opts, log: opts.logger(), leases: make(map[*Lease]struct{})}
+	t := &Tracker{addrs: newTrackerAddrs(addrs), opts: opts, log: opts.logger(), leases: make(map[*Lease]struct{}), dialing: make(chan struct{}, 1)}
 	c, addr, err := opts.dialAny(ctx, t.addrs, proto.RoleClient)
 	if err != nil {
 		return nil, fmt.Errorf("connect to tracker: %w", err)
@@ -113,8 +113,12 @@ func (t *Tracker) conn(ctx context.Context, since time.Time) (*proto.Client, err
 	if c, err := t.current(); c != nil || err != nil {
 		return c, err
 	}
-	t.dialMu.Lock()
-	defer t.dialMu.Unlock()
+	select {
+	case t.dialing <- struct{}{}:
+		defer func() { <-t.dialing }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("reconnect to tracker: %w", proto.ErrUnavailable)
+	}
 	b := newBackoff()
 	for {
 		if c, err := t.current(); c != nil || err != nil {
