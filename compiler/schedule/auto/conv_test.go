@@ -1,7 +1,6 @@
 package auto
 
 import (
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -10,9 +9,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/internal/check"
-	"github.com/kiln-ml/kiln/internal/ckernel"
-	"github.com/kiln-ml/kiln/ndarray"
-	"github.com/kiln-ml/kiln/packedfunc"
 )
 
 // convCase is a convolution over NCHW data with an HWIO kernel (what
@@ -156,40 +152,16 @@ func TestConvCompiled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles C")
 	}
-	mod := ir.NewIRModule()
-	funcs := map[string]*ir.PrimFunc{}
-	for i, cc := range convCases() {
-		if !cc.scheduled || cc.int32 {
-			continue // int32 loops keep casts in the tile's indices
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, cc := range convCases() {
+		if cc.scheduled && !cc.int32 { // int32 loops keep casts in the tile's indices
+			fs, opts = append(fs, cc.primFunc(t)), append(opts, cc.opts)
 		}
-		f := cc.primFunc(t)
-		g, ok, err := Func(f, cc.opts)
-		check.NoError(t, err)
-		check.True(t, ok, cc.name)
-		name := fmt.Sprintf("conv%d", i)
-		funcs[name] = f
-		mod = mod.With(name, g.WithAttr(ir.AttrGlobalSymbol, name))
 	}
-	src := ckernel.Source(t, mod)
+	src, funcs := scheduledSource(t, "conv", fs, opts)
 	if i := strings.Index(src, "_local["); i >= 0 {
 		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
 	}
-	m := ckernel.Load(t, src, "-O1")
-	for name, f := range funcs {
-		t.Run(name, func(t *testing.T) {
-			want := outputOf(t, f)
-			args := randomArgs(t, f, 7)
-			vals := make([]packedfunc.Value, len(args))
-			for i, a := range args {
-				vals[i] = packedfunc.Array(a.(*ndarray.NDArray))
-			}
-			fn, err := m.GetFunction(name)
-			check.NoError(t, err)
-			_, err = fn.Call(vals...)
-			check.NoError(t, err)
-			got, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
-			check.NoError(t, err)
-			nearSlices(t, got, want)
-		})
-	}
+	checkCompiled(t, src, funcs)
 }

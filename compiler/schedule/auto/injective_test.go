@@ -81,21 +81,21 @@ func loopKinds(f *ir.PrimFunc) (parallel, vectorized int) {
 	return parallel, vectorized
 }
 
-// TestGeneric schedules the glue kernels with the generic rule and
-// checks each against the unscheduled function in the interpreter,
-// before and after lowering.
-func TestGeneric(t *testing.T) {
+// genericCase is a kernel for the generic rule; allocs are the root's
+// buffers after scheduling, parallel and vectorized count the loops of
+// each kind.
+type genericCase struct {
+	name                 string
+	f                    func(t *testing.T) *ir.PrimFunc
+	opts                 Options
+	allocs               string
+	parallel, vectorized int
+	unchanged            bool
+}
+
+func genericCases() []genericCase {
 	always := Options{ParallelFlops: 16} // every loop nest big enough
-	cases := []struct {
-		name string
-		f    func(t *testing.T) *ir.PrimFunc
-		opts Options
-		// allocs are the root's buffers afterwards; parallel and
-		// vectorized count the loops of each kind.
-		allocs               string
-		parallel, vectorized int
-		unchanged            bool
-	}{
+	return []genericCase{
 		{name: "chain_inlined", f: func(t *testing.T) *ir.PrimFunc { return parseFunc(t, biasChain(5, 48)) },
 			vectorized: 1},
 		{name: "chain_parallel", f: func(t *testing.T) *ir.PrimFunc { return parseFunc(t, biasChain(3, 64)) },
@@ -118,7 +118,13 @@ func TestGeneric(t *testing.T) {
 			return legalized(t, "nn.layer_norm", map[string]any{"axes": []int64{-1}}, []int64{2, 3, 48}, []int64{48}, []int64{48})
 		}, opts: always, allocs: "T_layer_norm_sum T_layer_norm_sqsum", parallel: 3, vectorized: 1},
 	}
-	for _, tc := range cases {
+}
+
+// TestGeneric schedules the glue kernels with the generic rule and
+// checks each against the unscheduled function in the interpreter,
+// before and after lowering.
+func TestGeneric(t *testing.T) {
+	for _, tc := range genericCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.f(t)
 			g, ok := scheduleChecked(t, f, tc.opts, !tc.unchanged)
@@ -145,4 +151,21 @@ func TestGenericLeavesScheduled(t *testing.T) {
 	f := parseFunc(t, src)
 	check.True(t, strings.Contains(script.Print(f), "T.parallel"), "the test's function has a parallel loop")
 	scheduleChecked(t, f, Options{}, false)
+}
+
+// TestGenericCompiled compiles the scheduled kernels to C and runs them
+// against the unscheduled functions in the interpreter.
+func TestGenericCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, tc := range genericCases() {
+		if !tc.unchanged {
+			fs, opts = append(fs, tc.f(t)), append(opts, tc.opts)
+		}
+	}
+	src, funcs := scheduledSource(t, "generic", fs, opts)
+	checkCompiled(t, src, funcs)
 }

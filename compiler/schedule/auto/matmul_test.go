@@ -17,7 +17,9 @@ import (
 	"github.com/kiln-ml/kiln/compiler/transform"
 	_ "github.com/kiln-ml/kiln/devices/cpu" // host arrays for the interpreter
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/ckernel"
 	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -197,6 +199,49 @@ func sameOutput(t *testing.T, f, g *ir.PrimFunc, tol float64) {
 				t.Fatalf("element %d: got %g, want %g", i, got[i], want[i])
 			}
 		}
+	}
+}
+
+// scheduledSource schedules each function of fs with its options (each
+// must be scheduled) and returns the C of a module of them, named
+// PREFIX0, PREFIX1…, and the unscheduled originals by name.
+func scheduledSource(t *testing.T, prefix string, fs []*ir.PrimFunc, opts []Options) (string, map[string]*ir.PrimFunc) {
+	t.Helper()
+	mod := ir.NewIRModule()
+	funcs := map[string]*ir.PrimFunc{}
+	for i, f := range fs {
+		g, ok, err := Func(f, opts[i])
+		check.NoError(t, err)
+		check.True(t, ok, "scheduled", i)
+		name := fmt.Sprintf("%s%d", prefix, i)
+		funcs[name] = f
+		mod = mod.With(name, g.WithAttr(ir.AttrGlobalSymbol, name))
+	}
+	return ckernel.Source(t, mod), funcs
+}
+
+// checkCompiled compiles src (C for scheduled functions) and runs each
+// function of funcs (name → the unscheduled original) on the same inputs
+// as the original in the interpreter; outputs agree.
+func checkCompiled(t *testing.T, src string, funcs map[string]*ir.PrimFunc) {
+	t.Helper()
+	m := ckernel.Load(t, src, "-O1")
+	for name, f := range funcs {
+		t.Run(name, func(t *testing.T) {
+			want := outputOf(t, f)
+			args := randomArgs(t, f, 7)
+			vals := make([]packedfunc.Value, len(args))
+			for i, a := range args {
+				vals[i] = packedfunc.Array(a.(*ndarray.NDArray))
+			}
+			fn, err := m.GetFunction(name)
+			check.NoError(t, err)
+			_, err = fn.Call(vals...)
+			check.NoError(t, err)
+			got, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
+			check.NoError(t, err)
+			nearSlices(t, got, want)
+		})
 	}
 }
 
