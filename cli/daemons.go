@@ -38,6 +38,14 @@ nodes; artifacts are stored by sha256 in DIR/artifacts, or where --artifacts
 says (another directory, or an S3-compatible bucket). A restart loses no
 submitted job (running ones are requeued).
 
+With --store etcd://h1:2379,h2:2379,h3:2379 the state lives in etcd and
+several trackers given the same store and token are replicas of one tracker:
+one is elected to lead and serves; the others accept every connection (kiln
+and TVM protocols) and forward it to the leader; when the leader dies another
+takes over within about two seconds, from etcd's state. --cluster-name and
+--cluster-peers run an embedded etcd member beside each tracker instead, so
+three trackers form their own etcd cluster.
+
 --tvm-listen opens a second listener speaking Apache TVM's tracker protocol,
 so TVM's rpc servers and tuning runners can use this tracker unchanged (that
 protocol has no authentication: bind it to a trusted network).
@@ -45,6 +53,8 @@ protocol has no authentication: bind it to a trusted network).
 Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
    kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
+   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --store etcd://h1:2379,h2:2379,h3:2379
+   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=http://h1:2380,b=http://h2:2380,c=http://h3:2380
    kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9190", Usage: "address of the kiln protocol listener"},
@@ -63,7 +73,7 @@ Examples:
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
 			insecureFlag(),
-		}, listenFlags()...),
+		}, append(listenFlags(), trackerHAFlags()...)...),
 		OnUsageError: usageError,
 		Action:       runTracker,
 	}
@@ -77,7 +87,7 @@ func runTracker(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := tracker.New(tracker.Config{
+	cfg := tracker.Config{
 		Listen: c.String("listen"), DataDir: c.String("data"), Artifacts: c.String("artifacts"),
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
@@ -87,7 +97,11 @@ func runTracker(c *ucli.Context) error {
 		MaxJobQueueTimeout:   c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 		JobRetention: c.Duration("job-retention"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
 		UsersFile: c.String("users-file"),
-	})
+	}
+	if err := trackerHA(c, &cfg); err != nil {
+		return err
+	}
+	srv, err := tracker.New(cfg)
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)
 	}

@@ -1,14 +1,19 @@
 package tracker
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -30,8 +35,8 @@ type ClusterConfig struct {
 	ClientURL string
 	// Dir holds the member's data (default DataDir/etcd).
 	Dir string
-	// CertFile, KeyFile and CAFile, when set, secure peer traffic with
-	// mutual TLS (peer URLs then use https).
+	// CertFile, KeyFile and CAFile secure peer traffic with mutual TLS
+	// when the peer URLs use https (they are required then).
 	CertFile, KeyFile, CAFile string
 
 	// noFsync runs the member without fsync (tests only).
@@ -80,9 +85,7 @@ func startMember(c ClusterConfig, dataDir string, wait time.Duration) (*embed.Et
 	if err != nil {
 		return nil, err
 	}
-	if c.ClientURL == "" {
-		c.ClientURL = "http://127.0.0.1:2379"
-	}
+	c.ClientURL = c.clientURL()
 	client, err := url.Parse(c.ClientURL)
 	if err != nil || client.Port() == "" {
 		return nil, fmt.Errorf("cluster client URL %q is not an http(s)://HOST:PORT URL", c.ClientURL)
@@ -102,9 +105,9 @@ func startMember(c ClusterConfig, dataDir string, wait time.Duration) (*embed.Et
 	cfg.ListenClientUrls = []url.URL{bindURL(*client)}
 	cfg.UnsafeNoFsync = c.noFsync
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(nopZap)
-	if c.CertFile != "" || c.KeyFile != "" || c.CAFile != "" {
+	if self.Scheme == "https" {
 		if c.CertFile == "" || c.KeyFile == "" || c.CAFile == "" {
-			return nil, fmt.Errorf("cluster peer TLS needs a certificate, its key and the CA bundle together")
+			return nil, fmt.Errorf("cluster member %s: https peer URLs need the tracker's certificate, its key and the CA bundle of its peers' certificates (--tls-cert, --tls-key, --tls-client-ca)", c.Name)
 		}
 		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile, ClientCertAuth: true}
 	}
@@ -128,3 +131,142 @@ func startMember(c ClusterConfig, dataDir string, wait time.Duration) (*embed.Et
 // nopZap silences the etcd libraries' own logging: the tracker logs what
 // matters of it.
 var nopZap = zap.NewNop()
+
+// clientURL is ClientURL or its default.
+func (c *ClusterConfig) clientURL() string {
+	if c.ClientURL == "" {
+		return "http://127.0.0.1:2379"
+	}
+	return c.ClientURL
+}
+
+// memberStartWait is how long a tracker waits for its embedded member to
+// join the cluster: the other members' trackers may be started by hand.
+const memberStartWait = 5 * time.Minute
+
+// etcdKeyPrefix is where a fleet's keys live in etcd.
+const etcdKeyPrefix = "/kiln/tracker/"
+
+// parseEtcdStore reads etcd://HOST:PORT[,HOST:PORT...] into endpoints.
+func parseEtcdStore(store string) ([]string, error) {
+	rest, ok := strings.CutPrefix(store, "etcd://")
+	if !ok || rest == "" {
+		return nil, fmt.Errorf("store %q: want etcd://HOST:PORT[,HOST:PORT...]", store)
+	}
+	var eps []string
+	for _, ep := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			return nil, fmt.Errorf("store %q: %q is not HOST:PORT", store, ep)
+		}
+		eps = append(eps, ep)
+	}
+	return eps, nil
+}
+
+// newReplica makes a tracker that runs as one replica of several: it
+// starts the embedded etcd member when configured, connects to etcd,
+// checks that this replica belongs with the others and binds the
+// listeners. The state is loaded when the replica is elected to lead.
+func newReplica(cfg Config) (*Server, error) {
+	s := &Server{cfg: cfg, log: cfg.Logger, runDone: make(chan struct{})}
+	s.initMetrics()
+	s.tvm.init()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create tracker data dir: %w", err)
+	}
+	r := &replica{s: s, cfg: cfg, log: cfg.Logger, prefix: etcdKeyPrefix}
+	var endpoints []string
+	if cfg.Cluster != nil {
+		m, err := startMember(*cfg.Cluster, cfg.DataDir, memberStartWait)
+		if err != nil {
+			return nil, err
+		}
+		r.member = m
+		endpoints = []string{cfg.Cluster.clientURL()}
+	}
+	if cfg.Store != "" {
+		var err error
+		if endpoints, err = parseEtcdStore(cfg.Store); err != nil {
+			r.close()
+			return nil, err
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: etcdCallTimeout, TLS: cfg.EtcdTLS, Logger: nopZap,
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		r.stopMember()
+		return nil, fmt.Errorf("etcd %s: %w", strings.Join(endpoints, ","), err)
+	}
+	r.cli = cli
+	if err := r.checkFleet(endpoints); err != nil {
+		r.close()
+		return nil, err
+	}
+	if err := s.listen(); err != nil {
+		s.closeListeners()
+		r.close()
+		return nil, err
+	}
+	if r.self, err = advertised(cfg.Advertise, s.ln, s.tvmLn); err != nil {
+		s.closeListeners()
+		r.close()
+		return nil, err
+	}
+	r.self.ID = randomID("r-", 6)
+	s.rep = r
+	return s, nil
+}
+
+// checkFleet checks that etcd answers and that the fleet's token is this
+// replica's: the first replica records its token's hash, the others
+// compare theirs, so that replicas given different tokens do not form
+// two fleets that look like one.
+func (r *replica) checkFleet(endpoints []string) error {
+	key := r.prefix + "token-sha256"
+	sum := sha256.Sum256([]byte(r.cfg.Token))
+	hash := hex.EncodeToString(sum[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*etcdCallTimeout)
+	defer cancel()
+	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", 0)).
+		Then(clientv3.OpPut(key, hash)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd unreachable at %s: %w", strings.Join(endpoints, ","), err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 1 && string(kvs[0].Value) != hash {
+		return fmt.Errorf("this tracker's token differs from the one the other replicas on etcd %s use (%s holds another's hash): give every replica the same --token-file", strings.Join(endpoints, ","), key)
+	}
+	return nil
+}
+
+// advertised returns what this replica advertises: adv, or the kiln
+// listener's address with the host name when it binds every address, and
+// the TVM listener's port on the same host.
+func advertised(adv string, ln, tvm net.Listener) (leaderInfo, error) {
+	if adv == "" {
+		host, port, _ := net.SplitHostPort(ln.Addr().String())
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			h, err := os.Hostname()
+			if err != nil {
+				return leaderInfo{}, fmt.Errorf("advertise address: %w (set it)", err)
+			}
+			host = h
+		}
+		adv = net.JoinHostPort(host, port)
+	}
+	host, _, err := net.SplitHostPort(adv)
+	if err != nil {
+		return leaderInfo{}, fmt.Errorf("advertise address %q: %w", adv, err)
+	}
+	l := leaderInfo{Kiln: adv}
+	if tvm != nil {
+		_, port, _ := net.SplitHostPort(tvm.Addr().String())
+		l.TVM = net.JoinHostPort(host, port)
+	}
+	return l, nil
+}

@@ -82,6 +82,24 @@ type Config struct {
 	// Tick is how often expiries are checked (default HeartbeatInterval/4,
 	// within [10ms, 1s]).
 	Tick time.Duration
+	// Store, when set to etcd://HOST:PORT[,HOST:PORT...], keeps the
+	// tracker's state in that etcd cluster instead of DataDir/tracker.db,
+	// and makes this tracker one replica of several (see the package
+	// doc). EtcdTLS, when set, secures the connections to etcd.
+	Store   string
+	EtcdTLS *tls.Config
+	// Cluster, when set, runs an embedded etcd member in this process;
+	// without Store the tracker uses it as its store.
+	Cluster *ClusterConfig
+	// Advertise is the kiln protocol address the other replicas forward
+	// connections to while this one leads (default: Listen, with the
+	// machine's host name when Listen binds every address). The TVM
+	// listener is advertised on the same host, at its own port.
+	Advertise string
+	// ElectionTTL is how long a leader that stopped answering etcd keeps
+	// its leadership: the time a failover takes (default 2s, whole
+	// seconds).
+	ElectionTTL time.Duration
 	// Logger receives the tracker's logs (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -137,8 +155,13 @@ func (c *Config) setDefaults() error {
 	if c.RecentJobs <= 0 {
 		c.RecentJobs = 20
 	}
+	def(&c.ElectionTTL, 2*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
 }
+
+// replicated reports whether the tracker runs as one replica of several,
+// over etcd.
+func (c *Config) replicated() bool { return c.Store != "" || c.Cluster != nil }

@@ -20,6 +20,9 @@ func (s *Server) Ready() error {
 	if stopping {
 		return errors.New("tracker is stopping")
 	}
+	if s.rep != nil {
+		return s.rep.ready()
+	}
 	if r, ok := s.st.(readier); ok {
 		return r.ready()
 	}

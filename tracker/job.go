@@ -93,6 +93,9 @@ func checkJobLabels(a proto.BuildSubmitArgs) error {
 }
 
 func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs) (any, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("submit build: %w", err)
+	}
 	switch {
 	case strings.TrimSpace(a.Module) == "":
 		return nil, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
@@ -362,6 +365,9 @@ func (s *Server) compilerLocked(id string, c *proto.Conn, what string) (*node, e
 }
 
 func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.BuildTakeArgs) (any, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("take build job: %w", err)
+	}
 	wait := a.Wait
 	if wait <= 0 {
 		wait = defaultBuildWait

@@ -367,6 +367,9 @@ func (s *Server) waitTicket(ctx context.Context, t *ticket, wait time.Duration) 
 }
 
 func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.LeaseRequestArgs) (any, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("lease request: %w", err)
+	}
 	if u := userOf(c); u != "" {
 		a.User = u // a named user is who their token says, not what they declare
 	}

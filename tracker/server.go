@@ -59,6 +59,8 @@ type Server struct {
 
 	tvm tvmState
 
+	rep *replica // set when this tracker is one replica of several over etcd
+
 	runMu     sync.Mutex
 	running   bool
 	runCancel context.CancelFunc
@@ -67,12 +69,29 @@ type Server struct {
 	closeErr  error
 }
 
-// New opens DataDir/tracker.db and binds the configured listeners, so
+// New opens the tracker's store (DataDir/tracker.db, or etcd with
+// Config.Store or Config.Cluster: then the tracker is one replica of
+// several, see the package doc) and binds the configured listeners, so
 // Addr, TVMAddr and MetricsAddr are known before Run.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if cfg.replicated() {
+		return newReplica(cfg)
+	}
+	return newServer(cfg, nil, func(s *Server) (stateStore, error) {
+		return openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
+			synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
+			checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
+		})
+	})
+}
+
+// newServer builds a tracker over the store open returns. It binds the
+// configured listeners, or, with ho (a replica's term as leader), serves
+// the connections ho hands it.
+func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		log:        cfg.Logger,
@@ -100,10 +119,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.blobs = blobs
-	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
-		synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
-		checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
-	})
+	st, err := open(s)
 	if err != nil {
 		return nil, fmt.Errorf("open tracker store: %w", err)
 	}
@@ -122,7 +138,12 @@ func New(cfg Config) (*Server, error) {
 		st.close()
 		return nil, fmt.Errorf("load tracker state: %w", err)
 	}
-	if err := s.listen(); err != nil {
+	if ho != nil {
+		s.ln = ho.kiln
+		if ho.tvm != nil {
+			s.tvmLn = ho.tvm
+		}
+	} else if err := s.listen(); err != nil {
 		s.closeListeners()
 		st.close()
 		return nil, err
@@ -213,6 +234,13 @@ func (s *Server) Run(ctx context.Context) error {
 	s.runMu.Unlock()
 	defer close(s.runDone)
 	defer cancel()
+	if s.rep != nil {
+		err := s.rep.run(ctx)
+		if serr := s.shutdown(); err == nil {
+			err = serr
+		}
+		return err
+	}
 
 	s.log.Info("tracker serving", "addr", s.Addr(), "tvm", s.TVMAddr(), "metrics", s.MetricsAddr(), "data", s.cfg.DataDir)
 	var (
@@ -291,6 +319,11 @@ func (s *Server) Close() error {
 // shutdown closes what Run does not: listeners not yet closed and the store.
 func (s *Server) shutdown() error {
 	s.closeOnce.Do(func() {
+		if s.rep != nil {
+			s.closeListeners()
+			s.closeErr = s.rep.close()
+			return
+		}
 		s.rpc.Close()
 		s.closeListeners()
 		s.tvm.closeAll()

@@ -83,3 +83,13 @@ type storedJob struct {
 	rec    jobRecord
 	module string
 }
+
+// writable returns nil while the store takes writes; otherwise an error
+// wrapping proto.ErrUnavailable, which clients take as "try again", so
+// that no new lease or build job is accepted that could not be kept.
+func (s *Server) writable() error {
+	if r, ok := s.st.(readier); ok {
+		return r.ready()
+	}
+	return nil
+}
