@@ -36,6 +36,8 @@ type options struct {
 	quick bool
 	// model picks the model of the onnx benchmark (--model).
 	model string
+	// trials is the tune benchmark's budget (--trials; 0: its default).
+	trials int
 }
 
 // result is a benchmark's report. It marshals to one JSON object that has
@@ -85,6 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quick := fs.Bool("quick", false, "tiny configuration that only checks the benchmark runs (figures are meaningless)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the benchmark to this file (for go tool pprof)")
 	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
+	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -113,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	res, err := b.run(ctx, options{quick: *quick, model: *model})
+	res, err := b.run(ctx, options{quick: *quick, model: *model, trials: *trials})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -133,6 +133,9 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	if opt.quick {
 		n, trials, batch, thr, otherTrials, rounds, minBatch = 64, 4, 2, 2, 2, 1, time.Millisecond
 	}
+	if opt.trials > 0 {
+		trials, otherTrials = opt.trials, max(opt.trials/8, 2)
+	}
 	r := tuneResult{Name: "tune", Sizes: sizesNMK{n, n, n}, Quick: opt.quick, Load: loadAvg()}
 	f, err := matmulFunc(n, n, n)
 	if err != nil {

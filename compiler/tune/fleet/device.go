@@ -115,16 +115,20 @@ func (r *Runner) relet(ctx context.Context, why string, d *device) error {
 	return nil
 }
 
-// call runs the artifact's function once on d with the reference's
-// inputs and returns the outputs' bytes.
-func (r *Runner) call(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) ([][]byte, error) {
-	fn, err := r.load(ctx, d, task, ref, art)
-	if err != nil {
-		return nil, err
-	}
+// args are d's arrays as call arguments.
+func (d *device) args() []any {
 	args := make([]any, len(d.arrays))
 	for i, a := range d.arrays {
 		args[i] = a
+	}
+	return args
+}
+
+// call runs fn (loaded on d by load) once with the reference's inputs and
+// returns the outputs' bytes.
+func call(ctx context.Context, d *device, ref *reference, fn *client.Func) ([][]byte, error) {
+	args := d.args()
+	for i, a := range d.arrays {
 		if ref.params[i].out {
 			// Poison the outputs so a kernel that skips elements shows.
 			poison := bytes.Repeat([]byte{0xff}, len(ref.params[i].data))
@@ -195,7 +199,11 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return res, false
 	}
 	res.Device = d.attrs
-	outs, err := r.call(ctx, d, task, ref, art)
+	fn, err := r.load(ctx, d, task, ref, art)
+	if err != nil {
+		return r.failed(ctx, d, res, err)
+	}
+	outs, err := call(ctx, d, ref, fn)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
@@ -210,15 +218,7 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		}
 		k++
 	}
-	fn, err := r.load(ctx, d, task, ref, art)
-	if err != nil {
-		return r.failed(ctx, d, res, err)
-	}
-	args := make([]any, len(d.arrays))
-	for i, a := range d.arrays {
-		args[i] = a
-	}
-	t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, args...)
+	t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}

@@ -14,7 +14,8 @@
 // daemon is gone is dropped and its candidate measured on another.
 //
 // With Config.Dial the runner owns its tracker connection: when it fails
-// (the tracker restarted), the runner redials with a bounded backoff,
+// for longer than the client SDK keeps failing over (the tracker
+// restarted and stayed away), the runner redials with a bounded backoff,
 // waits again for the build jobs in flight (the tracker keeps them over a
 // restart; a job it lost is submitted again) and leases its devices
 // again through the new connection before their next measurement.

@@ -56,7 +56,11 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 		if err := r.ready(ctx, d); err != nil {
 			return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
 		}
-		outs, err := r.call(ctx, d, task, ref, art)
+		fn, err := r.load(ctx, d, task, ref, art)
+		var outs [][]byte
+		if err == nil {
+			outs, err = call(ctx, d, ref, fn)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -70,14 +74,8 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 				k++
 			}
 		}
-		if r.cfg.NoDefault {
-			// Not timed.
-		} else if fn, err := r.load(ctx, d, task, ref, art); err == nil {
-			args := make([]any, len(d.arrays))
-			for i, a := range d.arrays {
-				args[i] = a
-			}
-			if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, args...); err == nil {
+		if !r.cfg.NoDefault {
+			if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...); err == nil {
 				ref.dflt = t.Median
 			}
 		}
