@@ -188,15 +188,23 @@ func (r *Runner) load(ctx context.Context, d *device, task *tune.Task, ref *refe
 	return fn, nil
 }
 
-// measure runs, checks and times one built candidate on d. ok is false
-// when the device itself failed (its daemon is gone), not the candidate.
-func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (tune.Result, bool) {
+// verdict is what became of one measurement.
+type verdict int
+
+const (
+	resultStands verdict = iota // valid or not
+	measureAgain                // the session was lost, not by the candidate's fault
+	deviceGone                  // another device measures the candidate
+)
+
+// measure runs, checks and times one built candidate on d.
+func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (tune.Result, verdict) {
 	start := time.Now()
 	defer func() { r.log.Debug("measured", "device", d.name, "took", time.Since(start)) }()
 	res := tune.Result{Device: d.attrs}
 	if err := r.ready(ctx, d); err != nil {
 		res.Error = err.Error()
-		return res, false
+		return res, deviceGone
 	}
 	res.Device = d.attrs
 	fn, err := r.load(ctx, d, task, ref, art)
@@ -214,7 +222,7 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		}
 		if msg := compare(p, outs[k]); msg != "" {
 			res.Error, res.Stage = msg, "check"
-			return res, true
+			return res, resultStands
 		}
 		k++
 	}
@@ -223,37 +231,39 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return r.failed(ctx, d, res, err)
 	}
 	res.Times = t.Results
-	return res, true
+	return res, resultStands
 }
 
 // failed classifies an error of a candidate's run: a crash or a failing
 // kernel marks the candidate (and the session is reopened, or the device
 // leased again, so the device stays in the pool); a daemon that cannot be
 // reached again is the device's failure.
-func (r *Runner) failed(ctx context.Context, d *device, res tune.Result, err error) (tune.Result, bool) {
+func (r *Runner) failed(ctx context.Context, d *device, res tune.Result, err error) (tune.Result, verdict) {
 	res.Error, res.Stage = err.Error(), "run"
 	if ctx.Err() != nil {
-		return res, true
+		return res, resultStands
 	}
 	if d.sess.Err() == nil {
-		return res, true // the kernel failed; the session lives
+		return res, resultStands // the kernel failed; the session lives
 	}
 	d.sess.Close()
+	crashed := errors.Is(err, proto.ErrCrashed)
 	if cerr := r.connect(ctx, d, d.lease, d.gen); cerr != nil {
-		if !errors.Is(err, proto.ErrCrashed) {
+		if _, gen := r.tracker(); !crashed && d.gen == gen {
 			res.Error = fmt.Sprintf("%v; reconnecting: %v", err, cerr)
-			return res, false
+			return res, deviceGone
 		}
-		// The crash ended the lease's session: lease again.
+		// The crash ended the lease's session, or the lease came from a
+		// tracker connection since replaced and lapsed: lease again.
 		if lerr := r.relet(ctx, err.Error(), d); lerr != nil {
 			res.Error = lerr.Error()
-			return res, false
+			return res, deviceGone
 		}
 	}
-	if errors.Is(err, proto.ErrCrashed) {
-		return res, true
+	if crashed {
+		return res, resultStands
 	}
-	// The session ended without a crash (connection lost): the candidate
-	// was not at fault; another device measures it.
-	return res, false
+	// The session ended without a crash and the device is back: the
+	// candidate was not at fault; it is measured again.
+	return res, measureAgain
 }

@@ -211,7 +211,12 @@ func (r *Runner) closeTracker() {
 type built struct {
 	i        int
 	artifact []byte
+	tries    int // measurements that lost their session
 }
+
+// maxTries bounds how many times a candidate whose session ended (not a
+// crash) is measured again before its last error is its result.
+const maxTries = 2
 
 // Run builds the candidates as build jobs, all submitted at once, and
 // measures each built one on the next free device.
@@ -273,9 +278,14 @@ func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candida
 					return
 				case b := <-queue:
 					r.event(d, 1, "")
-					res, ok := r.measure(ctx, d, task, ref, b.artifact)
+					res, v := r.measure(ctx, d, task, ref, b.artifact)
 					r.event(d, 0, "")
-					if ok {
+					if v == measureAgain && b.tries < maxTries {
+						b.tries++
+						queue <- b
+						continue
+					}
+					if v != deviceGone {
 						out[b.i] = res
 						finish()
 						continue
