@@ -4,8 +4,8 @@
 // build-job queue, the artifact store, the Apache TVM tracker-protocol
 // listener and the /metrics endpoint.
 //
-// tracker builds on rpcserver/proto (the wire types and the RPC endpoint)
-// and bbolt. It must not import client, cli, rpcserver (the daemon), the
+// tracker builds on rpcserver/proto (the wire types and the RPC endpoint),
+// bbolt and etcd. It must not import client, cli, rpcserver (the daemon), the
 // compiler, vm or devices: it moves text and bytes, it never builds or runs
 // them.
 //
@@ -16,7 +16,7 @@
 // record put or deleted in a table (jobs, modules, artifacts, leases,
 // credentials, meta), waits where a change must be durable before it
 // answers, and reads everything back at start. No storage type crosses
-// that interface; boltStore is the implementation.
+// that interface; boltStore (the default) and etcdStore implement it.
 //
 // DataDir/tracker.db (bbolt) holds build jobs with their modules, the
 // artifact index, the outstanding leases and node credentials; artifacts
@@ -41,6 +41,52 @@
 // persisted: they belong to client connections, which a restart ends.
 // The registry is not persisted either: nodes re-register when their
 // heartbeat answers not_found or their connection drops.
+//
+// # Replicas over etcd
+//
+// With Config.Store (etcd://...) or Config.Cluster (an embedded etcd
+// member, go.etcd.io/etcd/server/v3/embed, in the tracker's process) the
+// state lives in etcd (etcdStore: a key per record under /kiln/tracker/)
+// and several trackers are replicas of one. The choice is an elected
+// leader with fenced writes, not every request as etcd transactions: the
+// leader keeps the working state in memory exactly as a single tracker
+// does (queues, fairness, expiry sweeps, the registry, which all need one
+// place that sees every request) and tells etcd every change; the queued
+// changes of concurrent calls go in one etcd transaction, so grants cost
+// a shared round of consensus rather than one each. Each transaction is
+// guarded by If(CreateRevision(leader key) == the leader's own), so a
+// replica that lost its leadership (its session lapsed while it could not
+// reach etcd, or it was stopped abruptly and came back) can never write:
+// a grant or a job claim happens once, by the one leader, or not at all.
+// A write that fails its guard ends the term.
+//
+// Replicas campaign with go.etcd.io/etcd/client/v3/concurrency under a
+// session of ElectionTTL (default 2 s): when the leader dies its key
+// lapses within that and the next candidate leads. Leading is a term: a
+// tracker of the term's own is built by loading the snapshot from etcd
+// (running jobs requeued, leases kept as after a restart) and serves the
+// replica's listeners; when the term ends that tracker stops and closes
+// its connections, and the replica campaigns again. Every replica accepts
+// every connection: a follower forwards kiln and TVM connections byte for
+// byte (TLS stays end to end) to the leader's advertised addresses, the
+// election key's value, and closes them when the leader changes, so
+// clients, daemons and compiler nodes reconnect and re-register (they
+// take several tracker addresses and retry on unavailable). Each replica
+// serves /metrics (the leader's tracker's while it leads), /healthz and
+// /readyz.
+//
+// Device liveness needs nothing in etcd: the registry lives in the
+// leader's memory and is rebuilt as nodes register with a new leader, so
+// a dead tracker holds no device. While etcd cannot be reached the leader
+// is not ready and refuses new leases, build jobs and job claims with
+// unavailable (retryable); writes already queued are tried again until
+// etcd answers, and if the leadership lapses meanwhile the next leader
+// starts from what etcd holds. The first replica records a hash of its
+// token in etcd; a replica started with another token is refused. Keep
+// artifacts where every replica reaches them (a shared directory or an
+// S3 bucket, Config.Artifacts): the index is in etcd, the bytes are not.
+// A record larger than 1 MiB cannot be stored in etcd: over etcd, modules
+// larger than that are refused at submission.
 //
 // # Health
 //

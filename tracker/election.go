@@ -186,7 +186,7 @@ func (r *replica) probe(ctx context.Context) {
 	tick := time.NewTicker(etcdProbeEvery)
 	defer tick.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
+		cctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
 		_, err := r.cli.Get(cctx, r.electionPrefix(), clientv3.WithCountOnly())
 		cancel()
 		r.mu.Lock()
@@ -235,10 +235,15 @@ func (r *replica) campaign(ctx context.Context) {
 			b.wait(ctx)
 		}
 		cancel()
-		rctx, rcancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+		// Hand the leadership on at once when etcd answers; otherwise it
+		// lapses with the session.
+		rctx, rcancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
 		el.Resign(rctx)
 		rcancel()
-		sess.Close()
+		sess.Orphan()
+		rctx, rcancel = context.WithTimeout(context.Background(), etcdProbeTimeout)
+		r.cli.Revoke(rctx, sess.Lease())
+		rcancel()
 	}
 }
 
@@ -251,6 +256,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	ho := newHandoff(r.s.ln, r.s.tvmLn)
 	cfg := r.cfg
 	cfg.MetricsListen = ""
+	cfg.MaxModuleSize = min(cfg.MaxModuleSize, etcdMaxValue) // a module is one etcd record
 	cfg.Logger = r.log.With("term", el.Rev())
 	var st *etcdStore
 	t0 := time.Now()
@@ -289,6 +295,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	r.mu.Lock()
 	r.term = nil
 	r.mu.Unlock()
+	st.abandon() // what it could not write by now is another leader's to redo
 	stop()
 	ho.close()
 	if err := <-done; err != nil {

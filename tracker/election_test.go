@@ -48,9 +48,18 @@ func startReplicas(t *testing.T) *replicaSet {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &running{Server: srvs[i], cancel: cancel, errc: make(chan error, 1)}
 		go func() { r.errc <- srvs[i].Run(ctx) }()
-		t.Cleanup(func() { r.stop(t) })
 		rs.reps = append(rs.reps, r)
 	}
+	// Stop them together: one stopped alone takes its etcd member away
+	// from the others.
+	t.Cleanup(func() {
+		for _, r := range rs.reps {
+			r.cancel()
+		}
+		for _, r := range rs.reps {
+			r.stop(t)
+		}
+	})
 	return rs
 }
 
@@ -137,4 +146,45 @@ func TestReplicas(t *testing.T) {
 	check.NoError(t, err)
 	check.True(t, again.ID != lease.ID, again.ID)
 	check.NoError(t, again.Release(ctx))
+}
+
+// TestEtcdLost: while its etcd is down the tracker says it is not ready
+// and refuses new work with a retryable error; when etcd is back it
+// serves again, with the job queued before the outage.
+func TestEtcdLost(t *testing.T) {
+	member := ClusterConfig{
+		Name: "solo", Peers: "solo=http://127.0.0.1:" + freePort(t),
+		ClientURL: "http://127.0.0.1:" + freePort(t), Dir: t.TempDir(), noFsync: true,
+	}
+	e, err := startMember(member, "", guard)
+	check.NoError(t, err)
+	defer func() { e.Close() }()
+	cfg := fastConfig(t)
+	cfg.ElectionTTL = time.Second
+	cfg.Store = "etcd://" + strings.TrimPrefix(member.ClientURL, "http://")
+	r := startTracker(t, cfg)
+	ctx := testCtx(t)
+	eventually(t, "the replica leads", func() bool { return r.rep.currentTerm() != nil && r.Ready() == nil })
+	tc, err := client.DialTracker(ctx, r.Addr(), client.TrackerOptions{Logger: quietLogger(), FailoverTimeout: 300 * time.Millisecond})
+	check.NoError(t, err)
+	defer tc.Close()
+	job, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "kept", Module: module, Target: "cpu"})
+	check.NoError(t, err)
+
+	e.Close()
+	eventually(t, "not ready without etcd", func() bool { return r.Ready() != nil })
+	check.ErrorIs(t, r.Ready(), proto.ErrUnavailable)
+	_, err = tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "refused", Module: module, Target: "cpu"})
+	check.ErrorIs(t, err, proto.ErrUnavailable)
+	_, err = tc.RequestLease(ctx, client.LeaseRequest{Key: "k"})
+	check.ErrorIs(t, err, proto.ErrUnavailable)
+
+	e, err = startMember(member, "", guard)
+	check.NoError(t, err)
+	eventually(t, "ready again", func() bool { return r.Ready() == nil })
+	got, err := tc.BuildStatus(ctx, job.ID)
+	check.NoError(t, err)
+	check.Equal(t, got.State, proto.JobQueued)
+	_, err = tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "after", Module: module, Target: "cpu"})
+	check.NoError(t, err)
 }

@@ -5,8 +5,8 @@ package tracker
 // leases and node credentials. The tracker holds its working state in
 // memory and tells the store every change, as records keyed within a
 // table; nothing about how a store keeps them (transactions, buckets,
-// files) reaches the tracker. boltStore (tracker.db) is the one
-// implementation.
+// files) reaches the tracker. boltStore (tracker.db) and etcdStore
+// implement it.
 type stateStore interface {
 	// load returns everything stored.
 	load() (snapshot, error)

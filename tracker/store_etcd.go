@@ -40,6 +40,9 @@ type etcdStore struct {
 	lastErr error // the last transaction's failure, nil after a success
 	fenced  error // set when a guarded transaction failed its guard
 	lost    chan struct{}
+
+	quit     chan struct{} // closed by abandon: stop trying batches again
+	quitOnce sync.Once
 }
 
 var _ stateStore = (*etcdStore)(nil)
@@ -58,7 +61,9 @@ const (
 	etcdCallTimeout = 5 * time.Second
 	// etcdCloseGrace is how long close keeps trying queued batches while
 	// etcd cannot be reached.
-	etcdCloseGrace = 5 * time.Second
+	etcdCloseGrace = 2 * time.Second
+	// etcdProbeTimeout bounds a readiness probe.
+	etcdProbeTimeout = time.Second
 )
 
 // errFenced is what writes fail with once the store's guard has failed.
@@ -67,7 +72,7 @@ var errFenced = fmt.Errorf("this tracker replica is no longer the leader: its wr
 // openEtcdStore returns a store over cli under prefix (which should end in
 // "/"), writing only while every comparison in fence holds.
 func openEtcdStore(cli *clientv3.Client, prefix string, fence []clientv3.Cmp, hooks storeHooks) *etcdStore {
-	st := &etcdStore{cli: cli, prefix: prefix, fence: fence, hooks: hooks, lost: make(chan struct{})}
+	st := &etcdStore{cli: cli, prefix: prefix, fence: fence, hooks: hooks, lost: make(chan struct{}), quit: make(chan struct{})}
 	st.start(st.commit)
 	return st
 }
@@ -167,6 +172,8 @@ func (st *etcdStore) txn(ops []clientv3.Op) error {
 		}
 		select {
 		case <-time.After(backoff):
+		case <-st.quit:
+			return errFenced
 		case <-giveUp:
 			return fmt.Errorf("etcd transaction: %v: gave up at close: %w", err, proto.ErrUnavailable)
 		}
@@ -210,6 +217,14 @@ func (st *etcdStore) fencedErr() error {
 	return st.fenced
 }
 
+// abandon makes the store give up the batch it is trying again and fail
+// every later one, as a fenced store does: its owner lost the leadership
+// the fence stands for while etcd could not be reached.
+func (st *etcdStore) abandon() {
+	st.quitOnce.Do(func() { close(st.quit) })
+	st.setFenced()
+}
+
 // fencedCh is closed when a write fails its guard.
 func (st *etcdStore) fencedCh() <-chan struct{} { return st.lost }
 
@@ -231,7 +246,7 @@ func (st *etcdStore) ready() error {
 // records the result for ready; the store's owner calls it now and then
 // so that readiness follows etcd while no write is made.
 func (st *etcdStore) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
 	defer cancel()
 	resp, err := st.cli.Txn(ctx).If(st.fence...).Commit()
 	if err == nil && !resp.Succeeded {
