@@ -289,5 +289,12 @@ func etcdSetup(ctx context.Context, bin, dir string, common []string) (haSetup, 
 	if !strings.Contains(string(help), "--cluster-peers") {
 		return haSetup{}, "this kiln tracker has no embedded etcd member (--cluster-peers): nothing to measure", nil
 	}
-	return haSetup{}, "", errors.New("the embedded etcd cluster is not wired into this benchmark yet")
+	procs, list, err := startCluster(bin, dir, 3, common)
+	if err != nil {
+		return haSetup{}, "", err
+	}
+	s := haSetup{store: "etcd (3 embedded members)", list: list, procs: procs}
+	s.victim = func(ctx context.Context) (*trackerProc, error) { return leaderOf(ctx, procs, time.Minute) }
+	s.recover = func(*trackerProc) error { return nil } // the others take over
+	return s, "", nil
 }

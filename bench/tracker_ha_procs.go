@@ -168,3 +168,87 @@ func (f *fleet) stop() {
 	f.cancel()
 	f.wg.Wait()
 }
+
+// startCluster starts n trackers, each with an embedded etcd member
+// (--cluster-name, --cluster-peers) that is its store, sharing one
+// artifact directory, and returns them with the address list of all.
+func startCluster(bin, dir string, n int, common []string) ([]*trackerProc, string, error) {
+	var names, peers, clients, listens []string
+	for i := range n {
+		var addrs [3]string
+		for k := range addrs {
+			a, err := freePort()
+			if err != nil {
+				return nil, "", err
+			}
+			addrs[k] = a
+		}
+		name := fmt.Sprintf("t%d", i)
+		names = append(names, name)
+		listens = append(listens, addrs[0])
+		peers = append(peers, name+"=http://"+addrs[1])
+		clients = append(clients, "http://"+addrs[2])
+	}
+	var procs []*trackerProc
+	for i := range n {
+		d := filepath.Join(dir, names[i])
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, "", err
+		}
+		args := append([]string{"--data", filepath.Join(d, "data"), "--artifacts", filepath.Join(dir, "artifacts"), "--advertise", listens[i],
+			"--cluster-name", names[i], "--cluster-peers", strings.Join(peers, ","), "--cluster-client-url", clients[i]}, common...)
+		p, err := startTrackerProc(bin, listens[i], filepath.Join(d, "tracker.log"), args...)
+		if err != nil {
+			for _, p := range procs {
+				p.stop()
+			}
+			return nil, "", err
+		}
+		procs = append(procs, p)
+	}
+	return procs, strings.Join(listens, ","), nil
+}
+
+// leaderOf returns the tracker whose log last named itself the leader
+// ("tracker leader … self=true"), waiting up to within for one.
+func leaderOf(ctx context.Context, procs []*trackerProc, within time.Duration) (*trackerProc, error) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, p := range procs {
+			if p.alive() && p.saysLeader() {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("no tracker says it leads within %s", within)
+}
+
+// saysLeader reports whether the last leader its log names is itself.
+func (p *trackerProc) saysLeader() bool {
+	b, _ := os.ReadFile(p.logPath)
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "tracker leader") {
+			return strings.Contains(lines[i], "self=true")
+		}
+	}
+	return false
+}
+
+// alive reports whether the process runs.
+func (p *trackerProc) alive() bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}

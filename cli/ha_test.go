@@ -17,6 +17,10 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
+// haLeaseTTL is the fault tests' lease TTL: longer than a failover
+// (a lease whose tracker cannot be reached for its whole TTL expires).
+const haLeaseTTL = 20 * time.Second
+
 // haLedger is what the clients of a fault test saw: the jobs a tracker
 // acknowledged, the devices held (a device that arrives in a lease while
 // another client holds it was granted twice), and the retryable errors.
@@ -72,7 +76,7 @@ func haCycle(ctx context.Context, f *procFleet, tc *client.Tracker, lg *haLedger
 	if _, err := tc.DownloadArtifact(ctx, built.Artifact, art); err != nil {
 		return err
 	}
-	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 10 * time.Second, User: "ha"})
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: haLeaseTTL, User: "ha"})
 	if err != nil {
 		return err
 	}
@@ -182,10 +186,10 @@ func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
 	f.startCompiler()
 	f.waitFree("cpu", 3)
 
-	// A session held through the faults, under a lease that must be
-	// renewed meanwhile (its TTL is shorter than an outage and recovery).
+	// A session held through the faults, under a lease renewed on the
+	// trackers that survive them.
 	tc := f.dialTracker(ctx)
-	held, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: 6 * time.Second, User: "held"})
+	held, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: haLeaseTTL, User: "held"})
 	check.NoError(t, err)
 	lg := &haLedger{holder: map[string]string{}}
 	lg.take(held)
@@ -211,6 +215,7 @@ func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
 		inflight <- err
 	}()
 	faults(lg)
+	after := time.Now()
 	check.NoError(t, <-inflight, "a call in flight to a daemon while a tracker died")
 	before := lg.done()
 	for i := range 4 {
@@ -218,6 +223,7 @@ func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
 		check.NoError(t, err, "held session, call", i)
 	}
 	eventually(t, "four cycles after the faults", func() bool { return lg.done() >= before+4 })
+	eventually(t, "the held lease renewed after the faults", func() bool { return held.Expiry().After(after.Add(haLeaseTTL)) })
 	check.NoError(t, held.Err(), "the held lease's renewal")
 	stopClients()
 	wg.Wait()
