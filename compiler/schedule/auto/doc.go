@@ -23,8 +23,10 @@
 //     registers instead (depthwise.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
-//     loop of each elementwise block vectorized, and loop nests with
-//     enough work parallel over their outer loops.
+//     loop of each elementwise block vectorized, row reductions (softmax's
+//     and layer norm's sums and maxima, means) run on a vector of partial
+//     results (reduction_cpu.go), and loop nests with enough work
+//     parallel over their outer loops.
 //
 // For GPUs, GPUFunc is the fallback rule of DLight: a function's one block
 // gets its spatial loops fused and bound to blockIdx.x and threadIdx.x,

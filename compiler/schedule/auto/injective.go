@@ -19,6 +19,9 @@ import (
 //   - Each remaining spatial block has its innermost loop split into
 //     vectors (when the vector's lanes divide it) and vectorized; its
 //     stores are contiguous there, being the output's last axis.
+//   - Row reductions (a sum or maximum along the innermost loop) keep
+//     a vector of partial results over the row and combine its lanes
+//     at the end (reduction_cpu.go).
 //   - A block whose work (iterations, reductions included) reaches
 //     genericParallelFactor × Options.ParallelFlops runs in parallel
 //     over its outer spatial loops, fused into one.
@@ -74,7 +77,8 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool) {
 			s, changed = c, true
 		}
 	}
-	return s.Func(), changed
+	g, rows := vectorRows(s.Func(), opts.VectorBytes)
+	return g, changed || rows
 }
 
 // unscheduled reports a block directly under serial loops of constant

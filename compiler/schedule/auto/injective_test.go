@@ -107,7 +107,7 @@ func genericCases() []genericCase {
 		{name: "head_merge", f: func(t *testing.T) *ir.PrimFunc { return parseFunc(t, transposeReshape(4, 6, 32)) },
 			allocs: "t", vectorized: 2},
 		{name: "softmax", f: func(t *testing.T) *ir.PrimFunc { return legalized(t, "nn.softmax", nil, []int64{3, 5, 32}) },
-			opts: always, allocs: "T_softmax_maxelem T_softmax_exp T_softmax_expsum", parallel: 4, vectorized: 2},
+			opts: always, allocs: "T_softmax_maxelem T_softmax_exp T_softmax_expsum", parallel: 4, vectorized: 6},
 		// Rows too short for a vector, too little work for threads.
 		{name: "softmax_odd_small", f: func(t *testing.T) *ir.PrimFunc { return legalized(t, "nn.softmax", nil, []int64{3, 33}) },
 			unchanged: true},
@@ -116,7 +116,19 @@ func genericCases() []genericCase {
 		}, opts: always, parallel: 1},
 		{name: "layer_norm", f: func(t *testing.T) *ir.PrimFunc {
 			return legalized(t, "nn.layer_norm", map[string]any{"axes": []int64{-1}}, []int64{2, 3, 48}, []int64{48}, []int64{48})
-		}, opts: always, allocs: "T_layer_norm_sum T_layer_norm_sqsum", parallel: 3, vectorized: 1},
+		}, opts: always, allocs: "T_layer_norm_sum T_layer_norm_sqsum", parallel: 3, vectorized: 5},
+		// Rows of 64: a vector of partial sums (maxima) per row.
+		{name: "sum_rows_vector", f: func(t *testing.T) *ir.PrimFunc {
+			return legalized(t, "sum", map[string]any{"axis": []int64{1}}, []int64{5, 64})
+		}, vectorized: 2},
+		{name: "max_rows_vector_parallel", f: func(t *testing.T) *ir.PrimFunc {
+			return legalized(t, "max", map[string]any{"axis": []int64{-1}, "keepdims": true}, []int64{3, 2, 96})
+		}, opts: always, parallel: 1, vectorized: 2},
+		// The reduced axis is the middle one: its loop is still innermost,
+		// its loads strided (gathered into vectors).
+		{name: "sum_middle_axis", f: func(t *testing.T) *ir.PrimFunc {
+			return legalized(t, "sum", map[string]any{"axis": []int64{1}}, []int64{2, 64, 3})
+		}, vectorized: 2},
 	}
 }
 
