@@ -62,7 +62,10 @@
 //
 // Replicas campaign with go.etcd.io/etcd/client/v3/concurrency under a
 // session of ElectionTTL (default 2 s): when the leader dies its key
-// lapses within that and the next candidate leads. Leading is a term: a
+// lapses within that and the next candidate leads. A follower whose
+// forwarded connections the leader's address refuses (no process listens
+// there) revokes the leader's session at once rather than wait; that is
+// safe because a revoked leader can no longer write. Leading is a term: a
 // tracker of the term's own is built by loading the snapshot from etcd
 // (running jobs requeued, leases kept as after a restart) and serves the
 // replica's listeners; when the term ends that tracker stops and closes

@@ -81,19 +81,20 @@ type proxies struct {
 }
 
 // forward copies bytes both ways between c and the leader at addr until
-// either side closes.
-func (p *proxies) forward(c net.Conn, leaderID, addr string) {
+// either side closes. It returns the error of dialling the leader, nil
+// once connected.
+func (p *proxies) forward(c net.Conn, leaderID, addr string) error {
 	up, err := net.DialTimeout("tcp", addr, proxyDialTimeout)
 	if err != nil {
 		c.Close()
-		return
+		return err
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		c.Close()
 		up.Close()
-		return
+		return nil
 	}
 	if p.conns == nil {
 		p.conns = map[net.Conn]string{}
@@ -114,6 +115,7 @@ func (p *proxies) forward(c net.Conn, leaderID, addr string) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
+	return nil
 }
 
 // leaderChanged closes the connections forwarded to another leader than
