@@ -397,7 +397,7 @@ func TestOverlays(t *testing.T) {
 	for _, d := range dirs {
 		names = append(names, filepath.Base(filepath.Dir(d)))
 	}
-	for _, want := range []string{"single"} {
+	for _, want := range []string{"etcd", "external-etcd", "single"} {
 		check.True(t, slices.Contains(names, want), "no overlay", want, "in", names)
 	}
 	var g k8s.Golden
