@@ -832,6 +832,18 @@ func (im *importer) scatterRows(data, at, upd *value, reduction string) (*value,
 	if err != nil {
 		return nil, err
 	}
+	switch reduction {
+	case "mul":
+		// The updates landing on a row multiplied together (1 where
+		// none lands), times the data.
+		g := im.builder()
+		p := g.prod(g.op("where", nil, m3, u3, scalar(data.dtype(), 1)), []int{0}, false)
+		return g.one(g.op("multiply", nil, data, p))
+	case "max", "min":
+		g := im.builder()
+		d3 := g.reshape(data, []int64{1, r, sl})
+		return g.one(g.op(reduction, map[string]any{"axis": anyInts([]int64{0}), "keepdims": false}, g.op("where", nil, m3, u3, d3)))
+	}
 	picked, err := im.emit("relax.where", nil, m3, u3, scalar(data.dtype(), 0)) // [U, R, S]
 	if err != nil {
 		return nil, err
@@ -901,6 +913,10 @@ func (im *importer) scatter(x, at, upd *value, r, sl int64, reduction string) (*
 // ones kiln imports.
 func scatterReduction(n *node) (string, error) {
 	red := n.attrString("reduction", "none")
+	switch {
+	case red == "mul" && n.opset >= 16, (red == "max" || red == "min") && n.opset >= 18:
+		return red, nil
+	}
 	if red != "none" && red != "add" {
 		return "", unsupported("%s with reduction %q", n.p.GetOpType(), red)
 	}

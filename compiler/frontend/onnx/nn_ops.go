@@ -586,6 +586,8 @@ func convertReduce(im *importer, n *node, kind string) ([]*value, error) {
 	switch kind {
 	case "mean", "sum", "max", "min":
 		return ret(im.emit("relax."+kind, attrs, x))
+	case "prod":
+		return ret(im.prod(x, ax, keep))
 	case "sumsquare", "l2":
 		sq, err := im.emit("relax.multiply", nil, x, x)
 		if err != nil {
@@ -640,14 +642,22 @@ func convertReduce(im *importer, n *node, kind string) ([]*value, error) {
 }
 
 // convertPad pads in constant mode by concatenating blocks of the pad
-// value (and slicing for negative pads).
+// value (and slicing for negative pads); in edge, reflect and wrap modes
+// each padded axis is one gather of the indices the mode reads.
 func convertPad(im *importer, n *node) ([]*value, error) {
 	x, err := n.need(0)
 	if err != nil {
 		return nil, err
 	}
-	if mode := n.attrString("mode", "constant"); mode != "constant" {
-		return nil, unsupported("Pad mode %q", mode)
+	mode := n.attrString("mode", "constant")
+	switch mode {
+	case "constant", "edge", "reflect":
+	case "wrap":
+		if n.opset < 19 {
+			return nil, unsupported("Pad mode %q before opset 19", mode)
+		}
+	default:
+		return nil, fmt.Errorf("Pad mode %q is not one of constant, edge, reflect, wrap", mode)
 	}
 	r := x.rank()
 	var pads []int64
@@ -697,32 +707,74 @@ func convertPad(im *importer, n *node) ([]*value, error) {
 				return nil, err
 			}
 			lo, hi = max(lo, 0), max(hi, 0)
-			s = x.shape()
 		}
-		var parts []*value
-		block := func(w int64) *value {
-			bs := slices.Clone(s)
-			bs[a] = w
-			t := newTensor(x.dtype(), bs)
-			for j := range int(t.NumElements()) {
-				setElem(t.Data, t.DType, j, fill)
-			}
-			return constant(t)
+		if lo == 0 && hi == 0 {
+			continue
 		}
-		if lo > 0 {
-			parts = append(parts, block(lo))
+		if mode == "constant" {
+			x, err = im.padConst(x, a, lo, hi, fill)
+		} else {
+			x, err = im.padGather(x, a, lo, hi, mode)
 		}
-		parts = append(parts, x)
-		if hi > 0 {
-			parts = append(parts, block(hi))
-		}
-		if len(parts) > 1 {
-			if x, err = im.concat(parts, a); err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return []*value{x}, nil
+}
+
+// padConst pads axis a of x with lo and hi elements of value fill.
+func (im *importer) padConst(x *value, a int, lo, hi int64, fill float64) (*value, error) {
+	block := func(w int64) *value {
+		bs := slices.Clone(x.shape())
+		bs[a] = w
+		t := newTensor(x.dtype(), bs)
+		if fill != 0 {
+			for j := range int(t.NumElements()) {
+				setElem(t.Data, t.DType, j, fill)
+			}
+		}
+		return constant(t)
+	}
+	var parts []*value
+	if lo > 0 {
+		parts = append(parts, block(lo))
+	}
+	parts = append(parts, x)
+	if hi > 0 {
+		parts = append(parts, block(hi))
+	}
+	if len(parts) == 1 {
+		return x, nil
+	}
+	return im.concat(parts, a)
+}
+
+// padGather pads axis a of x by reading, for each output position, the
+// element that Pad's edge, reflect or wrap mode names.
+func (im *importer) padGather(x *value, a int, lo, hi int64, mode string) (*value, error) {
+	d := x.shape()[a]
+	if d == 0 || mode == "reflect" && d == 1 && lo+hi > 0 {
+		return nil, fmt.Errorf("Pad mode %q of an axis of %d elements", mode, d)
+	}
+	idx := make([]int64, d+lo+hi)
+	for o := range idx {
+		i := int64(o) - lo
+		switch mode {
+		case "edge":
+			i = max(0, min(i, d-1))
+		case "wrap":
+			i = ((i % d) + d) % d
+		default: // reflect, without repeating the edge
+			p := 2 * (d - 1)
+			i = ((i % p) + p) % p
+			if i >= d {
+				i = p - i
+			}
+		}
+		idx[o] = i
+	}
+	return im.take(x, idx, a)
 }
 
 // convMatmul computes a 2-D convolution (groups 1, NCHW) as a matrix
@@ -799,25 +851,8 @@ func (im *importer) convMatmul(x, w *value, strides, pads, dil []int64) (*value,
 func (im *importer) padZeros(x *value, pads []int64) (*value, error) {
 	var err error
 	for i, a := range []int{2, 3} {
-		lo, hi := pads[i], pads[i+2]
-		s := x.shape()
-		var parts []*value
-		block := func(w int64) *value {
-			bs := slices.Clone(s)
-			bs[a] = w
-			return constant(newTensor(x.dtype(), bs))
-		}
-		if lo > 0 {
-			parts = append(parts, block(lo))
-		}
-		parts = append(parts, x)
-		if hi > 0 {
-			parts = append(parts, block(hi))
-		}
-		if len(parts) > 1 {
-			if x, err = im.concat(parts, a); err != nil {
-				return nil, err
-			}
+		if x, err = im.padConst(x, a, pads[i], pads[i+2], 0); err != nil {
+			return nil, err
 		}
 	}
 	return x, nil

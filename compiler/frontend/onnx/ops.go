@@ -377,6 +377,24 @@ func init() {
 		}
 		return ret(elu(im, x, n.attrFloat("alpha", 1.67326319217681884765625), n.attrFloat("gamma", 1.05070102214813232421875)))
 	})
+	reg("Celu", 12, func(im *importer, n *node) ([]*value, error) {
+		x, err := n.need(0)
+		if err != nil {
+			return nil, err
+		}
+		// max(0, x) + min(0, alpha·(exp(x/alpha) − 1)): Elu of x/alpha
+		// scaled by alpha.
+		alpha := n.attrFloat("alpha", 1)
+		xa, err := im.emit("relax.divide", nil, x, scalar(x.dtype(), alpha))
+		if err != nil {
+			return nil, err
+		}
+		e, err := elu(im, xa, 1, 1)
+		if err != nil {
+			return nil, err
+		}
+		return ret(im.emit("relax.multiply", nil, e, scalar(x.dtype(), alpha)))
+	})
 	reg("ThresholdedRelu", 10, func(im *importer, n *node) ([]*value, error) {
 		x, err := n.need(0)
 		if err != nil {
@@ -472,7 +490,9 @@ func init() {
 // known.
 var hostUnary = map[string]func(float64) float64{
 	"Neg": func(x float64) float64 { return -x }, "Abs": math.Abs, "Floor": math.Floor, "Ceil": math.Ceil,
-	"Relu": func(x float64) float64 { return math.Max(x, 0) },
+	"Relu": func(x float64) float64 { return math.Max(x, 0) }, "Sin": math.Sin, "Cos": math.Cos, "Exp": math.Exp,
+	"Log": math.Log, "Sqrt": math.Sqrt, "Tanh": math.Tanh, "Erf": math.Erf, "Round": math.RoundToEven,
+	"Sigmoid": func(x float64) float64 { return 1 / (1 + math.Exp(-x)) },
 }
 
 func b2f(b bool) float64 {
