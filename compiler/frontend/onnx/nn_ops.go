@@ -343,7 +343,10 @@ func channelShape(c int64, r int) []int64 {
 
 func convertBatchNorm(im *importer, n *node) ([]*value, error) {
 	if n.attrInt("training_mode", 0) != 0 || len(n.p.GetOutput()) > 1 && slices.ContainsFunc(n.p.GetOutput()[1:], func(s string) bool { return s != "" }) {
-		return nil, unsupported("BatchNormalization in training mode")
+		if n.opset < 14 {
+			return nil, unsupported("BatchNormalization in training mode before opset 14")
+		}
+		return batchNormTraining(im, n)
 	}
 	x, err := n.need(0)
 	if err != nil {
