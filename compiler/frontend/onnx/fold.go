@@ -22,6 +22,8 @@ func (t *Tensor) elem(i int) float64 {
 		return math.Float64frombits(le.Uint64(t.Data[8*i:]))
 	case ir.Float16:
 		return float64(halfToFloat(le.Uint16(t.Data[2*i:])))
+	case ndarray.BFloat16:
+		return float64(math.Float32frombits(uint32(le.Uint16(t.Data[2*i:])) << 16))
 	}
 	return float64(t.ielem(i))
 }
@@ -79,6 +81,8 @@ func setElem(b []byte, dt ir.DType, i int, v float64) {
 		le.PutUint64(b[8*i:], math.Float64bits(v))
 	case ir.Float16:
 		le.PutUint16(b[2*i:], floatToHalf(float32(v)))
+	case ndarray.BFloat16:
+		le.PutUint16(b[2*i:], floatToBFloat16(float32(v)))
 	case ir.Bool:
 		if v != 0 {
 			b[i] = 1
@@ -336,6 +340,16 @@ func (t *Tensor) reshaped(shape []int64) *Tensor {
 }
 
 // halfToFloat decodes IEEE binary16 bits.
+// floatToBFloat16 rounds f to the nearest bfloat16 (ties to even); NaN
+// stays NaN.
+func floatToBFloat16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if f != f {
+		return uint16(b>>16) | 0x40
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
 func halfToFloat(h uint16) float32 {
 	sign := uint32(h>>15) << 31
 	exp := uint32(h>>10) & 0x1f

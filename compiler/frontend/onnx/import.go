@@ -251,33 +251,12 @@ func Import(m *Model, opts Options) (*ir.IRModule, *Params, error) {
 			im.vals[np.GetOutput()[0]] = im.vals[f.conv.GetOutput()[0]]
 			continue
 		}
-		n := &node{p: np, index: i, opset: m.Opset, attrs: map[string]*onnxpb.AttributeProto{}}
-		for _, a := range np.GetAttribute() {
-			n.attrs[a.GetName()] = a
-		}
-		for _, in := range np.GetInput() {
-			if in == "" {
-				n.in = append(n.in, nil)
-				continue
-			}
-			n.in = append(n.in, im.vals[in])
-		}
+		n := im.newNode(np, i, m.Opset)
 		if f := convFold[np]; f != nil {
 			n.in = append(n.in[:1], &value{c: f.weight, init: true}, &value{c: f.bias, init: true})
 		}
-		conv := converters[np.GetOpType()]
-		outs, err := conv.fn(im, n)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", n, err)
-		}
-		for j, name := range np.GetOutput() {
-			if name == "" {
-				continue
-			}
-			if j >= len(outs) || outs[j] == nil {
-				return nil, nil, fmt.Errorf("%s: output %d (%q) is not supported", n, j, name)
-			}
-			im.vals[name] = outs[j]
+		if err := im.runNode(n); err != nil {
+			return nil, nil, err
 		}
 	}
 	var outs []ir.RExpr
@@ -304,6 +283,45 @@ func Import(m *Model, opts Options) (*ir.IRModule, *Params, error) {
 		return nil, nil, fmt.Errorf("import: %w", err)
 	}
 	return mod, &Params{list: im.weights}, nil
+}
+
+// newNode gathers a node's attributes and its input values.
+func (im *importer) newNode(np *onnxpb.NodeProto, i int, opset int64) *node {
+	n := &node{p: np, index: i, opset: opset, attrs: map[string]*onnxpb.AttributeProto{}}
+	for _, a := range np.GetAttribute() {
+		n.attrs[a.GetName()] = a
+	}
+	for _, in := range np.GetInput() {
+		if in == "" {
+			n.in = append(n.in, nil)
+			continue
+		}
+		n.in = append(n.in, im.vals[in])
+	}
+	return n
+}
+
+// runNode converts a node and binds its outputs.
+func (im *importer) runNode(n *node) error {
+	np := n.p
+	conv, ok := converters[np.GetOpType()]
+	if !ok || !conv.imports(np.GetOpType(), n.opset) || np.GetDomain() != "" && np.GetDomain() != "ai.onnx" {
+		return fmt.Errorf("%w: %s", ErrUnsupported, n)
+	}
+	outs, err := conv.fn(im, n)
+	if err != nil {
+		return fmt.Errorf("%s: %w", n, err)
+	}
+	for j, name := range np.GetOutput() {
+		if name == "" {
+			continue
+		}
+		if j >= len(outs) || outs[j] == nil {
+			return fmt.Errorf("%s: output %d (%q) is not supported", n, j, name)
+		}
+		im.vals[name] = outs[j]
+	}
+	return nil
 }
 
 // Check reports the first node whose operator (or opset) kiln does not

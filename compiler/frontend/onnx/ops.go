@@ -518,6 +518,9 @@ func (im *importer) cast(x *value, dt ir.DType) (*value, error) {
 	if x.known() {
 		return constant(x.c.cast(dt)), nil
 	}
+	if x.dtype() == ndarray.BFloat16 || dt == ndarray.BFloat16 {
+		return nil, unsupported("Cast of %s to %s computed at run time (kiln's code generators have no bfloat16 type)", x.dtype(), dt)
+	}
 	if x.dtype().IsFloat() && dt == ir.Bool {
 		return im.emit("relax.not_equal", nil, x, scalar(x.dtype(), 0))
 	}

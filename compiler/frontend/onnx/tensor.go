@@ -57,6 +57,8 @@ func dtypeOf(t int32) (ir.DType, error) {
 		return ir.Bool, nil
 	case onnxpb.TensorProto_FLOAT16:
 		return ir.Float16, nil
+	case onnxpb.TensorProto_BFLOAT16:
+		return ndarray.BFloat16, nil
 	case onnxpb.TensorProto_DOUBLE:
 		return ir.Float64, nil
 	case onnxpb.TensorProto_UINT32:
