@@ -331,4 +331,3 @@ func (im *importer) scan(n *node, states, xs []*value) ([]*value, error) {
 	}
 	return res, nil
 }
-
