@@ -184,3 +184,37 @@ func TestImportErrorsNameTheProblem(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, outShapes(f), [][]int64{{3, 2}})
 }
+
+func TestDetAndControlFlow(t *testing.T) {
+	ps := permutations(3)
+	odd := 0
+	for _, p := range ps {
+		if p.odd {
+			odd++
+		}
+	}
+	check.Equal(t, len(ps), 6)
+	check.Equal(t, odd, 3)
+	f, err := oneNode(t, 11, "Det", [][]any{{2, 3, 3}}, nil, 1)
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{2}})
+	_, err = oneNode(t, 11, "Det", [][]any{{7, 7}}, nil, 1)
+	check.ErrorIs(t, err, ErrUnsupported)
+	check.Error(t, err, "Det of 7×7 matrices")
+
+	// If with a condition known at import imports only its branch.
+	branch := func(v float32) *onnxpb.AttributeProto {
+		return &onnxpb.AttributeProto{Type: onnxpb.AttributeProto_GRAPH.Enum(), G: &onnxpb.GraphProto{
+			Name:        proto.String("b"),
+			Initializer: []*onnxpb.TensorProto{floatInit("k", []int64{2}, v, v)},
+			Node:        []*onnxpb.NodeProto{nodeOf("Identity", []string{"k"}, []string{"out"})},
+			Output:      []*onnxpb.ValueInfoProto{{Name: proto.String("out")}},
+		}}
+	}
+	then, els := branch(1), branch(2)
+	then.Name, els.Name = proto.String("then_branch"), proto.String("else_branch")
+	cond := &onnxpb.TensorProto{Name: proto.String("c"), DataType: proto.Int32(int32(onnxpb.TensorProto_BOOL)), Int32Data: []int32{0}}
+	f, err = oneNode(t, 13, "If", nil, []*onnxpb.TensorProto{cond}, 1, then, els)
+	check.NoError(t, err)
+	check.Equal(t, constOut(t, f).Floats(), []float64{2, 2})
+}
