@@ -187,12 +187,9 @@ func convertPool(im *importer, n *node, isMax bool) ([]*value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(n.p.GetOutput()) > 1 && n.p.GetOutput()[1] != "" {
-		return nil, unsupported("the Indices output of MaxPool")
-	}
 	xs := x.shape()
-	if len(xs) != 3 && len(xs) != 4 {
-		return nil, unsupported("%s of %d-D data (kiln imports 1-D and 2-D pooling)", n.p.GetOpType(), len(xs)-2)
+	if len(xs) < 3 {
+		return nil, fmt.Errorf("%s of data of shape %v, want [N, C, d…]", n.p.GetOpType(), xs)
 	}
 	kernel, ok := n.attrInts("kernel_shape")
 	if !ok || len(kernel) != len(xs)-2 {
@@ -201,6 +198,13 @@ func convertPool(im *importer, n *node, isMax bool) ([]*value, error) {
 	strides, dil, pads, err := spatialAttrs(n, xs[2:], kernel)
 	if err != nil {
 		return nil, err
+	}
+	if indices := len(n.p.GetOutput()) > 1 && n.p.GetOutput()[1] != ""; indices || len(xs) > 4 {
+		y, idx, err := im.slicePool(n, x, kernel, strides, dil, pads, isMax)
+		if err != nil {
+			return nil, err
+		}
+		return []*value{y, idx}, nil
 	}
 	if !isMax && slices.ContainsFunc(dil, func(d int64) bool { return d != 1 }) {
 		return nil, unsupported("AveragePool with dilations")
