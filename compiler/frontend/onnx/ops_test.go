@@ -218,3 +218,33 @@ func TestDetAndControlFlow(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, constOut(t, f).Floats(), []float64{2, 2})
 }
+
+func TestPoolingAndTfIdfImports(t *testing.T) {
+	f, err := oneNode(t, 12, "MaxPool", [][]any{{1, 2, 4, 4, 4}}, nil, 2, intsAttr("kernel_shape", 2, 2, 2), intsAttr("strides", 2, 2, 2))
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{1, 2, 2, 2, 2}, {1, 2, 2, 2, 2}})
+	f, err = oneNode(t, 11, "AveragePool", [][]any{{1, 1, 3, 3, 3}}, nil, 1, intsAttr("kernel_shape", 2, 2, 2), intsAttr("pads", 1, 1, 1, 1, 1, 1))
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{1, 1, 4, 4, 4}})
+	_, err = oneNode(t, 11, "AveragePool", [][]any{{1, 1, 3, 3, 3}}, nil, 1, intsAttr("kernel_shape", 2, 2, 2), intAttr("ceil_mode", 1))
+	check.ErrorIs(t, err, ErrUnsupported)
+
+	tf := func(attrs ...*onnxpb.AttributeProto) (*ir.Function, error) {
+		pm := model(9, &onnxpb.GraphProto{Name: proto.String("g"),
+			Input:  []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_INT32, 2, 6)},
+			Node:   []*onnxpb.NodeProto{nodeOf("TfIdfVectorizer", []string{"x"}, []string{"y"}, attrs...)},
+			Output: []*onnxpb.ValueInfoProto{{Name: proto.String("y")}}})
+		mod, _, err := Import(readModel(t, pm), Options{})
+		if err != nil {
+			return nil, err
+		}
+		fn, _ := mod.Lookup("main")
+		return fn.(*ir.Function), nil
+	}
+	f, err = tf(strAttr("mode", "TF"), intAttr("min_gram_length", 1), intAttr("max_gram_length", 2), intAttr("max_skip_count", 1),
+		intsAttr("ngram_counts", 0, 2), intsAttr("ngram_indexes", 0, 1, 2), intsAttr("pool_int64s", 4, 5, 7, 8))
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{2, 3}})
+	_, err = tf(strAttr("mode", "TF"), intAttr("max_gram_length", 2), intsAttr("ngram_counts", 0, 2), intsAttr("ngram_indexes", 0, 1, 2), intsAttr("pool_int64s", 4, 5, 7, 8, 9))
+	check.Error(t, err, "ngram_counts [0 2] do not fit a pool of 5 tokens")
+}
