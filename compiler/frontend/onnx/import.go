@@ -251,7 +251,7 @@ func Import(m *Model, opts Options) (*ir.IRModule, *Params, error) {
 			im.vals[np.GetOutput()[0]] = im.vals[f.conv.GetOutput()[0]]
 			continue
 		}
-		n := im.newNode(np, i, m.Opset)
+		n := im.newNode(np, i, m.opsetOf(np))
 		if f := convFold[np]; f != nil {
 			n.in = append(n.in[:1], &value{c: f.weight, init: true}, &value{c: f.bias, init: true})
 		}
@@ -304,8 +304,8 @@ func (im *importer) newNode(np *onnxpb.NodeProto, i int, opset int64) *node {
 // runNode converts a node and binds its outputs.
 func (im *importer) runNode(n *node) error {
 	np := n.p
-	conv, ok := converters[np.GetOpType()]
-	if !ok || !conv.imports(np.GetOpType(), n.opset) || np.GetDomain() != "" && np.GetDomain() != "ai.onnx" {
+	conv, ok := converterOf(np)
+	if !ok || !conv.imports(np.GetOpType(), n.opset) {
 		return fmt.Errorf("%w: %s", ErrUnsupported, n)
 	}
 	outs, err := conv.fn(im, n)
@@ -329,13 +329,14 @@ func (im *importer) runNode(n *node) error {
 func Check(m *Model) error {
 	var bad []string
 	for i, n := range m.Nodes {
-		if n.GetDomain() != "" && n.GetDomain() != "ai.onnx" {
-			bad = append(bad, fmt.Sprintf("%s of domain %q", NodeName(n, i), n.GetDomain()))
+		d := n.GetDomain()
+		if d != "" && d != "ai.onnx" && d != trainingDomain {
+			bad = append(bad, fmt.Sprintf("%s of domain %q", NodeName(n, i), d))
 			continue
 		}
-		c, ok := converters[n.GetOpType()]
-		if !ok || !c.imports(n.GetOpType(), m.Opset) {
-			bad = append(bad, fmt.Sprintf("%s, opset %d", NodeName(n, i), m.Opset))
+		c, ok := converterOf(n)
+		if !ok || !c.imports(n.GetOpType(), m.opsetOf(n)) {
+			bad = append(bad, fmt.Sprintf("%s, opset %d", NodeName(n, i), m.opsetOf(n)))
 		}
 	}
 	if len(bad) > 0 {
@@ -347,6 +348,27 @@ func Check(m *Model) error {
 		return fmt.Errorf("%w: %s%s", ErrUnsupported, strings.Join(bad, "; "), more)
 	}
 	return nil
+}
+
+// trainingDomain holds the optimizers of ONNX's training preview.
+const trainingDomain = "ai.onnx.preview.training"
+
+// converterOf finds the converter of a node's op type in its domain.
+func converterOf(np *onnxpb.NodeProto) (converter, bool) {
+	table := converters
+	if np.GetDomain() == trainingDomain {
+		table = trainingConverters
+	}
+	c, ok := table[np.GetOpType()]
+	return c, ok
+}
+
+// opsetOf is the version of the operator set a node's domain imports.
+func (m *Model) opsetOf(np *onnxpb.NodeProto) int64 {
+	if np.GetDomain() == trainingDomain {
+		return m.TrainingOpset
+	}
+	return m.Opset
 }
 
 // SupportedOps lists the op types Import converts.

@@ -30,6 +30,9 @@ type Model struct {
 	Proto *onnxpb.ModelProto
 	// Opset is the version of the default ("" or "ai.onnx") operator set.
 	Opset int64
+	// TrainingOpset is the version of the "ai.onnx.preview.training"
+	// operator set (the optimizers), 0 when not imported.
+	TrainingOpset int64
 	// Nodes are the graph's nodes in topological order.
 	Nodes []*onnxpb.NodeProto
 	// Inputs are the graph inputs that are not initializers, in order.
@@ -84,15 +87,17 @@ func Read(b []byte, dir string) (*Model, error) {
 		switch o.GetDomain() {
 		case "", "ai.onnx":
 			m.Opset = o.GetVersion()
+		case trainingDomain:
+			m.TrainingOpset = o.GetVersion()
 		}
 	}
-	if m.Opset == 0 {
+	if m.Opset == 0 && m.TrainingOpset == 0 {
 		return nil, fmt.Errorf("%w: the model imports no opset of the default ONNX domain (only %s)", ErrUnsupported, domains(mp))
 	}
 	if m.Opset > MaxOpset {
 		return nil, fmt.Errorf("%w: opset %d is newer than kiln knows (%d–%d)", ErrUnsupported, m.Opset, MinOpset, MaxOpset)
 	}
-	if m.Opset < MinOpset {
+	if m.Opset != 0 && m.Opset < MinOpset { // 0: only the training operators
 		return nil, fmt.Errorf("%w: opset %d is older than kiln imports (%d–%d)", ErrUnsupported, m.Opset, MinOpset, MaxOpset)
 	}
 	g := mp.GetGraph()
