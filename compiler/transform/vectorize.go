@@ -246,6 +246,9 @@ func (vz *vectorizer) expr(e ir.Expr) (ir.Expr, bool) {
 		if b, ok := v.(*ir.Broadcast); ok {
 			return &ir.Broadcast{Value: foldNode(&ir.Cast{Type: e.Type, Value: b.Value}), Lanes: b.Lanes}, true
 		}
+		if ir.IsBool(e.Type) || ir.IsBool(v.DType()) {
+			return nil, false // the code generators have no vector casts of booleans
+		}
 		return &ir.Cast{Type: e.Type.WithLanes(int(v.DType().Lanes)), Value: v}, true
 	case *ir.BufferLoad:
 		if len(e.Indices) != 1 {

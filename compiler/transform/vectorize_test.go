@@ -54,3 +54,24 @@ def f(A: T.Buffer((32,), "float32"), B: T.Buffer((32,), "float32")):
 		})
 	}
 }
+
+// TestVectorizeLeavesBoolCastsScalar checks that a loop casting booleans
+// (which the code generators cannot do on vectors) stays scalar.
+func TestVectorizeLeavesBoolCastsScalar(t *testing.T) {
+	const src = `# from tvm.script import tir as T
+@T.prim_func
+def f(A: T.Buffer((16,), "bool"), B: T.Buffer((16,), "int64")):
+    for i in T.vectorized(16):
+        B[i] = T.Cast("int64", A[i])
+`
+	m, err := script.Parse("f.py", src)
+	check.NoError(t, err)
+	g, err := Run(m.PrimFunc("f"), []string{"lower_init", "lower_blocks", "flatten_buffers", "vectorize", "unroll", "simplify"}, Options{Verify: true})
+	check.NoError(t, err)
+	ir.Visit(g.Body, func(n ir.Node) bool {
+		if s, ok := n.(*ir.BufferStore); ok {
+			check.Equal(t, int(s.Value.DType().Lanes), 1, script.Print(g))
+		}
+		return true
+	})
+}
