@@ -160,3 +160,20 @@ func iotaAlong(dt ir.DType, d int64, axis, r int) *value {
 	}
 	return constant(t)
 }
+
+// axisLast is the permutation of rank r moving axis to the end, and its
+// inverse.
+func axisLast(r, axis int) (perm, inv []int) {
+	perm = make([]int, 0, r)
+	for i := range r {
+		if i != axis {
+			perm = append(perm, i)
+		}
+	}
+	perm = append(perm, axis)
+	inv = make([]int, r)
+	for i, p := range perm {
+		inv[p] = i
+	}
+	return perm, inv
+}

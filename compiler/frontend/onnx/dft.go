@@ -112,13 +112,7 @@ func (im *importer) dftAxis(g *gb, x *value, a int, n int64, inverse, onesided b
 		k = n/2 + 1
 	}
 	// [..., n, c] → real and imaginary parts [..., n], the axis last.
-	perm := make([]int, 0, r-1)
-	for i := range r - 1 {
-		if i != a {
-			perm = append(perm, i)
-		}
-	}
-	perm = append(perm, a)
+	perm, inv := axisLast(r-1, a)
 	part := func(i int64) *value {
 		p := g.reshape(g.slice1(x, r-1, i, i+1), x.shape()[:r-1])
 		if a != r-2 {
@@ -153,10 +147,6 @@ func (im *importer) dftAxis(g *gb, x *value, a int, n int64, inverse, onesided b
 	}
 	back := func(v *value) *value {
 		if a != r-2 {
-			inv := make([]int, len(perm))
-			for i, p := range perm {
-				inv[p] = i
-			}
 			v = g.permute(v, inv)
 		}
 		return g.op("expand_dims", map[string]any{"axis": anyInts([]int{r - 1})}, g.cast(v, dt))

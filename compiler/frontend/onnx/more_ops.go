@@ -242,17 +242,7 @@ func init() {
 			}
 		}
 		r := x.rank()
-		perm := make([]int, 0, r)
-		for i := range r {
-			if i != axis {
-				perm = append(perm, i)
-			}
-		}
-		perm = append(perm, axis)
-		inv := make([]int, r)
-		for i, p := range perm {
-			inv[p] = i
-		}
+		perm, inv := axisLast(r, axis)
 		xt := x
 		if axis != r-1 {
 			if xt, err = im.emit("relax.permute_dims", map[string]any{"axes": anyInts(perm)}, x); err != nil {

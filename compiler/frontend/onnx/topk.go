@@ -48,13 +48,7 @@ func (im *importer) topK(x *value, axis int, k int64, largest bool) ([]*value, e
 	d := x.shape()[axis]
 	g := im.builder()
 	// Move the axis last: xs is [..., d].
-	perm := make([]int, 0, r)
-	for i := range r {
-		if i != axis {
-			perm = append(perm, i)
-		}
-	}
-	perm = append(perm, axis)
+	perm, inv := axisLast(r, axis)
 	xs := x
 	if axis != r-1 {
 		xs = g.permute(x, perm)
@@ -80,10 +74,6 @@ func (im *importer) topK(x *value, axis int, k int64, largest bool) ([]*value, e
 	idx := g.sum(g.op("where", nil, pick, iotaAlong(ir.Int64, d, r, r+1), scalar(ir.Int64, 0)), []int{r}, false) // [..., k]
 	vals := g.do(func() (*value, error) { return im.gatherElements(xs, idx, r-1) })
 	if axis != r-1 {
-		inv := make([]int, r)
-		for i, p := range perm {
-			inv[p] = i
-		}
 		vals, idx = g.permute(vals, inv), g.permute(idx, inv)
 	}
 	return g.result(vals, idx)
