@@ -187,6 +187,24 @@ func TestSpaceParallel(t *testing.T) {
 	check.True(t, !strings.Contains(strings.Join(c.Trace, "\n"), "sch.parallel("), c.Trace)
 }
 
+// TestComputeLocationMoves: a row's maximum may be computed at the root or
+// under its consumer's row loop, never under the loop over the row's
+// elements (it would be computed again for each element).
+func TestComputeLocationMoves(t *testing.T) {
+	sp, err := NewSpace(rowMax(t, 8, 24), testTarget)
+	check.NoError(t, err)
+	c, err := sp.Sample(rand.New(rand.NewPCG(1, 1)))
+	check.NoError(t, err)
+	found := false
+	for _, d := range c.Decisions {
+		if d.Site == "compute_location/M" {
+			found = true
+			check.Equal(t, d.N, 2) // the root or the consumer's i
+		}
+	}
+	check.True(t, found, c.Decisions)
+}
+
 // TestSpaceUntunable: a function without loops has nothing to tune.
 func TestSpaceUntunable(t *testing.T) {
 	A := te.Placeholder(te.Shape(), ir.Float32, "A")

@@ -221,15 +221,54 @@ const maxTries = 2
 // Run builds the candidates as build jobs, all submitted at once, and
 // measures each built one on the next free device.
 func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candidate) ([]tune.Result, error) {
+	return r.run(ctx, task, len(cands), func(ctx context.Context, i int) ([]byte, tune.Result, error) {
+		return r.build(ctx, task, cands[i].Func)
+	})
+}
+
+// Built is a candidate after its build job: its artifact, or (Artifact
+// nil) the result of a build that failed.
+type Built struct {
+	Artifact []byte
+	Result   tune.Result
+}
+
+// Build builds the candidates as build jobs, all submitted at once, and
+// waits for every one. Measure then measures them: the two halves of Run,
+// for a caller that times the devices alone.
+func (r *Runner) Build(ctx context.Context, task *tune.Task, cands []*tune.Candidate) ([]Built, error) {
+	out := make([]Built, len(cands))
+	errs := make([]error, len(cands))
+	var wg sync.WaitGroup
+	for i, c := range cands {
+		wg.Go(func() { out[i].Artifact, out[i].Result, errs[i] = r.build(ctx, task, c.Func) })
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// Measure measures what Build built on the devices, as Run does.
+func (r *Runner) Measure(ctx context.Context, task *tune.Task, bs []Built) ([]tune.Result, error) {
+	return r.run(ctx, task, len(bs), func(_ context.Context, i int) ([]byte, tune.Result, error) {
+		return bs[i].Artifact, bs[i].Result, nil
+	})
+}
+
+// run measures n candidates: get(i) gives the artifact of the i-th (or
+// the result of its failed build), called concurrently for all of them.
+func (r *Runner) run(ctx context.Context, task *tune.Task, n int, get func(ctx context.Context, i int) ([]byte, tune.Result, error)) ([]tune.Result, error) {
+	if n == 0 {
+		return nil, nil
+	}
 	ref, err := r.reference(ctx, task)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]tune.Result, len(cands))
-	queue := make(chan built, len(cands))
+	out := make([]tune.Result, n)
+	queue := make(chan built, n)
 	var wg sync.WaitGroup
 	var pending atomic.Int64
-	pending.Store(int64(len(cands)))
+	pending.Store(int64(n))
 	done := make(chan struct{})
 	finish := func() {
 		if pending.Add(-1) == 0 {
@@ -240,9 +279,9 @@ func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candida
 	defer cancel()
 	var buildErr error
 	var buildMu sync.Mutex
-	for i, c := range cands {
+	for i := range n {
 		wg.Go(func() {
-			art, res, err := r.build(ctx, task, c.Func)
+			art, res, err := get(ctx, i)
 			switch {
 			case err != nil:
 				buildMu.Lock()

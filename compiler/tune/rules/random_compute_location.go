@@ -10,7 +10,10 @@ import (
 // randomComputeLocation moves blocks that produce an intermediate buffer
 // under a loop of their first consumer (MetaSchedule's
 // RandomComputeLocation): the choice is the root (where the block is) or
-// one of the consumer's outermost loops (at most maxLocations), and
+// one of the consumer's outermost loops (at most maxLocations) that each
+// move the part of the buffer the consumer reads (under a loop that does
+// not, the producer would compute the same elements again on each of its
+// iterations: a row's maximum once per element of the row), and
 // compute_at decides whether the move is legal; a refused move leaves the
 // block at the root, which a replay reproduces. Only blocks at the root
 // whose loops nobody transformed are moved.
@@ -45,7 +48,15 @@ func (randomComputeLocation) Apply(c *Context, s *schedule.Schedule) error {
 			continue
 		}
 		loops, err := s.GetLoops(cb)
-		if err != nil || len(loops) == 0 {
+		if err != nil {
+			continue
+		}
+		cbr, err := s.BlockRealize(cb)
+		if err != nil {
+			continue
+		}
+		loops = movingPrefix(cbr, loops, br.Block.Writes[0].Buffer)
+		if len(loops) == 0 {
 			continue
 		}
 		loops = loops[:min(len(loops), maxLocations)]
@@ -59,6 +70,35 @@ func (randomComputeLocation) Apply(c *Context, s *schedule.Schedule) error {
 		}
 	}
 	return nil
+}
+
+// movingPrefix returns the outermost of loops (the consumer's, around
+// cbr) as long as each one binds an iteration variable that indexes the
+// consumer's reads of buf.
+func movingPrefix(cbr *ir.BlockRealize, loops []schedule.LoopRV, buf *ir.Buffer) []schedule.LoopRV {
+	indexing := map[*ir.Var]bool{}
+	for _, r := range cbr.Block.Reads {
+		if r.Buffer != buf {
+			continue
+		}
+		for _, rg := range r.Region {
+			for _, iv := range cbr.Block.IterVars {
+				if usesVar(rg.Min, iv.Var) {
+					indexing[iv.Var] = true
+				}
+			}
+		}
+	}
+	for i, l := range loops {
+		moves := false
+		for k, iv := range cbr.Block.IterVars {
+			moves = moves || indexing[iv.Var] && k < len(cbr.IterValues) && usesVar(cbr.IterValues[k], l.Var())
+		}
+		if !moves {
+			return loops[:i]
+		}
+	}
+	return loops
 }
 
 // firstReader returns the first block after producer that reads buf.
