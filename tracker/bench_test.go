@@ -15,18 +15,34 @@ import (
 // BenchmarkTracker registers 1,000 simulated devices (each on its own
 // connection, under 10 keys) and then runs 10,000 lease request/release
 // cycles from 64 concurrent clients, per iteration. It reports lease
-// requests per second and the p50/p99 latency of one RequestLease.
+// requests per second and the p50/p99 latency of one RequestLease, on
+// bbolt and on the leader of three replicas over their own three-member
+// embedded etcd cluster (syncing to disk as bbolt does), in the same run.
 func BenchmarkTracker(b *testing.B) {
+	quiet := func(cfg *Config) {
+		cfg.HeartbeatInterval = time.Minute // no heartbeat traffic in the figures
+		cfg.LostAfter = time.Hour
+	}
+	b.Run("store=bbolt", func(b *testing.B) {
+		cfg := fastConfig(b)
+		quiet(&cfg)
+		tr := startTracker(b, cfg)
+		benchTracker(b, tr.Addr(), func() *Server { return tr.Server })
+	})
+	b.Run("store=etcd-3", func(b *testing.B) {
+		rs := startReplicas(b, quiet, func(cfg *Config) { cfg.Cluster.noFsync = false })
+		lead := rs.reps[rs.leader(b, -1)]
+		benchTracker(b, lead.Addr(), lead.rep.currentTerm)
+	})
+}
+
+func benchTracker(b *testing.B, addr string, server func() *Server) {
 	const (
 		devices  = 1000
 		keys     = 10
 		requests = 10000
 		clients  = 64
 	)
-	cfg := fastConfig(b)
-	cfg.HeartbeatInterval = time.Minute // no heartbeat traffic in the figures
-	cfg.LostAfter = time.Hour
-	tr := startTracker(b, cfg)
 	ctx := testCtx(b)
 
 	var regTotal time.Duration
@@ -42,7 +58,7 @@ func BenchmarkTracker(b *testing.B) {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				c, err := proto.Dial(ctx, tr.Addr(), proto.DialOptions{Role: proto.RoleDevice, Logger: quietLogger()})
+				c, err := proto.Dial(ctx, addr, proto.DialOptions{Role: proto.RoleDevice, Logger: quietLogger()})
 				if err != nil {
 					b.Error(err)
 					return
@@ -60,7 +76,7 @@ func BenchmarkTracker(b *testing.B) {
 		// Lease request/release cycles.
 		tcs := make([]*client.Tracker, clients)
 		for i := range tcs {
-			tc, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{Logger: quietLogger()})
+			tc, err := client.DialTracker(ctx, addr, client.TrackerOptions{Logger: quietLogger()})
 			check.NoError(b, err)
 			tcs[i] = tc
 		}
@@ -96,7 +112,8 @@ func BenchmarkTracker(b *testing.B) {
 				c.Close()
 			}
 		}
-		eventually(b, "devices gone", func() bool { return allLost(tr.Server) })
+		tr := server()
+		eventually(b, "devices gone", func() bool { return allLost(tr) })
 		tr.mu.Lock()
 		for _, n := range tr.nodes {
 			tr.forgetLocked(n, "benchmark reset")

@@ -19,7 +19,7 @@ type replicaSet struct {
 	reps []*running
 }
 
-func startReplicas(t *testing.T) *replicaSet {
+func startReplicas(t testing.TB, setup ...func(*Config)) *replicaSet {
 	t.Helper()
 	names := []string{"a", "b", "c"}
 	var peers []string
@@ -32,6 +32,9 @@ func startReplicas(t *testing.T) *replicaSet {
 		cfgs[i].ElectionTTL = time.Second
 		cfgs[i].Cluster = &ClusterConfig{
 			Name: n, Peers: strings.Join(peers, ","), ClientURL: "http://127.0.0.1:" + freePort(t), noFsync: true,
+		}
+		for _, f := range setup {
+			f(&cfgs[i])
 		}
 	}
 	// The members wait for each other: start them together.
@@ -65,7 +68,7 @@ func startReplicas(t *testing.T) *replicaSet {
 
 // leader waits for a replica to lead and serve, other than not, and
 // returns its index.
-func (rs *replicaSet) leader(t *testing.T, not int) int {
+func (rs *replicaSet) leader(t testing.TB, not int) int {
 	t.Helper()
 	at := -1
 	eventually(t, "a replica leads", func() bool {
