@@ -76,9 +76,14 @@ type tuneResult struct {
 	// TunedVsDefault is in this process (all threads); the default
 	// (unscheduled) kernel on the daemon is DefaultDeviceMS.
 	TunedVsDefault float64 `json:"tuned_vs_default"`
-	Numpy          string  `json:"numpy,omitempty"`
-	NoReference    string  `json:"no_reference,omitempty"`
-	TuneSeconds    float64 `json:"tune_seconds"`
+	// The tensor-expression tutorial's schedule of this matmul
+	// (s[C].parallel(C.op.axis[0]), what kiln demo shows before tuning),
+	// in this process: the tuned kernel against it.
+	GFLOPSTutorial  float64 `json:"gflops_tutorial"`
+	TunedVsTutorial float64 `json:"tuned_vs_tutorial"`
+	Numpy           string  `json:"numpy,omitempty"`
+	NoReference     string  `json:"no_reference,omitempty"`
+	TuneSeconds     float64 `json:"tune_seconds"`
 	// The tuned kernel and the hand schedule timed again on one daemon
 	// (one core, one thread), in one batch; the default as timed when
 	// the search computed its reference.
@@ -113,12 +118,18 @@ type otherTune struct {
 	DefaultMS      float64 `json:"default_device_ms"`
 	BestMS         float64 `json:"best_device_ms"`
 	TunedVsDefault float64 `json:"tuned_vs_default"`
+	// The tensor-expression tutorial's schedule of this matmul
+	// (s[C].parallel(C.op.axis[0]), what kiln demo shows before tuning),
+	// in this process: the tuned kernel against it.
+	GFLOPSTutorial  float64 `json:"gflops_tutorial"`
+	TunedVsTutorial float64 `json:"tuned_vs_tutorial"`
 }
 
 func (r tuneResult) Line() string {
 	s := fmt.Sprintf("tune: %d×%d×%d fp32, %d trials (%d invalid, 90%% of the best after %d) in %.0f s: on one core tuned %.3g ms, hand %.3g ms (tuned/hand %.2f), default %.4g ms; all threads: tuned %.1f GFLOPS, hand %.1f, default %.2f",
 		r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds, r.TunedDeviceMS, r.HandDeviceMS, r.TunedVsHandDevice, r.DefaultDeviceMS,
 		r.GFLOPSTuned, r.GFLOPSHand, r.GFLOPSDefault)
+	s += fmt.Sprintf(", the tutorial's schedule %.2f (tuned ×%.0f)", r.GFLOPSTutorial, r.TunedVsTutorial)
 	if r.GFLOPSNumpy > 0 {
 		s += fmt.Sprintf(", numpy %.1f; tuned/hand %.2f, tuned/numpy %.2f", r.GFLOPSNumpy, r.TunedVsHand, r.TunedVsNumpy)
 	} else {
@@ -159,6 +170,10 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, fmt.Errorf("hand schedule: %w", err)
 	}
 	hand := s.Func()
+	tutorial, err := tutorialSchedule(f)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "kiln-bench-tune-")
 	if err != nil {
 		return nil, err
@@ -230,7 +245,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	for _, k := range []struct {
 		name string
 		fn   *ir.PrimFunc
-	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", hand}, {"matmul_default", f}} {
+	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", hand}, {"matmul_default", f}, {"matmul_tutorial", tutorial}} {
 		kern, err := buildKernel(ctx, k.fn, k.name, kdir, compiler.BuildOptions{})
 		if err != nil {
 			return nil, err
@@ -268,8 +283,8 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	var gn []float64
 	for range rounds {
 		for i, kern := range kerns {
-			if i == 2 && len(g[2]) > 0 {
-				continue // the default is slow and steady: one round
+			if i >= 2 && len(g[i]) > 0 {
+				continue // the default and the tutorial's are slow and steady: one round
 			}
 			t, err := timeCalls(ctx, func() error { _, err := kern.fn.Call(args...); return err }, minBatch)
 			if err != nil {
@@ -292,12 +307,35 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		gn = append(gn, num(ref, "gflops"))
 	}
 	r.GFLOPSTuned, r.GFLOPSHand, r.GFLOPSDefault = sig(median(g[0]), 4), sig(median(g[1]), 4), sig(median(g[2]), 3)
+	r.GFLOPSTutorial = sig(median(g[3]), 3)
+	r.TunedVsTutorial = sig(r.GFLOPSTuned/r.GFLOPSTutorial, 3)
 	r.TunedVsHand, r.TunedVsDefault = sig(r.GFLOPSTuned/r.GFLOPSHand, 3), sig(r.GFLOPSTuned/r.GFLOPSDefault, 3)
 	if len(gn) > 0 {
 		r.GFLOPSNumpy = sig(median(gn), 4)
 		r.TunedVsNumpy = sig(r.GFLOPSTuned/r.GFLOPSNumpy, 3)
 	}
 	return r, nil
+}
+
+// tutorialSchedule is the tensor-expression tutorial's schedule of the
+// matmul f: its first loop in parallel.
+func tutorialSchedule(f *ir.PrimFunc) (*ir.PrimFunc, error) {
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.GetBlock("C")
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.GetLoops(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Parallel(l[0]); err != nil {
+		return nil, err
+	}
+	return s.Func(), nil
 }
 
 // compareOnDevice times the tuned kernel and the hand schedule in one
