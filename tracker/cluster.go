@@ -227,7 +227,7 @@ func (r *replica) checkFleet(endpoints []string) error {
 	key := r.prefix + "token-sha256"
 	sum := sha256.Sum256([]byte(r.cfg.Token))
 	hash := hex.EncodeToString(sum[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 2*etcdCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
 	defer cancel()
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", 0)).
 		Then(clientv3.OpPut(key, hash)).Else(clientv3.OpGet(key)).Commit()
