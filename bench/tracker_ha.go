@@ -38,6 +38,10 @@ type haStore struct {
 	// clock (a lease's Expires less its TTL). The single bbolt tracker is
 	// started again at once on the same data: its figure is a restart's.
 	FailoverS float64 `json:"failover_s"`
+	// ElectedS is the part of it until another tracker said it leads
+	// (its "tracker replica leads" log line); the rest is devices and
+	// clients reconnecting and registering again. Only over etcd.
+	ElectedS float64 `json:"elected_s,omitempty"`
 	// JobsSubmitted were acknowledged by a tracker while jobs flowed
 	// through the kill; JobsLost of them did not end succeeded;
 	// JobsCompletedTwice were accepted as completed more than once.
@@ -67,8 +71,12 @@ type trackerHAResult struct {
 
 func (r trackerHAResult) Line() string {
 	line := func(s haStore) string {
-		return fmt.Sprintf("%s (%d tracker(s)): %.0f leases/s, p50 %.0f µs, p99 %.0f µs; kill -9 → grants again in %.2f s; jobs %d submitted, %d lost, %d completed twice; leases granted twice %d; client errors %d",
-			s.Store, s.Trackers, s.LeasesPS, s.P50US, s.P99US, s.FailoverS, s.JobsSubmitted, s.JobsLost, s.JobsCompletedTwice, s.LeasesGrantedTwice, s.ClientErrors)
+		elected := ""
+		if s.ElectedS > 0 {
+			elected = fmt.Sprintf(" (a new leader after %.2f s)", s.ElectedS)
+		}
+		return fmt.Sprintf("%s (%d tracker(s)): %.0f leases/s, p50 %.0f µs, p99 %.0f µs; kill -9 → grants again in %.2f s%s; jobs %d submitted, %d lost, %d completed twice; leases granted twice %d; client errors %d",
+			s.Store, s.Trackers, s.LeasesPS, s.P50US, s.P99US, s.FailoverS, elected, s.JobsSubmitted, s.JobsLost, s.JobsCompletedTwice, s.LeasesGrantedTwice, s.ClientErrors)
 	}
 	out := fmt.Sprintf("tracker-ha: %d devices, %d clients, %d cycles a store; %s", r.Devices, r.Clients, r.Requests, line(r.Bolt))
 	if r.Etcd != nil {
@@ -242,6 +250,9 @@ func measureHA(ctx context.Context, s haSetup, token string, sc fleetShape) (haS
 		return out, err
 	}
 	out.FailoverS = round(resumed.Sub(t0).Seconds(), 3)
+	if at, ok := firstLogAfter(s.procs, `msg="tracker replica leads"`, t0); ok && len(s.procs) > 1 {
+		out.ElectedS = round(at.Sub(t0).Seconds(), 3)
+	}
 	time.Sleep(time.Second)
 	stopLoad()
 	lw.Wait()

@@ -252,3 +252,23 @@ func (p *trackerProc) alive() bool {
 		return true
 	}
 }
+
+// firstLogAfter returns the time (the time= field) of the earliest line
+// containing what in the logs of procs that is after t.
+func firstLogAfter(procs []*trackerProc, what string, t time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, p := range procs {
+		b, _ := os.ReadFile(p.logPath)
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, what) {
+				continue
+			}
+			f, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, f)
+			if err == nil && at.After(t) && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+	}
+	return first, !first.IsZero()
+}
