@@ -42,10 +42,10 @@ var operatorSecrets = map[string][]string{
 	"kiln-s3":          {"access-key-id", "secret-access-key"},
 }
 
-// podValues stand in for the values the kubelet gives fieldRef variables.
-var podValues = map[string]string{
-	"status.podIP":  "10.1.2.3",
-	"metadata.name": "kiln-pod-0",
+// podValues stand in for the values the kubelet gives fieldRef variables
+// in a pod of workload name: a StatefulSet's first pod's name.
+func podValues(name string) map[string]string {
+	return map[string]string{"status.podIP": "10.1.2.3", "metadata.name": name + "-0"}
 }
 
 // rendered is one overlay's objects, decoded.
@@ -191,14 +191,14 @@ var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 // expand resolves $(VAR) in args as the kubelet does, from the
 // container's environment; an unresolved reference is an error.
-func (r *rendered) expand(t *testing.T, where string, c corev1.Container, args []string) []string {
+func (r *rendered) expand(t *testing.T, where string, w workload, c corev1.Container, args []string) []string {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
 			env[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil:
-			v, ok := podValues[e.ValueFrom.FieldRef.FieldPath]
+			v, ok := podValues(w.name)[e.ValueFrom.FieldRef.FieldPath]
 			check.True(t, ok, where, "env", e.Name, "refers to field", e.ValueFrom.FieldRef.FieldPath)
 			env[e.Name] = v
 		case e.ValueFrom.ConfigMapKeyRef != nil:
@@ -289,7 +289,7 @@ func (r *rendered) checkWorkloads(t *testing.T, overlay string, im images) []k8s
 			}
 			k := k8s.KilnContainer{
 				Overlay: overlay, Where: where, Target: tgt, Mounts: mounts,
-				Argv:     append(slices.Clone(argv), r.expand(t, where, c, c.Args)...),
+				Argv:     append(slices.Clone(argv), r.expand(t, where, w, c, c.Args)...),
 				Liveness: httpProbe(c, c.LivenessProbe), Readiness: httpProbe(c, c.ReadinessProbe),
 			}
 			if w.replicas != nil {
@@ -397,7 +397,7 @@ func TestOverlays(t *testing.T) {
 	for _, d := range dirs {
 		names = append(names, filepath.Base(filepath.Dir(d)))
 	}
-	for _, want := range []string{"etcd", "external-etcd", "single"} {
+	for _, want := range []string{"etcd", "external-etcd", "embedded-etcd", "single"} {
 		check.True(t, slices.Contains(names, want), "no overlay", want, "in", names)
 	}
 	var g k8s.Golden

@@ -140,6 +140,16 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// peerURL is the URL --cluster-peers gives name ("" when none).
+func peerURL(peers, name string) string {
+	for _, p := range strings.Split(peers, ",") {
+		if n, u, ok := strings.Cut(p, "="); ok && n == name {
+			return u
+		}
+	}
+	return ""
+}
+
 // TestCommandLines checks every kiln container of every overlay.
 func TestCommandLines(t *testing.T) {
 	g, err := k8s.ReadGolden(filepath.Join("..", k8s.GoldenFile))
@@ -186,9 +196,15 @@ func TestCommandLines(t *testing.T) {
 		if board, ok := strings.CutPrefix(k.Target, "device-"); ok {
 			check.Equal(t, p.flags["key"], board, where, "--key")
 		}
-		// Trackers that are several share one store: each names it.
+		// Trackers that are several share one store: etcd's, or that of
+		// the embedded members they run, each one named among the peers.
 		if p.command == "tracker" && k.Replicas > 1 {
-			check.True(t, strings.HasPrefix(p.flags["store"], "etcd://"), where, "has no --store etcd://…; its replicas would each keep their own state")
+			name, embedded := p.flags["cluster-name"]
+			check.True(t, strings.HasPrefix(p.flags["store"], "etcd://") || embedded, where,
+				"has neither --store etcd://… nor --cluster-name; its replicas would each keep their own state")
+			if embedded {
+				check.True(t, peerURL(p.flags["cluster-peers"], name) != "", where, "--cluster-name", name, "is not one of --cluster-peers", p.flags["cluster-peers"])
+			}
 		}
 	}
 	// The autoscalers scale on metrics the tracker serves.
