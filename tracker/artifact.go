@@ -98,9 +98,12 @@ func (s *Server) evictLocked(keep string) {
 			return
 		}
 		for _, sha := range gone {
-			if err := s.blobs.remove(context.Background(), sha); err != nil {
+			// A bucket that does not answer costs this sweep, not forever.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := s.blobs.remove(ctx, sha); err != nil {
 				s.log.Warn("evict artifact", "sha256", sha, "err", err)
 			}
+			cancel()
 		}
 	}()
 }
