@@ -110,7 +110,7 @@ func (rs *replicaSet) crash(t *testing.T, i int) {
 // queued job is there, the granted lease still holds its device (it is
 // not granted twice), nodes re-register through the followers.
 func TestReplicas(t *testing.T) {
-	rs := startReplicas(t)
+	rs := startReplicas(t, func(c *Config) { c.TVMListen = "127.0.0.1:0" })
 	ctx := testCtx(t)
 	lead := rs.leader(t, -1)
 	follower := rs.reps[(lead+1)%3]
@@ -126,6 +126,14 @@ func TestReplicas(t *testing.T) {
 	lease, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "k", NoRenew: true, TTL: time.Minute})
 	check.NoError(t, err)
 	check.Equal(t, lease.NodeID, dev.NodeID())
+
+	// TVM protocol peers of either follower meet at the leader.
+	srv := dialTVM(t, follower.TVMAddr())
+	check.Equal(t, srv.call([]any{tvmUpdateInfo, map[string]any{"key": "server:rasp", "addr": []any{nil, 9091}}}), any(float64(tvmSuccess)))
+	check.Equal(t, srv.call([]any{tvmPut, "rasp", []any{9091, "rasp:0.123"}, nil}), any(float64(tvmSuccess)))
+	tvm := dialTVM(t, spare.TVMAddr())
+	sum := tvm.call([]any{tvmSummary}).([]any)[1].(map[string]any)
+	check.Equal(t, sum["queue_info"].(map[string]any)["rasp"], any(map[string]any{"free": float64(1), "pending": float64(0)}))
 
 	rs.crash(t, lead)
 	next := rs.leader(t, lead)
