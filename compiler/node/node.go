@@ -166,6 +166,9 @@ func Run(ctx context.Context, cfg Config) error {
 	case err := <-regErr:
 		cancel()
 		wg.Wait()
+		if err == nil { // ctx ended before the first registration
+			return nil
+		}
 		return fmt.Errorf("compiler node: %w", err)
 	case <-ctx.Done():
 		wg.Wait()
