@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/kiln-ml/kiln/rpcserver/metrics"
 )
 
 // ClusterConfig runs an embedded etcd member (go.etcd.io/etcd/server/v3/
@@ -169,7 +171,11 @@ func parseEtcdStore(store string) ([]string, error) {
 // listeners. The state is loaded when the replica is elected to lead.
 func newReplica(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, runDone: make(chan struct{})}
-	s.initMetrics()
+	// A follower's /metrics has no tracker state to show: the leader's
+	// gauges (build queue depth among them) come only from the leader, so
+	// a sum or an average over replicas is not thinned by followers' zeros.
+	s.m.reg = metrics.NewRegistry()
+	s.m.reg.Flag(leaderMetric, leaderMetricHelp, false)
 	s.tvm.init()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)

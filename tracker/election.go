@@ -64,6 +64,12 @@ type leaderTerm struct {
 	ho  *handoff
 }
 
+// leaderMetric is 1 on the replica that leads, 0 on the others.
+const (
+	leaderMetric     = "kiln_tracker_leader"
+	leaderMetricHelp = "1 while this tracker replica leads (and exports the tracker's gauges), 0 while it forwards to the leader."
+)
+
 // etcdProbeEvery is how often a replica checks that etcd answers.
 const etcdProbeEvery = 500 * time.Millisecond
 
@@ -333,6 +339,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 		}
 		return
 	}
+	srv.m.reg.Flag(leaderMetric, leaderMetricHelp, true)
 	r.log.Info("tracker replica leads", "id", r.self.ID, "term", el.Rev(), "load", time.Since(t0))
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

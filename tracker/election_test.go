@@ -127,6 +127,13 @@ func TestReplicas(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, lease.NodeID, dev.NodeID())
 
+	// The leader exports the tracker's gauges; a follower says it follows.
+	var lm, fm strings.Builder
+	check.NoError(t, rs.reps[lead].WriteMetrics(&lm))
+	check.NoError(t, follower.WriteMetrics(&fm))
+	check.True(t, strings.Contains(lm.String(), "kiln_tracker_leader 1") && strings.Contains(lm.String(), "kiln_tracker_build_queue_depth 1"), lm.String())
+	check.True(t, strings.Contains(fm.String(), "kiln_tracker_leader 0") && !strings.Contains(fm.String(), "kiln_tracker_build_queue_depth"), fm.String())
+
 	// TVM protocol peers of either follower meet at the leader.
 	srv := dialTVM(t, follower.TVMAddr())
 	check.Equal(t, srv.call([]any{tvmUpdateInfo, map[string]any{"key": "server:rasp", "addr": []any{nil, 9091}}}), any(float64(tvmSuccess)))

@@ -117,4 +117,11 @@ func (s *Server) metricsHandler() http.Handler {
 
 // WriteMetrics writes the tracker's metrics, with the Go runtime's and the
 // process's, in the Prometheus text format.
-func (s *Server) WriteMetrics(w io.Writer) error { return s.m.reg.WriteText(w) }
+func (s *Server) WriteMetrics(w io.Writer) error {
+	if s.rep != nil {
+		if t := s.rep.currentTerm(); t != nil {
+			return t.WriteMetrics(w) // a leading replica's are its term's
+		}
+	}
+	return s.m.reg.WriteText(w)
+}
