@@ -3,6 +3,8 @@ package onnx
 import (
 	"fmt"
 	"math"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
 // Resize is separable: along each resized axis, every output element is a
@@ -26,7 +28,7 @@ func convertResize(im *importer, n *node) ([]*value, error) {
 		ct = "asymmetric"
 	}
 	switch ct {
-	case "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn":
+	case "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize":
 	default:
 		return nil, unsupported("Resize coordinate_transformation_mode %q", ct)
 	}
@@ -84,14 +86,49 @@ func convertResize(im *importer, n *node) ([]*value, error) {
 	default:
 		return nil, fmt.Errorf("neither scales nor sizes given")
 	}
+	var roi []float64
+	if ct == "tf_crop_and_resize" {
+		t, err := n.knownInput(1, "roi")
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || int(t.NumElements()) != 2*len(axes) {
+			return nil, fmt.Errorf("tf_crop_and_resize wants roi of %d values", 2*len(axes))
+		}
+		roi = t.Floats()
+	}
+	var outside *value // the outputs a crop puts outside the input
 	for i, a := range axes {
-		taps, err := resizeTaps(n, mode, ct, shape[a], out[i], scale[i]*float64(shape[a]))
+		var crop []float64
+		if roi != nil {
+			crop = []float64{roi[i], roi[i+len(axes)]}
+		}
+		taps, oor, err := resizeTaps(n, mode, ct, shape[a], out[i], scale[i]*float64(shape[a]), crop)
 		if err != nil {
 			return nil, err
 		}
 		if x, err = im.blend(x, a, taps); err != nil {
 			return nil, err
 		}
+		if oor != nil {
+			ms := make([]int64, r)
+			for j := range ms {
+				ms[j] = 1
+			}
+			ms[a] = out[i]
+			m := newTensor(ir.Bool, ms)
+			for o, b := range oor {
+				setElem(m.Data, ir.Bool, o, b2f(b))
+			}
+			if outside == nil {
+				outside = constant(m)
+			} else if outside, err = im.emit("relax.maximum", nil, outside, constant(m)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if outside != nil {
+		return ret(im.emit("relax.where", nil, outside, scalar(x.dtype(), n.attrFloat("extrapolation_value", 0)), x))
 	}
 	return []*value{x}, nil
 }
@@ -104,11 +141,18 @@ type tap struct {
 
 // resizeTaps computes an axis's taps; outF is the output length before
 // rounding down (in·scale), which align_corners divides by as ONNX does.
-func resizeTaps(n *node, mode, ct string, in, out int64, outF float64) ([]tap, error) {
+// With tf_crop_and_resize, crop is the axis's [start, end] of the roi and
+// oor marks the outputs that fall outside the input.
+func resizeTaps(n *node, mode, ct string, in, out int64, outF float64, crop []float64) (taps []tap, oor []bool, err error) {
 	scale := outF / float64(in)
 	orig := func(o int64) float64 {
 		xo := float64(o)
 		switch ct {
+		case "tf_crop_and_resize":
+			if out > 1 {
+				return crop[0]*float64(in-1) + xo*(crop[1]-crop[0])*float64(in-1)/float64(out-1)
+			}
+			return 0.5 * (crop[0] + crop[1]) * float64(in-1)
 		case "half_pixel":
 			return (xo+0.5)/scale - 0.5
 		case "pytorch_half_pixel":
@@ -148,11 +192,11 @@ func resizeTaps(n *node, mode, ct string, in, out int64, outF float64) ([]tap, e
 			case "ceil":
 				i = math.Ceil(xo)
 			default:
-				return nil, unsupported("Resize nearest_mode %q", nm)
+				return nil, nil, unsupported("Resize nearest_mode %q", nm)
 			}
 			t.idx[o], t.w[o] = clampIdx(int64(i)), 1
 		}
-		return []tap{t}, nil
+		return []tap{t}, outsideOf(ct, in, out, orig), nil
 	case "linear", "cubic":
 		k := 2
 		if mode == "cubic" {
@@ -160,7 +204,7 @@ func resizeTaps(n *node, mode, ct string, in, out int64, outF float64) ([]tap, e
 		}
 		a := n.attrFloat("cubic_coeff_a", -0.75)
 		exclude := n.attrInt("exclude_outside", 0) != 0
-		taps := make([]tap, k)
+		taps = make([]tap, k)
 		for j := range taps {
 			taps[j] = tap{idx: make([]int64, out), w: make([]float64, out)}
 		}
@@ -199,9 +243,23 @@ func resizeTaps(n *node, mode, ct string, in, out int64, outF float64) ([]tap, e
 				taps[j].idx[o], taps[j].w[o] = clampIdx(first+int64(j)), ws[j]
 			}
 		}
-		return taps, nil
+		return taps, outsideOf(ct, in, out, orig), nil
 	}
-	return nil, unsupported("Resize mode %q", mode)
+	return nil, nil, unsupported("Resize mode %q", mode)
+}
+
+// outsideOf marks, for tf_crop_and_resize, the outputs whose position in
+// the input lies outside it (nil for the other transformations).
+func outsideOf(ct string, in, out int64, orig func(int64) float64) []bool {
+	if ct != "tf_crop_and_resize" {
+		return nil
+	}
+	oor := make([]bool, out)
+	for o := range out {
+		x := orig(o)
+		oor[o] = x < 0 || x > float64(in-1)
+	}
+	return oor
 }
 
 // blend computes Σ take(x, tap.idx, axis)·tap.w along axis.
