@@ -248,3 +248,30 @@ func TestPoolingAndTfIdfImports(t *testing.T) {
 	_, err = tf(strAttr("mode", "TF"), intAttr("max_gram_length", 2), intsAttr("ngram_counts", 0, 2), intsAttr("ngram_indexes", 0, 1, 2), intsAttr("pool_int64s", 4, 5, 7, 8, 9))
 	check.Error(t, err, "ngram_counts [0 2] do not fit a pool of 5 tokens")
 }
+
+func TestRoiAlignAndCropResize(t *testing.T) {
+	rois := floatInit("rois", []int64{2, 4}, 0, 0, 3, 3, 1, 1, 2, 2)
+	bi := int64Init("bi", 0, 0)
+	f, err := oneNode(t, 16, "RoiAlign", [][]any{{1, 3, 4, 4}}, []*onnxpb.TensorProto{rois, bi}, 1, intAttr("output_height", 2), intAttr("output_width", 2))
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{2, 3, 2, 2}})
+	_, err = oneNode(t, 16, "RoiAlign", [][]any{{1, 3, 4, 4}}, []*onnxpb.TensorProto{rois, bi}, 1, strAttr("mode", "max"))
+	check.ErrorIs(t, err, ErrUnsupported)
+	check.Error(t, err, `RoiAlign mode "max"`)
+
+	w := bilinearTaps
+	sum := 0.0
+	w(1.25, 2.5, 4, 4, func(_, _ int64, v float64) { sum += v })
+	check.True(t, math.Abs(sum-1) < 1e-12, "bilinear weights sum to %g", sum)
+	n := 0
+	w(-3, 0, 4, 4, func(_, _ int64, _ float64) { n++ })
+	check.Equal(t, n, 0)
+
+	roi := floatInit("roi", []int64{8}, 0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8)
+	scales := floatInit("scales", []int64{0})
+	sizes := int64Init("sizes", 1, 1, 3, 3)
+	f, err = oneNode(t, 13, "Resize", [][]any{{1, 1, 4, 4}}, []*onnxpb.TensorProto{roi, scales, sizes}, 1,
+		strAttr("coordinate_transformation_mode", "tf_crop_and_resize"), strAttr("mode", "linear"))
+	check.NoError(t, err)
+	check.Equal(t, outShapes(f), [][]int64{{1, 1, 3, 3}})
+}
