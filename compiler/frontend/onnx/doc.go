@@ -17,8 +17,12 @@
 // naming the input and the dimension. Shapes are inferred as the graph is
 // built, and subgraphs whose values are known at import time (the Shape →
 // Gather → Concat → Reshape pattern of every PyTorch export) are folded to
-// constants. An operator kiln does not support is an error naming the
-// node, its op type and opset, before anything is built.
+// constants. Operators whose output shape depends on their input values
+// (NonZero, Unique, NonMaxSuppression…) are computed at import from
+// inputs known then; If selects between its branches, and Loop and Scan
+// are unrolled, so their trip counts must be known at import. An
+// operator kiln does not support is an error naming the node, its op
+// type and opset, before anything is built.
 //
 // The package owns the reader and the importer. It imports compiler/ir,
 // compiler/relax/op, ndarray and the generated onnxpb types; it must not
