@@ -23,6 +23,7 @@ var testEtcd struct {
 	once sync.Once
 	e    *embed.Etcd
 	url  string
+	dir  string
 	err  error
 	seq  atomic.Int64
 }
@@ -31,6 +32,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if testEtcd.e != nil {
 		testEtcd.e.Close()
+	}
+	if testEtcd.dir != "" {
+		os.RemoveAll(testEtcd.dir)
 	}
 	os.Exit(code)
 }
@@ -52,6 +56,7 @@ func etcdURL(t testing.TB) string {
 			testEtcd.err = err
 			return
 		}
+		testEtcd.dir = dir
 		c := ClusterConfig{
 			Name:      "t",
 			Peers:     "t=http://127.0.0.1:" + freePort(t),
