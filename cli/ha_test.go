@@ -26,7 +26,8 @@ const haLeaseTTL = 20 * time.Second
 // another client holds it was granted twice), and the retryable errors.
 type haLedger struct {
 	mu        sync.Mutex
-	jobs      []string
+	jobs      []string        // acknowledged
+	keys      map[string]bool // every submission's SubmitKey, acknowledged or not
 	holder    map[string]string // device address → lease id
 	twice     []string
 	retryable []error
@@ -57,7 +58,11 @@ func (lg *haLedger) done() int {
 // haCycle is one client's round: build vadd.py on a compiler node, fetch
 // the artifact, lease a device, time vadd there, release it.
 func haCycle(ctx context.Context, f *procFleet, tc *client.Tracker, lg *haLedger, src string, dir string) error {
-	job, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "vadd.py", Module: src, Target: "cpu"})
+	lg.mu.Lock()
+	key := fmt.Sprintf("ha-%d", len(lg.keys))
+	lg.keys[key] = true
+	lg.mu.Unlock()
+	job, err := tc.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "vadd.py", Module: src, Target: "cpu", SubmitKey: key})
 	if err != nil {
 		return err
 	}
@@ -191,7 +196,7 @@ func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
 	tc := f.dialTracker(ctx)
 	held, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", TTL: haLeaseTTL, User: "held"})
 	check.NoError(t, err)
-	lg := &haLedger{holder: map[string]string{}}
+	lg := &haLedger{holder: map[string]string{}, keys: map[string]bool{}}
 	lg.take(held)
 	s, err := client.Connect(ctx, held.Addr, client.SessionOptions{Token: f.tok, LeaseToken: held.Token})
 	check.NoError(t, err)
@@ -230,18 +235,25 @@ func runHAFaults(t *testing.T, f *procFleet, faults func(lg *haLedger)) {
 	lg.drop(held)
 	check.NoError(t, held.Release(ctx))
 
-	// No device was leased twice; every acknowledged job is on the
-	// tracker once and is built.
+	// No device was leased twice. Every job on the tracker comes from one
+	// submission (one a submission, even those the clients stopped waiting
+	// for at the end), every acknowledged one among them, and all are built.
 	check.Equal(t, len(lg.twice), 0, lg.twice)
-	total := 0
-	for _, n := range f.query().JobCounts {
-		total += n
+	sum, err := tc.Query(ctx, proto.MaxQueryJobs)
+	check.NoError(t, err)
+	bySubmission := map[string]int{}
+	onTracker := map[string]bool{}
+	for _, j := range sum.Jobs {
+		check.True(t, lg.keys[j.SubmitKey], "job", j.ID, "has no submission of the clients:", j.SubmitKey)
+		bySubmission[j.SubmitKey]++
+		check.Equal(t, bySubmission[j.SubmitKey], 1, "jobs of submission", j.SubmitKey)
+		onTracker[j.ID] = true
+		done, err := tc.WaitBuild(ctx, j.ID, nil)
+		check.NoError(t, err, "job", j.ID)
+		check.Equal(t, done.State, proto.JobSucceeded)
 	}
-	check.Equal(t, total, len(lg.jobs), "jobs on the tracker vs jobs the clients submitted")
 	for _, id := range lg.jobs {
-		j, err := tc.WaitBuild(ctx, id, nil)
-		check.NoError(t, err, "job", id)
-		check.Equal(t, j.State, proto.JobSucceeded)
+		check.True(t, onTracker[id], "acknowledged job", id, "is not on the tracker")
 	}
 	t.Logf("%d cycles, %d jobs, %d retryable errors seen by clients", lg.done(), len(lg.jobs), len(lg.retryable))
 }
