@@ -213,6 +213,11 @@ func convertScan(im *importer, n *node) ([]*value, error) {
 	}
 	// Opset 8: axis 0 of every input is a batch, scanned one entry at a
 	// time along axis 1.
+	for _, v := range ins {
+		if v.rank() < 1 || v.shape()[0] != xs[0].shape()[0] {
+			return nil, fmt.Errorf("Scan before opset 9 wants a batch axis of one size on every input")
+		}
+	}
 	nb := xs[0].shape()[0]
 	var per [][]*value
 	g := im.builder()

@@ -72,6 +72,9 @@ func init() {
 		win := n.input(2)
 		frame := int64(-1)
 		if win != nil {
+			if win.rank() != 1 {
+				return nil, fmt.Errorf("input 2 (window) of shape %v, want 1-D", win.shape())
+			}
 			frame = win.shape()[0]
 		}
 		if t, err := n.knownInput(3, "frame_length"); err != nil {

@@ -275,3 +275,39 @@ func TestRoiAlignAndCropResize(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, outShapes(f), [][]int64{{1, 1, 3, 3}})
 }
+
+// TestNewOperatorsNeverPanic imports each operator over inputs of odd
+// ranks and counts: an error is fine, a panic is not.
+func TestNewOperatorsNeverPanic(t *testing.T) {
+	ops := []struct {
+		op    string
+		opset int64
+	}{
+		{"TopK", 11}, {"Einsum", 12}, {"NonZero", 13}, {"Unique", 11}, {"Compress", 11}, {"NonMaxSuppression", 11},
+		{"HannWindow", 17}, {"MelWeightMatrix", 17}, {"RNN", 14}, {"GRU", 14}, {"LSTM", 14}, {"QuantizeLinear", 13},
+		{"DequantizeLinear", 13}, {"DynamicQuantizeLinear", 11}, {"MatMulInteger", 10}, {"ConvInteger", 10},
+		{"QLinearMatMul", 10}, {"QLinearConv", 10}, {"ReverseSequence", 10}, {"MaxUnpool", 11}, {"DFT", 17},
+		{"STFT", 17}, {"GridSample", 16}, {"Det", 11}, {"LRN", 13}, {"MeanVarianceNormalization", 13},
+		{"Celu", 12}, {"Upsample", 9}, {"TfIdfVectorizer", 9}, {"RoiAlign", 16}, {"ReduceProd", 18},
+		{"BatchNormalization", 15}, {"MaxPool", 12}, {"AveragePool", 11}, {"If", 13}, {"Loop", 13}, {"Scan", 11},
+	}
+	shapes := [][]any{{}, {1}, {2, 3}, {1, 2, 3, 3, 3}}
+	for _, o := range ops {
+		for _, s := range shapes {
+			for _, k := range []int{1, 2, 3, 5, 8} {
+				ins := make([][]any, k)
+				for i := range ins {
+					ins[i] = s
+				}
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							t.Errorf("%s over %d inputs of shape %v panics: %v", o.op, k, s, r)
+						}
+					}()
+					_, _ = oneNode(t, o.opset, o.op, ins, nil, 1, intAttr("training_mode", 1))
+				}()
+			}
+		}
+	}
+}

@@ -104,6 +104,9 @@ func batchNormTraining(im *importer, n *node) ([]*value, error) {
 		return nil, err
 	}
 	x := in[0]
+	if x.rank() < 2 {
+		return nil, fmt.Errorf("input of shape %v, want [N, C, …]", x.shape())
+	}
 	c := x.shape()[1]
 	cs := channelShape(c, x.rank())
 	var axes []int
