@@ -26,8 +26,8 @@ const haLeaseTTL = 20 * time.Second
 // another client holds it was granted twice), and the retryable errors.
 type haLedger struct {
 	mu        sync.Mutex
-	jobs      []string        // acknowledged
-	keys      map[string]bool // every submission's SubmitKey, acknowledged or not
+	jobs      []string          // acknowledged
+	keys      map[string]bool   // every submission's SubmitKey, acknowledged or not
 	holder    map[string]string // device address → lease id
 	twice     []string
 	retryable []error
