@@ -252,7 +252,11 @@ func (m *machine) allocate(buf *ir.Buffer) (func(), error) {
 			data[i] = 0xff
 		}
 	}
-	return m.bindMem(buf.Data, &memory{name: buf.Name, data: data, shared: buf.StorageScope() == "shared"}), nil
+	mem := &memory{name: buf.Name, data: data, shared: buf.StorageScope() == "shared"}
+	if m.perThread(buf.StorageScope()) {
+		mem.threads = map[[3]int64]*memory{}
+	}
+	return m.bindMem(buf.Data, mem), nil
 }
 
 func (m *machine) bufferStore(s *ir.BufferStore) error {

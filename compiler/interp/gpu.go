@@ -29,6 +29,7 @@ type access struct {
 // gpu is the state of a run inside thread-bound loops.
 type gpu struct {
 	threadDepth int      // threadIdx loops entered
+	blockDepth  int      // blockIdx loops entered
 	thread      [3]int64 // threadIdx.x, y, z of the running thread
 	// phase counts the outermost threadIdx loops finished: the barrier
 	// between two sibling thread loops (the one barrier insertion places)
@@ -60,6 +61,8 @@ func (m *machine) boundLoop(tag string, v *ir.Var, min, extent ir.Expr, body ir.
 		return m.loop(v, min, extent, body)
 	}
 	if !thread {
+		m.gpu.blockDepth++
+		defer func() { m.gpu.blockDepth-- }()
 		return m.loopEach(v, min, extent, body, func(int64) { m.gpu.log = nil })
 	}
 	if dim == 0 && m.gpu.threadDepth == 0 && hasShuffle(body) {
@@ -115,3 +118,28 @@ func (m *machine) shared(mem *memory, off int, b *ir.Buffer, indices []int64, wr
 }
 
 func fmtThread(t [3]int64) string { return fmt.Sprintf("(%d, %d, %d)", t[0], t[1], t[2]) }
+
+// perThread reports whether memory for a buffer of scope allocated now is
+// private to each thread: a "local" buffer allocated in a kernel outside
+// its threadIdx loops (a register accumulator that lives from one thread
+// loop nest to the next) is, as in CUDA, where every thread runs the
+// allocation.
+func (m *machine) perThread(scope string) bool {
+	return scope == "local" && m.gpu.blockDepth > 0 && m.gpu.threadDepth == 0
+}
+
+// threadCopy returns the running thread's copy of per-thread memory mem,
+// created on first use (filled as Allocate fills memory), or mem itself
+// outside the threadIdx loops.
+func (m *machine) threadCopy(mem *memory) *memory {
+	if m.gpu.threadDepth == 0 {
+		return mem
+	}
+	c := mem.threads[m.gpu.thread]
+	if c == nil {
+		c = &memory{name: mem.name, data: make([]byte, len(mem.data))}
+		copy(c.data, mem.data)
+		mem.threads[m.gpu.thread] = c
+	}
+	return c
+}

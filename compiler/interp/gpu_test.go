@@ -99,3 +99,41 @@ def k(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
 		check.Error(t, err, `thread (0, 0, 0) reads what no thread of its block wrote`)
 	})
 }
+
+// TestPerThreadLocal runs a kernel whose "local" accumulator is allocated
+// outside the threadIdx loops and lives from one thread loop nest to the
+// next: as in CUDA, each thread has its own copy.
+func TestPerThreadLocal(t *testing.T) {
+	src := `@T.prim_func
+def k(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float32")):
+    T.func_attr({"global_symbol": "k"})
+    for bx in T.thread_binding(1, thread="blockIdx.x"):
+        with T.block("kernel"):
+            acc = T.alloc_buffer((1,), scope="local")
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("init"):
+                    vi = T.axis.spatial(64, tx)
+                    acc[0] = T.float32(0)
+            for r in range(4):
+                for tx in T.thread_binding(64, thread="threadIdx.x"):
+                    with T.block("sum"):
+                        vi = T.axis.spatial(64, tx)
+                        acc[0] = acc[0] + A[r * 64 + vi]
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("B"):
+                    vi = T.axis.spatial(64, tx)
+                    B[vi] = acc[0]
+`
+	rng := rand.New(rand.NewPCG(3, 4))
+	a, b := randArray(t, rng, 4*64), zeros(t, 64)
+	in := f32s(t, a)
+	check.NoError(t, Run(kernelFunc(t, src), a, b))
+	got := f32s(t, b)
+	for i := range 64 {
+		want := float32(0)
+		for r := range 4 {
+			want += in[r*64+i]
+		}
+		check.Equal(t, got[i], want, "thread", i)
+	}
+}

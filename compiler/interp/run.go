@@ -69,6 +69,9 @@ type memory struct {
 	name   string
 	data   []byte
 	shared bool // GPU shared memory: accesses are checked for races
+	// threads holds each thread's copy of a per-thread buffer (see
+	// machine.perThread), keyed by threadIdx; nil for other memory.
+	threads map[[3]int64]*memory
 	// arr is the array whose memory data aliases, held so that the
 	// garbage collector does not free that memory while the function
 	// runs (the caller may drop its last reference to the array once it
@@ -390,6 +393,9 @@ func (m *machine) address(b *ir.Buffer, indices []int64, verb string) (*memory, 
 	mem := m.mem[b.Data]
 	if mem == nil {
 		return nil, 0, fmt.Errorf("%s %q: buffer has no memory (data %q is not allocated)", verb, b.Name, b.Data.Name)
+	}
+	if mem.threads != nil {
+		mem = m.threadCopy(mem)
 	}
 	l, err := m.layoutOf(b)
 	if err != nil {

@@ -20,8 +20,11 @@ type GPUOptions struct {
 // blocks over the same rows (softmax, layer norm) gets one block of threads
 // per row (see rowPipeline); otherwise spatial producers that can be inlined
 // into their consumers are; a first remaining block that is a 2-D matmul
-// large enough for 64 threads gets the matmul rule (register tiles of up
-// to 4×4 per thread, 16×16 threads per block, see bindMatmul); otherwise
+// large enough for 64 threads gets the shared-memory matmul rule (tiles of
+// A and B staged in shared memory, register tiles of up to 4×4 per
+// thread, 16×16 threads per block, see sharedMatmul) when the blocks after
+// it are elementwise epilogues, else the register-only matmul rule (see
+// bindMatmul); otherwise
 // the fallback rule (DLight's Fallback): the block gets its spatial loops fused and split
 // into blockIdx.x and threadIdx.x (a predicate guards the tail when the
 // block size does not divide the extent), its reduction loops stay serial
@@ -65,6 +68,9 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 			}
 		}
 		blocks = topBlocks(s.Func())
+	}
+	if g := sharedMatmul(s.Func(), blocks); g != nil {
+		return g, nil
 	}
 	thread, matmul, err := bindMatmul(s, blocks[0])
 	if err != nil {
