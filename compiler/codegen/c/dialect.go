@@ -40,6 +40,10 @@ type Dialect struct {
 	Allocate func(r *Renderer, b *ir.Buffer) (decl string, handled bool, err error)
 	// Return is the statement that ends a function; "" is "return 0;".
 	Return string
+	// VectorDecl, when set, returns the declaration of vector type t (of
+	// elements elem) with its kiln_vload_T and kiln_vstore_T helpers, in
+	// place of GCC's vector_size typedef and helpers (C).
+	VectorDecl func(t ir.DType, elem string) string
 }
 
 // C returns the dialect for host C compiled by GCC or Clang.

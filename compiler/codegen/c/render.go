@@ -240,6 +240,12 @@ func (r *Renderer) vectorDecls() string {
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].String() < ts[j].String() })
 	var b strings.Builder
+	if r.d.VectorDecl != nil {
+		for _, t := range ts {
+			b.WriteString(r.d.VectorDecl(t, r.Type(t.Scalar())))
+		}
+		return b.String()
+	}
 	for _, t := range ts {
 		name, elem := t.String(), r.Type(t.Scalar())
 		size := int(t.Lanes) * int(t.Bits) / 8

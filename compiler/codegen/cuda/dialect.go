@@ -9,17 +9,36 @@ import (
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
-// dialect is CUDA C as a dialect of the C renderer.
-func dialect() c.Dialect {
+// dialect is CUDA C as a dialect of the C renderer. The shared buffers in
+// aligned (by their data variable) are declared aligned to 16 bytes, for
+// vector copies.
+func dialect(aligned map[*ir.Var]bool) c.Dialect {
 	return c.Dialect{
 		Name:      "cuda",
 		Restrict:  "__restrict__",
 		Signature: signature,
 		Loop:      loop,
 		Fail:      func(string, bool) string { return "{ __trap(); }" },
-		Allocate:  allocate,
-		Return:    "return;",
+		Allocate: func(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
+			return allocate(r, b, aligned[b.Data])
+		},
+		Return:     "return;",
+		VectorDecl: vectorDecl,
 	}
+}
+
+// vectorDecl declares vector type t as a struct of its lanes aligned to
+// its size (so a load or store of one, 16 bytes at most, is one vector
+// instruction: ld.global.v4.f32 for a float32x4), with the helpers the C
+// renderer prints for vector loads and stores. Kernels use vectors only to
+// copy (see checker.dtype).
+func vectorDecl(t ir.DType, elem string) string {
+	name := t.String()
+	size := int(t.Lanes) * int(t.Bits) / 8
+	return fmt.Sprintf(`struct __align__(%d) %s { %s v[%d]; };
+static __device__ __forceinline__ %s kiln_vload_%s(const %s* p) { return *(const %s*)p; }
+static __device__ __forceinline__ void kiln_vstore_%s(%s* p, %s v) { *(%s*)p = v; }
+`, size, name, elem, t.Lanes, name, name, elem, name, name, elem, name, name)
 }
 
 func signature(r *c.Renderer, name string, f *ir.PrimFunc) (string, error) {
@@ -49,7 +68,7 @@ func loop(r *c.Renderer, f *ir.For) ([]string, bool, error) {
 	return nil, false, nil
 }
 
-func allocate(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
+func allocate(r *c.Renderer, b *ir.Buffer, aligned bool) (string, bool, error) {
 	n, ok := constElems(b)
 	scope := b.StorageScope()
 	switch scope {
@@ -66,6 +85,10 @@ func allocate(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
 	}
 	decl := fmt.Sprintf("%s %s[%d];", r.Type(b.DType), r.VarName(b.Data), max(n, 1))
 	if scope == "shared" {
+		if aligned {
+			// Aligned for the widest vector copy (16 bytes).
+			decl = "__align__(16) " + decl
+		}
 		decl = "__shared__ " + decl
 	}
 	return decl, true, nil

@@ -49,7 +49,8 @@ func (k Kernel) Threads() int64 { return k.Block[0] * k.Block[1] * k.Block[2] }
 // CUDA C source file of kernels exported under their global_symbol (or
 // their name in m), after verifying each against lim.
 func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
-	r := c.NewRenderer(dialect())
+	aligned := map[*ir.Var]bool{}
+	r := c.NewRenderer(dialect(aligned))
 	var kernels []Kernel
 	names := make([]string, 0)
 	funcs := map[string]*ir.PrimFunc{}
@@ -76,7 +77,8 @@ func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
 			return "", nil, fmt.Errorf("kernel %q: has the packed API; lower with cuda.LowerOptions (stop before make_packed_api)", sym)
 		}
 		f = transform.InsertBarriers(f)
-		k, err := verify(sym, f, lim)
+		vectorShared(f, aligned)
+		k, err := verify(sym, f, lim, aligned)
 		if err != nil {
 			return "", nil, err
 		}
@@ -113,7 +115,13 @@ type checker struct {
 	nests  int // thread-bound loops outside every other
 	// usesThreads is set when some loop is bound to a threadIdx axis.
 	usesThreads bool
-	err         error
+	// copies holds the vector expressions of vector copies (see copyOf).
+	copies map[ir.Expr]bool
+	// aligned holds the shared buffers aligned to 16 bytes (see
+	// vectorShared); alignedBytes counts their bytes, in shared.
+	aligned      map[*ir.Var]bool
+	alignedBytes int64
+	err          error
 }
 
 func (k *checker) fail(format string, args ...any) {
@@ -123,8 +131,8 @@ func (k *checker) fail(format string, args ...any) {
 }
 
 // verify checks f against lim and returns its launch metadata.
-func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
-	k := &checker{kernel: name}
+func verify(name string, f *ir.PrimFunc, lim Limits, aligned map[*ir.Var]bool) (Kernel, error) {
+	k := &checker{kernel: name, aligned: aligned}
 	ir.Visit(f.Body, func(n ir.Node) bool {
 		if l, ok := n.(*ir.For); ok && l.Kind == ir.ForThreadBinding && strings.HasPrefix(l.ThreadTag, "threadIdx.") {
 			k.usesThreads = true
@@ -137,6 +145,11 @@ func verify(name string, f *ir.PrimFunc, lim Limits) (Kernel, error) {
 	}
 	if k.nests > 1 {
 		return Kernel{}, fmt.Errorf("kernel %q: %d thread-bound loop nests in sequence; one kernel is one nest (a grid-wide barrier between them needs a launch each)", name, k.nests)
+	}
+	if k.alignedBytes > 0 {
+		// Aligned buffers are whole vectors; the others are padded to
+		// the alignment (at most: ptxas may place them last).
+		k.shared = (k.shared + 15) / 16 * 16
 	}
 	kern := Kernel{Name: name, SharedBytes: k.shared}
 	for i := range 6 {
@@ -206,6 +219,7 @@ func (k *checker) walk(s ir.Stmt, bound, thread bool) {
 			if !bound {
 				k.fail("store to %q outside every thread-bound loop: each thread would repeat it", n.Buffer.Name)
 			}
+			k.copyOf(n)
 		case *ir.Allocate:
 			if n.Buffer.StorageScope() == "global" && !thread && k.usesThreads {
 				k.fail("buffer %q in global memory is allocated outside every threadIdx loop; inside a kernel only an allocation private to one thread (inside its threadIdx loops), shared or local is possible", n.Buffer.Name)
@@ -217,21 +231,52 @@ func (k *checker) walk(s ir.Stmt, bound, thread bool) {
 					k.fail("shared buffer %q has no constant size", n.Buffer.Name)
 					return false
 				}
-				k.shared += c * int64(n.Buffer.DType.Size())
+				bytes := c * int64(n.Buffer.DType.Size())
+				k.shared += bytes
+				if k.aligned[n.Buffer.Data] {
+					k.alignedBytes += bytes
+				}
 			}
 		}
 		return true
 	})
 }
 
-// dtype refuses the types the generator cannot print yet: bfloat16 and
-// vectors (C's GCC vector types are not CUDA's). float16 is the prelude's
-// kiln_half.
+// copyOf records the vector expressions of s when s is a vector copy: a
+// store of a load, both at contiguous ramps (base, base+1, …) of one
+// element type, 16 bytes at most (float4, eight float16).
+func (k *checker) copyOf(s *ir.BufferStore) {
+	l, ok := s.Value.(*ir.BufferLoad)
+	if !ok || len(s.Indices) != 1 || len(l.Indices) != 1 || l.Buffer.DType != s.Buffer.DType {
+		return
+	}
+	dst, ok1 := s.Indices[0].(*ir.Ramp)
+	src, ok2 := l.Indices[0].(*ir.Ramp)
+	if !ok1 || !ok2 || dst.Lanes != src.Lanes || !isOne(dst.Stride) || !isOne(src.Stride) {
+		return
+	}
+	if dst.Lanes*int(s.Buffer.DType.Bits)/8 > 16 {
+		return
+	}
+	if k.copies == nil {
+		k.copies = map[ir.Expr]bool{}
+	}
+	k.copies[dst], k.copies[src], k.copies[l] = true, true, true
+}
+
+func isOne(e ir.Expr) bool {
+	v, ok := ir.IsConstInt(e)
+	return ok && v == 1
+}
+
+// dtype refuses the types the generator cannot print yet: bfloat16, and
+// vectors other than those of a vector copy (see copyOf; CUDA has no
+// vector arithmetic). float16 is the prelude's kiln_half.
 func (k *checker) dtype(e ir.Expr) {
 	t := e.DType()
 	switch {
-	case t.Lanes > 1:
-		k.fail("vector type %s (in %s) is not supported by the CUDA generator yet", t, e)
+	case t.Lanes > 1 && !k.copies[e]:
+		k.fail("vector type %s (in %s) is not supported by the CUDA generator: vectors only copy (a store of a load at contiguous indices, 16 bytes at most)", t, e)
 	case t.Code == ndarray.BFloat:
 		k.fail("%s arithmetic (in %s) is not supported by the CUDA generator yet", t, e)
 	}
@@ -286,4 +331,30 @@ func constElems(b *ir.Buffer) (int64, bool) {
 		n *= v
 	}
 	return n, true
+}
+
+// vectorShared adds to aligned the shared buffers of f that are loaded or
+// stored as vectors.
+func vectorShared(f *ir.PrimFunc, aligned map[*ir.Var]bool) {
+	shared := map[*ir.Var]bool{}
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if a, ok := n.(*ir.Allocate); ok && a.Buffer.StorageScope() == "shared" {
+			shared[a.Buffer.Data] = true
+		}
+		return true
+	})
+	vec := func(b *ir.Buffer, idx []ir.Expr) {
+		if len(idx) == 1 && idx[0].DType().Lanes > 1 && shared[b.Data] {
+			aligned[b.Data] = true
+		}
+	}
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.BufferLoad:
+			vec(n.Buffer, n.Indices)
+		case *ir.BufferStore:
+			vec(n.Buffer, n.Indices)
+		}
+		return true
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	cudadev "github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
 )
@@ -54,7 +55,15 @@ func TestDefaultSchedule(t *testing.T) {
 	check.Equal(t, shared["matmul_bias_relu"], int64((64*16+16*64)*4))
 	// The cross-thread sums end in warp shuffles.
 	check.True(t, strings.Count(src, "__shfl_down_sync(") >= 5*9, "warp shuffles in the row sums, the GEMV, softmax and layer norm")
-	t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
+	// Their global→shared copies are float4 loads and stores.
+	check.True(t, strings.Contains(src, "kiln_vstore_float32x4(&A_shared["), "no vector copy of A's tile in", src)
+	check.True(t, strings.Contains(src, "kiln_vstore_float32x4(&B_shared["), "no vector copy of B's tile")
+	t.Run("nvrtc", func(t *testing.T) {
+		compileAll(t, src, ks)
+		ptx, log, err := cudadev.CompilePTX(src, "kernels.cu", []string{"--gpu-architecture=compute_80"})
+		check.NoError(t, err, log)
+		check.True(t, strings.Contains(ptx, ".v4.f32"), "the tile copies are no vector loads in the PTX")
+	})
 	t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
 	t.Run("interpreter", func(t *testing.T) {
 		interpretBoth(t, orig, scheduled, map[string]bool{"row_sum": true, "row_sum_long": true, "gemv_bias": true, "softmax": true, "softmax_3d": true, "layer_norm": true})

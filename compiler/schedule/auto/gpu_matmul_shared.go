@@ -103,18 +103,27 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		})
 	})
 
-	// copyTile has the threads copy a rows × cols tile: element e of the
-	// tile (row-major) is copied by thread e mod T.
+	// copyTile has the threads copy a rows × cols tile: vector e of vw
+	// elements of the tile (row-major) is copied by thread e mod T, as one
+	// vector load and store when vw > 1.
 	copyTile := func(dst *ir.Buffer, rows, cols int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr) func(ty, tx ir.Expr) ir.Stmt {
+		vw := copyVector(src, cols)
 		return func(ty, tx ir.Expr) ir.Stmt {
-			it := ir.NewVar("it", ir.Int32)
+			it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
 			e := ir.Add(ir.Mul(it, i32(T)), ir.Add(ir.Mul(ty, i32(TX)), tx))
-			rr, cc := ir.FloorDiv(e, i32(cols)), ir.FloorMod(e, i32(cols))
-			var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
-			if rows*cols%T != 0 {
-				s = &ir.IfThenElse{Cond: ir.LT(e, i32(rows*cols)), Then: s}
+			rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
+			if vw > 1 {
+				cc = ir.Add(cc, v)
 			}
-			return &ir.For{Var: it, Min: i32(0), Extent: i32((rows*cols + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
+			var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
+			if vw > 1 {
+				s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
+			}
+			n := rows * cols / vw
+			if n%T != 0 {
+				s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
+			}
+			return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
 		}
 	}
 	kAt := func(kk ir.Expr) ir.Expr { return cast(vk, ir.Add(ir.Mul(ko, i32(BK)), kk)) }
@@ -233,4 +242,33 @@ func epilogueIndex(br *ir.BlockRealize, out []ir.Expr) []ir.Expr {
 		idx[i] = ir.NewCast(iv.Var.Type, out[i])
 	}
 	return idx
+}
+
+// copyVector returns the lanes of the vector copies of a tile cols wide
+// from l's buffer: 16 bytes of elements when l reads its (row, column)
+// directly, from a buffer of constant shape without strides or offset
+// whose rows, like the tile's, are a whole number of vectors (so that
+// every vector is aligned to its size in a buffer aligned to 16 bytes, as
+// CUDA's allocations are); 1 otherwise.
+func copyVector(l *ir.BufferLoad, cols int64) int64 {
+	b := l.Buffer
+	vw := int64(16 / b.DType.Size())
+	if vw < 2 || b.DType.Lanes != 1 || len(l.Indices) != 2 || len(b.Shape) != 2 || b.Strides != nil || cols%vw != 0 {
+		return 1
+	}
+	if b.ElemOffset != nil {
+		if off, ok := ir.IsConstInt(b.ElemOffset); !ok || off != 0 {
+			return 1
+		}
+	}
+	for _, x := range l.Indices {
+		if _, ok := x.(*ir.Var); !ok {
+			return 1
+		}
+	}
+	w, ok := ir.IsConstInt(b.Shape[1])
+	if !ok || w%vw != 0 {
+		return 1
+	}
+	return vw
 }

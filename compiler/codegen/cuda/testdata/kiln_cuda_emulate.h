@@ -24,6 +24,7 @@ static std::barrier<>* kiln_block_barrier;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __align__(n) __attribute__((aligned(n)))
 #define __host__
 
 // float16 conversions, rounding to nearest even (x86's F16C).
