@@ -110,6 +110,20 @@ func cudaMLP(ctx context.Context, arch string) (cudaMLPBuild, error) {
 	return out, nil
 }
 
+// cudaMatmul is an n×n×n matmul of dtype named name, as TVMScript.
+func cudaMatmul(name string, n int, dtype string) string {
+	return fmt.Sprintf(`@T.prim_func
+def %[2]s(A: T.Buffer((%[1]d, %[1]d), "%[3]s"), B: T.Buffer((%[1]d, %[1]d), "%[3]s"), C: T.Buffer((%[1]d, %[1]d), "%[3]s")):
+    T.func_attr({"global_symbol": "%[2]s", "tir.noalias": T.bool(True)})
+    for i, j, k in T.grid(%[1]d, %[1]d, %[1]d):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.%[3]s(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+`, n, name, dtype)
+}
+
 // cudaKernels are the functions the benchmark schedules with the default
 // GPU rule, as TVMScript, at full and at quick size.
 func cudaKernels(quick bool) map[string]string {
@@ -136,16 +150,8 @@ def gemv(A: T.Buffer((%[1]d, %[2]d), "float32"), x: T.Buffer((%[2]d,), "float32"
                 y[vi] = T.float32(0)
             y[vi] = y[vi] + A[vi, vk] * x[vk]
 `, n, m),
-		"matmul": fmt.Sprintf(`@T.prim_func
-def matmul(A: T.Buffer((%[1]d, %[1]d), "float32"), B: T.Buffer((%[1]d, %[1]d), "float32"), C: T.Buffer((%[1]d, %[1]d), "float32")):
-    T.func_attr({"global_symbol": "matmul", "tir.noalias": T.bool(True)})
-    for i, j, k in T.grid(%[1]d, %[1]d, %[1]d):
-        with T.block("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = T.float32(0)
-            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
-`, n),
+		"matmul":      cudaMatmul("matmul", n, "float32"),
+		"matmul_fp16": cudaMatmul("matmul_fp16", n, "float16"),
 		"softmax": fmt.Sprintf(`@T.prim_func
 def softmax(A: T.Buffer((%[1]d, %[2]d), "float32"), B: T.Buffer((%[1]d, %[2]d), "float32")):
     T.func_attr({"global_symbol": "softmax", "tir.noalias": T.bool(True)})
@@ -209,7 +215,7 @@ func runCUDA(ctx context.Context, opt options) (result, error) {
 	}
 	archs := []string{"sm_80", "sm_90"}
 	r := cudaResult{Name: "cuda", NVRTC: fmt.Sprintf("%d.%d", major, minor), Repeats: repeats, Quick: opt.quick,
-		Note: "default GPU schedules: 2-D matmuls register-tiled (4x4 per thread, 16x16 threads), sums over one reduction (GEMV) a cross-thread tree in shared memory per output element ending in warp shuffles, softmax and layer norm one block of threads per row (each row reduction across the threads), everything else the fallback rule (fused spatial loops on blockIdx.x/threadIdx.x); grid and block are total blocks and threads per block; no kernel timed on a GPU"}
+		Note: "default GPU schedules: 2-D matmuls tiled in shared memory (tiles of A and B copied 16 bytes at a time, float4 or eight float16) and in registers (4x4 per thread, 16x16 threads), sums over one reduction (GEMV) a cross-thread tree in shared memory per output element ending in warp shuffles, softmax and layer norm one block of threads per row (each row reduction across the threads), everything else the fallback rule (fused spatial loops on blockIdx.x/threadIdx.x); grid and block are total blocks and threads per block; no kernel timed on a GPU"}
 	timeIt := func(src, arch string) (float64, []byte, string, error) {
 		var ts []float64
 		var cubin []byte
@@ -238,7 +244,7 @@ func runCUDA(ctx context.Context, opt options) (result, error) {
 	}
 	r.FloorMS = sig(floor, 3)
 	var all []float64
-	for _, name := range []string{"add", "gemv", "matmul", "softmax", "layer_norm"} {
+	for _, name := range []string{"add", "gemv", "matmul", "matmul_fp16", "softmax", "layer_norm"} {
 		src := cudaKernels(opt.quick)[name]
 		m, err := script.Parse(name+".py", "# from tvm.script import tir as T\n"+src)
 		if err != nil {
