@@ -174,7 +174,7 @@ func generateCUDA(mod *ir.IRModule, target Target, nv CUDACompiler, topts transf
 			return "", nil, nil, fmt.Errorf("kernel %q on %s needs %d registers per thread × %d threads, past the limit %d registers per block", k.Name, arch, res.Registers, k.Threads(), lim.MaxRegistersPerBlock)
 		}
 		dk := abi.DeviceKernel{
-			Name: k.Name, Func: funcOf[k.Name], Grid: k.Grid, Block: k.Block, SharedBytes: k.SharedBytes,
+			Name: k.Name, Func: funcOf[k.Name], Grid: k.Grid, Block: k.Block, SharedBytes: k.SharedBytes, DynamicSharedBytes: k.DynSharedBytes,
 			Params: []abi.DeviceParam{},
 			Resources: map[string]abi.DeviceResources{arch: {
 				Registers: res.Registers, SpillStores: res.SpillStores, SpillLoads: res.SpillLoads, SharedBytes: res.SharedBytes,

@@ -252,8 +252,9 @@ func (m *machine) allocate(buf *ir.Buffer) (func(), error) {
 			data[i] = 0xff
 		}
 	}
-	mem := &memory{name: buf.Name, data: data, shared: buf.StorageScope() == "shared"}
-	if m.perThread(buf.StorageScope()) {
+	scope := buf.StorageScope()
+	mem := &memory{name: buf.Name, data: data, shared: scope == "shared" || scope == "shared.dyn"}
+	if m.perThread(scope) {
 		mem.threads = map[[3]int64]*memory{}
 	}
 	return m.bindMem(buf.Data, mem), nil

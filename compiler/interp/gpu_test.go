@@ -137,3 +137,24 @@ def k(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float32")):
 		check.Equal(t, got[i], want, "thread", i)
 	}
 }
+
+// TestDynamicSharedRaces checks shared.dyn buffers (dynamic shared
+// memory) for races as shared ones are.
+func TestDynamicSharedRaces(t *testing.T) {
+	src := `@T.prim_func
+def k(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    T.func_attr({"global_symbol": "k"})
+    S = T.alloc_buffer((64,), scope="shared.dyn")
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        with T.block("S"):
+            vi = T.axis.spatial(64, tx)
+            S[vi] = A[vi]
+        with T.block("B"):
+            vi = T.axis.spatial(64, tx)
+            B[vi] = S[63 - vi]
+`
+	rng := rand.New(rand.NewPCG(5, 6))
+	err := Run(kernelFunc(t, src), randArray(t, rng, 64), zeros(t, 64))
+	check.ErrorIs(t, err, ErrDataRace)
+	check.Error(t, err, `shared "S"[63]: thread (0, 0, 0) reads what no thread of its block wrote`)
+}

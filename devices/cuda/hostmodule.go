@@ -91,9 +91,13 @@ func LoadArtifact(dev devices.Device, a *artifact.Artifact, dir string) (*HostMo
 		return fail(err)
 	}
 	fns := make([]uintptr, len(meta.Kernels))
+	optin, _ := deviceAttr(g.dev, attrMaxSharedMemPerBlockOptin)
 	for i, k := range meta.Kernels {
 		fn, err := moduleFunction(ctx, handle, k.Name)
 		if err != nil {
+			return unload(err)
+		}
+		if err := allowDynamicShared(ctx, fn, dev, k.Name, int(k.DynamicSharedBytes), optin); err != nil {
 			return unload(err)
 		}
 		fns[i] = fn

@@ -23,7 +23,9 @@ import (
 // hostModuleSrc has a function the default GPU schedule binds (scale, a
 // grid of 4 blocks), one over a symbolic length (its grid is computed at
 // each call) and one with a shared-memory buffer (static shared memory:
-// the launch asks for no dynamic shared memory).
+// the launch asks for no dynamic shared memory), and one with 64 KiB of
+// dynamic shared memory (shared.dyn: past 48 KiB, so the kernel opts in
+// when the module loads, and each launch asks for it).
 const hostModuleSrc = `# from tvm.script import ir as I
 # from tvm.script import tir as T
 @I.ir_module
@@ -59,6 +61,19 @@ class Module:
             with T.block("B"):
                 vi = T.axis.spatial(64, tx)
                 B[vi] = S[vi]
+
+    @T.prim_func
+    def dyn(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+        T.func_attr({"global_symbol": "dyn", "tir.noalias": T.bool(True)})
+        S = T.alloc_buffer((16384,), scope="shared.dyn")
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            for j in range(256):
+                with T.block("S"):
+                    vi = T.axis.spatial(16384, tx * 256 + j)
+                    S[vi] = A[vi % 64]
+            with T.block("B"):
+                vi = T.axis.spatial(64, tx)
+                B[vi] = S[vi * 256]
 `
 
 // buildHostModule builds hostModuleSrc for sm_80 with this machine's NVRTC,
@@ -120,7 +135,7 @@ func TestHostModuleChild(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, m.Type(), "cuda")
 	check.Equal(t, m.Image(), "PTX for sm_80") // the fake device is sm_90; the artifact has an sm_80 cubin
-	check.Equal(t, len(m.DeviceMetadata().Kernels), 3)
+	check.Equal(t, len(m.DeviceMetadata().Kernels), 4)
 
 	array := func(n int64) *ndarray.NDArray {
 		x, err := ndarray.Empty(ndarray.Shape{n}, ndarray.Float32, gpu0)
@@ -152,6 +167,7 @@ func TestHostModuleChild(t *testing.T) {
 	check.NoError(t, call("vadd", x, y, z))
 	S, R := array(64), array(64)
 	check.NoError(t, call("reverse", S, R))
+	check.NoError(t, call("dyn", S, R))
 
 	text, err := os.ReadFile(logPath)
 	check.NoError(t, err)
@@ -173,6 +189,7 @@ func TestHostModuleChild(t *testing.T) {
 		"launch scale_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 0 params " + hex(B, A),
 		"launch vadd_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 0 params " + hex(x, y, z) + " 0x3e8",
 		"launch reverse_kernel grid 1 1 1 block 64 1 1 smem 0 stream default dev 0 params " + hex(S, R),
+		"launch dyn_kernel grid 1 1 1 block 64 1 1 smem 65536 stream default dev 0 params " + hex(S, R),
 	})
 
 	// Arrays on the host, or on the other GPU, are refused before C.

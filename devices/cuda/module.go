@@ -135,13 +135,8 @@ func LoadModule(dev devices.Device, ptx string, kernels []KernelInfo) (*Module, 
 		if err := checkParams(ctx, fn, k); err != nil {
 			return fail(err)
 		}
-		if k.SharedMem > 48<<10 {
-			if optin > 0 && k.SharedMem > optin {
-				return fail(fmt.Errorf("kernel %q: %d bytes of dynamic shared memory, %s allows %d per block", k.Name, k.SharedMem, dev, optin))
-			}
-			if err := funcSetMaxDynamicSharedMem(ctx, fn, k.SharedMem); err != nil {
-				return fail(withOp(err, fmt.Sprintf("kernel %q: allow %d bytes of dynamic shared memory", k.Name, k.SharedMem)))
-			}
+		if err := allowDynamicShared(ctx, fn, dev, k.Name, k.SharedMem, optin); err != nil {
+			return fail(err)
 		}
 		k.Params = append([]ParamKind(nil), k.Params...)
 		m.kernels[k.Name] = k
@@ -383,4 +378,20 @@ func (m *Module) Close() error {
 	h := m.handle
 	m.handle = 0
 	return withOp(moduleUnload(m.ctx, h), "unload module on "+m.dev.String())
+}
+
+// allowDynamicShared lets kernel fn (named name) launch with shared bytes
+// of dynamic shared memory: past the default 48 KiB, the kernel opts in
+// up to optin, the device's limit (0: unknown, the driver checks).
+func allowDynamicShared(ctx, fn uintptr, dev devices.Device, name string, shared, optin int) error {
+	if shared <= 48<<10 {
+		return nil
+	}
+	if optin > 0 && shared > optin {
+		return fmt.Errorf("kernel %q: %d bytes of dynamic shared memory, %s allows %d per block", name, shared, dev, optin)
+	}
+	if err := funcSetMaxDynamicSharedMem(ctx, fn, shared); err != nil {
+		return withOp(err, fmt.Sprintf("kernel %q: allow %d bytes of dynamic shared memory", name, shared))
+	}
+	return nil
 }

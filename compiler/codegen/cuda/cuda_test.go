@@ -54,13 +54,15 @@ func TestGolden(t *testing.T) {
 		// own element (shared_same_thread), and in a loop of tiles one
 		// before the read and one at the end of the body, before the next
 		// tile overwrites what other threads still read (tiled_shift).
-		"shared_reverse":     {Name: "shared_reverse", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
+		"shared_reverse": {Name: "shared_reverse", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
+		// Dynamic shared memory: two buffers, the second at 256 bytes.
+		"dyn_reverse":        {Name: "dyn_reverse", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, DynSharedBytes: 512},
 		"shared_same_thread": {Name: "shared_same_thread", Grid: [3]int64{4, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
 		"tiled_shift":        {Name: "tiled_shift", Grid: [3]int64{8, 1, 1}, Block: [3]int64{64, 1, 1}, SharedBytes: 256},
 		"half_axpy":          {Name: "half_axpy", Grid: [3]int64{2, 1, 1}, Block: [3]int64{256, 1, 1}},
 		"half_rowsum":        {Name: "half_rowsum", Grid: [3]int64{1, 1, 1}, Block: [3]int64{64, 1, 1}},
 	}
-	barriers := map[string]int{"add": 0, "scale2d": 0, "rowsum": 0, "shared_reverse": 1, "shared_same_thread": 0, "tiled_shift": 2}
+	barriers := map[string]int{"add": 0, "scale2d": 0, "rowsum": 0, "shared_reverse": 1, "dyn_reverse": 1, "shared_same_thread": 0, "tiled_shift": 2}
 	for name, f := range m.PrimFuncs() {
 		t.Run(name, func(t *testing.T) {
 			src, ks, err := Generate(ir.NewIRModule().With(name, f), sm80(t))
@@ -70,6 +72,7 @@ func TestGolden(t *testing.T) {
 			check.Equal(t, ks[0].Grid, w.Grid)
 			check.Equal(t, ks[0].Block, w.Block)
 			check.Equal(t, ks[0].SharedBytes, w.SharedBytes)
+			check.Equal(t, ks[0].DynSharedBytes, w.DynSharedBytes)
 			check.Equal(t, strings.Count(src, "__syncthreads();"), barriers[name], "barriers in", name, src)
 			path := filepath.Join("testdata", name+".golden")
 			if *update {
@@ -88,7 +91,7 @@ func TestGolden(t *testing.T) {
 func TestNVRTC(t *testing.T) {
 	src, ks, err := Generate(kernelsModule(t), sm80(t))
 	check.NoError(t, err)
-	check.Equal(t, len(ks), 8)
+	check.Equal(t, len(ks), 9)
 	compileAll(t, src, ks)
 }
 
@@ -209,6 +212,16 @@ def k(A: T.Buffer((4096,), "float32")):
             vi = T.axis.spatial(4096, tx)
             A[vi] = S[vi * 4]
 `), `kernel "k": 65536 bytes of shared memory exceed sm_80's limit 49152 per block`},
+		{"dynamic shared past limit", kernel(`    S = T.alloc_buffer((50000,), scope="shared.dyn")
+    for tx in T.thread_binding(50, thread="threadIdx.x"):
+        for j in range(1000):
+            with T.block("S"):
+                vi = T.axis.spatial(50000, tx * 1000 + j)
+                S[vi] = A[vi % 4096]
+        with T.block("A"):
+            vi = T.axis.spatial(4096, tx)
+            A[vi] = S[vi * 1000]
+`), `kernel "k": 0 bytes of static and 200000 of dynamic shared memory exceed sm_80's limit 166912 per block`},
 		{"bf16", `# from tvm.script import tir as T
 @T.prim_func
 def k(A: T.Buffer((64,), "bfloat16")):

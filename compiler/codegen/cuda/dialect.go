@@ -11,8 +11,9 @@ import (
 
 // dialect is CUDA C as a dialect of the C renderer. The shared buffers in
 // aligned (by their data variable) are declared aligned to 16 bytes, for
-// vector copies.
-func dialect(aligned map[*ir.Var]bool) c.Dialect {
+// vector copies; the shared.dyn buffers lie at their offset in dyn in the
+// block's dynamic shared memory.
+func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 	return c.Dialect{
 		Name:      "cuda",
 		Restrict:  "__restrict__",
@@ -20,6 +21,9 @@ func dialect(aligned map[*ir.Var]bool) c.Dialect {
 		Loop:      loop,
 		Fail:      func(string, bool) string { return "{ __trap(); }" },
 		Allocate: func(r *c.Renderer, b *ir.Buffer) (string, bool, error) {
+			if b.StorageScope() == "shared.dyn" {
+				return dynShared(r, b, dyn)
+			}
 			return allocate(r, b, aligned[b.Data])
 		},
 		Return:     "return;",
@@ -94,6 +98,21 @@ func allocate(r *c.Renderer, b *ir.Buffer, aligned bool) (string, bool, error) {
 	return decl, true, nil
 }
 
+// dynShared declares shared.dyn buffer b as a pointer into the block's
+// dynamic shared memory at its offset (see checker.walk). KILN_DYN_SHARED
+// names that memory: an extern __shared__ array under CUDA (every such
+// array starts at the same address), one of the given size elsewhere.
+func dynShared(r *c.Renderer, b *ir.Buffer, dyn map[*ir.Var]int64) (string, bool, error) {
+	off, ok := dyn[b.Data]
+	if !ok {
+		return "", false, fmt.Errorf("shared.dyn buffer %q has no offset in dynamic shared memory", b.Name)
+	}
+	n, _ := constElems(b)
+	name := r.VarName(b.Data)
+	t := r.Type(b.DType)
+	return fmt.Sprintf("KILN_DYN_SHARED(%s_dyn, %d); %s* %s = (%s*)(%s_dyn + %d);", name, off+n*int64(b.DType.Size()), t, name, t, name, off), true, nil
+}
+
 // prelude defines what generated kernels use: NVRTC has no standard
 // headers, so the fixed-width integer types are defined here under NVRTC
 // (other compilers of the source take stdint.h).
@@ -155,6 +174,12 @@ KILN_HALF_CMP(==)
 KILN_HALF_CMP(!=)
 static __device__ __forceinline__ kiln_half operator-(kiln_half a) { kiln_half r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; }
 #define _Float16 kiln_half
+// Dynamic shared memory (shared.dyn buffers): every extern __shared__
+// array starts at the block's dynamic shared memory; the launch gives its
+// size. Elsewhere (the host emulation harness) an array of the given bytes.
+#ifndef KILN_DYN_SHARED
+#define KILN_DYN_SHARED(name, bytes) extern __shared__ __align__(16) unsigned char name[]
+#endif
 // Warp shuffles of float16 move its 16 bits.
 static __device__ __forceinline__ kiln_half __shfl_down_sync(unsigned mask, kiln_half v, unsigned delta, int width) {
   kiln_half r;

@@ -38,6 +38,9 @@ type Kernel struct {
 	Grid, Block [3]int64
 	// SharedBytes is the static shared memory one block uses.
 	SharedBytes int64
+	// DynSharedBytes is the dynamic shared memory one block uses (its
+	// buffers of scope "shared.dyn"), asked for at each launch.
+	DynSharedBytes int64
 	// Params are the kernel's parameters.
 	Params []Param
 }
@@ -50,7 +53,8 @@ func (k Kernel) Threads() int64 { return k.Block[0] * k.Block[1] * k.Block[2] }
 // their name in m), after verifying each against lim.
 func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
 	aligned := map[*ir.Var]bool{}
-	r := c.NewRenderer(dialect(aligned))
+	dyn := map[*ir.Var]int64{}
+	r := c.NewRenderer(dialect(aligned, dyn))
 	var kernels []Kernel
 	names := make([]string, 0)
 	funcs := map[string]*ir.PrimFunc{}
@@ -78,7 +82,7 @@ func Generate(m *ir.IRModule, lim Limits) (string, []Kernel, error) {
 		}
 		f = transform.InsertBarriers(f)
 		vectorShared(f, aligned)
-		k, err := verify(sym, f, lim, aligned)
+		k, err := verify(sym, f, lim, aligned, dyn)
 		if err != nil {
 			return "", nil, err
 		}
@@ -121,7 +125,12 @@ type checker struct {
 	// vectorShared); alignedBytes counts their bytes, in shared.
 	aligned      map[*ir.Var]bool
 	alignedBytes int64
-	err          error
+	// dynOffset receives the byte offset of each shared.dyn buffer in the
+	// block's dynamic shared memory (16-byte aligned); dynBytes is its
+	// size.
+	dynOffset map[*ir.Var]int64
+	dynBytes  int64
+	err       error
 }
 
 func (k *checker) fail(format string, args ...any) {
@@ -131,8 +140,8 @@ func (k *checker) fail(format string, args ...any) {
 }
 
 // verify checks f against lim and returns its launch metadata.
-func verify(name string, f *ir.PrimFunc, lim Limits, aligned map[*ir.Var]bool) (Kernel, error) {
-	k := &checker{kernel: name, aligned: aligned}
+func verify(name string, f *ir.PrimFunc, lim Limits, aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) (Kernel, error) {
+	k := &checker{kernel: name, aligned: aligned, dynOffset: dyn}
 	ir.Visit(f.Body, func(n ir.Node) bool {
 		if l, ok := n.(*ir.For); ok && l.Kind == ir.ForThreadBinding && strings.HasPrefix(l.ThreadTag, "threadIdx.") {
 			k.usesThreads = true
@@ -151,7 +160,7 @@ func verify(name string, f *ir.PrimFunc, lim Limits, aligned map[*ir.Var]bool) (
 		// the alignment (at most: ptxas may place them last).
 		k.shared = (k.shared + 15) / 16 * 16
 	}
-	kern := Kernel{Name: name, SharedBytes: k.shared}
+	kern := Kernel{Name: name, SharedBytes: k.shared, DynSharedBytes: k.dynBytes}
 	for i := range 6 {
 		e := int64(1)
 		if k.bound[i] {
@@ -179,6 +188,9 @@ func verify(name string, f *ir.PrimFunc, lim Limits, aligned map[*ir.Var]bool) (
 	}
 	if kern.SharedBytes > lim.MaxSharedMemPerBlock {
 		return Kernel{}, fmt.Errorf("kernel %q: %d bytes of shared memory exceed %s's limit %d per block", name, kern.SharedBytes, lim.Arch, lim.MaxSharedMemPerBlock)
+	}
+	if n := kern.SharedBytes + kern.DynSharedBytes; kern.DynSharedBytes > 0 && n > lim.MaxSharedMemPerBlockOptin {
+		return Kernel{}, fmt.Errorf("kernel %q: %d bytes of static and %d of dynamic shared memory exceed %s's limit %d per block", name, kern.SharedBytes, kern.DynSharedBytes, lim.Arch, lim.MaxSharedMemPerBlockOptin)
 	}
 	for _, p := range f.Params {
 		if b, ok := f.BufferMap[p]; ok {
@@ -224,6 +236,16 @@ func (k *checker) walk(s ir.Stmt, bound, thread bool) {
 			if n.Buffer.StorageScope() == "global" && !thread && k.usesThreads {
 				k.fail("buffer %q in global memory is allocated outside every threadIdx loop; inside a kernel only an allocation private to one thread (inside its threadIdx loops), shared or local is possible", n.Buffer.Name)
 				return false
+			}
+			if n.Buffer.StorageScope() == "shared.dyn" {
+				c, ok := constElems(n.Buffer)
+				if !ok {
+					k.fail("shared.dyn buffer %q has no constant size", n.Buffer.Name)
+					return false
+				}
+				off := (k.dynBytes + 15) / 16 * 16
+				k.dynOffset[n.Buffer.Data] = off
+				k.dynBytes = off + c*int64(n.Buffer.DType.Size())
 			}
 			if n.Buffer.StorageScope() == "shared" {
 				c, ok := constElems(n.Buffer)

@@ -77,8 +77,8 @@ static int32_t kiln_launch(int32_t kernel, const char* name, const int64_t* dims
 			fmt.Fprintf(&b, "\nstatic int32_t %s%s(%s) {\n", transform.LaunchPrefix, k.Name, strings.Join(ps, ", "))
 		}
 		// Static shared memory is part of the kernel's image: the launch
-		// asks for no dynamic shared memory.
-		fmt.Fprintf(&b, "  const int64_t dims[6] = {gx, gy, gz, bx, by, bz};\n  return kiln_launch(%d, %q, dims, 0, %s);\n}\n", i, k.Name, args)
+		// asks only for the dynamic shared memory (shared.dyn buffers).
+		fmt.Fprintf(&b, "  const int64_t dims[6] = {gx, gy, gz, bx, by, bz};\n  return kiln_launch(%d, %q, dims, %d, %s);\n}\n", i, k.Name, k.DynSharedBytes, args)
 	}
 	d.Prelude = b.String()
 	return d, nil

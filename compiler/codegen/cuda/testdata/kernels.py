@@ -59,6 +59,24 @@ class Module:
                     B[vb * 64 + vi] = S[63 - vi]
 
     @T.prim_func
+    def dyn_reverse(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+        T.func_attr({"global_symbol": "dyn_reverse", "tir.noalias": T.bool(True)})
+        S = T.alloc_buffer((64,), scope="shared.dyn")
+        U = T.alloc_buffer((64,), scope="shared.dyn")
+        for bx in T.thread_binding(4, thread="blockIdx.x"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("load"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    S[vi] = A[vb * 64 + vi]
+                    U[vi] = A[vb * 64 + vi] * T.float32(2)
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                with T.block("store"):
+                    vb = T.axis.spatial(4, bx)
+                    vi = T.axis.spatial(64, tx)
+                    B[vb * 64 + vi] = S[63 - vi] + U[vi]
+
+    @T.prim_func
     def shared_same_thread(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
         T.func_attr({"global_symbol": "shared_same_thread", "tir.noalias": T.bool(True)})
         S = T.alloc_buffer((64,), scope="shared")

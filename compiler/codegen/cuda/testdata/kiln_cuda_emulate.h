@@ -34,6 +34,10 @@ __attribute__((target("f16c"))) inline unsigned short kiln_emulate_f2h(float f) 
 }
 __attribute__((target("f16c"))) inline float kiln_emulate_h2f(unsigned short h) { return _cvtsh_ss(h); }
 #define __shared__ static
+// Dynamic shared memory: one static array of the bytes the kernel's
+// buffers need (one block runs at a time), in place of CUDA's extern
+// __shared__ array sized at launch.
+#define KILN_DYN_SHARED(name, bytes) static __align__(16) unsigned char name[bytes]
 
 inline void __syncthreads() { kiln_block_barrier->arrive_and_wait(); }
 
