@@ -44,7 +44,14 @@ type Dialect struct {
 	// elements elem) with its kiln_vload_T and kiln_vstore_T helpers, in
 	// place of GCC's vector_size typedef and helpers (C).
 	VectorDecl func(t ir.DType, elem string) string
+	// BFloat16 says the dialect's prelude defines bfloat16Type, bfloat16
+	// with float's arithmetic rounded to bfloat16 after each operation;
+	// otherwise bfloat16 has no type (C).
+	BFloat16 bool
 }
+
+// bfloat16Type is the type of bfloat16 values in a dialect with BFloat16.
+const bfloat16Type = "kiln_bf16"
 
 // C returns the dialect for host C compiled by GCC or Clang.
 func C() Dialect {

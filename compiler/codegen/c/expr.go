@@ -119,6 +119,9 @@ func floatLiteral(t ir.DType, v float64) string {
 		}
 		return s
 	case 16:
+		if t.Code == ndarray.BFloat {
+			return "((" + bfloat16Type + ")" + s + ")"
+		}
 		return "((_Float16)" + s + ")"
 	}
 	return s
@@ -344,7 +347,7 @@ func (r *Renderer) mathCall(fn string, t ir.DType, args []string) string {
 		for i, a := range args {
 			conv[i] = "(float)" + a
 		}
-		return "((_Float16)" + fn + "f(" + strings.Join(conv, ", ") + "))"
+		return "((" + r.Type(t) + ")" + fn + "f(" + strings.Join(conv, ", ") + "))"
 	}
 	return fn + "(" + strings.Join(args, ", ") + ")"
 }

@@ -193,6 +193,10 @@ func (r *Renderer) Type(t ir.DType) string {
 			return "bool"
 		}
 		return fmt.Sprintf("uint%d_t", t.Bits)
+	case ndarray.BFloat:
+		if r.d.BFloat16 && t.Bits == 16 {
+			return bfloat16Type
+		}
 	case ndarray.Float:
 		switch t.Bits {
 		case 16:
@@ -218,7 +222,7 @@ func (r *Renderer) useVector(t ir.DType) {
 		return
 	}
 	s := t.Scalar()
-	if !(s.IsFloat() || s.IsInt()) || s.Code == ndarray.BFloat || t.Lanes&(t.Lanes-1) != 0 {
+	if !(s.IsFloat() || s.IsInt()) || (s.Code == ndarray.BFloat && !r.d.BFloat16) || t.Lanes&(t.Lanes-1) != 0 {
 		r.fail("no C vector type for %s", t)
 		return
 	}

@@ -28,6 +28,7 @@ func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 		},
 		Return:     "return;",
 		VectorDecl: vectorDecl,
+		BFloat16:   true,
 	}
 }
 
@@ -149,30 +150,53 @@ static __device__ __forceinline__ float kiln_h2f(unsigned short h) {
 static __device__ __forceinline__ unsigned short kiln_f2h(float f) { return kiln_emulate_f2h(f); }
 static __device__ __forceinline__ float kiln_h2f(unsigned short h) { return kiln_emulate_h2f(h); }
 #endif
-struct kiln_half {
-  unsigned short bits;
-  __device__ __forceinline__ kiln_half() {}
-  __device__ __forceinline__ kiln_half(float f) : bits(kiln_f2h(f)) {}
-  __device__ __forceinline__ kiln_half(double f) : bits(kiln_f2h((float)f)) {}
-  __device__ __forceinline__ kiln_half(int i) : bits(kiln_f2h((float)i)) {}
-  __device__ __forceinline__ kiln_half(long long i) : bits(kiln_f2h((float)i)) {}
-  __device__ __forceinline__ operator float() const { return kiln_h2f(bits); }
-};
-#define KILN_HALF_OP(op) \
-  static __device__ __forceinline__ kiln_half operator op(kiln_half a, kiln_half b) { return kiln_half((float)a op (float)b); }
-KILN_HALF_OP(+)
-KILN_HALF_OP(-)
-KILN_HALF_OP(*)
-KILN_HALF_OP(/)
-#define KILN_HALF_CMP(op) \
-  static __device__ __forceinline__ bool operator op(kiln_half a, kiln_half b) { return (float)a op (float)b; }
-KILN_HALF_CMP(<)
-KILN_HALF_CMP(>)
-KILN_HALF_CMP(<=)
-KILN_HALF_CMP(>=)
-KILN_HALF_CMP(==)
-KILN_HALF_CMP(!=)
-static __device__ __forceinline__ kiln_half operator-(kiln_half a) { kiln_half r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; }
+// bfloat16 likewise: the upper half of a float, rounded to nearest even
+// (bit arithmetic, the same under NVRTC and on the host).
+union kiln_f32_bits { float f; unsigned int u; };
+static __device__ __forceinline__ unsigned short kiln_f2bf(float f) {
+  kiln_f32_bits x;
+  x.f = f;
+  if (f != f) return (unsigned short)((x.u >> 16) | 0x40u);
+  x.u += 0x7fffu + ((x.u >> 16) & 1u);
+  return (unsigned short)(x.u >> 16);
+}
+static __device__ __forceinline__ float kiln_bf2f(unsigned short h) {
+  kiln_f32_bits x;
+  x.u = (unsigned int)h << 16;
+  return x.f;
+}
+// KILN_16BIT defines 16-bit float type T stored as bits, converted from
+// float by F2X and to float by X2F, with float's arithmetic rounded to T
+// after every operation, comparisons, negation and warp shuffles (of its
+// 16 bits).
+#define KILN_16BIT(T, F2X, X2F) \
+struct T { \
+  unsigned short bits; \
+  __device__ __forceinline__ T() {} \
+  __device__ __forceinline__ T(float f) : bits(F2X(f)) {} \
+  __device__ __forceinline__ T(double f) : bits(F2X((float)f)) {} \
+  __device__ __forceinline__ T(int i) : bits(F2X((float)i)) {} \
+  __device__ __forceinline__ T(long long i) : bits(F2X((float)i)) {} \
+  __device__ __forceinline__ operator float() const { return X2F(bits); } \
+}; \
+static __device__ __forceinline__ T operator+(T a, T b) { return T((float)a + (float)b); } \
+static __device__ __forceinline__ T operator-(T a, T b) { return T((float)a - (float)b); } \
+static __device__ __forceinline__ T operator*(T a, T b) { return T((float)a * (float)b); } \
+static __device__ __forceinline__ T operator/(T a, T b) { return T((float)a / (float)b); } \
+static __device__ __forceinline__ bool operator<(T a, T b) { return (float)a < (float)b; } \
+static __device__ __forceinline__ bool operator>(T a, T b) { return (float)a > (float)b; } \
+static __device__ __forceinline__ bool operator<=(T a, T b) { return (float)a <= (float)b; } \
+static __device__ __forceinline__ bool operator>=(T a, T b) { return (float)a >= (float)b; } \
+static __device__ __forceinline__ bool operator==(T a, T b) { return (float)a == (float)b; } \
+static __device__ __forceinline__ bool operator!=(T a, T b) { return (float)a != (float)b; } \
+static __device__ __forceinline__ T operator-(T a) { T r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; } \
+static __device__ __forceinline__ T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width) { \
+  T r; \
+  r.bits = (unsigned short)__shfl_down_sync(mask, (unsigned)v.bits, delta, width); \
+  return r; \
+}
+KILN_16BIT(kiln_half, kiln_f2h, kiln_h2f)
+KILN_16BIT(kiln_bf16, kiln_f2bf, kiln_bf2f)
 #define _Float16 kiln_half
 // Dynamic shared memory (shared.dyn buffers): every extern __shared__
 // array starts at the block's dynamic shared memory; the launch gives its
@@ -180,12 +204,6 @@ static __device__ __forceinline__ kiln_half operator-(kiln_half a) { kiln_half r
 #ifndef KILN_DYN_SHARED
 #define KILN_DYN_SHARED(name, bytes) extern __shared__ __align__(16) unsigned char name[]
 #endif
-// Warp shuffles of float16 move its 16 bits.
-static __device__ __forceinline__ kiln_half __shfl_down_sync(unsigned mask, kiln_half v, unsigned delta, int width) {
-  kiln_half r;
-  r.bits = (unsigned short)__shfl_down_sync(mask, (unsigned)v.bits, delta, width);
-  return r;
-}
 
 // The integer helpers printed expressions call (the C dialect's are GNU
 // statement expressions, which NVRTC does not read): the result has the

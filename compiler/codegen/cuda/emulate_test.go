@@ -75,7 +75,8 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 					continue
 				}
 				half := b.DType.String() == "float16"
-				check.True(t, half || b.DType.String() == "float32", "buffer", b.Name, "of", b.DType)
+				bf16 := b.DType.String() == "bfloat16"
+				check.True(t, half || bf16 || b.DType.String() == "float32", "buffer", b.Name, "of", b.DType)
 				shape := ndarray.Shape{}
 				for _, s := range b.Shape {
 					v, ok := ir.IsConstInt(s)
@@ -97,6 +98,15 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 						binary.LittleEndian.PutUint16(raw[2*j:], exactHalf(data[j]))
 					}
 					dt, ctype = ndarray.Float16, "_Float16"
+				}
+				if bf16 {
+					// Multiples of 1/128 in [-1, 1]: exact in bfloat16.
+					raw = make([]byte, 2*len(data))
+					for j := range data {
+						data[j] = float32(math.Round(float64(data[j])*128)) / 128
+						binary.LittleEndian.PutUint16(raw[2*j:], uint16(math.Float32bits(data[j])>>16))
+					}
+					dt, ctype = ndarray.BFloat16, "kiln_bf16"
 				}
 				check.NoError(t, os.WriteFile(file, raw, 0o644))
 				a, err := ndarray.FromBytes(raw, shape, dt, devices.CPUDevice)
@@ -148,8 +158,11 @@ int main(int argc, char** argv) {
 				raw, err := os.ReadFile(files[i])
 				check.NoError(t, err)
 				want, got := bytesFloat32(wantRaw), bytesFloat32(raw)
-				if a.DType() == ndarray.Float16 {
+				switch a.DType() {
+				case ndarray.Float16:
 					want, got = halfFloats(wantRaw), halfFloats(raw)
+				case ndarray.BFloat16:
+					want, got = bf16Floats(wantRaw), bf16Floats(raw)
 				}
 				check.Equal(t, len(got), len(want), "buffer", i)
 				for j := range want {
@@ -212,6 +225,15 @@ func halfFloats(b []byte) []float32 {
 		default:
 			out[i] = sign * float32(math.Ldexp(1024+man, exp-25))
 		}
+	}
+	return out
+}
+
+// bf16Floats decodes bfloat16 values (the upper halves of float32s).
+func bf16Floats(b []byte) []float32 {
+	out := make([]float32, len(b)/2)
+	for i := range out {
+		out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 	}
 	return out
 }

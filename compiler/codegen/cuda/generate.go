@@ -8,7 +8,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/transform"
-	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // LowerOptions are the transform options that lower a PrimFunc for this
@@ -291,16 +290,13 @@ func isOne(e ir.Expr) bool {
 	return ok && v == 1
 }
 
-// dtype refuses the types the generator cannot print yet: bfloat16, and
-// vectors other than those of a vector copy (see copyOf; CUDA has no
-// vector arithmetic). float16 is the prelude's kiln_half.
+// dtype refuses vectors other than those of a vector copy (see copyOf;
+// CUDA has no vector arithmetic). float16 and bfloat16 are the prelude's
+// kiln_half and kiln_bf16.
 func (k *checker) dtype(e ir.Expr) {
 	t := e.DType()
-	switch {
-	case t.Lanes > 1 && !k.copies[e]:
+	if t.Lanes > 1 && !k.copies[e] {
 		k.fail("vector type %s (in %s) is not supported by the CUDA generator: vectors only copy (a store of a load at contiguous indices, 16 bytes at most)", t, e)
-	case t.Code == ndarray.BFloat:
-		k.fail("%s arithmetic (in %s) is not supported by the CUDA generator yet", t, e)
 	}
 }
 

@@ -125,6 +125,16 @@ class Module:
                     Y[vi] = X[vi] * T.float16(1.5) + Y[vi] - T.max(X[vi], T.float16(0)) / T.float16(3)
 
     @T.prim_func
+    def bf16_axpy(X: T.Buffer((512,), "bfloat16"), Y: T.Buffer((512,), "bfloat16"), S: T.Buffer((512,), "float32")):
+        T.func_attr({"global_symbol": "bf16_axpy", "tir.noalias": T.bool(True)})
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for tx in T.thread_binding(256, thread="threadIdx.x"):
+                with T.block("Y"):
+                    vi = T.axis.spatial(512, bx * 256 + tx)
+                    Y[vi] = X[vi] * T.bfloat16(1.5) + Y[vi] - T.max(X[vi], T.bfloat16(0)) / T.bfloat16(3)
+                    S[vi] = T.Cast("float32", Y[vi]) + T.float32(0.25)
+
+    @T.prim_func
     def half_rowsum(A: T.Buffer((64, 40), "float16"), S: T.Buffer((64,), "float32")):
         T.func_attr({"global_symbol": "half_rowsum", "tir.noalias": T.bool(True)})
         for tx in T.thread_binding(64, thread="threadIdx.x"):
