@@ -62,17 +62,7 @@ func TestRunCUDA(t *testing.T) {
 		check.Error(t, err, "the artifact is built for cuda -arch=sm_80, and this machine has no usable cuda device")
 	}
 
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc to build the fake driver")
-	}
-	lib := filepath.Join(dir, "fake")
-	check.NoError(t, os.MkdirAll(lib, 0o755))
-	build := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(lib, "libcuda.so.1"),
-		filepath.Join("..", "devices", "cuda", "testdata", "fakecuda", "cuda.c"), "-lpthread")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the fake driver: %v\n%s", err, b)
-	}
+	lib := fakeLibCUDA(t, dir)
 	log := filepath.Join(dir, "driver.log")
 	out = filepath.Join(dir, "fake-out")
 	cmd := exec.Command(os.Args[0], "run", art, "--func", "scale", "--input", "A="+in, "--output", out)
@@ -100,6 +90,66 @@ func TestRunCUDA(t *testing.T) {
 	check.NoError(t, json.Unmarshal(b, &tr), string(b))
 	check.Equal(t, tr.Device, "cuda:0")
 	check.Equal(t, len(tr.Results), 3)
+}
+
+// fakeLibCUDA builds the fake libcuda into dir/fake and returns that
+// directory (for LD_LIBRARY_PATH), skipping without gcc.
+func fakeLibCUDA(t *testing.T, dir string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the fake driver")
+	}
+	lib := filepath.Join(dir, "fake")
+	check.NoError(t, os.MkdirAll(lib, 0o755))
+	build := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(lib, "libcuda.so.1"),
+		filepath.Join("..", "devices", "cuda", "testdata", "fakecuda", "cuda.c"), "-lpthread")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the fake driver: %v\n%s", err, b)
+	}
+	return lib
+}
+
+// TestRunCUDAGraph builds the IRModule tutorial's MLP (weights bundled) for
+// cuda and runs its graph function with kiln run: here (without a GPU, an
+// error saying so; with one, the right numbers), and in a kiln process on
+// the fake libcuda, where the VM runs on the GPU: the module is loaded
+// once, every kernel of the graph is launched once, and the result comes
+// back in its shape (the fake computes nothing).
+func TestRunCUDAGraph(t *testing.T) {
+	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
+		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
+	}
+	dir := t.TempDir()
+	src, pfile, xfile, checkOut := mlpFiles(t, dir)
+	art := filepath.Join(dir, "mlp.kiln")
+	_, _, err := runApp(t, "build", src, "--target", "cuda -arch=sm_80", "--params", pfile, "-o", art, "--no-cache")
+	check.NoError(t, err)
+	out := filepath.Join(dir, "here")
+	_, _, err = runApp(t, "run", art, "--input", "x="+xfile, "--output", out)
+	if ok, _ := cuda.Available(); ok {
+		check.NoError(t, err)
+		checkOut(filepath.Join(out, "output.npy"))
+	} else {
+		check.Error(t, err, "the artifact is built for cuda -arch=sm_80, and this machine has no usable cuda device")
+	}
+
+	lib := fakeLibCUDA(t, dir)
+	log := filepath.Join(dir, "driver.log")
+	out = filepath.Join(dir, "fake-out")
+	cmd := exec.Command(os.Args[0], "run", art, "--input", "x="+xfile, "--output", out)
+	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	b, err := cmd.CombinedOutput()
+	check.NoError(t, err, string(b))
+	text, err := os.ReadFile(log)
+	check.NoError(t, err)
+	check.Equal(t, strings.Count(string(text), "load ptx"), 1, string(text))
+	for _, k := range []string{"fused_matmul_add_relu_kernel", "fused_matmul1_add1_kernel"} {
+		check.Equal(t, strings.Count(string(text), "launch "+k+" "), 1, k, "launches in", string(text))
+	}
+	res, err := ndarray.LoadNPY(filepath.Join(out, "output.npy"))
+	check.NoError(t, err)
+	check.Equal(t, res.Shape(), ndarray.Shape{1, 10})
 }
 
 // TestCompilerTargets: a compiler node builds cpu, and cuda where NVRTC

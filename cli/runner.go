@@ -59,7 +59,7 @@ func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 			return nil, fmt.Errorf("--key and --selector need --tracker")
 		}
 		if isCUDAArtifact(a) {
-			return openCUDA(a, fi)
+			return openCUDA(a, fi, c.String("memory-cfg"))
 		}
 		return openLocal(a, fi, c.String("memory-cfg"))
 	}
@@ -111,6 +111,17 @@ func (r *localRunner) call(_ context.Context, call *preparedCall) error {
 	if err != nil || !call.vm {
 		return err
 	}
+	outs, err := resultArrays(call, res)
+	if err != nil {
+		return err
+	}
+	call.setOutputs(outs)
+	return nil
+}
+
+// resultArrays lists the tensors of a graph function's result, a tensor
+// or a tuple of them (nested tuples flattened in order).
+func resultArrays(call *preparedCall, res packedfunc.Value) ([]*ndarray.NDArray, error) {
 	var outs []*ndarray.NDArray
 	var flatten func(v packedfunc.Value) error
 	flatten = func(v packedfunc.Value) error {
@@ -130,10 +141,9 @@ func (r *localRunner) call(_ context.Context, call *preparedCall) error {
 		return nil
 	}
 	if err := flatten(res); err != nil {
-		return err
+		return nil, err
 	}
-	call.setOutputs(outs)
-	return nil
+	return outs, nil
 }
 
 func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
+	"github.com/kiln-ml/kiln/vm"
 )
 
 // isCUDAArtifact reports an artifact built for a cuda target.
@@ -25,18 +26,19 @@ func isCUDAArtifact(a *artifact.Artifact) bool {
 }
 
 // cudaRunner runs a function of a cuda artifact on this machine's first
-// GPU: tensors are copied to the GPU before the call and back after it.
+// GPU: tensors are copied to the GPU before the call and back after it. A
+// graph module runs in the VM on the GPU: its storage is allocated there,
+// its bundled constants copied there once when it loads, and the tensors
+// of its result copied back.
 type cudaRunner struct {
 	dir string
 	dev devices.Device
 	mod *cuda.HostModule
+	vm  *vm.VM // nil for a module of kernels
 	f   *packedfunc.Func
 }
 
-func openCUDA(a *artifact.Artifact, fi abi.FuncInfo) (*cudaRunner, error) {
-	if _, ok := a.Files[artifact.VMExec]; ok {
-		return nil, fmt.Errorf("the artifact is a graph module built for %s: the VM does not run on cuda yet (run its kernels one by one with --func)", a.Manifest.Target)
-	}
+func openCUDA(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*cudaRunner, error) {
 	if ok, why := cuda.Available(); !ok {
 		return nil, fmt.Errorf("the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
 	}
@@ -50,13 +52,24 @@ func openCUDA(a *artifact.Artifact, fi abi.FuncInfo) (*cudaRunner, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	f, err := m.GetFunction(fi.Name)
-	if err != nil {
-		m.Close()
-		os.RemoveAll(dir)
+	r := &cudaRunner{dir: dir, dev: dev, mod: m}
+	var mod packedfunc.Module = m
+	if exeBytes, ok := a.Files[artifact.VMExec]; ok {
+		exe, err := vm.Unmarshal(exeBytes)
+		if err == nil {
+			r.vm, err = vm.New(exe, m, dev, vm.Options{MemoryCfg: memoryCfg})
+		}
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("the VM on %s: %w", dev, err)
+		}
+		mod = r.vm
+	}
+	if r.f, err = mod.GetFunction(fi.Name); err != nil {
+		r.close()
 		return nil, err
 	}
-	return &cudaRunner{dir: dir, dev: dev, mod: m, f: f}, nil
+	return r, nil
 }
 
 // toDevice copies the call's tensors to the GPU; done releases them.
@@ -97,8 +110,12 @@ func (r *cudaRunner) call(_ context.Context, call *preparedCall) error {
 		return err
 	}
 	defer r.release(dev)
-	if _, err := r.f.Call(args...); err != nil {
+	res, err := r.f.Call(args...)
+	if err != nil {
 		return err
+	}
+	if call.vm {
+		return r.vmOutputs(call, res)
 	}
 	// Copying back waits for the kernels (the default stream).
 	for _, name := range call.outputs {
@@ -178,9 +195,33 @@ func (r *cudaRunner) time(ctx context.Context, call *preparedCall, o proto.TimeO
 		Std: res.Std, Number: res.Number, Device: r.dev.String()}, nil
 }
 
+// vmOutputs copies the tensors of a graph function's result back from the
+// GPU (which waits for its kernels) as the call's outputs.
+func (r *cudaRunner) vmOutputs(call *preparedCall, res packedfunc.Value) error {
+	outs, err := resultArrays(call, res)
+	if err != nil {
+		return err
+	}
+	host := make([]*ndarray.NDArray, len(outs))
+	for i, d := range outs {
+		b, err := d.Bytes()
+		if err != nil {
+			return fmt.Errorf("copy output %d back from %s: %w", i, r.dev, err)
+		}
+		if host[i], err = ndarray.FromBytes(b, d.Shape(), d.DType(), devices.CPUDevice); err != nil {
+			return err
+		}
+	}
+	call.setOutputs(host)
+	return nil
+}
+
 func (r *cudaRunner) where() string { return "this machine (" + r.dev.String() + ")" }
 
 func (r *cudaRunner) close() {
+	if r.vm != nil {
+		r.vm.Close()
+	}
 	r.mod.Close()
 	os.RemoveAll(r.dir)
 }
