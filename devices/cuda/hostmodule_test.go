@@ -315,5 +315,5 @@ func TestCubinSelectionChild(t *testing.T) {
 	check.NoError(t, err)
 	defer m.Close()
 	check.Equal(t, m.Image(), want)
-	check.Equal(t, len(m.DeviceMetadata().Kernels), 3)
+	check.Equal(t, len(m.DeviceMetadata().Kernels), 4)
 }
