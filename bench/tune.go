@@ -119,11 +119,6 @@ type otherTune struct {
 	DefaultMS      float64 `json:"default_device_ms"`
 	BestMS         float64 `json:"best_device_ms"`
 	TunedVsDefault float64 `json:"tuned_vs_default"`
-	// The tensor-expression tutorial's schedule of this matmul
-	// (s[C].parallel(C.op.axis[0]), what kiln demo shows before tuning),
-	// in this process: the tuned kernel against it.
-	GFLOPSTutorial  float64 `json:"gflops_tutorial"`
-	TunedVsTutorial float64 `json:"tuned_vs_tutorial"`
 }
 
 func (r tuneResult) Line() string {
