@@ -28,10 +28,15 @@
 //     results (reduction_cpu.go), and loop nests with enough work
 //     parallel over their outer loops.
 //
-// For GPUs, GPUFunc is the fallback rule of DLight: a function's one block
-// gets its spatial loops fused and bound to blockIdx.x and threadIdx.x,
-// its reduction loops serial in each thread. Reductions across threads,
-// GEMV and matmul rules are not there yet.
+// For GPUs, GPUFunc picks a rule the way DLight does: 2-D matmuls get a
+// shared-memory tiled schedule with a register tile per thread and their
+// elementwise epilogues computed from registers (gpu_matmul_shared.go,
+// else the register-only rule of gpu_matmul.go); reductions end in warp
+// shuffles across threads (gpu_reduce.go), with a block of threads per
+// row for softmax and layer norm (gpu_rows.go); everything else falls back
+// to fusing a block's spatial loops and binding them to blockIdx.x and
+// threadIdx.x, its reduction loops serial in each thread (gpu.go).
+// Tensor cores (mma.sync) are not used yet.
 //
 // It imports compiler/ir and compiler/schedule only; it must not import
 // the graph-level packages, codegen or the runtime.
