@@ -32,13 +32,8 @@ func freeAddr(t *testing.T) string {
 // etcd members, sharing one artifact directory (as replicas on one
 // ReadWriteMany volume would), and points f at all of them (f.trackerAddr
 // is the list).
-// It skips the test, saying why, when kiln has no embedded etcd.
 func startClusterTrackers(t *testing.T, f *procFleet, n int) *clusterTrackers {
 	t.Helper()
-	help, _, _ := runApp(t, "tracker", "--help")
-	if !strings.Contains(help, "--cluster-peers") {
-		t.Skip("kiln tracker has no embedded etcd member (--cluster-peers)")
-	}
 	c := &clusterTrackers{}
 	var listens, peers, clients []string
 	for i := range n {
