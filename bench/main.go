@@ -38,6 +38,9 @@ type options struct {
 	model string
 	// trials is the tune benchmark's budget (--trials; 0: its default).
 	trials int
+	// kernels, when not nil, receives the onnx benchmark's time per
+	// kernel (--kernels).
+	kernels io.Writer
 }
 
 // result is a benchmark's report. It marshals to one JSON object that has
@@ -87,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quick := fs.Bool("quick", false, "tiny configuration that only checks the benchmark runs (figures are meaningless)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the benchmark to this file (for go tool pprof)")
 	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
+	perKernel := fs.Bool("kernels", false, "the onnx benchmark: also print kiln's time per kernel of each model to stderr, the most expensive first")
 	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
@@ -116,7 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	res, err := b.run(ctx, options{quick: *quick, model: *model, trials: *trials})
+	opt := options{quick: *quick, model: *model, trials: *trials}
+	if *perKernel {
+		opt.kernels = stderr
+	}
+	res, err := b.run(ctx, opt)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -7,11 +7,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kiln-ml/kiln/artifact"
@@ -229,7 +231,7 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		}
 	}
 	for _, name := range models {
-		mr, err := benchONNXModel(ctx, cache, name, rounds, opt.quick)
+		mr, err := benchONNXModel(ctx, cache, name, rounds, opt.quick, opt.kernels)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -276,7 +278,7 @@ func maxDiff(got, want []float32) (abs, scale float64) {
 // benchONNXModel imports, builds and times one model; the input and
 // PyTorch's output come from the export (or the committed test data in
 // quick mode).
-func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool) (onnxModelResult, error) {
+func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer) (onnxModelResult, error) {
 	mr := onnxModelResult{Model: name}
 	model := filepath.Join(cache, name+".onnx")
 	var x *ndarray.NDArray
@@ -341,7 +343,7 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 	if err != nil {
 		return mr, err
 	}
-	m, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryPooled})
+	m, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryPooled, Profile: perKernel != nil})
 	if err != nil {
 		return mr, err
 	}
@@ -371,6 +373,8 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 		}
 		if i >= 2 {
 			times = append(times, float64(time.Since(t0))/1e6)
+		} else if i == 1 {
+			m.ResetProfile() // the warm-up calls' times (first-call repacks) are not the model's
 		}
 		oa, err := out.Array()
 		if err != nil {
@@ -381,10 +385,32 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 		}
 	}
 	mr.KilnMS = median(times)
+	if perKernel != nil {
+		printKernelTimes(perKernel, name, m.Profile(), rounds)
+	}
 	var scale float64
 	mr.MaxAbsDiff, scale = maxDiff(got, want)
 	if scale > 0 {
 		mr.RelDiff = mr.MaxAbsDiff / scale
 	}
 	return mr, nil
+}
+
+// printKernelTimes writes a model's kernel times per call of the model,
+// the most expensive first, with each kernel's share of their sum.
+func printKernelTimes(w io.Writer, model string, p []vm.KernelTime, rounds int) {
+	var total time.Duration
+	for _, k := range p {
+		total += k.Total
+	}
+	if total == 0 || rounds == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s: kernel time per inference %.3f ms over %d kernels\n", model, float64(total)/float64(rounds)/1e6, len(p))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "µs/inference\tshare\tcalls/inference\tkernel\t\n")
+	for _, k := range p {
+		fmt.Fprintf(tw, "%.1f\t%.1f%%\t%d\t%s\t\n", float64(k.Total)/float64(rounds)/1e3, 100*float64(k.Total)/float64(total), k.Calls/int64(rounds), k.Name)
+	}
+	tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -26,6 +27,9 @@ type Options struct {
 	// NoCallCache makes vm.builtin.call_cached call its function every
 	// time (see BuiltinCallCached).
 	NoCallCache bool
+	// Profile times every kernel call; VM.Profile reports the totals per
+	// kernel. The timing costs two clock reads per call.
+	Profile bool
 }
 
 // DefaultMaxDepth is the call depth a VM allows when Options.MaxDepth is 0.
@@ -126,6 +130,7 @@ type VM struct {
 	running bool
 	steps   int64
 	closed  bool
+	prof    *profile
 }
 
 // New links an executable for running on dev: its constants are copied to
@@ -149,6 +154,9 @@ func New(exec *Executable, kernels packedfunc.Module, dev devices.Device, opts O
 		opts.MaxDepth = DefaultMaxDepth
 	}
 	m := &VM{exec: exec, devs: []devices.Device{dev}, alloc: alloc, opts: opts, byName: map[string]int{}}
+	if opts.Profile {
+		m.prof = &profile{byName: map[string]*KernelTime{}}
+	}
 	if dev.Type != devices.CPU {
 		m.devs = append(m.devs, devices.CPUDevice)
 	}
@@ -569,7 +577,14 @@ func (m *VM) call(fi int, base int) (Value, error) {
 				}
 				kargs[i] = v.v
 			}
+			var t0 time.Time
+			if m.prof != nil {
+				t0 = time.Now()
+			}
 			r, err := in.fn.Call(kargs...)
+			if m.prof != nil {
+				m.prof.add(in.name, time.Since(t0))
+			}
 			if err != nil {
 				return Value{}, m.fail(f, pc, in, err)
 			}
