@@ -130,7 +130,8 @@ const char* kiln_version(void);
 int kiln_cancel_new(KilnHandle* out);
 int kiln_cancel(KilnHandle token);
 
-/* Tracker. addr is "HOST:PORT"; token may be NULL or "". */
+/* Tracker. addr is "HOST:PORT", or the replicas of a tracker cluster
+   separated by commas ("HOST:PORT,HOST:PORT"); token may be NULL or "". */
 int kiln_tracker_connect(const char* addr, const char* token, KilnHandle cancel, KilnHandle* out);
 /* The tracker's summary (keys, devices, compilers, queues, jobs) as JSON. */
 int kiln_tracker_summary(KilnHandle tracker, char** out_json);

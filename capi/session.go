@@ -75,8 +75,8 @@ func kiln_tracker_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnH
 		return fail(badArg("no place for the tracker (NULL)"), errArgument)
 	}
 	a := gostr(addr)
-	if err := checkAddr(a); err != nil {
-		return fail(err, errArgument)
+	if _, err := client.ParseTrackerAddrs(a); err != nil {
+		return fail(badArg("%v", err), errArgument)
 	}
 	tok := gostr(token)
 	t, err := client.DialTracker(ctx, a, client.TrackerOptions{Token: tok})

@@ -264,11 +264,20 @@ class TrackerSession:
         return f"<kiln.rpc.TrackerSession {self.addr}{' closed' if self._closed else ''}>"
 
 
-def connect_tracker(host: str, port: int, token: Optional[str] = None, token_file: Optional[str] = None) -> TrackerSession:
-    """Connects to the tracker at host:port. token is the fleet's token
-    (or token_file a file holding it; KILN_TOKEN_FILE is read when neither
-    is given)."""
+def connect_tracker(host: str, port: Optional[int] = None, token: Optional[str] = None, token_file: Optional[str] = None) -> TrackerSession:
+    """Connects to the tracker at host:port. With port left out, host is an
+    address list as kiln's --tracker flag takes it: "HOST:PORT", or the
+    replicas of a tracker cluster separated by commas
+    ("10.0.0.1:9190,10.0.0.2:9190"); the connection goes to the one that
+    answers and fails over to the others when it is lost. token is the
+    fleet's token (or token_file a file holding it; KILN_TOKEN_FILE is read
+    when neither is given)."""
     h = _lib.Handle()
-    addr = _addr(host, port)
+    if port is None:
+        if not isinstance(host, str) or not host:
+            raise KilnValueError(f"tracker address {host!r}: want HOST:PORT, or several separated by commas (or give port)")
+        addr = host.encode()
+    else:
+        addr = _addr(host, port)
     _lib.blocking(lib.kiln_tracker_connect, addr, _token(token, token_file), 0, ctypes.byref(h), cancel_at=2)
     return TrackerSession(h.value, addr.decode())

@@ -27,6 +27,16 @@ def test_unknown_key(tracker):
         tracker.request("no-such-board", progress=False)
 
 
+def test_tracker_address_list(fleet):
+    """An address list fails over to the replica that answers: the first
+    address has nothing listening."""
+    dead = free_port()
+    addrs = f"127.0.0.1:{dead},127.0.0.1:{fleet.tracker_port}"
+    with kiln.rpc.connect_tracker(addrs, token=fleet.token) as t:
+        assert "cpu" in {k["key"] for k in t.summary()["keys"]}
+        assert addrs in repr(t)
+
+
 def test_dead_tracker():
     port = free_port()  # nothing listens there
     with pytest.raises(kiln.TrackerError, match=f"127.0.0.1:{port}"):
@@ -36,6 +46,10 @@ def test_dead_tracker():
 def test_bad_addresses():
     with pytest.raises(kiln.KilnValueError, match="port"):
         kiln.rpc.connect_tracker("127.0.0.1", 0)
+    with pytest.raises(kiln.KilnValueError, match="entry 2 is empty"):
+        kiln.rpc.connect_tracker("127.0.0.1:9190,")
+    with pytest.raises(kiln.KilnValueError, match='tracker address "localhost": want HOST:PORT'):
+        kiln.rpc.connect_tracker("localhost")
     with pytest.raises(kiln.KilnValueError, match="port"):
         kiln.rpc.connect("127.0.0.1", "9090")
 
