@@ -104,9 +104,10 @@
 //
 // When TVMListen is set the tracker also speaks Apache TVM's tracker
 // protocol there (tvm.rpc.tracker): TVM rpc servers PUT themselves,
-// runners REQUEST them, SUMMARY lists both TVM servers and kiln devices
-// (kiln devices as server_info entries with "kiln": true and in queue_info
-// under their key). A TVM REQUEST is only ever matched with a TVM server:
-// kiln daemons speak another protocol. TVM's protocol carries no token, so
+// runners REQUEST them, SUMMARY lists the TVM servers and their queues.
+// kiln's own devices stay out of SUMMARY and are never matched with a TVM
+// REQUEST: kiln daemons speak another protocol, and their keys and
+// addresses must not reach an unauthenticated peer (kiln's own summary,
+// kiln query, lists both). TVM's protocol carries no token, so
 // that listener is unauthenticated: bind it to a trusted network.
 package tracker
