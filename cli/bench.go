@@ -25,7 +25,10 @@ median, min, max, std, number); with --json one object:
    {"results": [s, ...], "mean": s, "median": s, "min": s, "max": s, "std": s, "number": n, "device": "cpu:0"}
 
 With --tracker the evaluator runs on the leased device itself, so the RPC round
-trip is not in the figures. A device whose daemon runs under an emulator
+trip is not in the figures. An artifact built for cuda is timed on the GPU
+(this machine's, or a leased device daemon's with a CUDA device), each repeat
+between two CUDA events on the default stream; --cache-flush-bytes is refused
+there. A device whose daemon runs under an emulator
 (kiln rpcserver --emulated, or a qemu --worker-wrapper) adds
 "emulated": "qemu-aarch64" to the object, and a note to the table: such
 times are the emulator's, not the board's.

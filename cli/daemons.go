@@ -254,7 +254,13 @@ func rpcserverCommand() *ucli.Command {
 		Usage:     "run a device daemon that serves this machine's devices to remote sessions",
 		UsageText: "kiln rpcserver --key KEY [--tracker HOST:PORT] [--listen ADDR] [--token-file F] [--session-timeout D]",
 		Description: `Serves this machine's devices (cpu, and cuda where a GPU is present) to remote
-clients until SIGINT/SIGTERM. With --tracker it registers there under KEY with
+clients until SIGINT/SIGTERM. Where the CUDA driver finds a GPU, artifacts
+built for cuda run on it (the first the workers see; pick one with
+CUDA_VISIBLE_DEVICES, one daemon per GPU): a function's kernels, or a graph
+module's VM with its tensors in GPU memory, each module's device code loaded
+once; arrays move between host and GPU here, the time evaluator times between
+CUDA events, and a failed launch is reported naming the kernel and the CUDA
+error. Without one, a cuda artifact is refused, saying why. With --tracker it registers there under KEY with
 its attributes (device names, memory, CUDA compute capability, CPU model and
 features, target triple, kiln version), keeps a heartbeat and re-registers
 after a tracker restart; clients then reach it through a lease.
@@ -289,6 +295,7 @@ Examples:
 			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
+			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; workers inherit only PATH, HOME, locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, CUDA_CACHE_PATH and the OpenMP variables of the daemon's"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
@@ -333,6 +340,12 @@ func runRPCServer(c *ucli.Context) error {
 		SessionQuota: c.Int64("max-session-bytes"),
 		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
 		Worker: rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
+	}
+	for _, kv := range c.StringSlice("worker-env") {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsAny(name, " \t") {
+			return fmt.Errorf("--worker-env %q: want NAME=VALUE", kv)
+		}
+		cfg.Worker.Env = append(cfg.Worker.Env, kv)
 	}
 	emulator := c.String("emulated")
 	if w := cfg.Worker.Wrapper; emulator == "" && len(w) > 0 && strings.HasPrefix(filepath.Base(w[0]), "qemu-") {

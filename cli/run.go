@@ -36,13 +36,18 @@ or --selector): the artifact is uploaded to the device daemon, the inputs are
 copied there, and the outputs are copied back.
 
 An artifact built for cuda runs on this machine's first GPU (cuda:0): the
-tensors are copied there before the call and back after it. Graph modules
-(the VM) and device daemons do not run cuda artifacts yet.
+tensors are copied there before the call and back after it; a graph module
+runs in the VM with its tensors on the GPU. With --tracker it runs on a
+device daemon whose machine has a CUDA device: the lease asks for one
+(selector device.cuda, added to --selector), a --key none of whose devices
+has one is refused at once, and the daemon copies the tensors between host
+and GPU.
 
 Examples:
    kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --output out/
    kiln run vadd.kiln --func vadd --input A=a.npy --input B=b.npy --tracker 127.0.0.1:9190 --key cpu
-   kiln run scale.kiln --func scale --input X=x.npy --arg alpha=0.5 --output out/`,
+   kiln run scale.kiln --func scale --input X=x.npy --arg alpha=0.5 --output out/
+   kiln run mlp.kiln --input x=x.npy --tracker 127.0.0.1:9190 --key a100`,
 		Flags: append(callFlags(),
 			append([]ucli.Flag{
 				&ucli.StringFlag{Name: "output", Value: ".", Usage: "directory for the outputs (created if missing)"},

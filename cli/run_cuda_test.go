@@ -115,8 +115,8 @@ func fakeLibCUDA(t *testing.T, dir string) string {
 // error saying so; with one, the right numbers), and in a kiln process on
 // the fake libcuda, where the VM runs on the GPU: the module is loaded
 // once, every kernel of the graph is launched once, and the result comes
-// back in its shape (the fake computes nothing); sent to a CPU-only device
-// daemon through the tracker, an error naming what it is built for.
+// back in its shape (the fake computes nothing). TestRunCUDARemote runs it
+// on a device daemon.
 func TestRunCUDAGraph(t *testing.T) {
 	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
 		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
@@ -152,12 +152,6 @@ func TestRunCUDAGraph(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, res.Shape(), ndarray.Shape{1, 10})
 
-	// Sent to a CPU-only device daemon through the tracker: refused,
-	// saying what the artifact is built for.
-	fl, tok := testFleet(t, dir, "tok")
-	_, _, err = runApp(t, "run", art, "--tracker", fl.tracker.Addr(), "--key", "cpu", "--token-file", tok,
-		"--input", "x="+xfile, "--output", filepath.Join(dir, "remote"))
-	check.Error(t, err, `load module "mlp.kiln"`, `the module is built for "cuda -arch=sm_80": its functions launch device code and run only where a cuda backend loads it, not on cpu:0`)
 }
 
 // TestCompilerTargets: a compiler node builds cpu, and cuda where NVRTC

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -175,6 +177,10 @@ type remoteRunner struct {
 	lease *client.Lease
 	s     *client.Session
 	f     *client.Func
+	// dev is where the tensors live on the device daemon: cpu:0, or
+	// cuda:0 for an artifact built for cuda (the daemon copies them
+	// between host and GPU).
+	dev devices.Device
 	// remote holds the remote array of each tensor parameter, made by the
 	// first call or time and reused.
 	remote map[string]*client.Array
@@ -183,11 +189,7 @@ type remoteRunner struct {
 // knownKey fails at once, naming the keys the tracker knows, when no device
 // is registered under key: without --wait a mistyped key should not wait
 // in a queue nobody serves.
-func knownKey(ctx context.Context, tr *client.Tracker, key string) error {
-	sum, err := tr.Query(ctx, 0)
-	if err != nil {
-		return err
-	}
+func knownKey(sum proto.TrackerSummary, key string) error {
 	var known []string
 	for _, k := range sum.Keys {
 		if k.Key == key && k.Free+k.Busy+k.Quarantined+k.Lost > 0 {
@@ -202,6 +204,33 @@ func knownKey(ctx context.Context, tr *client.Tracker, key string) error {
 		have = "registered keys: " + strings.Join(known, ", ")
 	}
 	return fmt.Errorf("no device is registered under key %q (%s); pass --wait DURATION to wait for one: %w", key, have, proto.ErrNotFound)
+}
+
+// cudaSelector is the selector term of the devices that run cuda
+// artifacts: daemons on a machine with a CUDA device.
+const cudaSelector = "device.cuda"
+
+// cudaKey fails at once when devices are registered under key and none
+// of them has a CUDA device: an artifact built for target cannot run there,
+// and waiting would not change that.
+func cudaKey(sum proto.TrackerSummary, key, target string) error {
+	types := map[string]bool{}
+	for _, d := range sum.Devices {
+		if d.Key != key {
+			continue
+		}
+		if slices.Contains(d.Attrs.DeviceTypes, devices.CUDA.String()) {
+			return nil
+		}
+		for _, t := range d.Attrs.DeviceTypes {
+			types[t] = true
+		}
+	}
+	if len(types) == 0 {
+		return nil // none registered: the lease waits, or knownKey says so
+	}
+	return fmt.Errorf("the artifact is built for %q, and no device under key %q has a cuda device (they serve %s): lease a key whose daemons run on a machine with an NVIDIA GPU: %w",
+		target, key, strings.Join(slices.Sorted(maps.Keys(types)), ", "), proto.ErrNotFound)
 }
 
 func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (_ *remoteRunner, err error) {
@@ -223,16 +252,37 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err != nil {
 		return nil, err
 	}
-	if key := c.String("key"); key != "" && !c.IsSet("wait") {
-		if err := knownKey(ctx, r.tr, key); err != nil {
+	sel, onCUDA := c.String("selector"), isCUDAArtifact(a)
+	r.dev = devices.CPUDevice
+	if onCUDA {
+		// Only a daemon with a CUDA device runs it: the lease asks for one.
+		r.dev = devices.Device{Type: devices.CUDA, ID: 0}
+		if sel != "" {
+			sel += ","
+		}
+		sel += cudaSelector
+	}
+	if key := c.String("key"); key != "" && (!c.IsSet("wait") || onCUDA) {
+		sum, err := r.tr.Query(ctx, 0)
+		if err != nil {
 			return nil, err
+		}
+		if !c.IsSet("wait") {
+			if err := knownKey(sum, key); err != nil {
+				return nil, err
+			}
+		}
+		if onCUDA {
+			if err := cudaKey(sum, key, a.Manifest.Target); err != nil {
+				return nil, err
+			}
 		}
 	}
 	w := c.App.ErrWriter
 	wctx, cancel := context.WithTimeout(ctx, c.Duration("wait"))
 	defer cancel()
 	r.lease, err = r.tr.RequestLease(wctx, client.LeaseRequest{
-		Key: c.String("key"), Selector: c.String("selector"), Priority: c.Int("priority"),
+		Key: c.String("key"), Selector: sel, Priority: c.Int("priority"),
 		SessionTimeout: c.Duration("session-timeout"), User: "kiln " + c.Command.Name,
 		OnPosition: func(pos int, queue string) {
 			fmt.Fprintf(w, "waiting for a device: position %d in queue %q\n", pos, queue)
@@ -278,7 +328,7 @@ func (r *remoteRunner) args(ctx context.Context, call *preparedCall) ([]any, err
 			ra, ok := r.remote[p.Name]
 			if !ok {
 				var err error
-				ra, err = r.s.Empty(ctx, host.Shape(), host.DType(), devices.CPUDevice)
+				ra, err = r.s.Empty(ctx, host.Shape(), host.DType(), r.dev)
 				if err != nil {
 					return nil, fmt.Errorf("allocate %s on the device: %w", p.Name, err)
 				}

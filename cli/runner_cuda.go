@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
@@ -137,22 +136,6 @@ func (r *cudaRunner) call(_ context.Context, call *preparedCall) error {
 	return nil
 }
 
-// eventTimer times a measurement with CUDA events on the default stream,
-// so the time is the GPU's, not the launches'.
-type eventTimer struct{ start, stop *cuda.Event }
-
-func (e eventTimer) Start() error { return e.start.Record(0) }
-
-func (e eventTimer) Stop() (time.Duration, error) {
-	if err := e.stop.Record(0); err != nil {
-		return 0, err
-	}
-	if err := e.stop.Synchronize(); err != nil {
-		return 0, err
-	}
-	return e.start.Elapsed(e.stop)
-}
-
 // time runs the time evaluator with the tensors on the GPU (copied once),
 // measuring each repeat between two events on the default stream.
 func (r *cudaRunner) time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error) {
@@ -168,20 +151,15 @@ func (r *cudaRunner) time(ctx context.Context, call *preparedCall, o proto.TimeO
 	if err != nil {
 		return proto.TimeResult{}, err
 	}
-	start, err := cuda.NewEvent(r.dev)
+	tm, err := cuda.NewEventTimer(r.dev)
 	if err != nil {
 		return proto.TimeResult{}, err
 	}
-	defer start.Close()
-	stop, err := cuda.NewEvent(r.dev)
-	if err != nil {
-		return proto.TimeResult{}, err
-	}
-	defer stop.Close()
+	defer tm.Close()
 	ev := timer.Evaluator{
 		Call:  func() error { _, err := r.f.Call(args...); return err },
 		Sync:  func() error { return api.StreamSync(r.dev, 0) },
-		Timer: eventTimer{start, stop},
+		Timer: tm,
 	}
 	res, err := ev.Evaluate(ctx, timer.Options{
 		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,

@@ -5,8 +5,8 @@
 // arrays, device attributes and the time evaluator (package
 // rpcserver/timer).
 //
-// rpcserver imports the runtime (devices, devices/cpu, ndarray, packedfunc,
-// artifact) and proto; it must not import the compiler, the tracker, the
+// rpcserver imports the runtime (devices, devices/cpu, devices/cuda,
+// ndarray, packedfunc, artifact) and proto; it must not import the compiler, the tracker, the
 // client SDK or cli. The tracker is plugged in through the Tracker interface
 // (client.Registrar implements it).
 //
@@ -41,6 +41,17 @@
 // worker runs with GOMAXPROCS=1 unless WorkerSpec.Env sets it: its Go code
 // is the call path only, and kernels' own threads (OpenMP) are not Go
 // threads.
+//
+// On a machine with a CUDA device (cuda.Available), a worker loads an
+// artifact built for cuda on the first GPU it sees: its device code once
+// per load (the cubin for the GPU's architecture, else the PTX) and its
+// host functions, which launch the kernels; a graph module's VM keeps its
+// tensors in GPU memory. Clients allocate arrays on cuda:0 and copy numpy
+// data in and out through array.copy_from/copy_to, which move it between
+// host and GPU here. The time evaluator times functions whose arrays are
+// on the GPU between CUDA events on the default stream. Without a CUDA
+// device, such an artifact is refused, naming its target and why CUDA is
+// absent.
 //
 // A kernel that crashes kills the worker, not the daemon: the daemon reads
 // the worker's exit status (or, for a fatal signal the Go runtime caught,

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -432,9 +434,10 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		return nil, fmt.Errorf("load module %q: too short to be a module: %w", a.Name, proto.ErrBadRequest)
 	}
 	var lib, exeBytes []byte
+	var art *artifact.Artifact
 	switch {
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
-		art, err := artifact.Read(f, size)
+		art, err = artifact.Read(f, size)
 		if err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
@@ -458,20 +461,84 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	}
 	w.modules++ // only loads change it, under loadMu
 	rel := filepath.Join("modules", strconv.Itoa(w.modules))
-	mod, err := w.loadCopy(rel, lib, exeBytes, a)
+	var mod packedfunc.Module
+	cudaOK, noCUDA := cuda.Available()
+	if art != nil && isCUDA(art) && cudaOK {
+		mod, err = w.loadCUDA(rel, art, exeBytes, a)
+	} else {
+		mod, err = w.loadCopy(rel, lib, exeBytes, a)
+	}
 	if err != nil {
 		// Nothing of a failed load stays behind. A library that did load
 		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
 		w.root.RemoveAll(rel)
+		if art != nil && isCUDA(art) && !cudaOK {
+			err = fmt.Errorf("%w (this device daemon has no usable cuda device: %s)", err, noCUDA)
+		}
 		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
-	if vmMod, ok := mod.(*vm.VM); ok {
+	if g, ok := mod.(*graph); ok {
 		w.mu.Lock()
-		w.vms = append(w.vms, vmMod)
+		w.vms = append(w.vms, g.VM)
 		w.mu.Unlock()
 	}
 	return mod, nil
 }
+
+// isCUDA reports an artifact built for a cuda target.
+func isCUDA(a *artifact.Artifact) bool {
+	kind, _, _ := strings.Cut(a.Manifest.Target, " ")
+	return kind == "cuda"
+}
+
+// cudaDevice is the GPU a worker runs cuda artifacts on: the first one it
+// sees (CUDA_VISIBLE_DEVICES, which workers inherit, picks it).
+var cudaDevice = devices.Device{Type: devices.CUDA, ID: 0}
+
+// loadCUDA loads a cuda artifact on the GPU: its device code once (the
+// cubin for the GPU's architecture, else the PTX) and its host functions,
+// which launch the kernels; with exeBytes, the VM runs the graph with its
+// tensors in GPU memory, its constants copied there once, here.
+func (w *worker) loadCUDA(rel string, art *artifact.Artifact, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
+	if err := w.root.MkdirAll(rel, 0o700); err != nil {
+		return nil, rootErr("make module directory", rel, err)
+	}
+	mod, err := cuda.LoadArtifact(cudaDevice, art, filepath.Join(w.dir, rel))
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	}
+	w.log.Debug("cuda module loaded", "device", cudaDevice, "image", mod.Image(), "kernels", len(mod.DeviceMetadata().Kernels))
+	if exeBytes == nil {
+		return mod, nil
+	}
+	return newGraph(exeBytes, mod, cudaDevice, a)
+}
+
+// graph is a graph-level module: the VM and the kernels it runs, closed
+// together.
+type graph struct {
+	*vm.VM
+	kernels packedfunc.Module
+}
+
+// newGraph makes the VM of executable exeBytes on dev, running kernels;
+// on failure it closes kernels.
+func newGraph(exeBytes []byte, kernels packedfunc.Module, dev devices.Device, a proto.ModuleLoadArgs) (*graph, error) {
+	exe, err := vm.Unmarshal(exeBytes)
+	if err != nil {
+		kernels.Close()
+		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
+	}
+	m, err := vm.New(exe, kernels, dev, vm.Options{MemoryCfg: a.MemoryCfg})
+	if err != nil {
+		kernels.Close()
+		return nil, fmt.Errorf("the VM on %s: %v: %w", dev, err, proto.ErrBadRequest)
+	}
+	return &graph{VM: m, kernels: kernels}, nil
+}
+
+// Close frees the VM's storage, then unloads its kernels.
+func (g *graph) Close() error { return errors.Join(g.VM.Close(), g.kernels.Close()) }
 
 // loadCopy writes lib to rel (a directory of the session's, written
 // through its os.Root: a symbolic link there is refused, not followed) and
@@ -501,18 +568,7 @@ func (w *worker) loadCopy(rel string, lib, exeBytes []byte, a proto.ModuleLoadAr
 		return mod, nil
 	}
 	// A graph-level artifact: its VM executable runs the kernels.
-	exe, err := vm.Unmarshal(exeBytes)
-	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
-	}
-	m, err := vm.New(exe, mod, devices.CPUDevice, vm.Options{MemoryCfg: a.MemoryCfg})
-	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
-	}
-	m.Import(mod)
-	return m, nil
+	return newGraph(exeBytes, mod, devices.CPUDevice, a)
 }
 
 // getFunction looks a function up in a module or in the global registry.
@@ -628,6 +684,7 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		_, err := cs.fn.fn.Call(cs.args...)
 		return err
 	}}
+	o := a.Options
 	if cs.dev.Type != devices.CPU {
 		api, err := devices.For(cs.dev)
 		if err != nil {
@@ -636,7 +693,19 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		dev := cs.dev
 		e.Sync = func() error { return api.StreamSync(dev, 0) }
 	}
-	o := a.Options
+	if cs.dev.Type == devices.CUDA {
+		// Kernels are timed on the GPU, between events on the default
+		// stream they are launched on.
+		if o.CacheFlushBytes > 0 {
+			return nil, fmt.Errorf("time %q: the cache flush (cache_flush_bytes) flushes the CPU's caches and is not supported on %s: %w", cs.fn.name, cs.dev, proto.ErrBadRequest)
+		}
+		tm, err := cuda.NewEventTimer(cs.dev)
+		if err != nil {
+			return nil, fmt.Errorf("time %q: %w", cs.fn.name, err)
+		}
+		defer tm.Close()
+		e.Timer = tm
+	}
 	r, err := e.Evaluate(ctx, timer.Options{
 		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
 		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,

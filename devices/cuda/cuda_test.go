@@ -531,6 +531,27 @@ func TestEvents(t *testing.T) {
 	check.True(t, end.Record(s) != nil, "record on a closed event succeeded")
 }
 
+// TestEventTimer times a copy on the default stream between the timer's
+// events, twice, and closes it twice.
+func TestEventTimer(t *testing.T) {
+	api := needGPU(t)
+	tm, err := cuda.NewEventTimer(gpu0)
+	check.NoError(t, err)
+	p, err := api.Alloc(gpu0, 1<<20, 256, "")
+	check.NoError(t, err)
+	defer api.Free(gpu0, p)
+	for range 2 {
+		check.NoError(t, tm.Start())
+		check.NoError(t, api.CopyFromHost(p, gpu0, make([]byte, 1<<20), 0))
+		d, err := tm.Stop()
+		check.NoError(t, err)
+		check.True(t, d >= 0, "negative elapsed time", d)
+	}
+	check.NoError(t, tm.Close())
+	check.NoError(t, tm.Close(), "second close")
+	check.True(t, tm.Start() != nil, "start on a closed timer succeeded")
+}
+
 func TestTelemetry(t *testing.T) {
 	needGPU(t)
 	if os.Getenv("KILN_FAKE_CUDA") != "" {

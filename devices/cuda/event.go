@@ -123,3 +123,43 @@ func TimeKernel(dev devices.Device, s devices.Stream, run func() error) (time.Du
 	}
 	return start.Elapsed(end)
 }
+
+// EventTimer times measurements on the device, for the time evaluator
+// (its Timer): Start records an event on the default stream, Stop records
+// a second, waits for it and returns the device time between the two, so
+// the figure is the kernels' time, not their launches'.
+type EventTimer struct{ start, stop *Event }
+
+// NewEventTimer makes the two events of an EventTimer on dev.
+func NewEventTimer(dev devices.Device) (*EventTimer, error) {
+	start, err := NewEvent(dev)
+	if err != nil {
+		return nil, err
+	}
+	stop, err := NewEvent(dev)
+	if err != nil {
+		start.Close()
+		return nil, err
+	}
+	return &EventTimer{start: start, stop: stop}, nil
+}
+
+// Start records the first event on the default stream.
+func (t *EventTimer) Start() error { return t.start.Record(0) }
+
+// Stop records the second event on the default stream, waits for it and
+// returns the device time since Start.
+func (t *EventTimer) Stop() (time.Duration, error) {
+	if err := t.stop.Record(0); err != nil {
+		return 0, err
+	}
+	if err := t.stop.Synchronize(); err != nil {
+		return 0, err
+	}
+	return t.start.Elapsed(t.stop)
+}
+
+// Close destroys the events; closing twice is harmless.
+func (t *EventTimer) Close() error {
+	return errors.Join(t.start.Close(), t.stop.Close())
+}

@@ -25,7 +25,7 @@ func TestFakeDriver(t *testing.T) {
 	dir := buildFakeDriver(t)
 
 	gpuTests := []string{"TestConformance", "TestAttrs", "TestVAdd", "TestParamKinds", "TestLaunchErrors",
-		"TestModuleClose", "TestLoadErrors", "TestCompilePTX", "TestNVRTCCompileError", "TestEvents", "TestPeerCopy", "TestInterleavedDevices"}
+		"TestModuleClose", "TestLoadErrors", "TestCompilePTX", "TestNVRTCCompileError", "TestEvents", "TestEventTimer", "TestPeerCopy", "TestInterleavedDevices"}
 	tests := []struct {
 		name string
 		env  []string

@@ -16,11 +16,15 @@
 // A kernel of a loaded module that has no native implementation here (the
 // kernels kiln generates) is still found and launched: its parameters are
 // counted and sized from the PTX entry's .param list, checked at launch and
-// recorded, and nothing is computed. KILN_FAKE_CUDA_LOG names a file that
-// receives one line per module load, function lookup and launch of those
-// (grid, block, dynamic shared bytes, stream, each parameter's value), so
-// tests check what kiln asks the driver. A launch of the kernel named by
-// KILN_FAKE_CUDA_FAIL_LAUNCH fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
+// recorded, and nothing is computed. One kernel kiln generates is computed:
+// add_f32_kernel(A, B, C), the kernel of a float32 elementwise add
+// C = A + B with one thread per element, so that tests can check numbers
+// that went through kiln's own host function and launch. KILN_FAKE_CUDA_LOG
+// names a file that receives one line per module load, function lookup and
+// launch (grid, block, dynamic shared bytes, stream, each parameter's
+// value), so tests check what kiln asks the driver. A launch of a recorded
+// kernel named by KILN_FAKE_CUDA_FAIL_LAUNCH fails with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
 
 #include <pthread.h>
 #include <stdint.h>
@@ -473,10 +477,8 @@ struct kdef {
 	int (*run)(void** params, long long threads, int dev);
 };
 
-static int k_vadd(void** p, long long threads, int dev) {
-	CUdeviceptr a = *(CUdeviceptr*)p[0], b = *(CUdeviceptr*)p[1], c = *(CUdeviceptr*)p[2];
-	int n = *(int*)p[3];
-	long long m = n < threads ? n : threads;
+// add_f32 computes c[i] = a[i] + b[i] for the first m elements.
+static int add_f32(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, long long m, int dev) {
 	if (m <= 0) return 0;
 	float* x = (float*)translate(a, (size_t)m * 4, dev);
 	float* y = (float*)translate(b, (size_t)m * 4, dev);
@@ -484,6 +486,11 @@ static int k_vadd(void** p, long long threads, int dev) {
 	if (!x || !y || !z) return 1;
 	for (long long i = 0; i < m; i++) z[i] = x[i] + y[i];
 	return 0;
+}
+
+static int k_vadd(void** p, long long threads, int dev) {
+	int n = *(int*)p[3];
+	return add_f32(*(CUdeviceptr*)p[0], *(CUdeviceptr*)p[1], *(CUdeviceptr*)p[2], n < threads ? n : threads, dev);
 }
 
 static int k_scale_f32(void** p, long long threads, int dev) {
@@ -511,8 +518,15 @@ static int k_axpy_f64(void** p, long long threads, int dev) {
 	return 0;
 }
 
+// k_add_f32 is kiln's add_f32_kernel(A, B, C): C[i] = A[i] + B[i] for each
+// of the launch's threads.
+static int k_add_f32(void** p, long long threads, int dev) {
+	return add_f32(*(CUdeviceptr*)p[0], *(CUdeviceptr*)p[1], *(CUdeviceptr*)p[2], threads, dev);
+}
+
 static const struct kdef kdefs[] = {
 	{ "vadd", 4, { 8, 8, 8, 4 }, k_vadd },
+	{ "add_f32_kernel", 3, { 8, 8, 8 }, k_add_f32 },
 	{ "scale_f32", 3, { 8, 4, 4 }, k_scale_f32 },
 	{ "axpy_f64", 4, { 8, 8, 8, 8 }, k_axpy_f64 },
 };
@@ -725,21 +739,21 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 		if (params[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (f->def->run == NULL) {
-		// A recorded kernel: log the launch and each parameter's value.
 		const char* failing = getenv("KILN_FAKE_CUDA_FAIL_LAUNCH");
 		if (failing != NULL && strcmp(failing, f->def->name) == 0) return 701;
-		char vals[512];
-		size_t off = 0;
-		vals[0] = 0;
-		for (int i = 0; i < f->def->nparams && off < sizeof vals; i++) {
-			unsigned long long v = 0;
-			memcpy(&v, params[i], f->def->sizes[i]);
-			off += (size_t)snprintf(vals + off, sizeof vals - off, " %#llx", v);
-		}
-		fake_log("launch %s grid %u %u %u block %u %u %u smem %u stream %s dev %d params%s\n", f->def->name,
-			gx, gy, gz, bx, by, bz, smem, s == NULL ? "default" : "created", cur->dev, vals);
-		return CUDA_SUCCESS;
 	}
+	// Log the launch and each parameter's value.
+	char vals[512];
+	size_t off = 0;
+	vals[0] = 0;
+	for (int i = 0; i < f->def->nparams && off < sizeof vals; i++) {
+		unsigned long long v = 0;
+		memcpy(&v, params[i], f->def->sizes[i]);
+		off += (size_t)snprintf(vals + off, sizeof vals - off, " %#llx", v);
+	}
+	fake_log("launch %s grid %u %u %u block %u %u %u smem %u stream %s dev %d params%s\n", f->def->name,
+		gx, gy, gz, bx, by, bz, smem, s == NULL ? "default" : "created", cur->dev, vals);
+	if (f->def->run == NULL) return CUDA_SUCCESS; // a recorded kernel computes nothing
 	// The fake kernels are 1-D: threads of the x dimensions only.
 	if (f->def->run(params, (long long)gx * bx, cur->dev) != 0) sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 	return CUDA_SUCCESS;

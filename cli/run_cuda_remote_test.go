@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+)
+
+const cudaAddSrc = `# from tvm.script import tir as T
+@T.prim_func
+def add_f32(A: T.Buffer((1024,), "float32"), B: T.Buffer((1024,), "float32"), C: T.Buffer((1024,), "float32")):
+    T.func_attr({"global_symbol": "add_f32", "tir.noalias": T.bool(True)})
+    for i in range(1024):
+        with T.block("C"):
+            vi = T.axis.spatial(1024, i)
+            C[vi] = A[vi] + B[vi]
+`
+
+// TestRunCUDARemote runs cuda artifacts through a tracker on a `kiln
+// rpcserver` process whose machine has a CUDA device: the fake libcuda,
+// which computes kiln's add_f32_kernel and records every launch. A
+// function's inputs go up as numpy arrays and its output comes back with
+// the right numbers, the device code loaded once per session and the
+// kernel launched with the grid and block the host function computed; the
+// MLP's graph runs in the VM on the GPU (each kernel launched once, the
+// result back in its shape); kiln bench times on the device between CUDA
+// events; a failed launch comes back naming the kernel and the CUDA error.
+// A daemon without a CUDA device is not leased for a cuda artifact, and
+// refuses one loaded there directly, saying why.
+func TestRunCUDARemote(t *testing.T) {
+	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
+		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
+	}
+	dir := t.TempDir()
+	build := func(name, src string, extra ...string) string {
+		t.Helper()
+		file := filepath.Join(dir, name+".py")
+		check.NoError(t, os.WriteFile(file, []byte(src), 0o644))
+		art := filepath.Join(dir, name+".kiln")
+		_, stderr, err := runApp(t, append([]string{"build", file, "--target", "cuda -arch=sm_80", "-o", art, "--no-cache"}, extra...)...)
+		check.NoError(t, err, stderr)
+		return art
+	}
+	addArt := build("add", cudaAddSrc)
+	scaleArt := build("scale", cudaScaleSrc)
+	mlpSrc, pfile, xfile, _ := mlpFiles(t, dir)
+	mlpArt := filepath.Join(dir, "mlp.kiln")
+	_, stderr, err := runApp(t, "build", mlpSrc, "--target", "cuda -arch=sm_80", "--params", pfile, "-o", mlpArt, "--no-cache")
+	check.NoError(t, err, stderr)
+
+	as, bs := make([]float32, 1024), make([]float32, 1024)
+	for i := range as {
+		as[i], bs[i] = float32(i), 0.5*float32(i%7)
+	}
+	npy := func(name string, xs []float32) string {
+		x, err := ndarray.FromSlice(xs, ndarray.Shape{int64(len(xs))})
+		check.NoError(t, err)
+		path := filepath.Join(dir, name+".npy")
+		check.NoError(t, ndarray.SaveNPY(path, x))
+		return path
+	}
+	afile, bfile := npy("a", as), npy("b", bs)
+
+	lib := fakeLibCUDA(t, dir)
+	log := filepath.Join(dir, "driver.log")
+	f := newProcFleet(t, procGuard)
+	f.startTracker("")
+	f.devices = append(f.devices, startProcEnv(t, "cuda device", []string{"LD_LIBRARY_PATH=" + lib, "KILN_FAKE_CUDA_DEVICES=1"},
+		"rpcserver", "--key", "gpu", "--tracker", f.trackerAddr, "--listen", "127.0.0.1:0", "--token-file", f.tokFile,
+		"--dir", filepath.Join(dir, "gpu"), "--sandbox", "off",
+		"--worker-env", "KILN_FAKE_CUDA_DEVICES=1", "--worker-env", "KILN_FAKE_CUDA_LOG="+log,
+		"--worker-env", "KILN_FAKE_CUDA_FAIL_LAUNCH=scale_kernel"))
+	// A daemon whose machine has no CUDA device: the fake driver with none
+	// (its workers too), in place of any real one.
+	f.devices = append(f.devices, startProcEnv(t, "cpu device", []string{"LD_LIBRARY_PATH=" + lib, "KILN_FAKE_CUDA_DEVICES=0"},
+		"rpcserver", "--key", "cpu", "--tracker", f.trackerAddr, "--listen", "127.0.0.1:0", "--token-file", f.tokFile,
+		"--dir", filepath.Join(dir, "cpu"), "--sandbox", "off", "--worker-env", "KILN_FAKE_CUDA_DEVICES=0"))
+	f.waitFree("gpu", 1)
+	f.waitFree("cpu", 1)
+	remote := func(key string) []string {
+		return []string{"--tracker", f.trackerAddr, "--key", key, "--token-file", f.tokFile}
+	}
+	driverLog := func() string {
+		t.Helper()
+		b, err := os.ReadFile(log)
+		check.NoError(t, err)
+		check.NoError(t, os.Remove(log)) // the next session's log starts empty
+		return string(b)
+	}
+
+	// A function: C = A + B computed by the fake from kiln's kernel.
+	out := filepath.Join(dir, "add-out")
+	_, stderr, err = runApp(t, append([]string{"run", addArt, "--func", "add_f32", "--input", "A=" + afile, "--input", "B=" + bfile, "--output", out}, remote("gpu")...)...)
+	check.NoError(t, err, stderr)
+	text := driverLog()
+	check.Equal(t, strings.Count(text, "load ptx"), 1, text)
+	check.Equal(t, strings.Count(text, "launch add_f32_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 0 params "), 1, text)
+	c, err := ndarray.LoadNPY(filepath.Join(out, "C.npy"))
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](c)
+	check.NoError(t, err)
+	check.Equal(t, len(got), 1024)
+	for i := range got {
+		if got[i] != as[i]+bs[i] {
+			t.Fatalf("C[%d] = %g, want %g", i, got[i], as[i]+bs[i])
+		}
+	}
+
+	// The MLP's graph in the VM on the GPU: each kernel launched once, the
+	// device code loaded once, the result back in its shape.
+	out = filepath.Join(dir, "mlp-out")
+	_, stderr, err = runApp(t, append([]string{"run", mlpArt, "--input", "x=" + xfile, "--output", out}, remote("gpu")...)...)
+	check.NoError(t, err, stderr)
+	text = driverLog()
+	check.Equal(t, strings.Count(text, "load ptx"), 1, text)
+	for _, k := range []string{"fused_matmul_add_relu_kernel", "fused_matmul1_add1_kernel"} {
+		check.Equal(t, strings.Count(text, "launch "+k+" "), 1, k, "launches in", text)
+	}
+	res, err := ndarray.LoadNPY(filepath.Join(out, "output.npy"))
+	check.NoError(t, err)
+	check.Equal(t, res.Shape(), ndarray.Shape{1, 10})
+
+	// kiln bench times on the device, between events on the GPU.
+	stdout, stderr, err := runApp(t, append([]string{"bench", addArt, "--func", "add_f32", "--input", "A=" + afile,
+		"--number", "2", "--repeat", "3", "--min-repeat-ms", "0", "--json"}, remote("gpu")...)...)
+	check.NoError(t, err, stderr)
+	var tr struct {
+		Results []float64 `json:"results"`
+		Device  string    `json:"device"`
+	}
+	check.NoError(t, json.Unmarshal([]byte(stdout), &tr), stdout)
+	check.Equal(t, tr.Device, "cuda:0")
+	check.Equal(t, len(tr.Results), 3)
+	text = driverLog()
+	check.True(t, strings.Count(text, "launch add_f32_kernel ") >= 7, "a warm-up and 3 repeats of 2 calls at least:", text)
+	_, _, err = runApp(t, append([]string{"bench", addArt, "--func", "add_f32", "--cache-flush-bytes", "4096"}, remote("gpu")...)...)
+	check.Error(t, err, "not supported on cuda:0")
+
+	// A launch that fails names the kernel and the CUDA error.
+	_, _, err = runApp(t, append([]string{"run", scaleArt, "--func", "scale", "--input", "A=" + afile, "--output", filepath.Join(dir, "scale-out")}, remote("gpu")...)...)
+	check.Error(t, err, "kernel scale_kernel: cuLaunchKernel (grid 4x1x1, block 256x1x1", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many resources requested for launch")
+
+	// No device of key cpu has a CUDA device: refused before leasing.
+	_, _, err = runApp(t, append([]string{"run", mlpArt, "--input", "x=" + xfile, "--output", filepath.Join(dir, "cpu-out")}, remote("cpu")...)...)
+	check.Error(t, err, `the artifact is built for "cuda -arch=sm_80", and no device under key "cpu" has a cuda device (they serve cpu)`)
+
+	// Loaded there directly, the daemon refuses it, saying why.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*procGuard)
+	defer cancel()
+	tc := f.dialTracker(ctx)
+	lease, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "cpu", User: t.Name()})
+	check.NoError(t, err)
+	defer lease.Release(context.Background())
+	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{Token: f.tok, LeaseToken: lease.Token})
+	check.NoError(t, err)
+	defer s.Close()
+	b, err := os.ReadFile(mlpArt)
+	check.NoError(t, err)
+	check.NoError(t, s.Upload(ctx, "mlp.kiln", b))
+	_, err = s.LoadModule(ctx, "mlp.kiln")
+	check.Error(t, err, `load module "mlp.kiln"`,
+		`the module is built for "cuda -arch=sm_80": its functions launch device code and run only where a cuda backend loads it, not on cpu:0`,
+		"this device daemon has no usable cuda device: cuInit: CUDA_ERROR_NO_DEVICE")
+}
+
+// TestRPCServerWorkerEnv: --worker-env takes NAME=VALUE, and says so.
+func TestRPCServerWorkerEnv(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{"NOVALUE", "=x", "A B=c"} {
+		_, _, err := runApp(t, "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", dir, "--worker-env", bad)
+		check.Error(t, err, fmt.Sprintf("--worker-env %q: want NAME=VALUE", bad))
+	}
+}
