@@ -32,8 +32,9 @@ def add_f32(A: T.Buffer((1024,), "float32"), B: T.Buffer((1024,), "float32"), C:
 // the right numbers, the device code loaded once per session and the
 // kernel launched with the grid and block the host function computed; the
 // MLP's graph runs in the VM on the GPU (each kernel launched once, the
-// result back in its shape); kiln bench times on the device between CUDA
-// events; a failed launch comes back naming the kernel and the CUDA error.
+// result back in its shape), and timed there runs again and again on
+// weights copied to the GPU once; kiln bench times on the device between
+// CUDA events; a failed launch comes back naming the kernel and the CUDA error.
 // A daemon without a CUDA device is not leased for a cuda artifact, and
 // refuses one loaded there directly, saying why.
 func TestRunCUDARemote(t *testing.T) {
@@ -129,14 +130,39 @@ func TestRunCUDARemote(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, res.Shape(), ndarray.Shape{1, 10})
 
-	// kiln bench times on the device, between events on the GPU.
-	stdout, stderr, err := runApp(t, append([]string{"bench", addArt, "--func", "add_f32", "--input", "A=" + afile,
-		"--number", "2", "--repeat", "3", "--min-repeat-ms", "0", "--json"}, remote("gpu")...)...)
+	// Timed there, the graph runs once to warm up and once a repeat on
+	// the weights and input copied to the GPU once (each of the 5 sizes),
+	// their transposes made once and cached.
+	stdout, stderr, err := runApp(t, append([]string{"bench", mlpArt, "--input", "x=" + xfile,
+		"--number", "1", "--repeat", "2", "--min-repeat-ms", "0", "--json"}, remote("gpu")...)...)
 	check.NoError(t, err, stderr)
 	var tr struct {
 		Results []float64 `json:"results"`
+		Number  int       `json:"number"`
 		Device  string    `json:"device"`
 	}
+	check.NoError(t, json.Unmarshal([]byte(stdout), &tr), stdout)
+	check.Equal(t, tr.Device, "cuda:0")
+	check.Equal(t, len(tr.Results), 2)
+	text = driverLog()
+	check.Equal(t, strings.Count(text, "load ptx"), 1, text)
+	check.Equal(t, strings.Count(text, "launch fused_matmul_add_relu_kernel "), 1+2*tr.Number, text)
+	check.Equal(t, strings.Count(text, "launch transpose_kernel "), 1, text)
+	copies := map[string]int{}
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "copy htod ") {
+			copies[l]++
+		}
+	}
+	check.Equal(t, len(copies), 5, text)
+	for l, n := range copies {
+		check.Equal(t, n, 1, l, "in", text)
+	}
+
+	// kiln bench times on the device, between events on the GPU.
+	stdout, stderr, err = runApp(t, append([]string{"bench", addArt, "--func", "add_f32", "--input", "A=" + afile,
+		"--number", "2", "--repeat", "3", "--min-repeat-ms", "0", "--json"}, remote("gpu")...)...)
+	check.NoError(t, err, stderr)
 	check.NoError(t, json.Unmarshal([]byte(stdout), &tr), stdout)
 	check.Equal(t, tr.Device, "cuda:0")
 	check.Equal(t, len(tr.Results), 3)

@@ -20,9 +20,10 @@
 // add_f32_kernel(A, B, C), the kernel of a float32 elementwise add
 // C = A + B with one thread per element, so that tests can check numbers
 // that went through kiln's own host function and launch. KILN_FAKE_CUDA_LOG
-// names a file that receives one line per module load, function lookup and
+// names a file that receives one line per module load, function lookup,
 // launch (grid, block, dynamic shared bytes, stream, each parameter's
-// value), so tests check what kiln asks the driver. A launch of a recorded
+// value) and copy between host and device (its bytes), so tests check what
+// kiln asks the driver. A launch of a recorded
 // kernel named by KILN_FAKE_CUDA_FAIL_LAUNCH fails with
 // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
 
@@ -334,11 +335,14 @@ CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
 	return CUDA_SUCCESS;
 }
 
+static void fake_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
 	NEED_CTX();
 	unsigned char* d = translate(dst, n, cur->dev);
 	if (d == NULL || src == NULL) return CUDA_ERROR_INVALID_VALUE;
 	memcpy(d, src, n);
+	fake_log("copy htod %zu bytes dev %d\n", n, cur->dev);
 	return CUDA_SUCCESS;
 }
 
@@ -347,6 +351,7 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
 	unsigned char* s = translate(src, n, cur->dev);
 	if (s == NULL || dst == NULL) return CUDA_ERROR_INVALID_VALUE;
 	memcpy(dst, s, n);
+	fake_log("copy dtoh %zu bytes dev %d\n", n, cur->dev);
 	return CUDA_SUCCESS;
 }
 
