@@ -54,6 +54,38 @@ def dense(x: T.Buffer((T.int64(%[1]d), T.int64(%[3]d)), "float32"), w: T.Buffer(
 `, m, n, k, wShape, wIdx)
 }
 
+// residualDense is a transformer's second feed-forward layer: x[1, m, k]
+// times w[k, n], plus bias, plus the residual r[1, m, n].
+func residualDense(m, n, k int) string {
+	return fmt.Sprintf(`
+@T.prim_func(private=True)
+def ffn(x: T.Buffer((T.int64(1), T.int64(%[1]d), T.int64(%[3]d)), "float32"), w: T.Buffer((T.int64(%[3]d), T.int64(%[2]d)), "float32"), b: T.Buffer((T.int64(%[2]d),), "float32"), r: T.Buffer((T.int64(1), T.int64(%[1]d), T.int64(%[2]d)), "float32"), out: T.Buffer((T.int64(1), T.int64(%[1]d), T.int64(%[2]d)), "float32")):
+    T.func_attr({"tir.noalias": T.bool(True)})
+    mm = T.alloc_buffer((T.int64(1), T.int64(%[1]d), T.int64(%[2]d)))
+    biased = T.alloc_buffer((T.int64(1), T.int64(%[1]d), T.int64(%[2]d)))
+    for a, i, j, k in T.grid(T.int64(1), T.int64(%[1]d), T.int64(%[2]d), T.int64(%[3]d)):
+        with T.block("matmul"):
+            v_a, v_i, v_j, v_k = T.axis.remap("SSSR", [a, i, j, k])
+            T.reads(x[v_a, v_i, v_k], w[v_k, v_j])
+            T.writes(mm[v_a, v_i, v_j])
+            with T.init():
+                mm[v_a, v_i, v_j] = T.float32(0.0)
+            mm[v_a, v_i, v_j] = mm[v_a, v_i, v_j] + x[v_a, v_i, v_k] * w[v_k, v_j]
+    for a, i, j in T.grid(T.int64(1), T.int64(%[1]d), T.int64(%[2]d)):
+        with T.block("bias"):
+            v_a, v_i, v_j = T.axis.remap("SSS", [a, i, j])
+            T.reads(mm[v_a, v_i, v_j], b[v_j])
+            T.writes(biased[v_a, v_i, v_j])
+            biased[v_a, v_i, v_j] = mm[v_a, v_i, v_j] + b[v_j]
+    for a, i, j in T.grid(T.int64(1), T.int64(%[1]d), T.int64(%[2]d)):
+        with T.block("residual"):
+            v_a, v_i, v_j = T.axis.remap("SSS", [a, i, j])
+            T.reads(r[v_a, v_i, v_j], biased[v_a, v_i, v_j])
+            T.writes(out[v_a, v_i, v_j])
+            out[v_a, v_i, v_j] = r[v_a, v_i, v_j] + biased[v_a, v_i, v_j]
+`, m, n, k)
+}
+
 // batchMatmul is a batched matmul a[b, m, k] × w[b, k, n].
 func batchMatmul(bs, m, n, k int) string {
 	return fmt.Sprintf(`
@@ -157,6 +189,10 @@ func TestFunc(t *testing.T) {
 		{name: "dense_40_columns", src: fusedDense(2, 40, 7, false), scheduled: true},
 		{name: "parallel", src: fusedDense(8, 64, 16, false), opts: Options{ParallelFlops: 1}, scheduled: true, allocs: "mm_local"},
 		{name: "avx2_lanes", src: fusedDense(2, 24, 9, false), opts: Options{VectorBytes: 32}, scheduled: true},
+		{name: "eight_rows_three_vectors", src: fusedDense(16, 96, 7, false), scheduled: true, allocs: "mm_local"},
+		{name: "gemv_half_vectors", src: fusedDense(1, 1000, 5, false), opts: Options{ParallelFlops: 1}, scheduled: true, allocs: "mm_local"},
+		{name: "residual_rows", src: residualDense(24, 64, 11), opts: Options{ParallelFlops: 1}, scheduled: true, allocs: "mm_local"},
+		{name: "residual_odd_rows", src: residualDense(7, 32, 3), scheduled: true, allocs: "mm_local"},
 		{name: "batched", src: batchMatmul(2, 4, 32, 8), scheduled: true},
 		{name: "shared_weight_unit_batch", src: sharedWeight(1, 12, 48, 5), scheduled: true, allocs: "c_local"},
 		{name: "shared_weight_rows_outside", src: sharedWeight(6, 1, 32, 7), opts: Options{ParallelFlops: 1}, scheduled: true},
@@ -262,6 +298,67 @@ func scheduleChecked(t *testing.T, f *ir.PrimFunc, opts Options, scheduled bool)
 	check.NoError(t, err)
 	check.True(t, !again, "a scheduled function is left alone")
 	return g, true
+}
+
+func TestMatmulTile(t *testing.T) {
+	cases := []struct {
+		rows, n, maxLanes, regs int64
+		lanes, mr, nt           int64
+		vector                  bool
+	}{
+		// A transformer's feed-forward layers and its QKV projection.
+		{32, 2048, 16, 32, 16, 8, 32, true},
+		{32, 128, 16, 32, 16, 8, 32, true},
+		{32, 384, 16, 32, 16, 8, 48, true},
+		// A classifier: 1000 columns take vectors of 8, one row.
+		{1, 1000, 16, 32, 8, 1, 40, true},
+		{1, 64, 16, 32, 16, 1, 64, true},
+		{6, 64, 16, 32, 16, 6, 64, true},
+		{3, 48, 16, 32, 16, 3, 48, true},
+		{32, 128, 8, 16, 8, 8, 8, true},
+		{4, 24, 8, 16, 8, 4, 24, true},
+		{3, 10, 16, 32, 1, 1, 10, false},
+	}
+	for _, c := range cases {
+		lanes, mr, nt, vector := matmulTile(c.rows, c.n, c.maxLanes, c.regs)
+		check.Equal(t, [4]int64{lanes, mr, nt, b2i(vector)}, [4]int64{c.lanes, c.mr, c.nt, b2i(c.vector)}, c.rows, "×", c.n)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestMatmulCompiled compiles scheduled dense layers (odd rows, columns
+// and reductions, epilogues) and batched matmuls to C and checks them
+// against the interpreter on the unscheduled functions, and that each
+// accumulator tile became variables (vector registers), not an array.
+func TestMatmulCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	srcs := []string{
+		fusedDense(16, 96, 7, false), fusedDense(3, 48, 5, false), fusedDense(1, 1000, 5, false),
+		fusedDense(5, 40, 13, false), residualDense(24, 64, 11), residualDense(7, 32, 3),
+		batchMatmul(3, 8, 32, 5), sharedWeight(3, 5, 48, 9),
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for i, src := range srcs {
+		o := Options{}
+		if i%2 == 1 {
+			o.ParallelFlops = 1
+		}
+		fs, opts = append(fs, parseFunc(t, src)), append(opts, o)
+	}
+	src, funcs := scheduledSource(t, "mm", fs, opts)
+	if i := strings.Index(src, "_local["); i >= 0 {
+		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
+	}
+	checkCompiled(t, src, funcs)
 }
 
 func TestModule(t *testing.T) {
