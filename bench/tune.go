@@ -212,7 +212,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, errors.New("tuning measured no valid candidate")
 	}
 	r.BestDeviceMS = sig(best.Median()*1e3, 4)
-	tuned, err := task.Space.Replay(best.Decisions)
+	tuned, err := task.Space.Candidate(best)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +381,7 @@ func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefle
 		if !recs[i].Valid() {
 			continue
 		}
-		c, err := task.Space.Replay(recs[i].Decisions)
+		c, err := task.Space.Candidate(recs[i])
 		if err != nil {
 			return err
 		}

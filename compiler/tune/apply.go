@@ -72,7 +72,7 @@ func Apply(mod *ir.IRModule, db *Database, target rules.Target, shape map[string
 			res.Missing = append(res.Missing, name)
 			continue
 		}
-		c, err := sp.Replay(best.Decisions)
+		c, err := sp.Candidate(best)
 		if err != nil {
 			return nil, res, fmt.Errorf("tuning database: %q: the best record does not replay (recorded by another version of the rules?): %w", name, err)
 		}

@@ -73,7 +73,7 @@ func TestBindSymbolicMatmul(t *testing.T) {
 	check.Equal(t, len(applied.Missing), 0, applied.Missing)
 	check.Equal(t, applied.Specialized["mm"], "K=12,M=8,N=16")
 	best, _ := db.Best(task.Workload.Hash)
-	c, err := task.Space.Replay(best.Decisions)
+	c, err := task.Space.Candidate(best)
 	check.NoError(t, err)
 	check.True(t, ir.StructuralEqual(out.PrimFunc("mm").WithAttr(ir.AttrGlobalSymbol, ""), c.Func.WithAttr(ir.AttrGlobalSymbol, "")),
 		"Apply did not give the best record's schedule")

@@ -48,7 +48,10 @@ type Record struct {
 	// Device describes the board that measured it (arch, cpu, key…).
 	Device map[string]string `json:"device,omitempty"`
 	// Decisions replay the candidate; Trace is the schedule they give.
+	// Schedule, when set, names a schedule that is not a point of the
+	// space ("default": the default schedule, with no decisions).
 	Decisions []Decision `json:"decisions"`
+	Schedule  string     `json:"schedule,omitempty"`
 	Trace     []string   `json:"trace,omitempty"`
 	// Times are the seconds per call of each repeat; empty when the
 	// candidate failed.
@@ -178,6 +181,8 @@ func decodeRecord(line []byte, r *Record) error {
 		return fmt.Errorf("%w: no workload hash", ErrBadLine)
 	case r.Target == "":
 		return fmt.Errorf("%w: no target", ErrBadLine)
+	case r.Schedule != "" && r.Schedule != DefaultSchedule:
+		return fmt.Errorf("%w: unknown schedule %q (want %q or none)", ErrBadLine, r.Schedule, DefaultSchedule)
 	}
 	for _, t := range r.Times {
 		if !(t > 0) || t > 1e6 {

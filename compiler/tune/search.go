@@ -205,7 +205,7 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 			return summaries(states), fmt.Errorf("tune: the runner returned %d results for %d candidates", len(res), len(cands))
 		}
 		for i, c := range cands {
-			r := Record{Workload: st.task.Workload, Target: db.Target(), Device: res[i].Device, Decisions: c.Decisions,
+			r := Record{Workload: st.task.Workload, Target: db.Target(), Device: res[i].Device, Decisions: c.Decisions, Schedule: c.Schedule,
 				Trace: c.Trace, Times: res[i].Times, Error: res[i].Error, Stage: res[i].Stage, Unix: time.Now().Unix()}
 			if err := db.Append(r); err != nil {
 				return summaries(states), err
@@ -279,12 +279,12 @@ func pick(states []*taskState) *taskState {
 // learnRecord adds a measured record (of this run or from the
 // database) to the task's data.
 func (st *taskState) learnRecord(r Record) {
-	key := DecisionsKey(r.Decisions)
+	key := candidateKey(r.Schedule, r.Decisions)
 	if st.measured[key] {
 		return
 	}
 	st.measured[key] = true
-	c, err := st.task.Space.Replay(r.Decisions)
+	c, err := st.task.Space.Candidate(r)
 	if err != nil {
 		return // a record of another version of the rules
 	}
@@ -337,6 +337,10 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 				take(c)
 			}
 		}
+	}
+	// The default schedule first: the search never ends slower than it.
+	if c, err := st.task.Space.Default(); err == nil {
+		take(c)
 	}
 	valid := 0
 	for _, t := range st.times {
@@ -406,8 +410,13 @@ func (st *taskState) topMeasured(k int) [][]Decision {
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return st.times[idx[a]] < st.times[idx[b]] })
 	var out [][]Decision
-	for _, i := range idx[:min(k, len(idx))] {
-		out = append(out, st.decs[i])
+	for _, i := range idx {
+		if len(out) == k {
+			break
+		}
+		if len(st.decs[i]) > 0 { // not the default schedule
+			out = append(out, st.decs[i])
+		}
 	}
 	return out
 }

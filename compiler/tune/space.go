@@ -8,6 +8,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
 )
 
@@ -57,15 +58,62 @@ func (sp *Space) ruleNames() string {
 func (sp *Space) Func() *ir.PrimFunc { return sp.fn }
 
 // Candidate is one point of a space: its decisions, the function they
-// give and the schedule's trace.
+// give and the schedule's trace. The default schedule's candidate (see
+// Space.Default) has no decisions and Schedule DefaultSchedule.
 type Candidate struct {
 	Decisions []Decision
 	Func      *ir.PrimFunc
 	Trace     []string
+	Schedule  string
 }
 
+// DefaultSchedule is the Schedule of the default schedule's candidate
+// and record: the schedule kiln gives a kernel nobody tuned.
+const DefaultSchedule = "default"
+
 // Key identifies a candidate by its decisions.
-func (c *Candidate) Key() string { return DecisionsKey(c.Decisions) }
+func (c *Candidate) Key() string { return candidateKey(c.Schedule, c.Decisions) }
+
+// candidateKey is the key of a candidate or record: its decisions, or
+// the schedule it names.
+func candidateKey(schedule string, ds []Decision) string {
+	if schedule != "" {
+		return "schedule=" + schedule + ";"
+	}
+	return DecisionsKey(ds)
+}
+
+// Default returns the candidate of the default schedule: the one
+// compiler/schedule/auto gives the function (what kiln builds a kernel
+// of a graph module with when no record applies), or the function as it
+// is when auto has no rule for it. The search measures it like any other
+// candidate, so a tuned kernel is never slower than the default one.
+func (sp *Space) Default() (*Candidate, error) {
+	g, ok, err := auto.Func(sp.fn, auto.Options{VectorBytes: max(sp.target.VectorBytes, 16)})
+	if err != nil {
+		return nil, fmt.Errorf("the default schedule: %w", err)
+	}
+	trace := []string{"default schedule (none applies: the function as it is)"}
+	if ok {
+		trace[0] = "default schedule (compiler/schedule/auto)"
+	}
+	if err := ir.Verify(g); err != nil {
+		return nil, fmt.Errorf("the default schedule does not verify: %w", err)
+	}
+	return &Candidate{Func: g, Trace: trace, Schedule: DefaultSchedule}, nil
+}
+
+// Candidate returns the candidate a record measured: its decisions
+// replayed, or the schedule it names.
+func (sp *Space) Candidate(r Record) (*Candidate, error) {
+	switch r.Schedule {
+	case "":
+		return sp.Replay(r.Decisions)
+	case DefaultSchedule:
+		return sp.Default()
+	}
+	return nil, fmt.Errorf("unknown schedule %q (recorded by a newer kiln?)", r.Schedule)
+}
 
 // DecisionsKey is the canonical text of a list of decisions.
 func DecisionsKey(ds []Decision) string {

@@ -171,7 +171,7 @@ func TestTuneLocal(t *testing.T) {
 	check.NoError(t, db2.Close())
 	keys := map[string]bool{}
 	for _, rec := range db2.Records(task.Workload.Hash) {
-		k := DecisionsKey(rec.Decisions)
+		k := candidateKey(rec.Schedule, rec.Decisions)
 		check.True(t, !keys[k], "measured twice:", k)
 		keys[k] = true
 	}
@@ -182,7 +182,7 @@ func TestTuneLocal(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, len(applied.Missing), 0)
 	best, _ := db2.Best(task.Workload.Hash)
-	c, err := task.Space.Replay(best.Decisions)
+	c, err := task.Space.Candidate(best)
 	check.NoError(t, err)
 	check.True(t, ir.StructuralEqual(out.PrimFunc("mm"), c.Func), "Apply did not give the best record's schedule")
 }
@@ -230,6 +230,70 @@ func TestTuneNeverRetries(t *testing.T) {
 	check.True(t, sum[0].Best <= first, "best", sum[0].Best, "first batch", first)
 }
 
+// defaultRunner times the default schedule at dflt and every other
+// candidate at other.
+type defaultRunner struct {
+	dflt, other float64
+	batches     [][]string // the candidates' keys, per batch
+}
+
+func (r *defaultRunner) Run(ctx context.Context, task *Task, cands []*Candidate) ([]Result, error) {
+	out := make([]Result, len(cands))
+	var keys []string
+	for i, c := range cands {
+		keys = append(keys, c.Key())
+		out[i].Times = []float64{r.other}
+		if c.Schedule == DefaultSchedule {
+			out[i].Times = []float64{r.dflt}
+		}
+	}
+	r.batches = append(r.batches, keys)
+	return out, nil
+}
+
+// TestTuneSeedsDefault: the default schedule is measured in the first
+// batch, once (a resumed run does not measure it again), recorded as
+// such; when it is the fastest, it is the best record and Apply gives
+// the function the default schedule.
+func TestTuneSeedsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    *ir.PrimFunc
+	}{{"matmul", matmulFunc(t, 64, 64, 64)}, {"rowmax", rowMax(t, 64, 256)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			task, err := NewTask(tc.name, tc.f, 1, testTarget)
+			check.NoError(t, err)
+			dflt, err := task.Space.Default()
+			check.NoError(t, err)
+			check.Equal(t, dflt.Schedule, DefaultSchedule)
+			check.Equal(t, len(dflt.Decisions), 0)
+			db := NewDatabase("cpu")
+			r := &defaultRunner{dflt: 1e-3, other: 2e-3}
+			_, err = Tune(context.Background(), []*Task{task}, db, r, Options{Trials: 8, Batch: 4, Seed: 1})
+			check.NoError(t, err)
+			check.Equal(t, r.batches[0][0], dflt.Key())
+			_, err = Tune(context.Background(), []*Task{task}, db, r, Options{Trials: 4, Batch: 4, Seed: 2})
+			check.NoError(t, err)
+			n := 0
+			for _, b := range r.batches {
+				for _, k := range b {
+					if k == dflt.Key() {
+						n++
+					}
+				}
+			}
+			check.Equal(t, n, 1, "the default schedule measured", n, "times")
+			best, ok := db.Best(task.Workload.Hash)
+			check.True(t, ok)
+			check.Equal(t, best.Schedule, DefaultSchedule)
+			out, applied, err := Apply(ir.NewIRModule().With(tc.name, tc.f), db, testTarget, nil)
+			check.NoError(t, err)
+			check.Equal(t, applied.Tuned[tc.name], 1e-3)
+			check.True(t, ir.StructuralEqual(out.PrimFunc(tc.name), dflt.Func), "Apply did not give the default schedule")
+		})
+	}
+}
+
 // TestTuneBadInput: a budget of 0 and an untunable workload.
 func TestTuneBadInput(t *testing.T) {
 	task, err := NewTask("mm", matmulFunc(t, 8, 8, 8), 1, testTarget)
@@ -260,15 +324,19 @@ func TestTuneCancel(t *testing.T) {
 func TestDatabaseReadNotes(t *testing.T) {
 	good := `{"workload":{"hash":"00ab"},"target":"cpu","decisions":[{"site":"tile/C/i","kind":"tile","tile":[2,4],"choice":0}],"times":[0.5]}`
 	other := `{"workload":{"hash":"00ab"},"target":"cuda -arch=sm_90","decisions":[],"times":[0.1]}`
-	src := strings.Join([]string{good, `{"workload":`, other, `{"workload":{"hash":"00ab"},"target":"cpu","times":[-1]}`, "", good}, "\n")
+	dflt := `{"workload":{"hash":"00ab"},"target":"cpu","decisions":[],"schedule":"default","times":[0.75]}`
+	unknown := `{"workload":{"hash":"00ab"},"target":"cpu","decisions":[],"schedule":"handmade","times":[0.1]}`
+	src := strings.Join([]string{good, `{"workload":`, other, `{"workload":{"hash":"00ab"},"target":"cpu","times":[-1]}`, "", good, dflt, unknown}, "\n")
 	db := NewDatabase("cpu")
 	notes, err := db.Read("db.jsonl", strings.NewReader(src))
 	check.NoError(t, err)
-	check.Equal(t, db.Len(), 2)
-	check.Equal(t, len(notes), 3, notes)
+	check.Equal(t, db.Len(), 3)
+	check.Equal(t, len(notes), 4, notes)
 	check.True(t, strings.HasPrefix(notes[0], "db.jsonl:2: skipped:"), notes[0])
 	check.True(t, strings.HasPrefix(notes[1], "db.jsonl:4: skipped:") && strings.Contains(notes[1], "not a positive number"), notes[1])
-	check.True(t, strings.Contains(notes[2], `ignored 1 records for target "cuda -arch=sm_90"`), notes[2])
+	check.True(t, strings.HasPrefix(notes[2], "db.jsonl:8: skipped:") && strings.Contains(notes[2], `unknown schedule "handmade"`), notes[2])
+	check.True(t, strings.Contains(notes[3], `ignored 1 records for target "cuda -arch=sm_90"`), notes[3])
+	check.Equal(t, db.Records("00ab")[2].Schedule, DefaultSchedule)
 
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
