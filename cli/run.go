@@ -40,7 +40,8 @@ tensors are copied there before the call and back after it; a graph module
 runs in the VM with its tensors on the GPU. With --tracker it runs on a
 device daemon whose machine has a CUDA device: the lease asks for one
 (selector device.cuda, added to --selector), a --key none of whose devices
-has one is refused at once, and the daemon copies the tensors between host
+has one is refused at once (and, without --wait, a selector alone when no
+registered device has one), and the daemon copies the tensors between host
 and GPU.
 
 Examples:

@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 const cudaAddSrc = `# from tvm.script import tir as T
@@ -204,5 +205,43 @@ func TestRPCServerWorkerEnv(t *testing.T) {
 	for _, bad := range []string{"NOVALUE", "=x", "A B=c"} {
 		_, _, err := runApp(t, "rpcserver", "--key", "cpu", "--listen", "127.0.0.1:0", "--dir", dir, "--worker-env", bad)
 		check.Error(t, err, fmt.Sprintf("--worker-env %q: want NAME=VALUE", bad))
+	}
+}
+
+// TestCUDAKey: a cuda artifact is refused at once for a key none of whose
+// devices has a GPU, and for a selector alone when no registered device
+// has one and the client would not wait; otherwise the lease goes ahead.
+func TestCUDAKey(t *testing.T) {
+	dev := func(key string, types ...string) proto.NodeSummary {
+		return proto.NodeSummary{Key: key, Attrs: proto.NodeAttrs{DeviceTypes: types}}
+	}
+	cpuOnly := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "cpu"), dev("arm", "cpu")}}
+	mixed := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "cpu"), dev("a100", "cpu", "cuda")}}
+	const target = "cuda -arch=sm_80"
+	for _, tc := range []struct {
+		name string
+		sum  proto.TrackerSummary
+		key  string
+		wait bool
+		want string // "" for no error
+	}{
+		{"key without a gpu", mixed, "cpu", false, `no device under key "cpu" has a cuda device (they serve cpu)`},
+		{"key without a gpu, waiting", mixed, "cpu", true, `no device under key "cpu" has a cuda device`},
+		{"key with a gpu", mixed, "a100", false, ""},
+		{"unregistered key", mixed, "h100", false, ""},
+		{"selector, a gpu registered", mixed, "", false, ""},
+		{"selector, no gpu", cpuOnly, "", false, "no device registered with the tracker has a cuda device (the registered devices serve cpu); pass --wait"},
+		{"selector, nothing registered", proto.TrackerSummary{}, "", false, "(no device is registered)"},
+		{"selector, no gpu, waiting", cpuOnly, "", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cudaKey(tc.sum, tc.key, target, tc.wait)
+			if tc.want == "" {
+				check.NoError(t, err)
+				return
+			}
+			check.Error(t, err, `the artifact is built for "cuda -arch=sm_80"`, tc.want)
+			check.ErrorIs(t, err, proto.ErrNotFound)
+		})
 	}
 }

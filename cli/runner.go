@@ -212,11 +212,13 @@ const cudaSelector = "device.cuda"
 
 // cudaKey fails at once when devices are registered under key and none
 // of them has a CUDA device: an artifact built for target cannot run there,
-// and waiting would not change that.
-func cudaKey(sum proto.TrackerSummary, key, target string) error {
+// and waiting would not change that. Without a key (a selector alone), it
+// fails when no registered device has one and the client would not wait
+// for one to register.
+func cudaKey(sum proto.TrackerSummary, key, target string, wait bool) error {
 	types := map[string]bool{}
 	for _, d := range sum.Devices {
-		if d.Key != key {
+		if key != "" && d.Key != key {
 			continue
 		}
 		if slices.Contains(d.Attrs.DeviceTypes, devices.CUDA.String()) {
@@ -225,6 +227,16 @@ func cudaKey(sum proto.TrackerSummary, key, target string) error {
 		for _, t := range d.Attrs.DeviceTypes {
 			types[t] = true
 		}
+	}
+	if key == "" {
+		if wait {
+			return nil
+		}
+		have := "no device is registered"
+		if len(types) > 0 {
+			have = "the registered devices serve " + strings.Join(slices.Sorted(maps.Keys(types)), ", ")
+		}
+		return fmt.Errorf("the artifact is built for %q, and no device registered with the tracker has a cuda device (%s); pass --wait DURATION to wait for one: %w", target, have, proto.ErrNotFound)
 	}
 	if len(types) == 0 {
 		return nil // none registered: the lease waits, or knownKey says so
@@ -262,18 +274,18 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 		}
 		sel += cudaSelector
 	}
-	if key := c.String("key"); key != "" && (!c.IsSet("wait") || onCUDA) {
+	if key, wait := c.String("key"), c.IsSet("wait"); (key != "" && !wait) || onCUDA {
 		sum, err := r.tr.Query(ctx, 0)
 		if err != nil {
 			return nil, err
 		}
-		if !c.IsSet("wait") {
+		if key != "" && !wait {
 			if err := knownKey(sum, key); err != nil {
 				return nil, err
 			}
 		}
 		if onCUDA {
-			if err := cudaKey(sum, key, a.Manifest.Target); err != nil {
+			if err := cudaKey(sum, key, a.Manifest.Target, wait); err != nil {
 				return nil, err
 			}
 		}
