@@ -35,8 +35,8 @@ With --tracker the call runs on a device leased from the tracker (by --key
 or --selector): the artifact is uploaded to the device daemon, the inputs are
 copied there, and the outputs are copied back.
 
-An artifact built for cuda runs on this machine's first GPU (cuda:0): the
-tensors are copied there before the call and back after it; a graph module
+An artifact built for cuda runs on this machine's first GPU (cuda:0, or the
+one --device cuda:N names): the tensors are copied there before the call and back after it; a graph module
 runs in the VM with its tensors on the GPU. With --tracker it runs on a
 device daemon whose machine has a CUDA device: the lease asks for one
 (selector device.cuda, added to --selector), a --key none of whose devices
@@ -117,7 +117,35 @@ func callFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
 		&ucli.StringFlag{Name: "params", Usage: "safetensors file of named parameters (weights) for a graph-level artifact"},
 		&ucli.StringFlag{Name: "memory-cfg", Value: "pooled", Usage: "VM allocator for a graph-level artifact: pooled or naive"},
+		&ucli.StringFlag{Name: "device", Usage: "device to run on: cpu, cuda or cuda:N (default: the first of the kind the artifact is built for; with --tracker, the daemon's first)"},
 	}
+}
+
+// runDevice is the device --device names for artifact a (the first of a's
+// kind without it): a cuda artifact runs on a cuda device, any other on
+// cpu:0, and through a tracker on the daemon's first device of the kind.
+func runDevice(c *ucli.Context, a *artifact.Artifact) (devices.Device, error) {
+	want := devices.CPUDevice
+	if isCUDAArtifact(a) {
+		want = devices.Device{Type: devices.CUDA, ID: 0}
+	}
+	flag := c.String("device")
+	if flag == "" {
+		return want, nil
+	}
+	dev, err := devices.ParseDevice(flag)
+	if err != nil {
+		return dev, fmt.Errorf("--device: %w", err)
+	}
+	switch {
+	case dev.Type != want.Type:
+		return dev, fmt.Errorf("--device %s: the artifact is built for %q, which runs on %s devices", flag, a.Manifest.Target, want.Type)
+	case dev.Type == devices.CPU && dev.ID != 0:
+		return dev, fmt.Errorf("--device %s: kiln runs cpu artifacts on cpu:0 (all its cores)", flag)
+	case dev.ID != 0 && c.String("tracker") != "":
+		return dev, fmt.Errorf("--device %s with --tracker: a device daemon runs artifacts on its first %s device (%s); its CUDA_VISIBLE_DEVICES picks which", flag, dev.Type, want)
+	}
+	return dev, nil
 }
 
 // pickFunction finds the function to call: the one named, or the only one.

@@ -78,6 +78,25 @@ func TestRunCUDA(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, res.Shape(), ndarray.Shape{1024})
 
+	// --device picks the GPU: the second of two.
+	check.NoError(t, os.Remove(log))
+	cmd = exec.Command(os.Args[0], "run", art, "--func", "scale", "--input", "A="+in, "--output", out, "--device", "cuda:1")
+	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=2", "KILN_FAKE_CUDA_LOG="+log)
+	b, err = cmd.CombinedOutput()
+	check.NoError(t, err, string(b))
+	text, err = os.ReadFile(log)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(string(text), "launch scale_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 1 params "), string(text))
+	for _, bad := range []struct{ device, want string }{
+		{"cpu", `--device cpu: the artifact is built for "cuda -arch=sm_80", which runs on cuda devices`},
+		{"cuda:1 --tracker 127.0.0.1:1", "--device cuda:1 with --tracker: a device daemon runs artifacts on its first cuda device (cuda:0)"},
+	} {
+		dev, rest, _ := strings.Cut(bad.device, " ")
+		args := append([]string{"run", art, "--func", "scale", "--input", "A=" + in, "--device", dev}, strings.Fields(rest)...)
+		_, _, err = runApp(t, args...)
+		check.Error(t, err, bad.want)
+	}
+
 	// kiln bench times it between events on the GPU.
 	cmd = exec.Command(os.Args[0], "bench", art, "--func", "scale", "--input", "A="+in, "--number", "2", "--repeat", "3", "--json")
 	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)

@@ -102,6 +102,9 @@ func TestRunErrors(t *testing.T) {
 		{"missing scalar", []string{"run", art, "--func", "fill_index"}, "parameter offset (int) not given"},
 		{"bad scalar", []string{"run", art, "--func", "fill_index", "--arg", "offset=x"}, `"x" is not an integer`},
 		{"no artifact", []string{"run", filepath.Join(dir, "none.kiln")}, "run:"},
+		{"device of another kind", []string{"run", art, "--func", "fill_index", "--arg", "offset=1", "--device", "cuda"}, `--device cuda: the artifact is built for "`},
+		{"other cpu", []string{"run", art, "--func", "fill_index", "--arg", "offset=1", "--device", "cpu:1"}, "--device cpu:1: kiln runs cpu artifacts on cpu:0"},
+		{"unknown device", []string{"run", art, "--func", "fill_index", "--arg", "offset=1", "--device", "tpu"}, "--device: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runApp(t, tc.args...)

@@ -56,16 +56,20 @@ func remoteFlags() []ucli.Flag {
 
 // openRunner loads the artifact here, or leases a device and loads it there.
 func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (runner, error) {
+	dev, err := runDevice(c, a)
+	if err != nil {
+		return nil, err
+	}
 	if c.String("tracker") == "" {
 		if c.String("key") != "" || c.String("selector") != "" {
 			return nil, fmt.Errorf("--key and --selector need --tracker")
 		}
 		if isCUDAArtifact(a) {
-			return openCUDA(a, fi, c.String("memory-cfg"))
+			return openCUDA(a, fi, c.String("memory-cfg"), dev)
 		}
 		return openLocal(a, fi, c.String("memory-cfg"))
 	}
-	return openRemote(c, path, a, fi)
+	return openRemote(c, path, a, fi, dev)
 }
 
 type localRunner struct {
@@ -245,7 +249,7 @@ func cudaKey(sum proto.TrackerSummary, key, target string, wait bool) error {
 		target, key, strings.Join(slices.Sorted(maps.Keys(types)), ", "), proto.ErrNotFound)
 }
 
-func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo) (_ *remoteRunner, err error) {
+func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo, dev devices.Device) (_ *remoteRunner, err error) {
 	ctx := c.Context
 	if c.String("key") == "" && c.String("selector") == "" {
 		return nil, fmt.Errorf("--tracker needs --key or --selector to say which device")
@@ -254,7 +258,7 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err != nil {
 		return nil, err
 	}
-	r := &remoteRunner{remote: map[string]*client.Array{}}
+	r := &remoteRunner{remote: map[string]*client.Array{}, dev: dev}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -264,11 +268,9 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err != nil {
 		return nil, err
 	}
-	sel, onCUDA := c.String("selector"), isCUDAArtifact(a)
-	r.dev = devices.CPUDevice
+	sel, onCUDA := c.String("selector"), dev.Type == devices.CUDA
 	if onCUDA {
 		// Only a daemon with a CUDA device runs it: the lease asks for one.
-		r.dev = devices.Device{Type: devices.CUDA, ID: 0}
 		if sel != "" {
 			sel += ","
 		}

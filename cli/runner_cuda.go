@@ -24,8 +24,8 @@ func isCUDAArtifact(a *artifact.Artifact) bool {
 	return kind == "cuda"
 }
 
-// cudaRunner runs a function of a cuda artifact on this machine's first
-// GPU: tensors are copied to the GPU before the call and back after it. A
+// cudaRunner runs a function of a cuda artifact on one of this machine's
+// GPUs (the first unless --device says): tensors are copied to the GPU before the call and back after it. A
 // graph module runs in the VM on the GPU: its storage is allocated there,
 // its bundled constants copied there once when it loads, and the tensors
 // of its result copied back.
@@ -37,7 +37,7 @@ type cudaRunner struct {
 	f   *packedfunc.Func
 }
 
-func openCUDA(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*cudaRunner, error) {
+func openCUDA(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string, dev devices.Device) (*cudaRunner, error) {
 	if ok, why := cuda.Available(); !ok {
 		return nil, fmt.Errorf("the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
 	}
@@ -45,7 +45,6 @@ func openCUDA(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*cudaRun
 	if err != nil {
 		return nil, err
 	}
-	dev := devices.Device{Type: devices.CUDA, ID: 0}
 	m, err := cuda.LoadArtifact(dev, a, dir)
 	if err != nil {
 		os.RemoveAll(dir)
