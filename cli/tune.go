@@ -88,7 +88,7 @@ Examples:
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 3, Usage: "time evaluator repeats per candidate"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 20, Usage: "time evaluator: shortest repeat in milliseconds"},
-			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart the devices are leased again once their old leases lapse"},
+			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "log each build and measurement (and the in-process fleet's logs)"},
 		}, connFlags()...),

@@ -365,6 +365,9 @@ func TestTuneTrackerRestart(t *testing.T) {
 // failing over (shortened here) makes the runner's calls fail; the runner
 // then dials the tracker again with a backoff until it is back, leases
 // its device again and measures the batch, saying so through OnEvent.
+// The leases last an hour: the runner releases the old one through the
+// connection it came from rather than waiting for it to lapse (the test's
+// context would end first).
 func TestTuneRunnerRedials(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -383,7 +386,7 @@ func TestTuneRunnerRedials(t *testing.T) {
 	topts := client.TrackerOptions{Token: f.tok, FailoverTimeout: 200 * time.Millisecond}
 	r, err := tunefleet.Open(ctx, tunefleet.Config{
 		Dial: func(ctx context.Context) (*client.Tracker, error) { return client.DialTracker(ctx, addr, topts) },
-		Key:  "cpu", Token: f.tok, Target: "cpu", LeaseTTL: 2 * time.Second,
+		Key:  "cpu", Token: f.tok, Target: "cpu", LeaseTTL: time.Hour,
 		Time: client.TimeOptions{Number: 1, Repeat: 1, MinRepeatMS: 1},
 		OnEvent: func(e tunefleet.Event) {
 			if e.Note != "" {

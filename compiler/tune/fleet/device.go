@@ -82,14 +82,20 @@ func (r *Runner) ready(ctx context.Context, d *device) error {
 	return r.relet(ctx, "the tracker came back", d)
 }
 
-// relet ends d's session and lease and leases a device again (waiting
-// for the old lease to lapse when the tracker can no longer be told).
+// relet ends d's session and lease and leases a device again. The old
+// lease is released through the connection it came from (kept open after
+// a redial, it reaches the tracker again), so a tracker that came back
+// with its state frees the device at once; only when the tracker cannot
+// be told (it lost its state, or stays away) does the new request wait
+// for the old lease to lapse.
 func (r *Runner) relet(ctx context.Context, why string, d *device) error {
 	if d.sess != nil {
 		d.sess.Close()
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	d.lease.Release(rctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if err := d.lease.Release(rctx); err != nil {
+		r.log.Debug("releasing the old lease", "device", d.name, "err", err)
+	}
 	cancel()
 	ttl := r.cfg.LeaseTTL
 	if ttl <= 0 {

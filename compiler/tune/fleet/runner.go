@@ -39,8 +39,10 @@ type Config struct {
 	// with the key, at least one).
 	Devices int
 	// LeaseTTL is the life of each lease between renewals (0: the
-	// tracker's default). After a tracker restart the devices are
-	// leased again once their old leases lapse, so it bounds that wait.
+	// tracker's default). After a tracker restart the old leases are
+	// released and the devices leased again at once; a tracker that came
+	// back without its state makes the new requests wait for the old
+	// leases to lapse, so it bounds that wait.
 	LeaseTTL time.Duration
 	// Time are the time evaluator's options (default: 3 repeats of at
 	// least 20 ms).
@@ -73,11 +75,12 @@ type Runner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	tc   *client.Tracker
-	gen  int // the tracker connection's generation: +1 per redial
-	devs []*device
-	refs map[string]*reference
+	mu       sync.Mutex
+	tc       *client.Tracker
+	gen      int               // the tracker connection's generation: +1 per redial
+	replaced []*client.Tracker // earlier connections, closed by Close
+	devs     []*device
+	refs     map[string]*reference
 
 	redial sync.Mutex // one redial at a time
 	seq    atomic.Int64
@@ -189,7 +192,8 @@ func (r *Runner) Close() error {
 		if d.sess != nil {
 			d.sess.Close()
 		}
-		// A lease of an earlier tracker connection lapses by itself.
+		// A lease of an earlier tracker connection may be unknown to a
+		// tracker that came back without its state: it lapses by itself.
 		if err := d.lease.Release(context.Background()); err != nil && d.gen == gen {
 			errs = append(errs, err)
 		}
@@ -202,8 +206,14 @@ func (r *Runner) closeTracker() {
 	if r.cfg.Dial == nil {
 		return
 	}
-	if tc, _ := r.tracker(); tc != nil {
-		tc.Close()
+	r.mu.Lock()
+	tcs := append([]*client.Tracker{r.tc}, r.replaced...)
+	r.replaced = nil
+	r.mu.Unlock()
+	for _, tc := range tcs {
+		if tc != nil {
+			tc.Close()
+		}
 	}
 }
 

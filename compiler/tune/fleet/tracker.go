@@ -47,7 +47,8 @@ func trackerLost(ctx context.Context, err error) bool {
 // backoff for at most cfg.Redial. Concurrent callers wait for one
 // redial; a caller whose generation was replaced already returns at
 // once. Devices leased through the old connection are leased again
-// through the new one before their next measurement (see ready).
+// through the new one before their next measurement (see ready); the old
+// connection is kept until Close for their releases.
 func (r *Runner) reconnect(ctx context.Context, gen int, cause error) error {
 	r.redial.Lock()
 	defer r.redial.Unlock()
@@ -66,11 +67,14 @@ func (r *Runner) reconnect(ctx context.Context, gen int, cause error) error {
 		tc, err := r.cfg.Dial(dctx)
 		cancel()
 		if err == nil {
+			// The old connection stays open (it redials by itself when
+			// used): the devices leased through it release their leases
+			// through it before leasing again (see relet), so the
+			// tracker, back with its state, frees them at once.
 			r.mu.Lock()
-			old := r.tc
+			r.replaced = append(r.replaced, r.tc)
 			r.tc, r.gen = tc, r.gen+1
 			r.mu.Unlock()
-			old.Close()
 			took := time.Since(start).Round(time.Millisecond)
 			r.log.Info("tracker back", "after", took, "dials", attempt)
 			r.note(fmt.Sprintf("tracker back after %s; leasing the devices again and resubmitting the candidates in flight", took))
