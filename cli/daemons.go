@@ -255,12 +255,14 @@ func rpcserverCommand() *ucli.Command {
 		UsageText: "kiln rpcserver --key KEY [--tracker HOST:PORT] [--listen ADDR] [--token-file F] [--session-timeout D]",
 		Description: `Serves this machine's devices (cpu, and cuda where a GPU is present) to remote
 clients until SIGINT/SIGTERM. Where the CUDA driver finds a GPU, artifacts
-built for cuda run on it (the first the workers see; pick one with
-CUDA_VISIBLE_DEVICES, one daemon per GPU): a function's kernels, or a graph
-module's VM with its tensors in GPU memory, each module's device code loaded
-once; arrays move between host and GPU here, the time evaluator times between
-CUDA events, and a failed launch is reported naming the kernel and the CUDA
-error. Without one, a cuda artifact is refused, saying why. With --tracker it registers there under KEY with
+built for cuda run on it: a function's kernels, or a graph module's VM with
+its tensors in GPU memory, each module's device code loaded once; arrays move
+between host and GPU here, the time evaluator times between CUDA events, and
+a failed launch is reported naming the kernel and the CUDA error. On a board
+of several GPUs each session gets one of its own (the one fewest sessions
+use; its worker sees it alone, through CUDA_VISIBLE_DEVICES), so sandboxed
+--max-sessions N serves N GPUs at once. Without a GPU, a cuda artifact is
+refused, saying why. With --tracker it registers there under KEY with
 its attributes (device names, memory, CUDA compute capability, CPU model and
 features, target triple, kiln version), keeps a heartbeat and re-registers
 after a tracker restart; clients then reach it through a lease.

@@ -117,7 +117,7 @@ func callFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "arg", Usage: "NAME=VALUE: a scalar argument, int or float (repeatable)"},
 		&ucli.StringFlag{Name: "params", Usage: "safetensors file of named parameters (weights) for a graph-level artifact"},
 		&ucli.StringFlag{Name: "memory-cfg", Value: "pooled", Usage: "VM allocator for a graph-level artifact: pooled or naive"},
-		&ucli.StringFlag{Name: "device", Usage: "device to run on: cpu, cuda or cuda:N (default: the first of the kind the artifact is built for; with --tracker, the daemon's first)"},
+		&ucli.StringFlag{Name: "device", Usage: "device to run on: cpu, cuda or cuda:N (default: the first of the kind the artifact is built for; with --tracker, the one the daemon gives the session)"},
 	}
 }
 
@@ -143,7 +143,7 @@ func runDevice(c *ucli.Context, a *artifact.Artifact) (devices.Device, error) {
 	case dev.Type == devices.CPU && dev.ID != 0:
 		return dev, fmt.Errorf("--device %s: kiln runs cpu artifacts on cpu:0 (all its cores)", flag)
 	case dev.ID != 0 && c.String("tracker") != "":
-		return dev, fmt.Errorf("--device %s with --tracker: a device daemon runs artifacts on its first %s device (%s); its CUDA_VISIBLE_DEVICES picks which", flag, dev.Type, want)
+		return dev, fmt.Errorf("--device %s with --tracker: a session on a device daemon runs on one %s device, %s (the daemon picks which of its own it is)", flag, dev.Type, want)
 	}
 	return dev, nil
 }

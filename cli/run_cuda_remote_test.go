@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -25,6 +26,19 @@ def add_f32(A: T.Buffer((1024,), "float32"), B: T.Buffer((1024,), "float32"), C:
             vi = T.axis.spatial(1024, i)
             C[vi] = A[vi] + B[vi]
 `
+
+// buildCUDA writes TVMScript src to dir/name.py and builds it for cuda
+// (sm_80) into dir/name.kiln, whose path it returns.
+func buildCUDA(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	file := filepath.Join(dir, name+".py")
+	check.NoError(t, os.WriteFile(file, []byte(src), 0o644))
+	art := filepath.Join(dir, name+".kiln")
+	_, stderr, err := runApp(t, "build", file, "--target", "cuda -arch=sm_80", "-o", art, "--no-cache")
+	check.NoError(t, err, stderr)
+	check.True(t, strings.Contains(stderr, "for cuda -arch=sm_80"), stderr)
+	return art
+}
 
 // TestRunCUDARemote runs cuda artifacts through a tracker on a `kiln
 // rpcserver` process whose machine has a CUDA device: the fake libcuda,
@@ -43,17 +57,8 @@ func TestRunCUDARemote(t *testing.T) {
 		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
 	}
 	dir := t.TempDir()
-	build := func(name, src string, extra ...string) string {
-		t.Helper()
-		file := filepath.Join(dir, name+".py")
-		check.NoError(t, os.WriteFile(file, []byte(src), 0o644))
-		art := filepath.Join(dir, name+".kiln")
-		_, stderr, err := runApp(t, append([]string{"build", file, "--target", "cuda -arch=sm_80", "-o", art, "--no-cache"}, extra...)...)
-		check.NoError(t, err, stderr)
-		return art
-	}
-	addArt := build("add", cudaAddSrc)
-	scaleArt := build("scale", cudaScaleSrc)
+	addArt := buildCUDA(t, dir, "add", cudaAddSrc)
+	scaleArt := buildCUDA(t, dir, "scale", cudaScaleSrc)
 	mlpSrc, pfile, xfile, _ := mlpFiles(t, dir)
 	mlpArt := filepath.Join(dir, "mlp.kiln")
 	_, stderr, err := runApp(t, "build", mlpSrc, "--target", "cuda -arch=sm_80", "--params", pfile, "-o", mlpArt, "--no-cache")
@@ -76,7 +81,7 @@ func TestRunCUDARemote(t *testing.T) {
 	log := filepath.Join(dir, "driver.log")
 	f := newProcFleet(t, procGuard)
 	f.startTracker("")
-	f.devices = append(f.devices, startProcEnv(t, "cuda device", []string{"LD_LIBRARY_PATH=" + lib, "KILN_FAKE_CUDA_DEVICES=1"},
+	f.devices = append(f.devices, startProcEnv(t, "cuda device", []string{"LD_LIBRARY_PATH=" + lib, "KILN_FAKE_CUDA_DEVICES=1", "CUDA_VISIBLE_DEVICES=0"},
 		"rpcserver", "--key", "gpu", "--tracker", f.trackerAddr, "--listen", "127.0.0.1:0", "--token-file", f.tokFile,
 		"--dir", filepath.Join(dir, "gpu"), "--sandbox", "off",
 		"--worker-env", "KILN_FAKE_CUDA_DEVICES=1", "--worker-env", "KILN_FAKE_CUDA_LOG="+log,
@@ -243,5 +248,76 @@ func TestCUDAKey(t *testing.T) {
 			check.Error(t, err, `the artifact is built for "cuda -arch=sm_80"`, tc.want)
 			check.ErrorIs(t, err, proto.ErrNotFound)
 		})
+	}
+}
+
+// TestCUDASessionGPUs: a daemon on a board of two GPUs serving two
+// sessions at once gives each a GPU of its own (its worker sees that one
+// alone, as cuda:0): the two sessions' kernels launch on the two GPUs, and
+// each gets its own sums back.
+func TestCUDASessionGPUs(t *testing.T) {
+	if _, err := (cuda.NVRTC{}).Identity(); err != nil {
+		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(buildCUDA(t, dir, "add", cudaAddSrc))
+	check.NoError(t, err)
+	lib := fakeLibCUDA(t, dir)
+	log := filepath.Join(dir, "driver.log")
+	tok := filepath.Join(dir, "token")
+	check.NoError(t, os.WriteFile(tok, []byte("gputok\n"), 0o600))
+	p := startProcEnv(t, "two-gpu device", []string{"LD_LIBRARY_PATH=" + lib, "KILN_FAKE_CUDA_DEVICES=2", "CUDA_VISIBLE_DEVICES=0,1"},
+		"rpcserver", "--key", "gpu2", "--listen", "127.0.0.1:0", "--token-file", tok, "--dir", filepath.Join(dir, "d"),
+		"--sandbox", "off", "--max-sessions", "2", "--insecure-shared",
+		"--worker-env", "KILN_FAKE_CUDA_DEVICES=2", "--worker-env", "KILN_FAKE_CUDA_LOG="+log)
+	addr := p.addr(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*procGuard)
+	defer cancel()
+	gpu := devices.Device{Type: devices.CUDA}
+	var sums [2][]float32
+	var sessions [2]*client.Session
+	for i := range sessions {
+		s, err := client.Connect(ctx, addr, client.SessionOptions{Token: "gputok"})
+		check.NoError(t, err)
+		defer s.Close()
+		sessions[i] = s
+	}
+	for i, s := range sessions { // both open at once
+		check.NoError(t, s.Upload(ctx, "add.kiln", data))
+		mod, err := s.LoadModule(ctx, "add.kiln")
+		check.NoError(t, err)
+		fn, err := mod.GetFunction(ctx, "add_f32")
+		check.NoError(t, err)
+		var args []any
+		for _, scale := range []float32{1, float32(10 * (i + 1))} {
+			xs := make([]float32, 1024)
+			for j := range xs {
+				xs[j] = scale * float32(j)
+			}
+			h, err := ndarray.FromSlice(xs, ndarray.Shape{1024})
+			check.NoError(t, err)
+			a, err := s.Empty(ctx, h.Shape(), h.DType(), gpu)
+			check.NoError(t, err)
+			check.NoError(t, s.CopyFrom(ctx, a, h))
+			args = append(args, a)
+		}
+		c, err := s.Empty(ctx, ndarray.Shape{1024}, ndarray.Float32, gpu)
+		check.NoError(t, err)
+		_, err = fn.Call(ctx, append(args, c)...)
+		check.NoError(t, err)
+		out, err := s.CopyTo(ctx, c)
+		check.NoError(t, err)
+		sums[i], err = ndarray.ToSlice[float32](out)
+		check.NoError(t, err)
+	}
+	for i := range sums {
+		want := float32(1+10*(i+1)) * 1023
+		check.Equal(t, sums[i][1023], want, "session", i)
+	}
+	text, err := os.ReadFile(log)
+	check.NoError(t, err)
+	for _, dev := range []string{"dev 0", "dev 1"} {
+		check.Equal(t, strings.Count(string(text), "launch add_f32_kernel grid 4 1 1 block 256 1 1 smem 0 stream default "+dev+" "), 1, dev, "in", string(text))
 	}
 }

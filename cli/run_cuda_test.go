@@ -2,9 +2,11 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,12 +36,7 @@ func TestRunCUDA(t *testing.T) {
 		t.Skipf("NVRTC is not installed, so nothing can be built for cuda: %v", err)
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "scale.py")
-	check.NoError(t, os.WriteFile(src, []byte(cudaScaleSrc), 0o644))
-	art := filepath.Join(dir, "scale.kiln")
-	_, stderr, err := runApp(t, "build", src, "--target", "cuda -arch=sm_80", "-o", art, "--no-cache")
-	check.NoError(t, err)
-	check.True(t, strings.Contains(stderr, "for cuda -arch=sm_80"), stderr)
+	art := buildCUDA(t, dir, "scale", cudaScaleSrc)
 	xs := make([]float32, 1024)
 	for i := range xs {
 		xs[i] = float32(i)
@@ -66,7 +63,7 @@ func TestRunCUDA(t *testing.T) {
 	log := filepath.Join(dir, "driver.log")
 	out = filepath.Join(dir, "fake-out")
 	cmd := exec.Command(os.Args[0], "run", art, "--func", "scale", "--input", "A="+in, "--output", out)
-	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	cmd.Env = fakeEnv(lib, log, 1)
 	b, err := cmd.CombinedOutput()
 	check.NoError(t, err, string(b))
 	check.True(t, strings.Contains(string(b), "B.npy"), string(b))
@@ -81,7 +78,7 @@ func TestRunCUDA(t *testing.T) {
 	// --device picks the GPU: the second of two.
 	check.NoError(t, os.Remove(log))
 	cmd = exec.Command(os.Args[0], "run", art, "--func", "scale", "--input", "A="+in, "--output", out, "--device", "cuda:1")
-	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=2", "KILN_FAKE_CUDA_LOG="+log)
+	cmd.Env = fakeEnv(lib, log, 2)
 	b, err = cmd.CombinedOutput()
 	check.NoError(t, err, string(b))
 	text, err = os.ReadFile(log)
@@ -89,7 +86,7 @@ func TestRunCUDA(t *testing.T) {
 	check.True(t, strings.Contains(string(text), "launch scale_kernel grid 4 1 1 block 256 1 1 smem 0 stream default dev 1 params "), string(text))
 	for _, bad := range []struct{ device, want string }{
 		{"cpu", `--device cpu: the artifact is built for "cuda -arch=sm_80", which runs on cuda devices`},
-		{"cuda:1 --tracker 127.0.0.1:1", "--device cuda:1 with --tracker: a device daemon runs artifacts on its first cuda device (cuda:0)"},
+		{"cuda:1 --tracker 127.0.0.1:1", "--device cuda:1 with --tracker: a session on a device daemon runs on one cuda device, cuda:0"},
 	} {
 		dev, rest, _ := strings.Cut(bad.device, " ")
 		args := append([]string{"run", art, "--func", "scale", "--input", "A=" + in, "--device", dev}, strings.Fields(rest)...)
@@ -99,7 +96,7 @@ func TestRunCUDA(t *testing.T) {
 
 	// kiln bench times it between events on the GPU.
 	cmd = exec.Command(os.Args[0], "bench", art, "--func", "scale", "--input", "A="+in, "--number", "2", "--repeat", "3", "--json")
-	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	cmd.Env = fakeEnv(lib, log, 1)
 	b, err = cmd.Output()
 	check.NoError(t, err, string(b))
 	var tr struct {
@@ -109,6 +106,14 @@ func TestRunCUDA(t *testing.T) {
 	check.NoError(t, json.Unmarshal(b, &tr), string(b))
 	check.Equal(t, tr.Device, "cuda:0")
 	check.Equal(t, len(tr.Results), 3)
+}
+
+// fakeEnv is the environment of a kiln process (this test binary) on the
+// fake driver in lib with n devices, logging to log: without this
+// machine's CUDA_VISIBLE_DEVICES, which the fake honours as the driver does.
+func fakeEnv(lib, log string, n int) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") })
+	return append(env, testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, fmt.Sprintf("KILN_FAKE_CUDA_DEVICES=%d", n), "KILN_FAKE_CUDA_LOG="+log)
 }
 
 // fakeLibCUDA builds the fake libcuda into dir/fake and returns that
@@ -158,7 +163,7 @@ func TestRunCUDAGraph(t *testing.T) {
 	log := filepath.Join(dir, "driver.log")
 	out = filepath.Join(dir, "fake-out")
 	cmd := exec.Command(os.Args[0], "run", art, "--input", "x="+xfile, "--output", out)
-	cmd.Env = append(os.Environ(), testMainEnv+"=1", "LD_LIBRARY_PATH="+lib, "KILN_FAKE_CUDA_DEVICES=1", "KILN_FAKE_CUDA_LOG="+log)
+	cmd.Env = fakeEnv(lib, log, 1)
 	b, err := cmd.CombinedOutput()
 	check.NoError(t, err, string(b))
 	text, err := os.ReadFile(log)

@@ -142,6 +142,9 @@ type Daemon struct {
 	reg *metrics.Registry
 	m   daemonMetrics
 	iso *isolation // how workers are confined
+	// gpus are the GPUs sessions get one each (see sessionGPUs); nil
+	// with fewer than two.
+	gpus []string
 
 	wg sync.WaitGroup // worker waiters, stderr readers, download pipes
 
@@ -256,7 +259,7 @@ func New(cfg Config) (*Daemon, error) {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(), iso: iso,
-		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}}
+		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs()}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
 		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
@@ -494,6 +497,7 @@ func (d *Daemon) take(s *session) error {
 		return fmt.Errorf("device %s is busy: it is in %s (session %s since %s); try again later or ask the tracker for another device: %w",
 			key, what, holder.id, holder.started.Format(time.RFC3339), proto.ErrBusy)
 	}
+	s.gpu = d.pickGPU()
 	d.sessions[s] = true
 	d.m.total.Inc()
 	d.m.active.Set(float64(len(d.sessions)))

@@ -43,9 +43,11 @@
 // threads.
 //
 // On a machine with a CUDA device (cuda.Available), a worker loads an
-// artifact built for cuda on the first GPU it sees: its device code once
-// per load (the cubin for the GPU's architecture, else the PTX) and its
-// host functions, which launch the kernels; a graph module's VM keeps its
+// artifact built for cuda on the first GPU it sees; where there are
+// several, each session takes the one fewest open sessions use and its
+// worker sees that one alone (CUDA_VISIBLE_DEVICES; gpus.go). It loads
+// its device code once per load (the cubin for the GPU's architecture,
+// else the PTX) and its host functions, which launch the kernels; a graph module's VM keeps its
 // tensors in GPU memory. Clients allocate arrays on cuda:0 and copy numpy
 // data in and out through array.copy_from/copy_to, which move it between
 // host and GPU here. The time evaluator times functions whose arrays are

@@ -75,6 +75,9 @@ type session struct {
 	leaseToken string
 	helloLease string
 	user       string
+	// gpu is the index in d.gpus of the GPU the session's worker alone
+	// sees (set when it takes its slot); -1: it sees the daemon's GPUs.
+	gpu int
 }
 
 func newSession(d *Daemon, c *proto.Conn, id string) *session {
@@ -83,6 +86,7 @@ func newSession(d *Daemon, c *proto.Conn, id string) *session {
 		log:       d.log.With("session", id, "remote", c.RemoteAddr().String()),
 		inflight:  map[uint64]inflightCall{},
 		funcNames: map[uint64]string{},
+		gpu:       -1,
 	}
 	s.armDeadline(d.cfg.SessionTimeout)
 	s.mu.Lock()
@@ -254,6 +258,12 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 	spec := d.cfg.Worker
 	if d.cfg.MaxFrameSize > 0 {
 		spec.Env = append(slices.Clone(spec.Env), EnvWorkerMaxFrame+"="+strconv.Itoa(d.cfg.MaxFrameSize))
+	}
+	if s.gpu >= 0 {
+		// On a board of several GPUs each session has one: its worker
+		// sees that one alone, as cuda:0.
+		spec.Env = append(slices.Clone(spec.Env), "CUDA_VISIBLE_DEVICES="+d.gpus[s.gpu])
+		s.log.Info("session gets a GPU of its own", "cuda_visible_devices", d.gpus[s.gpu])
 	}
 	w, err := spawnWorker(ctx, spec, d.iso, jail, s.id, dir, d.cfg.SessionQuota, s.log, &d.wg, s.workerExited)
 	if err != nil {

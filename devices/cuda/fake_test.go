@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,7 +45,10 @@ func TestFakeDriver(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^("+strings.Join(tc.run, "|")+")$", "-test.v", "-test.count=1", "-test.timeout=5m")
-			cmd.Env = append(os.Environ(),
+			// The fake honours CUDA_VISIBLE_DEVICES, as the driver does:
+			// a machine's own setting must not hide its devices.
+			env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") })
+			cmd.Env = append(env,
 				"LD_LIBRARY_PATH="+dir+string(os.PathListSeparator)+os.Getenv("LD_LIBRARY_PATH"),
 				"KILN_FAKE_CUDA="+dir)
 			cmd.Env = append(cmd.Env, tc.env...)

@@ -11,7 +11,10 @@
 // real driver does. Streams run their work at once.
 //
 // KILN_FAKE_CUDA_DEVICES sets the number of devices (default 2; 0 makes
-// cuInit fail with CUDA_ERROR_NO_DEVICE).
+// cuInit fail with CUDA_ERROR_NO_DEVICE). CUDA_VISIBLE_DEVICES, when set,
+// shows only the ordinals it lists (up to the first that does not exist),
+// numbered from 0 in its order, as the real driver does; the log names
+// devices by their ordinals among all of them.
 //
 // A kernel of a loaded module that has no native implementation here (the
 // kernels kiln generates) is still found and launched: its parameters are
@@ -83,12 +86,29 @@ static struct fctx ctxs[MAXDEV];
 static __thread struct fctx* cur;
 static int sticky;
 
+static int phys[MAXDEV]; // the ordinal among all devices of each visible one
+
 static int device_count(void) {
 	if (ndev < 0) {
 		const char* e = getenv("KILN_FAKE_CUDA_DEVICES");
-		ndev = e ? atoi(e) : 2;
-		if (ndev < 0) ndev = 0;
-		if (ndev > MAXDEV) ndev = MAXDEV;
+		int all = e ? atoi(e) : 2;
+		if (all < 0) all = 0;
+		if (all > MAXDEV) all = MAXDEV;
+		const char* v = getenv("CUDA_VISIBLE_DEVICES");
+		int n = 0;
+		if (v == NULL) {
+			for (; n < all; n++) phys[n] = n;
+		} else {
+			while (n < MAXDEV && *v != 0) {
+				char* end;
+				long o = strtol(v, &end, 10);
+				if (end == v || o < 0 || o >= all) break;
+				phys[n++] = (int)o;
+				v = end;
+				while (*v == ' ' || *v == ',') v++;
+			}
+		}
+		ndev = n;
 	}
 	return ndev;
 }
@@ -237,7 +257,7 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
 	int i = dev_index(d);
 	if (i < 0) return CUDA_ERROR_INVALID_DEVICE;
 	if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "Kiln Fake GPU %d", i);
+	snprintf(name, (size_t)len, "Kiln Fake GPU %d", phys[i]);
 	return CUDA_SUCCESS;
 }
 
@@ -342,7 +362,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
 	unsigned char* d = translate(dst, n, cur->dev);
 	if (d == NULL || src == NULL) return CUDA_ERROR_INVALID_VALUE;
 	memcpy(d, src, n);
-	fake_log("copy htod %zu bytes dev %d\n", n, cur->dev);
+	fake_log("copy htod %zu bytes dev %d\n", n, phys[cur->dev]);
 	return CUDA_SUCCESS;
 }
 
@@ -351,7 +371,7 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
 	unsigned char* s = translate(src, n, cur->dev);
 	if (s == NULL || dst == NULL) return CUDA_ERROR_INVALID_VALUE;
 	memcpy(dst, s, n);
-	fake_log("copy dtoh %zu bytes dev %d\n", n, cur->dev);
+	fake_log("copy dtoh %zu bytes dev %d\n", n, phys[cur->dev]);
 	return CUDA_SUCCESS;
 }
 
@@ -757,7 +777,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 		off += (size_t)snprintf(vals + off, sizeof vals - off, " %#llx", v);
 	}
 	fake_log("launch %s grid %u %u %u block %u %u %u smem %u stream %s dev %d params%s\n", f->def->name,
-		gx, gy, gz, bx, by, bz, smem, s == NULL ? "default" : "created", cur->dev, vals);
+		gx, gy, gz, bx, by, bz, smem, s == NULL ? "default" : "created", phys[cur->dev], vals);
 	if (f->def->run == NULL) return CUDA_SUCCESS; // a recorded kernel computes nothing
 	// The fake kernels are 1-D: threads of the x dimensions only.
 	if (f->def->run(params, (long long)gx * bx, cur->dev) != 0) sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
