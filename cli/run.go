@@ -36,11 +36,12 @@ or --selector): the artifact is uploaded to the device daemon, the inputs are
 copied there, and the outputs are copied back.
 
 An artifact built for cuda runs on this machine's first GPU (cuda:0, or the
-one --device cuda:N names): the tensors are copied there before the call and back after it; a graph module
-runs in the VM with its tensors on the GPU. With --tracker it runs on a
-device daemon whose machine has a CUDA device: the lease asks for one
-(selector device.cuda, added to --selector), a --key none of whose devices
-has one is refused at once (and, without --wait, a selector alone when no
+one --device cuda:N names): the tensors are copied there before the call and
+back after it; a graph module runs in the VM with its tensors on the GPU.
+With --tracker it runs on a device daemon whose machine has a CUDA device new
+enough for it: the lease asks for one (selector "device.cuda,cuda.compute>=8.0"
+for sm_80, added to --selector), a --key none of whose devices has one is
+refused at once (and, without --wait, a selector alone when no
 registered device has one), and the daemon copies the tensors between host
 and GPU.
 

@@ -214,38 +214,41 @@ func TestRPCServerWorkerEnv(t *testing.T) {
 }
 
 // TestCUDAKey: a cuda artifact is refused at once for a key none of whose
-// devices has a GPU, and for a selector alone when no registered device
-// has one and the client would not wait; otherwise the lease goes ahead.
+// devices has a GPU new enough for its device code, and for a selector
+// alone when no registered device has one and the client would not wait;
+// otherwise the lease goes ahead.
 func TestCUDAKey(t *testing.T) {
-	dev := func(key string, types ...string) proto.NodeSummary {
-		return proto.NodeSummary{Key: key, Attrs: proto.NodeAttrs{DeviceTypes: types}}
+	dev := func(key, compute string, types ...string) proto.NodeSummary {
+		return proto.NodeSummary{Key: key, Attrs: proto.NodeAttrs{DeviceTypes: types, CUDACompute: compute}}
 	}
-	cpuOnly := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "cpu"), dev("arm", "cpu")}}
-	mixed := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "cpu"), dev("a100", "cpu", "cuda")}}
-	const target = "cuda -arch=sm_80"
+	cpuOnly := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "", "cpu"), dev("arm", "", "cpu")}}
+	mixed := proto.TrackerSummary{Devices: []proto.NodeSummary{dev("cpu", "", "cpu"), dev("a100", "8.0", "cpu", "cuda"), dev("h100", "9.0", "cpu", "cuda")}}
 	for _, tc := range []struct {
-		name string
-		sum  proto.TrackerSummary
-		key  string
-		wait bool
-		want string // "" for no error
+		name, need string
+		sum        proto.TrackerSummary
+		key        string
+		wait       bool
+		want       string // "" for no error
 	}{
-		{"key without a gpu", mixed, "cpu", false, `no device under key "cpu" has a cuda device (they serve cpu)`},
-		{"key without a gpu, waiting", mixed, "cpu", true, `no device under key "cpu" has a cuda device`},
-		{"key with a gpu", mixed, "a100", false, ""},
-		{"unregistered key", mixed, "h100", false, ""},
-		{"selector, a gpu registered", mixed, "", false, ""},
-		{"selector, no gpu", cpuOnly, "", false, "no device registered with the tracker has a cuda device (the registered devices serve cpu); pass --wait"},
-		{"selector, nothing registered", proto.TrackerSummary{}, "", false, "(no device is registered)"},
-		{"selector, no gpu, waiting", cpuOnly, "", true, ""},
+		{"key without a gpu", "8.0", mixed, "cpu", false, `no device under key "cpu" has a cuda device (they serve cpu)`},
+		{"key without a gpu, waiting", "8.0", mixed, "cpu", true, `no device under key "cpu" has a cuda device`},
+		{"key with a gpu", "8.0", mixed, "a100", false, ""},
+		{"key with a newer gpu", "8.6", mixed, "h100", false, ""},
+		{"key with an older gpu", "9.0", mixed, "a100", true, `needs a GPU of compute capability 9.0 or newer, and the cuda devices under key "a100" have 8.0`},
+		{"unregistered key", "8.0", mixed, "b200", false, ""},
+		{"selector, a gpu registered", "8.0", mixed, "", false, ""},
+		{"selector, only older gpus", "10.0", mixed, "", false, "needs a GPU of compute capability 10.0 or newer, and the cuda devices registered with the tracker have 8.0, 9.0"},
+		{"selector, no gpu", "8.0", cpuOnly, "", false, "no device registered with the tracker has a cuda device (the registered devices serve cpu); pass --wait"},
+		{"selector, nothing registered", "8.0", proto.TrackerSummary{}, "", false, "(no device is registered)"},
+		{"selector, no gpu, waiting", "8.0", cpuOnly, "", true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := cudaKey(tc.sum, tc.key, target, tc.wait)
+			err := cudaKey(tc.sum, tc.key, "cuda -arch=sm_XY", tc.need, tc.wait)
 			if tc.want == "" {
 				check.NoError(t, err)
 				return
 			}
-			check.Error(t, err, `the artifact is built for "cuda -arch=sm_80"`, tc.want)
+			check.Error(t, err, `the artifact is built for "cuda -arch=sm_XY"`, tc.want)
 			check.ErrorIs(t, err, proto.ErrNotFound)
 		})
 	}

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -210,45 +208,6 @@ func knownKey(sum proto.TrackerSummary, key string) error {
 	return fmt.Errorf("no device is registered under key %q (%s); pass --wait DURATION to wait for one: %w", key, have, proto.ErrNotFound)
 }
 
-// cudaSelector is the selector term of the devices that run cuda
-// artifacts: daemons on a machine with a CUDA device.
-const cudaSelector = "device.cuda"
-
-// cudaKey fails at once when devices are registered under key and none
-// of them has a CUDA device: an artifact built for target cannot run there,
-// and waiting would not change that. Without a key (a selector alone), it
-// fails when no registered device has one and the client would not wait
-// for one to register.
-func cudaKey(sum proto.TrackerSummary, key, target string, wait bool) error {
-	types := map[string]bool{}
-	for _, d := range sum.Devices {
-		if key != "" && d.Key != key {
-			continue
-		}
-		if slices.Contains(d.Attrs.DeviceTypes, devices.CUDA.String()) {
-			return nil
-		}
-		for _, t := range d.Attrs.DeviceTypes {
-			types[t] = true
-		}
-	}
-	if key == "" {
-		if wait {
-			return nil
-		}
-		have := "no device is registered"
-		if len(types) > 0 {
-			have = "the registered devices serve " + strings.Join(slices.Sorted(maps.Keys(types)), ", ")
-		}
-		return fmt.Errorf("the artifact is built for %q, and no device registered with the tracker has a cuda device (%s); pass --wait DURATION to wait for one: %w", target, have, proto.ErrNotFound)
-	}
-	if len(types) == 0 {
-		return nil // none registered: the lease waits, or knownKey says so
-	}
-	return fmt.Errorf("the artifact is built for %q, and no device under key %q has a cuda device (they serve %s): lease a key whose daemons run on a machine with an NVIDIA GPU: %w",
-		target, key, strings.Join(slices.Sorted(maps.Keys(types)), ", "), proto.ErrNotFound)
-}
-
 func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncInfo, dev devices.Device) (_ *remoteRunner, err error) {
 	ctx := c.Context
 	if c.String("key") == "" && c.String("selector") == "" {
@@ -269,12 +228,17 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 		return nil, err
 	}
 	sel, onCUDA := c.String("selector"), dev.Type == devices.CUDA
+	var need string // the compute capability a cuda artifact needs
 	if onCUDA {
-		// Only a daemon with a CUDA device runs it: the lease asks for one.
+		// Only a daemon with a CUDA device new enough runs it: the lease
+		// asks for one.
+		if need, err = cudaCompute(a); err != nil {
+			return nil, err
+		}
 		if sel != "" {
 			sel += ","
 		}
-		sel += cudaSelector
+		sel += cudaSelector(need)
 	}
 	if key, wait := c.String("key"), c.IsSet("wait"); (key != "" && !wait) || onCUDA {
 		sum, err := r.tr.Query(ctx, 0)
@@ -287,7 +251,7 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 			}
 		}
 		if onCUDA {
-			if err := cudaKey(sum, key, a.Manifest.Target, wait); err != nil {
+			if err := cudaKey(sum, key, a.Manifest.Target, need, wait); err != nil {
 				return nil, err
 			}
 		}

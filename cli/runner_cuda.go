@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
@@ -17,6 +21,76 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/timer"
 	"github.com/kiln-ml/kiln/vm"
 )
+
+// cudaCompute is the compute capability a cuda artifact's device code
+// needs, "8.0" for sm_80 (newer devices run it too).
+func cudaCompute(a *artifact.Artifact) (string, error) {
+	mj, ok := a.Files[abi.DeviceMetadataName]
+	if !ok {
+		return "", fmt.Errorf("the artifact is built for %q and has no %s", a.Manifest.Target, abi.DeviceMetadataName)
+	}
+	meta, err := abi.ParseDeviceMetadata(mj)
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimRightFunc(strings.TrimPrefix(meta.Arch, "sm_"), unicode.IsLetter))
+	if err != nil || !strings.HasPrefix(meta.Arch, "sm_") {
+		return "", fmt.Errorf("the artifact's device code is built for %q, not a cuda architecture (sm_XY)", meta.Arch)
+	}
+	return fmt.Sprintf("%d.%d", n/10, n%10), nil
+}
+
+// cudaSelector is the selector of the devices that run a cuda artifact
+// needing compute capability need: daemons on a machine with a CUDA device
+// at least that new.
+func cudaSelector(need string) string { return "device.cuda,cuda.compute>=" + need }
+
+// cudaKey fails at once when devices are registered under key and none of
+// them has a CUDA device of compute capability need or newer: an artifact
+// built for target cannot run there, and waiting would not change that.
+// Without a key (a selector alone), it fails when no registered device
+// has one and the client would not wait for one to register.
+func cudaKey(sum proto.TrackerSummary, key, target, need string, wait bool) error {
+	needCC, _ := strconv.ParseFloat(need, 64)
+	types, computes := map[string]bool{}, map[string]bool{}
+	for _, d := range sum.Devices {
+		if key != "" && d.Key != key {
+			continue
+		}
+		if slices.Contains(d.Attrs.DeviceTypes, devices.CUDA.String()) {
+			if cc, err := strconv.ParseFloat(d.Attrs.CUDACompute, 64); err == nil && cc >= needCC {
+				return nil
+			}
+			computes[d.Attrs.CUDACompute] = true
+		}
+		for _, t := range d.Attrs.DeviceTypes {
+			types[t] = true
+		}
+	}
+	where := fmt.Sprintf("under key %q", key)
+	if key == "" {
+		if wait {
+			return nil
+		}
+		where = "registered with the tracker"
+	} else if len(types) == 0 {
+		return nil // none registered: the lease waits, or knownKey says so
+	}
+	list := func(m map[string]bool) string { return strings.Join(slices.Sorted(maps.Keys(m)), ", ") }
+	switch {
+	case len(computes) > 0:
+		return fmt.Errorf("the artifact is built for %q and needs a GPU of compute capability %s or newer, and the cuda devices %s have %s: %w",
+			target, need, where, list(computes), proto.ErrNotFound)
+	case key == "":
+		have := "no device is registered"
+		if len(types) > 0 {
+			have = "the registered devices serve " + list(types)
+		}
+		return fmt.Errorf("the artifact is built for %q, and no device registered with the tracker has a cuda device (%s); pass --wait DURATION to wait for one: %w", target, have, proto.ErrNotFound)
+	}
+	return fmt.Errorf("the artifact is built for %q, and no device under key %q has a cuda device (they serve %s): lease a key whose daemons run on a machine with an NVIDIA GPU: %w",
+		target, key, list(types), proto.ErrNotFound)
+}
 
 // isCUDAArtifact reports an artifact built for a cuda target.
 func isCUDAArtifact(a *artifact.Artifact) bool {
