@@ -17,7 +17,12 @@ import (
 // A tile of xi positions of the next-to-last spatial variable (x) × vecs
 // vectors of f stays in vector registers over the whole reduction: each
 // step loads vecs vectors of W, broadcasts xi elements of A and does
-// xi·vecs fused multiply-adds.
+// xi·vecs fused multiply-adds. The first reduction (the input channel)
+// runs innermost, so the kernel's rows are read one after the other: in
+// the other order the steps jump between the kernel's (ry, rx) planes,
+// whose strides (a power-of-two number of bytes for 256 or 512 channels)
+// send them all to the same cache sets (resnet18's 7×7×512 convolution
+// took twice as long that way).
 
 // maxConvAccumulators bounds the vector registers of a convolution's
 // accumulator tile with 32 vector registers (AVX-512); half as many with
@@ -240,8 +245,9 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	// of W stays in cache while the positions stream by), then x's.
 	outer := append([]schedule.LoopRV{fs[0]}, loops[:ns-2]...)
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	order = append(order, loops[ns:]...)
-	if err := registerTile(s, blk, order, xs[0], loops[ns], []schedule.LoopRV{xs[1], fs[1], fs[2]}, lanes, epilogue); err != nil {
+	red := append(append([]schedule.LoopRV{}, loops[ns+1:]...), loops[ns])
+	order = append(order, red...)
+	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[1], fs[2]}, lanes, epilogue); err != nil {
 		return err
 	}
 	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce) >= opts.ParallelFlops {
