@@ -1,8 +1,9 @@
 # AlterConvLayout: the convolution of one group (w, a weight: num_input = 1)
 # takes its kernel in HWIO through a permute_dims, which O2 lifts out of
 # the per-call path; its bias and relu fuse after it. The grouped
-# convolution keeps its OIHW kernel, and so does rows' convolution, whose
-# 16-wide rows of stride 1 the CPU schedule vectorizes as they are.
+# convolution keeps its OIHW kernel, and so does rows' pointwise
+# convolution, whose 16-wide rows of stride 1 the CPU schedule vectorizes
+# as they are; rows3x3's convolution, as wide but 3×3, takes HWIO.
 # from tvm.script import ir as I
 # from tvm.script import relax as R
 @I.ir_module
@@ -22,5 +23,12 @@ class Module:
     def rows(x: R.Tensor((1, 4, 3, 16), dtype="float32"), w: R.Tensor((8, 4, 1, 1), dtype="float32")) -> R.Tensor((1, 8, 3, 16), dtype="float32"):
         with R.dataflow():
             gv: R.Tensor((1, 8, 3, 16), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
+            R.output(gv)
+        return gv
+
+    @R.function
+    def rows3x3(x: R.Tensor((1, 4, 3, 16), dtype="float32"), w: R.Tensor((8, 4, 3, 3), dtype="float32")) -> R.Tensor((1, 8, 3, 16), dtype="float32"):
+        with R.dataflow():
+            gv: R.Tensor((1, 8, 3, 16), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
             R.output(gv)
         return gv
