@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -397,20 +399,30 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 }
 
 // printKernelTimes writes a model's kernel times per call of the model,
-// the most expensive first, with each kernel's share of their sum.
+// the most expensive first: the median call's time times the calls per
+// inference (steady under load), the mean, and each kernel's share of the
+// sum of the medians.
 func printKernelTimes(w io.Writer, model string, p []vm.KernelTime, rounds int) {
-	var total time.Duration
-	for _, k := range p {
-		total += k.Total
-	}
-	if total == 0 || rounds == 0 {
+	if rounds == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%s: kernel time per inference %.3f ms over %d kernels\n", model, float64(total)/float64(rounds)/1e6, len(p))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "µs/inference\tshare\tcalls/inference\tkernel\t\n")
+	perInference := func(k vm.KernelTime) float64 {
+		return float64(k.Median) * float64(k.Calls/int64(rounds)) / 1e3
+	}
+	var total, mean float64
 	for _, k := range p {
-		fmt.Fprintf(tw, "%.1f\t%.1f%%\t%d\t%s\t\n", float64(k.Total)/float64(rounds)/1e3, 100*float64(k.Total)/float64(total), k.Calls/int64(rounds), k.Name)
+		total += perInference(k)
+		mean += float64(k.Total) / float64(rounds) / 1e3
+	}
+	if total == 0 {
+		return
+	}
+	slices.SortStableFunc(p, func(a, b vm.KernelTime) int { return cmp.Compare(perInference(b), perInference(a)) })
+	fmt.Fprintf(w, "%s: kernel time per inference %.3f ms (sum of medians; of means %.3f ms) over %d kernels\n", model, total/1e3, mean/1e3, len(p))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "µs/inference\tmean\tshare\tcalls/inference\tkernel\t\n")
+	for _, k := range p {
+		fmt.Fprintf(tw, "%.1f\t%.1f\t%.1f%%\t%d\t%s\t\n", perInference(k), float64(k.Total)/float64(rounds)/1e3, 100*perInference(k)/total, k.Calls/int64(rounds), k.Name)
 	}
 	tw.Flush()
 }

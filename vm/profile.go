@@ -14,21 +14,40 @@ type KernelTime struct {
 	Name  string
 	Calls int64
 	Total time.Duration
+	// Median is the median time of one call (over the last
+	// maxProfileSamples calls): on a machine shared with other work it
+	// is steadier than Total/Calls, which a few descheduled calls
+	// dominate.
+	Median time.Duration
 }
+
+// maxProfileSamples bounds the call times a profile keeps per kernel for
+// its median; older ones are overwritten.
+const maxProfileSamples = 1 << 12
 
 // profile accumulates KernelTime by kernel call site name.
 type profile struct {
-	byName map[string]*KernelTime
+	byName map[string]*kernelSamples
+}
+
+type kernelSamples struct {
+	KernelTime
+	samples []time.Duration
 }
 
 func (p *profile) add(name string, d time.Duration) {
-	kt := p.byName[name]
-	if kt == nil {
-		kt = &KernelTime{Name: name}
-		p.byName[name] = kt
+	ks := p.byName[name]
+	if ks == nil {
+		ks = &kernelSamples{KernelTime: KernelTime{Name: name}}
+		p.byName[name] = ks
 	}
-	kt.Calls++
-	kt.Total += d
+	if len(ks.samples) < maxProfileSamples {
+		ks.samples = append(ks.samples, d)
+	} else {
+		ks.samples[ks.Calls%maxProfileSamples] = d
+	}
+	ks.Calls++
+	ks.Total += d
 }
 
 // Profile returns the kernel times measured so far, the most expensive
@@ -38,8 +57,14 @@ func (m *VM) Profile() []KernelTime {
 		return nil
 	}
 	out := make([]KernelTime, 0, len(m.prof.byName))
-	for _, kt := range m.prof.byName {
-		out = append(out, *kt)
+	for _, ks := range m.prof.byName {
+		kt := ks.KernelTime
+		s := slices.Clone(ks.samples)
+		slices.Sort(s)
+		if len(s) > 0 {
+			kt.Median = s[len(s)/2]
+		}
+		out = append(out, kt)
 	}
 	slices.SortFunc(out, func(a, b KernelTime) int {
 		if c := cmp.Compare(b.Total, a.Total); c != 0 {

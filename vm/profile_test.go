@@ -10,7 +10,7 @@ import (
 )
 
 // TestProfile: a profiling VM counts every kernel call by name, sums their
-// time, sorts the most expensive first and forgets on ResetProfile; one not
+// time and its median call, sorts the most expensive first and forgets on ResetProfile; one not
 // made to profile reports nothing.
 func TestProfile(t *testing.T) {
 	mod := kernels(t)
@@ -39,6 +39,7 @@ func TestProfile(t *testing.T) {
 	check.Equal(t, p[0].Name, "vadd")
 	check.Equal(t, p[0].Calls, int64(6))
 	check.True(t, p[0].Total > 0)
+	check.True(t, p[0].Median > 0 && p[0].Median <= p[0].Total)
 	m.ResetProfile()
 	check.Equal(t, len(m.Profile()), 0)
 

@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -155,7 +156,7 @@ func New(exec *Executable, kernels packedfunc.Module, dev devices.Device, opts O
 	}
 	m := &VM{exec: exec, devs: []devices.Device{dev}, alloc: alloc, opts: opts, byName: map[string]int{}}
 	if opts.Profile {
-		m.prof = &profile{byName: map[string]*KernelTime{}}
+		m.prof = &profile{byName: map[string]*kernelSamples{}}
 	}
 	if dev.Type != devices.CPU {
 		m.devs = append(m.devs, devices.CPUDevice)
@@ -493,7 +494,18 @@ func (m *VM) grow(n int) {
 
 // invoke runs function fi on the arguments already in the bottom frame and
 // settles storage ownership.
+//
+// The whole invocation runs on one OS thread: compiled kernels run their
+// parallel loops with OpenMP, whose runtime keeps a team of worker threads
+// per calling thread, and those workers spin for a while after each
+// parallel loop, waiting for the next. A goroutine that moved between
+// threads from one kernel call to the next would start a team on each, and
+// the idle teams' spinning would take the cores from the working one (on
+// the transformer layer of the onnx benchmark, two threads under load: the
+// model's median time was 230 µs, 120–160 µs on one thread).
 func (m *VM) invoke(fi int) (Value, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	lf := &m.funcs[fi]
 	n := lf.f.NumRegs
 	m.running = true
