@@ -40,6 +40,9 @@ type cudaKernel struct {
 	Registers  int64   `json:"registers"`
 	SharedMem  int64   `json:"smem_bytes"`
 	Spills     int64   `json:"spill_bytes"`
+	// TensorCores is set when the kernel's PTX runs mma.sync (the
+	// tensor-core rule of float16 and bfloat16 matmuls).
+	TensorCores bool `json:"tensor_cores,omitempty"`
 }
 
 type cudaResult struct {
@@ -70,6 +73,9 @@ func (r cudaResult) Line() string {
 	for _, k := range r.Kernels {
 		fmt.Fprintf(&b, "\n  %s (%s, %d×%d): %.1f ms (%.2f× empty), cubin %d B, %d registers, %d B smem, %d B spilled",
 			k.Func, k.Arch, k.Grid, k.Block, k.NVRTCMS, k.VsFloor, k.CubinBytes, k.Registers, k.SharedMem, k.Spills)
+		if k.TensorCores {
+			b.WriteString(", tensor cores (mma.sync)")
+		}
 	}
 	for _, m := range r.MLP {
 		fmt.Fprintf(&b, "\n  seed MLP built for %s in %.0f ms:", m.Arch, m.BuildMS)
@@ -288,7 +294,8 @@ func runCUDA(ctx context.Context, opt options) (result, error) {
 			res := rep[name]
 			r.Kernels = append(r.Kernels, cudaKernel{Func: name + " " + shapeOf(src), Arch: arch, Grid: ks[0].Grid[0] * ks[0].Grid[1] * ks[0].Grid[2], Block: ks[0].Threads(),
 				NVRTCMS: sig(t, 3), VsFloor: sig(t/floor, 3), CubinBytes: len(cubin), PTXBytes: len(ptx),
-				Registers: res.Registers, SharedMem: res.SharedBytes, Spills: res.SpillStores + res.SpillLoads})
+				Registers: res.Registers, SharedMem: res.SharedBytes, Spills: res.SpillStores + res.SpillLoads,
+				TensorCores: strings.Contains(ptx, "mma.sync.")})
 			all = append(all, t)
 		}
 	}

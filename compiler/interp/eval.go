@@ -382,6 +382,12 @@ func (ev *evaluator) call(e *ir.Call) (Value, error) {
 			args[i] = v
 		}
 		return m.shuffle(e, args[1], args[2].AsInt(), args[3].AsInt(), args[4].AsInt())
+	case ir.OpPtxMma:
+		m, ok := ev.env.(*machine)
+		if !ok {
+			return Value{}, fmt.Errorf("evaluate %s: a ptx_mma outside a function run", e)
+		}
+		return Value{}, m.mma(e)
 	}
 	in, ok := ir.Intrinsics[e.Op]
 	if !ok {

@@ -18,30 +18,40 @@ import (
 // checked for races as in any other thread loop.
 
 // shuffleCall is what a thread reports to the scheduler of its loop: the
-// value it offers at a shuffle, or its end.
+// value it offers at a shuffle, its fragments at a ptx_mma (mma set), or
+// its end.
 type shuffleCall struct {
 	value        Value
 	delta, width int64
 	warpSize     int64
+	mma          *mmaFragments
 	site         *ir.Call
 	done         bool
 	err          error
+}
+
+// laneResult answers a thread at a shuffle (value) or at a ptx_mma (d, its
+// fragment of the result).
+type laneResult struct {
+	value Value
+	d     [4]float32
 }
 
 // warpLane is a thread's side of the lockstep: it reports on yield and waits
 // on resume for the shuffle's result (closed when the loop is abandoned).
 type warpLane struct {
 	yield  chan shuffleCall
-	resume chan Value
+	resume chan laneResult
 }
 
 var errAbandoned = errors.New("thread loop abandoned")
 
-// hasShuffle reports whether s calls tvm_warp_shuffle_down.
+// hasShuffle reports whether s calls tvm_warp_shuffle_down or ptx_mma (a
+// warp-wide operation).
 func hasShuffle(s ir.Stmt) bool {
 	found := false
 	ir.Visit(s, func(n ir.Node) bool {
-		if c, ok := n.(*ir.Call); ok && c.Op == ir.OpWarpShuffleDown {
+		if c, ok := n.(*ir.Call); ok && (c.Op == ir.OpWarpShuffleDown || c.Op == ir.OpPtxMma) {
 			found = true
 		}
 		return !found
@@ -59,7 +69,7 @@ func (m *machine) shuffle(e *ir.Call, v Value, delta, width, warpSize int64) (Va
 	if !ok {
 		return Value{}, errAbandoned
 	}
-	return r, nil
+	return r.value, nil
 }
 
 // lockstep runs the threads of a threadIdx.x loop whose body shuffles
@@ -86,7 +96,7 @@ func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 		t := &machine{vars: maps.Clone(m.vars), mem: maps.Clone(m.mem), layouts: maps.Clone(m.layouts), opts: m.opts, steps: m.steps, gpu: m.gpu}
 		t.gpu.thread[0] = int64(i)
 		t.vars[v] = Int(v.Type, lo+int64(i))
-		t.gpu.lane = &warpLane{yield: make(chan shuffleCall, 1), resume: make(chan Value)}
+		t.gpu.lane = &warpLane{yield: make(chan shuffleCall, 1), resume: make(chan laneResult)}
 		threads[i] = t
 		go func() {
 			if _, ok := <-t.gpu.lane.resume; !ok {
@@ -98,7 +108,7 @@ func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 		}()
 	}
 	calls := make([]shuffleCall, n)
-	results := make([]Value, n)
+	results := make([]laneResult, n)
 	finished := make([]bool, n)
 	// abandon ends every unfinished thread: blocked before its start or
 	// at a shuffle, each reports its end once more.
@@ -150,6 +160,32 @@ func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 				continue
 			}
 			c := calls[i]
+			if c.mma != nil {
+				if first := int64(i) / 32 * 32; int64(i) != first {
+					if finished[first] || calls[first].site != c.site {
+						abandon()
+						return fmt.Errorf("evaluate %s: thread (%d, 0, 0) runs ptx_mma but thread (%d, 0, 0) of its warp does not reach the same ptx_mma", c.site, i, first)
+					}
+					continue // answered with the first lane of its warp
+				}
+				if int64(i)+32 > n {
+					abandon()
+					return fmt.Errorf("evaluate %s: ptx_mma needs the 32 threads of a warp; threads (%d, 0, 0) to (%d, 0, 0) are %d", c.site, i, n-1, n-int64(i))
+				}
+				frags := make([]*mmaFragments, 32)
+				for l := range frags {
+					j := i + l
+					if finished[j] || calls[j].site != c.site || calls[j].mma == nil {
+						abandon()
+						return fmt.Errorf("evaluate %s: thread (%d, 0, 0) runs ptx_mma but thread (%d, 0, 0) of its warp does not reach the same ptx_mma", c.site, i, j)
+					}
+					frags[l] = calls[j].mma
+				}
+				for l, d := range warpMma(frags) {
+					results[i+l] = laneResult{d: d}
+				}
+				continue
+			}
 			ws := c.warpSize
 			if ws <= 0 || c.width <= 0 || c.width > ws || ws&(ws-1) != 0 || c.width&(c.width-1) != 0 || c.delta < 0 {
 				abandon()
@@ -157,16 +193,16 @@ func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 			}
 			first := int64(i) / ws * ws
 			for j := first; j < first+ws && j < n; j++ {
-				if finished[j] || calls[j].site != c.site || calls[j].delta != c.delta || calls[j].width != c.width {
+				if finished[j] || calls[j].site != c.site || calls[j].mma != nil || calls[j].delta != c.delta || calls[j].width != c.width {
 					abandon()
 					return fmt.Errorf("evaluate %s: thread (%d, 0, 0) shuffles but thread (%d, 0, 0) of its warp does not reach the same shuffle", c.site, i, j)
 				}
 			}
 			src := int64(i) + c.delta
 			if int64(i)%c.width+c.delta < c.width && src < n {
-				results[i] = calls[src].value
+				results[i] = laneResult{value: calls[src].value}
 			} else {
-				results[i] = c.value
+				results[i] = laneResult{value: c.value}
 			}
 		}
 	}

@@ -27,6 +27,27 @@ func WarpShuffleDown(value Expr, delta int64) Expr {
 		NewIntImm(Uint32, 0xffffffff), value, NewIntImm(Int32, delta), NewIntImm(Int32, 32), NewIntImm(Int32, 32)}}
 }
 
+// OpPtxMma is the Op of TVM's ptx_mma(shape, A_layout, B_layout, A_dtype,
+// B_dtype, C_dtype, a, a_index, b, b_index, c, c_index, saturate): one
+// warp-wide matrix multiply-accumulate on the tensor cores (PTX's
+// mma.sync), D = A·B + C with D stored over C. a, b and c are the data
+// variables of the calling thread's "local" fragment buffers and the
+// indices are element offsets into them: each of the 32 threads of the
+// warp holds its part of A, B and C as PTX lays them out for the shape.
+// kiln takes shape "m16n8k16", layouts "row" and "col", A_dtype = B_dtype
+// "fp16" or "bf16", C_dtype "fp32" and saturate false (see PtxMma). Every
+// thread of the warp must reach it; it returns nothing.
+const OpPtxMma = "ptx_mma"
+
+// PtxMma returns ptx_mma m16n8k16 (A row-major, B column-major) of
+// operands of dtype ab ("fp16" or "bf16") accumulating in float32: 8
+// elements of a from aIndex, 4 of b from bIndex and 4 of c from cIndex
+// per thread.
+func PtxMma(ab string, a *Var, aIndex Expr, b *Var, bIndex Expr, c *Var, cIndex Expr) *Call {
+	return &Call{Type: Void, Op: OpPtxMma, Args: []Expr{Str("m16n8k16"), Str("row"), Str("col"), Str(ab), Str(ab), Str("fp32"),
+		a, aIndex, b, bIndex, c, cIndex, NewIntImm(Bool, 0)}}
+}
+
 // Intrinsic describes a built-in math function callable with Call.
 type Intrinsic struct {
 	// Name is the Op string ("exp", "pow"…), also the TVMScript name T.<Name>.

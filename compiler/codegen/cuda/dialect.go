@@ -198,6 +198,28 @@ static __device__ __forceinline__ T __shfl_down_sync(unsigned mask, T v, unsigne
 KILN_16BIT(kiln_half, kiln_f2h, kiln_h2f)
 KILN_16BIT(kiln_bf16, kiln_f2bf, kiln_bf2f)
 #define _Float16 kiln_half
+// Tensor cores (ptx_mma): d[0..3] += A·B for one warp, each thread passing
+// its fragments of A (8 elements) and B (4) as PTX lays them out for
+// mma.m16n8k16 (.row.col, float32 accumulators). The host emulation
+// harness supplies kiln_emulate_mma_m16n8k16, the same product computed
+// from the fragments of the 32 threads of the warp.
+#if defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
+template <typename T> static __device__ __forceinline__ unsigned kiln_pack2(const T* p) {
+  return (unsigned)p[0].bits | ((unsigned)p[1].bits << 16);
+}
+#define KILN_MMA(NAME, AB, T) \
+static __device__ __forceinline__ void NAME(float* d, const T* a, const T* b) { \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB "." AB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
+               : "r"(kiln_pack2(a)), "r"(kiln_pack2(a + 2)), "r"(kiln_pack2(a + 4)), "r"(kiln_pack2(a + 6)), \
+                 "r"(kiln_pack2(b)), "r"(kiln_pack2(b + 2))); \
+}
+KILN_MMA(kiln_mma_m16n8k16_f32_fp16, "f16", kiln_half)
+KILN_MMA(kiln_mma_m16n8k16_f32_bf16, "bf16", kiln_bf16)
+#else
+static __device__ __forceinline__ void kiln_mma_m16n8k16_f32_fp16(float* d, const kiln_half* a, const kiln_half* b) { kiln_emulate_mma_m16n8k16(d, a, b); }
+static __device__ __forceinline__ void kiln_mma_m16n8k16_f32_bf16(float* d, const kiln_bf16* a, const kiln_bf16* b) { kiln_emulate_mma_m16n8k16(d, a, b); }
+#endif
 // Dynamic shared memory (shared.dyn buffers): every extern __shared__
 // array starts at the block's dynamic shared memory; the launch gives its
 // size. Elsewhere (the host emulation harness) an array of the given bytes.

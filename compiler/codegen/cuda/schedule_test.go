@@ -194,38 +194,3 @@ func TestSeedModules(t *testing.T) {
 		})
 	}
 }
-
-// TestDefaultScheduleHalfMatmul gives float16 and bfloat16 matmuls the
-// default GPU schedule: their tiles are staged in shared memory by copies
-// of eight elements at a time; NVRTC compiles them and the host run matches
-// the interpreter's run of the unscheduled function.
-func TestDefaultScheduleHalfMatmul(t *testing.T) {
-	for _, dt := range []string{"float16", "bfloat16"} {
-		t.Run(dt, func(t *testing.T) {
-			src := strings.ReplaceAll(`# from tvm.script import tir as T
-@T.prim_func
-def hmatmul(A: T.Buffer((128, 64), "DT"), B: T.Buffer((64, 128), "DT"), C: T.Buffer((128, 128), "DT")):
-    T.func_attr({"global_symbol": "hmatmul", "tir.noalias": T.bool(True)})
-    for i, j, k in T.grid(128, 128, 64):
-        with T.block("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = T.DT(0)
-            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
-`, "DT", dt)
-			orig, err := script.Parse("hmatmul.py", src)
-			check.NoError(t, err)
-			g, err := auto.GPUFunc(orig.PrimFunc("hmatmul"), auto.GPUOptions{})
-			check.NoError(t, err)
-			lowered, err := transform.LowerModule(ir.NewIRModule().With("hmatmul", g), LowerOptions())
-			check.NoError(t, err)
-			cu, ks, err := Generate(lowered, sm80(t))
-			check.NoError(t, err)
-			check.Equal(t, len(ks), 1)
-			check.Equal(t, ks[0].SharedBytes, int64((64*16+16*64)*2))
-			check.True(t, strings.Contains(cu, "kiln_vstore_"+dt+"x8(&A_shared["), "no vector copy of A's tile in", cu)
-			t.Run("nvrtc", func(t *testing.T) { compileAll(t, cu, ks) })
-			t.Run("emulate", func(t *testing.T) { emulate(t, orig, cu, ks) })
-		})
-	}
-}

@@ -28,7 +28,11 @@
 //     results (reduction_cpu.go), and loop nests with enough work
 //     parallel over their outer loops.
 //
-// For GPUs, GPUFunc picks a rule the way DLight does: 2-D matmuls get a
+// For GPUs, GPUFunc picks a rule the way DLight does: 2-D matmuls of
+// float16 or bfloat16 operands run on the tensor cores, a warp's tile of C
+// as 16×8 float32 accumulators updated by ptx_mma m16n8k16 (PTX's
+// mma.sync) from fragments loaded out of shared-memory tiles
+// (gpu_matmul_mma.go); other 2-D matmuls get a
 // shared-memory tiled schedule with a register tile per thread and their
 // elementwise epilogues computed from registers (gpu_matmul_shared.go,
 // else the register-only rule of gpu_matmul.go); reductions end in warp
@@ -36,7 +40,6 @@
 // row for softmax and layer norm (gpu_rows.go); everything else falls back
 // to fusing a block's spatial loops and binding them to blockIdx.x and
 // threadIdx.x, its reduction loops serial in each thread (gpu.go).
-// Tensor cores (mma.sync) are not used yet.
 //
 // It imports compiler/ir and compiler/schedule only; it must not import
 // the graph-level packages, codegen or the runtime.

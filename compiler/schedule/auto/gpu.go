@@ -20,7 +20,11 @@ type GPUOptions struct {
 // blocks over the same rows (softmax, layer norm) gets one block of threads
 // per row (see rowPipeline); otherwise spatial producers that can be inlined
 // into their consumers are; a first remaining block that is a 2-D matmul
-// large enough for 64 threads gets the shared-memory matmul rule (tiles of
+// of float16 or bfloat16 operands whose sizes tensor cores tile gets the
+// tensor-core rule (ptx_mma m16n8k16 on warp tiles staged through shared
+// memory, see mmaMatmulRule) when the blocks after it are elementwise
+// epilogues; another 2-D matmul large enough for 64 threads gets the
+// shared-memory matmul rule (tiles of
 // A and B staged in shared memory, register tiles of up to 4×4 per
 // thread, 16×16 threads per block, see sharedMatmul) when the blocks after
 // it are elementwise epilogues, else the register-only matmul rule (see
@@ -68,6 +72,9 @@ func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
 			}
 		}
 		blocks = topBlocks(s.Func())
+	}
+	if g := mmaMatmulRule(s.Func(), blocks); g != nil {
+		return g, nil
 	}
 	if g := sharedMatmul(s.Func(), blocks); g != nil {
 		return g, nil

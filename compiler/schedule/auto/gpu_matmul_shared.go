@@ -103,27 +103,9 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		})
 	})
 
-	// copyTile has the threads copy a rows × cols tile: vector e of vw
-	// elements of the tile (row-major) is copied by thread e mod T, as one
-	// vector load and store when vw > 1.
-	copyTile := func(dst *ir.Buffer, rows, cols int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr) func(ty, tx ir.Expr) ir.Stmt {
-		vw := copyVector(src, cols)
+	copyTile := func(dst *ir.Buffer, rows, cols int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var) func(ty, tx ir.Expr) ir.Stmt {
 		return func(ty, tx ir.Expr) ir.Stmt {
-			it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
-			e := ir.Add(ir.Mul(it, i32(T)), ir.Add(ir.Mul(ty, i32(TX)), tx))
-			rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
-			if vw > 1 {
-				cc = ir.Add(cc, v)
-			}
-			var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
-			if vw > 1 {
-				s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
-			}
-			n := rows * cols / vw
-			if n%T != 0 {
-				s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
-			}
-			return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
+			return tileCopy(dst, rows, cols, T, src, at, col, ir.Add(ir.Mul(ty, i32(TX)), tx))
 		}
 	}
 	kAt := func(kk ir.Expr) ir.Expr { return cast(vk, ir.Add(ir.Mul(ko, i32(BK)), kk)) }
@@ -131,12 +113,12 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 	if aStaged {
 		copies = append(copies, copyTile(As, BM, BK, aLoad, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
 			return map[*ir.Var]ir.Expr{vi: cast(vi, ir.Add(ir.Mul(by, i32(BM)), rr)), vk: kAt(cc)}
-		}))
+		}, vk))
 	}
 	if bStaged {
 		copies = append(copies, copyTile(Bs, BK, BN, bLoad, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
 			return map[*ir.Var]ir.Expr{vk: kAt(rr), vj: cast(vj, ir.Add(ir.Mul(bx, i32(BN)), cc))}
-		}))
+		}, vj))
 	}
 	copyNest := threads(func(ty, tx ir.Expr) ir.Stmt {
 		var ss []ir.Stmt
@@ -175,25 +157,9 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		return tile(func(r, c ir.Expr) ir.Stmt {
 			out := []ir.Expr{row(r, ty), col(c, tx)}
 			values := map[*ir.Buffer]ir.Expr{st.Buffer: ir.NewBufferLoad(acc, slot(r, c))}
-			var stores []ir.Stmt
-			if !inter[st.Buffer] {
-				stores = append(stores, ir.NewBufferStore(st.Buffer, values[st.Buffer], cast(vi, out[0]), cast(vj, out[1])))
-			}
-			for _, e := range blocks[1:] {
-				buf, v, ok := epilogue(e, []int64{M, N}, out, values)
-				if !ok {
-					fail = true
-					return &ir.Evaluate{Value: i32(0)}
-				}
-				values[buf] = v
-				if !inter[buf] {
-					stores = append(stores, ir.NewBufferStore(buf, v, epilogueIndex(e, out)...))
-				}
-			}
-			if len(stores) == 0 {
-				fail = true
-			}
-			return ir.Seq(stores...)
+			s, ok := matmulStores(st.Buffer, values[st.Buffer], []*ir.Var{vi, vj}, out, blocks[1:], []int64{M, N}, inter)
+			fail = fail || !ok
+			return s
 		})
 	})
 	if fail {
@@ -212,6 +178,58 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 	body = &ir.For{Var: by, Min: i32(0), Extent: i32(M / BM), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.y",
 		Body: &ir.For{Var: bx, Min: i32(0), Extent: i32(N / BN), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: body}}
 	return f.WithBody(ir.NewRootBlock(body))
+}
+
+// matmulStores returns the stores of one element of a matmul's output c
+// (value v, at out, in the dtypes of the iteration variables ivs) and of
+// its elementwise epilogues (see epilogue) over an M × N output (exts),
+// except those of intermediates (inter), which are never stored; ok is
+// false when an epilogue is not elementwise or nothing would be stored.
+func matmulStores(c *ir.Buffer, v ir.Expr, ivs []*ir.Var, out []ir.Expr, epilogues []*ir.BlockRealize, exts []int64, inter map[*ir.Buffer]bool) (ir.Stmt, bool) {
+	values := map[*ir.Buffer]ir.Expr{c: v}
+	var stores []ir.Stmt
+	if !inter[c] {
+		stores = append(stores, ir.NewBufferStore(c, v, ir.NewCast(ivs[0].Type, out[0]), ir.NewCast(ivs[1].Type, out[1])))
+	}
+	for _, e := range epilogues {
+		buf, ev, ok := epilogue(e, exts, out, values)
+		if !ok {
+			return &ir.Evaluate{Value: ir.NewIntImm(ir.Int32, 0)}, false
+		}
+		values[buf] = ev
+		if !inter[buf] {
+			stores = append(stores, ir.NewBufferStore(buf, ev, epilogueIndex(e, out)...))
+		}
+	}
+	return ir.Seq(stores...), len(stores) > 0
+}
+
+// tileCopy returns thread's share (thread is its index among the T threads
+// of the block) of the copy of a rows × cols tile into dst[rr, cc] from
+// src at the iteration variables at(rr, cc): vector e of vw elements of
+// the tile (row-major) is copied by thread e mod T, as one vector load and
+// store when vw > 1 (see copyVector).
+func tileCopy(dst *ir.Buffer, rows, cols, T int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var, thread ir.Expr) ir.Stmt {
+	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
+	vw := int64(1)
+	if len(src.Indices) == 2 && isVar(src.Indices[1], col) {
+		vw = copyVector(src, cols)
+	}
+	it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
+	e := ir.Add(ir.Mul(it, i32(T)), thread)
+	rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
+	if vw > 1 {
+		cc = ir.Add(cc, v)
+	}
+	var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
+	if vw > 1 {
+		s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
+	}
+	n := rows * cols / vw
+	if n%T != 0 {
+		s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
+	}
+	return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
 }
 
 // usesExactly reports whether the indices of l use the variables x and y,

@@ -76,6 +76,42 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = warpSize)
   return kiln_shfl_from(v, long(kiln_thread_rank() ^ unsigned(mask)));
 }
 
+// Tensor cores: mma.sync.aligned.m16n8k16.row.col.f32 on the fragments
+// of the 32 threads of a warp (every thread of the block must call it).
+// Each thread publishes its fragments of A, B and C, then computes its
+// four elements of D from its warp's: each element of C plus the
+// products over k in order, added one at a time in float (as the reference
+// interpreter's ptx_mma; the tensor cores may round the sum differently).
+struct kiln_mma_lane {
+  float a[8], b[4], c[4];
+};
+static std::vector<kiln_mma_lane> kiln_mma;  // one per thread of the block
+
+template <typename T> void kiln_emulate_mma_m16n8k16(float* d, const T* a, const T* b) {
+  const unsigned me = kiln_thread_rank();
+  kiln_mma_lane& mine = kiln_mma[me];
+  for (int i = 0; i < 8; i++) mine.a[i] = (float)a[i];
+  for (int i = 0; i < 4; i++) mine.b[i] = (float)b[i], mine.c[i] = d[i];
+  __syncthreads();
+  const unsigned warp = me / warpSize * warpSize, lane = me % warpSize;
+  const unsigned g = lane / 4, t = lane % 4;
+  float out[4];
+  for (unsigned i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float acc = mine.c[i];
+    for (unsigned k = 0; k < 16; k++) {
+      // A[row][k] is element (k%2) + 2*(row/8) + 4*(k/8) of lane 4*(row%8) + (k%8)/2;
+      // B[k][col] is element (k%2) + 2*(k/8) of lane 4*col + (k%8)/2.
+      const float x = kiln_mma[warp + 4 * (row % 8) + (k % 8) / 2].a[k % 2 + 2 * (row / 8) + 4 * (k / 8)];
+      const float y = kiln_mma[warp + 4 * col + (k % 8) / 2].b[k % 2 + 2 * (k / 8)];
+      acc += x * y;
+    }
+    out[i] = acc;
+  }
+  __syncthreads();
+  for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
 template <typename T> T atomicMax(T* p, T v) {
   std::atomic_ref<T> a(*p);
@@ -97,6 +133,7 @@ void kiln_emulate(dim3 grid, dim3 block, F kernel, A... args) {
         std::barrier<> bar(n);
         kiln_block_barrier = &bar;
         kiln_shfl.assign(n, 0);
+        kiln_mma.assign(n, kiln_mma_lane{});
         std::vector<std::thread> threads;
         for (unsigned tz = 0; tz < block.z; tz++)
           for (unsigned ty = 0; ty < block.y; ty++)
