@@ -96,8 +96,15 @@ func convCases() []convCase {
 		{name: "oihw_1x1_rows_of_32", n: 1, c: 5, h: 3, w: 32, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", scheduled: true, inTile: true},
 		{name: "oihw_3x3_rows_of_16", n: 2, c: 3, h: 4, w: 16, f: 7, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_rows_mean_after", n: 1, c: 3, h: 5, w: 8, f: 5, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "mean", scheduled: true},
-		{name: "depthwise_stride2", n: 1, c: 4, h: 9, w: 16, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true},
-		{name: "depthwise_7_wide", n: 1, c: 4, h: 7, w: 7, f: 4, kh: 3, kw: 3, stride: 1, pad: 1, groups: 4, oihw: true},
+		// Depthwise rows no vector divides, or of stride 2: a plane per
+		// channel (depthwise_plane.go).
+		{name: "depthwise_stride2", n: 1, c: 4, h: 9, w: 16, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, scheduled: true, inTile: true},
+		{name: "depthwise_7_wide", n: 1, c: 4, h: 7, w: 7, f: 4, kh: 3, kw: 3, stride: 1, pad: 1, groups: 4, oihw: true, scheduled: true, inTile: true},
+		{name: "depthwise_14_wide_relu6", n: 1, c: 5, h: 14, w: 14, f: 5, kh: 3, kw: 3, stride: 1, pad: 1, groups: 5, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "depthwise_stride2_odd_residual", n: 2, c: 3, h: 11, w: 13, f: 3, kh: 3, kw: 3, stride: 2, pad: 1, groups: 3, oihw: true, epilogue: "residual", scheduled: true, inTile: true},
+		{name: "depthwise_5x5_stride2_28_wide", n: 1, c: 2, h: 9, w: 56, f: 2, kh: 5, kw: 5, stride: 2, pad: 2, groups: 2, oihw: true, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "depthwise_no_padding", n: 1, c: 3, h: 6, w: 10, f: 3, kh: 3, kw: 3, stride: 1, groups: 3, oihw: true, epilogue: "relu6", scheduled: true, inTile: true},
+		{name: "depthwise_int32", n: 1, c: 3, h: 6, w: 6, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, int32: true, epilogue: "relu6", scheduled: true, inTile: true},
 	}
 }
 

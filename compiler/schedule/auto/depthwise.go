@@ -15,8 +15,9 @@ import (
 //
 // that is, a block of spatial iteration variables then two or more
 // reductions whose store's last index is the last spatial variable (x),
-// which the second operand does not use and the first reads with a
-// stride of 1 (stride-2 rows would gather lane by lane). The tile is a
+// which the second operand does not use. When the first reads the row
+// with a stride of 1 (stride-2 rows would gather lane by lane) and a
+// native vector divides it, the tile is a
 // run of xi outputs along x kept in vector registers (vectors of lanes
 // dividing the row) over the whole reduction, times fi output channels
 // when A does not depend on the channel (a convolution of one group that
@@ -24,7 +25,9 @@ import (
 // loads the row's vectors once for fi broadcast weights); a depthwise
 // channel has weights of its own, so its tile is one row. The epilogue
 // runs on the tile as for the channel-vectorized convolution (conv.go),
-// and the rows of all channels are shared among the threads.
+// and the rows of all channels are shared among the threads. Other
+// depthwise convolutions compute a plane per channel
+// (depthwise_plane.go).
 
 // maxRowVectors bounds the vectors of a row tile along the row; with
 // output channel rows, maxRowVectors/2 vectors along the row times the
@@ -37,7 +40,7 @@ func findRowConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchRowCon
 
 func matchRowConv(br *ir.BlockRealize) (convBlock, bool) {
 	c, x, a, w, ok := lastAxisMAC(br, 2)
-	if !ok || !onlyLastUses(a.Indices, x) || !unitStep(a.Indices[len(a.Indices)-1], x) || usesVar(w, x) {
+	if !ok || !onlyLastUses(a.Indices, x) || usesVar(w, x) {
 		return convBlock{}, false
 	}
 	for i, iv := range br.Block.IterVars[:len(c.spatial)-1] {
@@ -78,7 +81,32 @@ func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
 // scheduleRowConv returns f with block c scheduled, or nil when the
 // primitives refuse the shape.
 func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	// Rows of whole native vectors keep the register tile along the row,
+	// parallel over rows; the others compute a plane per channel.
+	unit := unitRows(f, c)
+	if unit && c.spatial[len(c.spatial)-1]%(opts.VectorBytes/int64(max(c.dtype.Size(), 1))) != 0 {
+		if g, err := scheduleDepthwisePlane(f, c, opts); err == nil {
+			return g, nil
+		}
+	} else if !unit {
+		return scheduleDepthwisePlane(f, c, opts)
+	}
 	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
+}
+
+// unitRows reports whether block c of f reads its input with a stride of
+// 1 along the row (the register tile loads a run of it as one vector).
+func unitRows(f *ir.PrimFunc, c convBlock) bool {
+	unit := false
+	findBlocks(f, func(br *ir.BlockRealize) (struct{}, bool) {
+		if br.Block.Name == c.name {
+			if _, x, a, _, ok := lastAxisMAC(br, 2); ok {
+				unit = unitStep(a.Indices[len(a.Indices)-1], x)
+			}
+		}
+		return struct{}{}, false
+	})
+	return unit
 }
 
 func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool) error {
@@ -88,7 +116,7 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	}
 	ns := len(c.spatial)
 	lanes, xi, ok := rowTile(c.spatial[ns-1], maxLanes)
-	if !ok {
+	if !ok || !unitRows(s.Func(), c) {
 		return fmt.Errorf("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
 	}
 	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)

@@ -1,0 +1,482 @@
+package auto
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
+)
+
+// Depthwise convolutions as a plane per channel: a function made of an
+// optional padding stage, a depthwise convolution over NCHW data
+//
+//	C[n, c, y, x] += A[n, c, y·sy+ry, x·sx+rx] · W[c, 0, ry, rx]
+//
+// (topi.Conv2D's group_conv2d_nchw with one channel per group, any
+// width, a stride of 1 or 2 along the rows) and elementwise blocks after
+// it (bias, Clip, residual add) is rewritten into loops of its own, which
+// the primitives cannot express: rows whose width no vector divides (14,
+// 7) are computed on whole vectors, their extra lanes dropped.
+//
+//	parallel for c:
+//	  P = A's plane for channel c, padded (the padding stage computed
+//	      here, once per channel, in a buffer that stays in cache); a
+//	      stride of 2 stores even and odd columns apart, so that every
+//	      tap reads consecutive elements
+//	  for y:
+//	    acc[0:Xv] = 0                        (vectors in registers)
+//	    for ry, rx: acc[0:Xv] += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
+//	    row[0:Xv] = acc
+//	    for x < X: out[n, c, y, x] = epilogue(row[x])
+//
+// Xv is the width rounded up to whole vectors; the padded plane has
+// columns enough for the extra lanes (zeros).
+
+// maxPlaneVectors bounds the vectors of one output row held in
+// registers.
+const maxPlaneVectors = 8
+
+// maxPlaneAccumulators bounds the vectors of a tile of output rows: rows
+// of one vector make chains of dependent multiply-adds, so several rows
+// run side by side.
+const maxPlaneAccumulators = 12
+
+// depthwisePlane is what matchDepthwisePlane found in a function.
+type depthwisePlane struct {
+	conv     *ir.BlockRealize
+	pad      *ir.BlockRealize // nil when the convolution reads a parameter
+	epilogue *ir.BlockRealize // the last elementwise block, nil if none
+	a, w     *ir.BufferLoad
+	// iteration variables of the convolution: n, c, y, x and the window's
+	// ry, rx (rc, the channel within the group, has extent 1 and is 0).
+	n, c, y, x, rc, ry, rx *ir.Var
+	N, C, Y, X, KH, KW     int64
+	sy, sx                 int64
+	offY, offX             int64 // A's row and column at y = ry = 0
+	// src is the unpadded input; A[.., i, j] = src[.., i-padY, j-padX]
+	// inside src and padValue outside.
+	src        *ir.Buffer
+	padY, padX int64
+	padValue   ir.Expr
+	srcH, srcW int64
+}
+
+// scheduleDepthwisePlane returns f rewritten by the rule above, or an
+// error when f is not of its form.
+func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if c.rows >= 0 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[0] != 1 || c.dtype != ir.Float32 {
+		return nil, fmt.Errorf("block %q is not a depthwise convolution", c.name)
+	}
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	// The elementwise blocks after the convolution become one.
+	after := blocksAfter(s.Func(), c.name)
+	for _, name := range after[:max(len(after)-1, 0)] {
+		b, err := s.GetBlock(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return nil, err
+		}
+	}
+	g := s.Func()
+	d, err := matchDepthwisePlane(g, c)
+	if err != nil {
+		return nil, err
+	}
+	if ha, ok := ir.IsConstInt(d.a.Buffer.Shape[2]); !ok || d.offY < 0 || (d.Y-1)*d.sy+d.KH-1+d.offY >= ha {
+		return nil, fmt.Errorf("block %q: rows past the input", c.name)
+	}
+	if _, ok := ir.IsConstInt(d.a.Buffer.Shape[3]); !ok {
+		return nil, fmt.Errorf("block %q: input width", c.name)
+	}
+	lanes := opts.VectorBytes / 4
+	for lanes > 4 && lanes/2 >= d.X {
+		lanes /= 2
+	}
+	xv := (d.X + lanes - 1) / lanes * lanes
+	if xv/lanes > maxPlaneVectors {
+		return nil, fmt.Errorf("block %q: rows of %d are too wide", c.name, d.X)
+	}
+	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
+}
+
+func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) {
+	d := &depthwisePlane{}
+	blocks := topBlocks(f)
+	for i, br := range blocks {
+		if br.Block.Name == cb.name {
+			d.conv = br
+			switch {
+			case i == len(blocks)-1:
+			case i == len(blocks)-2:
+				d.epilogue = blocks[i+1]
+			default:
+				return nil, fmt.Errorf("more than one block after %q", cb.name)
+			}
+			if i > 1 {
+				return nil, fmt.Errorf("more than one block before %q", cb.name)
+			}
+			if i == 1 {
+				d.pad = blocks[0]
+			}
+		}
+	}
+	if d.conv == nil {
+		return nil, fmt.Errorf("no block %q", cb.name)
+	}
+	b := d.conv.Block
+	st := b.Body.(*ir.BufferStore)
+	a, w, _ := multiplyAccumulate(st)
+	iv := b.IterVars
+	d.n, d.c, d.y, d.x, d.rc, d.ry, d.rx = iv[0].Var, iv[1].Var, iv[2].Var, iv[3].Var, iv[4].Var, iv[5].Var, iv[6].Var
+	if usesVar(a, d.ry) && usesVar(w, d.y) || !usesVar(a, d.x) {
+		a, w = w, a
+	}
+	d.a, d.w = a, w
+	d.N, d.C, d.Y, d.X = cb.spatial[0], cb.spatial[1], cb.spatial[2], cb.spatial[3]
+	d.KH, d.KW = cb.reduce[1], cb.reduce[2]
+	if len(a.Indices) != 4 || usesVar(w, d.y) || usesVar(w, d.x) {
+		return nil, fmt.Errorf("block %q: operands", cb.name)
+	}
+	for i := range st.Indices {
+		if !isVar(st.Indices[i], iv[i].Var) {
+			return nil, fmt.Errorf("block %q: output indices", cb.name)
+		}
+	}
+	var ok bool
+	if d.sy, d.offY, ok = windowIndex(a.Indices[2], d.y, d.ry); !ok {
+		return nil, fmt.Errorf("block %q: rows of the input", cb.name)
+	}
+	if d.sx, d.offX, ok = windowIndex(a.Indices[3], d.x, d.rx); !ok || d.sx > 2 {
+		return nil, fmt.Errorf("block %q: columns of the input", cb.name)
+	}
+	for _, e := range a.Indices[:2] {
+		for _, v := range []*ir.Var{d.y, d.x, d.ry, d.rx} {
+			if usesVar(e, v) {
+				return nil, fmt.Errorf("block %q: input channel", cb.name)
+			}
+		}
+	}
+	if d.pad != nil {
+		pst, ok := d.pad.Block.Body.(*ir.BufferStore)
+		if !ok || pst.Buffer != a.Buffer || !isSpatial(d.pad.Block) || len(pst.Indices) != 4 {
+			return nil, fmt.Errorf("the block before %q is not its padding", cb.name)
+		}
+		for i, ix := range pst.Indices {
+			if !isVar(ix, d.pad.Block.IterVars[i].Var) {
+				return nil, fmt.Errorf("padding indices")
+			}
+		}
+		if err := d.matchPad(f, pst); err != nil {
+			return nil, err
+		}
+	} else if !isParam(f, a.Buffer) {
+		return nil, fmt.Errorf("block %q reads an intermediate", cb.name)
+	} else {
+		d.src, d.padValue = a.Buffer, ir.F32(0)
+	}
+	var ok1, ok2 bool
+	d.srcH, ok1 = ir.IsConstInt(d.src.Shape[2])
+	d.srcW, ok2 = ir.IsConstInt(d.src.Shape[3])
+	if !ok1 || !ok2 || len(d.src.Shape) != 4 {
+		return nil, fmt.Errorf("block %q: input shape", cb.name)
+	}
+	if d.epilogue != nil {
+		est, ok := d.epilogue.Block.Body.(*ir.BufferStore)
+		if !ok || !isSpatial(d.epilogue.Block) || len(est.Indices) != 4 || !isParam(f, est.Buffer) {
+			return nil, fmt.Errorf("the block after %q is not elementwise", cb.name)
+		}
+		for i, ix := range est.Indices {
+			ext, _ := ir.IsConstInt(d.epilogue.Block.IterVars[i].Dom.Extent)
+			if !isVar(ix, d.epilogue.Block.IterVars[i].Var) || ext != cb.spatial[i] {
+				return nil, fmt.Errorf("the block after %q is not elementwise", cb.name)
+			}
+		}
+		bad := false
+		ir.Visit(est.Value, func(n ir.Node) bool {
+			if l, ok := n.(*ir.BufferLoad); ok && l.Buffer == st.Buffer {
+				for i, ix := range l.Indices {
+					bad = bad || !isVar(ix, d.epilogue.Block.IterVars[i].Var)
+				}
+			}
+			return !bad
+		})
+		if bad {
+			return nil, fmt.Errorf("the block after %q reads it elsewhere", cb.name)
+		}
+	} else if !isParam(f, st.Buffer) {
+		return nil, fmt.Errorf("block %q writes an intermediate nobody reads", cb.name)
+	}
+	return d, nil
+}
+
+// matchPad matches a padding stage A[i0, i1, i2, i3] =
+// if_then_else(inside, src[i0, i1, i2 - padY, i3 - padX], value), value
+// a constant, src a parameter.
+func (d *depthwisePlane) matchPad(f *ir.PrimFunc, st *ir.BufferStore) error {
+	call, ok := st.Value.(*ir.Call)
+	if !ok || call.Op != ir.OpIfThenElse || len(call.Args) != 3 {
+		return fmt.Errorf("padding: not a conditional")
+	}
+	src, ok := call.Args[1].(*ir.BufferLoad)
+	if !ok || !isParam(f, src.Buffer) || len(src.Indices) != 4 {
+		return fmt.Errorf("padding: not a load of a parameter")
+	}
+	switch v := call.Args[2].(type) {
+	case *ir.FloatImm:
+	case *ir.Cast:
+		if _, ok := v.Value.(*ir.FloatImm); !ok {
+			return fmt.Errorf("padding value")
+		}
+	default:
+		return fmt.Errorf("padding value")
+	}
+	iv := d.pad.Block.IterVars
+	var off [4]int64
+	for i, ix := range src.Indices {
+		env := map[*ir.Var]int64{}
+		for _, v := range iv {
+			env[v.Var] = 0
+		}
+		o, ok := evalInt(ix, env)
+		env[iv[i].Var] = 5
+		o5, ok5 := evalInt(ix, env)
+		if !ok || !ok5 || o5-o != 5 {
+			return fmt.Errorf("padding: index %d", i)
+		}
+		for j, v := range iv {
+			if j != i && usesVar(ix, v.Var) {
+				return fmt.Errorf("padding: index %d", i)
+			}
+		}
+		off[i] = o
+	}
+	if off[0] != 0 || off[1] != 0 {
+		return fmt.Errorf("padding of batch or channels")
+	}
+	d.src, d.padY, d.padX, d.padValue = src.Buffer, -off[2], -off[3], call.Args[2]
+	return nil
+}
+
+func isParam(f *ir.PrimFunc, b *ir.Buffer) bool {
+	for _, p := range f.Params {
+		if f.BufferMap[p] == b {
+			return true
+		}
+	}
+	return false
+}
+
+// windowIndex matches e = o·s + r + off (o the output position, r the
+// window's, dilation 1) and returns s and off.
+func windowIndex(e ir.Expr, o, r *ir.Var) (s, off int64, ok bool) {
+	at := func(ov, rv int64) (int64, bool) {
+		return evalInt(e, map[*ir.Var]int64{o: ov, r: rv})
+	}
+	off, ok0 := at(0, 0)
+	s, ok1 := at(1, 0)
+	r1, ok2 := at(0, 1)
+	s3, ok3 := at(3, 2)
+	s, r1 = s-off, r1-off
+	if !ok0 || !ok1 || !ok2 || !ok3 || r1 != 1 || s < 1 || s3-off != 3*s+2 {
+		return 0, 0, false
+	}
+	return s, off, true
+}
+
+// evalInt evaluates an integer expression of the variables in env.
+func evalInt(e ir.Expr, env map[*ir.Var]int64) (int64, bool) {
+	switch e := e.(type) {
+	case *ir.IntImm:
+		return e.Value, true
+	case *ir.Var:
+		v, ok := env[e]
+		return v, ok
+	case *ir.Cast:
+		return evalInt(e.Value, env)
+	case *ir.Binary:
+		a, ok1 := evalInt(e.A, env)
+		b, ok2 := evalInt(e.B, env)
+		if !ok1 || !ok2 {
+			return 0, false
+		}
+		switch e.Op {
+		case ir.OpAdd:
+			return a + b, true
+		case ir.OpSub:
+			return a - b, true
+		case ir.OpMul:
+			return a * b, true
+		case ir.OpFloorDiv:
+			if b > 0 && a >= 0 {
+				return a / b, true
+			}
+		case ir.OpFloorMod:
+			if b > 0 && a >= 0 {
+				return a % b, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// ceilDiv is a/b rounded up (b > 0).
+func ceilDiv(a, b int64) int64 {
+	if a >= 0 {
+		return (a + b - 1) / b
+	}
+	return -((-a) / b)
+}
+
+// loops builds the function's new body.
+func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
+	// Indices in the type of the convolution's iteration variables.
+	it := d.c.Type
+	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
+	n := ir.NewVar("n", it)
+	c := ir.NewVar("c", it)
+	// The plane: sx phases of hn rows of wq columns; phase p, row r,
+	// column j holds A[.., r, j·sx + p] (zero past A's width).
+	hn := (d.Y-1)*d.sy + d.KH
+	wq := xv + (d.KW-1)/d.sx
+	plane := ir.NewBuffer("plane", ir.Float32, []ir.Expr{i64(d.sx * hn * wq)}, "global")
+
+	// Channel indices of A for output channel c (rc = 0).
+	conv := map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0)}
+	an := ir.SubstituteExpr(d.a.Indices[0], conv)
+	ac := ir.SubstituteExpr(d.a.Indices[1], conv)
+
+	// The plane is src's rows and columns, copied (plain loops the C
+	// compiler vectorizes), framed by the padding value.
+	var fills []ir.Stmt
+	rect := func(p, ra, rb, ja, jb int64, value func(r, j ir.Expr) ir.Expr) {
+		if ra >= rb || ja >= jb {
+			return
+		}
+		r := ir.NewVar("r", it)
+		j := ir.NewVar("j", it)
+		fills = append(fills, ir.NewFor(r, i64(ra), i64(rb-ra), ir.ForSerial,
+			ir.NewFor(j, i64(ja), i64(jb-ja), ir.ForSerial,
+				ir.NewBufferStore(plane, value(r, j), ir.Add(ir.Mul(ir.Add(i64(p*hn), r), i64(wq)), j)))))
+	}
+	padding := func(_, _ ir.Expr) ir.Expr { return d.padValue }
+	// Plane row r is A's row r+offY, src's row r+offY-padY.
+	r0, r1 := min(max(0, d.padY-d.offY), hn), max(min(hn, d.srcH+d.padY-d.offY), 0)
+	for p := int64(0); p < d.sx; p++ {
+		// Plane column j of phase p is A's column j·sx+p+offX.
+		base := p + d.offX - d.padX
+		j0, j1 := ceilDiv(-base, d.sx), ceilDiv(d.srcW-base, d.sx)
+		j0, j1 = min(max(j0, 0), wq), max(min(j1, wq), 0)
+		if r0 >= r1 || j0 >= j1 {
+			rect(p, 0, hn, 0, wq, padding)
+			continue
+		}
+		rect(p, 0, r0, 0, wq, padding)
+		rect(p, r0, r1, 0, j0, padding)
+		rect(p, r0, r1, j0, j1, func(r, j ir.Expr) ir.Expr {
+			return ir.NewBufferLoad(d.src, an, ac, ir.Add(r, i64(d.offY-d.padY)), ir.Add(ir.Mul(j, i64(d.sx)), i64(base)))
+		})
+		rect(p, r0, r1, j1, wq, padding)
+		rect(p, r1, hn, 0, wq, padding)
+	}
+	fill := ir.Seq(fills...)
+
+	// A tile of yt rows × xv/lanes vectors stays in registers.
+	yt := largestDivisor(d.Y, max(1, maxPlaneAccumulators/(xv/lanes)))
+	yo := ir.NewVar("yo", it)
+	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(yt * xv)}, "local")
+	row := ir.NewBuffer("row", ir.Float32, []ir.Expr{i64(yt * xv)}, "global")
+	// tile runs body over the tile: the row's y, the column x in it and
+	// the slot of the tile.
+	tile := func(name string, body func(y, x, slot ir.Expr) ir.Stmt) ir.Stmt {
+		yi := ir.NewVar(name+"_y", it)
+		xo := ir.NewVar(name+"_o", it)
+		xi := ir.NewVar(name+"_i", it)
+		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
+		return ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled,
+			ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
+				ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
+					body(ir.Add(ir.Mul(yo, i64(yt)), yi), x, ir.Add(ir.Mul(yi, i64(xv)), x)))))
+	}
+	ry := ir.NewVar("ry", it)
+	rx := ir.NewVar("rx", it)
+	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, ir.F32(0), slot) })
+	wv := ir.SubstituteExpr(d.w, map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0), d.ry: ry, d.rx: rx})
+	var taps []ir.Stmt
+	for k := int64(0); k < d.KW; k++ {
+		// Tap rx = k reads phase k mod sx from column x + k div sx.
+		kk := k
+		wk := ir.SubstituteExpr(wv, map[*ir.Var]ir.Expr{rx: i64(kk)})
+		taps = append(taps, tile("t", func(y, x, slot ir.Expr) ir.Stmt {
+			at := ir.Add(ir.Mul(ir.Add(i64(kk%d.sx*hn), ir.Add(ir.Mul(y, i64(d.sy)), ry)), i64(wq)), ir.Add(x, i64(kk/d.sx)))
+			return ir.NewBufferStore(acc, ir.Add(ir.NewBufferLoad(acc, slot), ir.Mul(ir.NewBufferLoad(plane, at), wk)), slot)
+		}))
+	}
+	window := ir.NewFor(ry, i64(0), i64(d.KH), ir.ForSerial, ir.Seq(taps...))
+	// epilogue is the value stored at (y, x) from the sum v.
+	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
+	epilogue := func(y, x, v ir.Expr) ir.Expr { return v }
+	vectorTail := true
+	if d.epilogue != nil {
+		est := d.epilogue.Block.Body.(*ir.BufferStore)
+		ev := d.epilogue.Block.IterVars
+		convOut := outBuf
+		outBuf = est.Buffer
+		ir.Visit(est.Value, func(m ir.Node) bool {
+			if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != convOut && usesVar(l, ev[3].Var) {
+				vectorTail = false
+			}
+			return true
+		})
+		epilogue = func(y, x, v ir.Expr) ir.Expr {
+			e := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+				if l, ok := e.(*ir.BufferLoad); ok && l.Buffer == convOut {
+					return v
+				}
+				return e
+			}}).RewriteExpr(est.Value)
+			return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
+		}
+	}
+	// When the epilogue reads nothing else along the row (a bias, Clip),
+	// it runs on the tile's whole vectors, extra lanes included, and the
+	// rows are copied out; otherwise it runs on the row's X elements.
+	save := tile("s", func(y, x, slot ir.Expr) ir.Stmt {
+		v := ir.Expr(ir.NewBufferLoad(acc, slot))
+		if vectorTail {
+			v = epilogue(y, x, v)
+		}
+		return ir.NewBufferStore(row, v, slot)
+	})
+
+	yi := ir.NewVar("yi", it)
+	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
+	x := ir.NewVar("x", it)
+	slot := ir.Add(ir.Mul(yi, i64(xv)), x)
+	v := ir.Expr(ir.NewBufferLoad(row, slot))
+	if !vectorTail {
+		v = epilogue(y, x, v)
+	}
+	store := ir.NewBufferStore(outBuf, v, n, c, y, x)
+	out := ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial, store)
+	if d.X%lanes == 0 {
+		xo := ir.NewVar("xe_o", it)
+		xi := ir.NewVar("xe_i", it)
+		out = ir.NewFor(xo, i64(0), i64(d.X/lanes), ir.ForSerial,
+			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
+				ir.Substitute(store, map[*ir.Var]ir.Expr{x: ir.Add(ir.Mul(xo, i64(lanes)), xi)})))
+	}
+	out = ir.NewFor(yi, i64(0), i64(yt), ir.ForSerial, out)
+	rows := ir.NewFor(yo, i64(0), i64(d.Y/yt), ir.ForSerial,
+		&ir.Allocate{Buffer: acc, Body: &ir.Allocate{Buffer: row, Body: ir.Seq(zero, window, save, out)}})
+	kind := ir.ForSerial
+	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
+		kind = ir.ForParallel
+	}
+	return ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
+		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)}))
+}
