@@ -21,8 +21,14 @@ const maxVectorBytes = 512
 // loop over L/N pieces, each computed on N-lane native vectors, so that a
 // register-blocked tile's accumulators stay in registers.
 //
+// Calls of the math intrinsics in VectorMath on float32 become calls on
+// vectors when the function names its target's vector width
+// (AttrVectorBytes, which CPU builds set): the C code generator computes
+// them inline on vectors (a polynomial, as TVM's fast_exp) instead of
+// calling libm once per lane.
+//
 // A loop whose body is not a sequence of stores built from arithmetic,
-// min/max, casts and loads, or whose lane count is not a power of two or
+// min/max, casts, those calls and loads, or whose lane count is not a power of two or
 // makes vectors wider than 512 bytes, or whose stores would need a
 // gather of computed indices, stays a serial loop (the C compiler may
 // still vectorize it). A vectorized loop whose extent is not a constant is
@@ -48,7 +54,8 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 			return substitute(fr.Body, map[*ir.Var]ir.Expr{fr.Var: fr.Min})
 		}
 		if width := vectorBytes(f); width > 0 {
-			if out, ok := vectorizeSplit(fr, int(ext), width); ok {
+			_, math := f.Attrs[AttrVectorBytes]
+			if out, ok := vectorizeSplit(fr, int(ext), width, math); ok {
 				return out
 			}
 		}
@@ -86,7 +93,7 @@ func vectorBytes(f *ir.PrimFunc) int {
 // on native vectors instead, once per piece, in an unrolled loop over the
 // pieces (which the unroll pass expands): GCC keeps a native vector in a
 // register, but a wider one (a generic vector it must split) in memory.
-func vectorizeSplit(fr *ir.For, lanes, width int) (ir.Stmt, bool) {
+func vectorizeSplit(fr *ir.For, lanes, width int, math bool) (ir.Stmt, bool) {
 	bits := 0
 	ir.Visit(fr.Body, func(n ir.Node) bool {
 		switch n := n.(type) {
@@ -102,13 +109,13 @@ func vectorizeSplit(fr *ir.For, lanes, width int) (ir.Stmt, bool) {
 		native = max(1, width*8/bits)
 	}
 	if lanes <= native || native&(native-1) != 0 || lanes%native != 0 {
-		return vectorizeLoop(fr, lanes)
+		return vectorizeLoop(fr, lanes, math)
 	}
 	piece := ir.NewVar(fr.Var.Name+"_piece", fr.Var.Type)
 	c := *fr
 	c.Min = foldExpr(ir.Add(fr.Min, ir.Mul(piece, ir.NewIntImm(fr.Var.Type, int64(native)))))
 	c.Extent = ir.NewIntImm(fr.Extent.DType(), int64(native))
-	body, ok := vectorizeLoop(&c, native)
+	body, ok := vectorizeLoop(&c, native, math)
 	if !ok {
 		return nil, false
 	}
@@ -119,13 +126,19 @@ type vectorizer struct {
 	v     *ir.Var
 	ramp  *ir.Ramp
 	lanes int
+	math  bool // calls in VectorMath may become vector calls
 }
 
-func vectorizeLoop(fr *ir.For, lanes int) (ir.Stmt, bool) {
+// VectorMath lists the math intrinsics whose float32 calls Vectorize
+// makes on vectors for CPU targets; the C code generator prints them as
+// inline vector functions (kiln_vexp_float32x16, …).
+var VectorMath = map[string]bool{"exp": true}
+
+func vectorizeLoop(fr *ir.For, lanes int, math bool) (ir.Stmt, bool) {
 	if lanes&(lanes-1) != 0 {
 		return nil, false
 	}
-	vz := &vectorizer{v: fr.Var, lanes: lanes,
+	vz := &vectorizer{v: fr.Var, lanes: lanes, math: math,
 		ramp: &ir.Ramp{Base: fr.Min, Stride: ir.NewIntImm(fr.Var.Type, 1), Lanes: lanes}}
 	out, ok := vz.stmt(fr.Body)
 	if !ok {
@@ -250,6 +263,27 @@ func (vz *vectorizer) expr(e ir.Expr) (ir.Expr, bool) {
 			return nil, false // the code generators have no vector casts of booleans
 		}
 		return &ir.Cast{Type: e.Type.WithLanes(int(v.DType().Lanes)), Value: v}, true
+	case *ir.Call:
+		if vz.math && VectorMath[e.Op] && e.Type == ir.Float32 {
+			args := make([]ir.Expr, len(e.Args))
+			changed := false
+			for i, a := range e.Args {
+				v, ok := vz.expr(a)
+				if !ok {
+					return nil, false
+				}
+				args[i], changed = v, changed || v != a
+			}
+			if !changed {
+				return e, true
+			}
+			for i, a := range args {
+				if a.DType().Lanes == 1 {
+					args[i] = &ir.Broadcast{Value: a, Lanes: vz.lanes}
+				}
+			}
+			return &ir.Call{Op: e.Op, Type: e.Type.WithLanes(vz.lanes), Args: args}, true
+		}
 	case *ir.BufferLoad:
 		if len(e.Indices) != 1 {
 			return nil, false

@@ -309,12 +309,15 @@ func (r *Renderer) call(e *ir.Call) string {
 		r.fail("unknown intrinsic %q", e.Op)
 		return "0"
 	}
-	if e.Type.Lanes > 1 {
-		r.fail("intrinsic %s on vector %s is not supported", e.Op, e.Type)
-		return "0"
-	}
 	for i, a := range e.Args {
 		args[i] = r.Expr(a)
+	}
+	if e.Type.Lanes > 1 {
+		if s, ok := r.vectorMath(e.Op, e.Type, args); ok {
+			return s
+		}
+		r.fail("intrinsic %s on vector %s is not supported", e.Op, e.Type)
+		return "0"
 	}
 	if r.d.Intrinsic != nil {
 		if s, ok := r.d.Intrinsic(e.Op, e.Type, args); ok {

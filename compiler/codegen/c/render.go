@@ -23,6 +23,7 @@ type Renderer struct {
 
 	// Module-wide state.
 	vecTypes map[ir.DType]bool // vector types used, with their helpers
+	vecMath  map[string]bool   // vector math helpers used ("exp float32x16")
 	funcs    strings.Builder
 
 	// Per-function state.
@@ -268,6 +269,7 @@ func (r *Renderer) vectorDecls() string {
 		fmt.Fprintf(&b, "static inline %s kiln_vmin_%s(%s a, %s b) { %s m = a < b; return (%s)((m & (%s)a) | (~m & (%s)b)); }\n", name, name, name, name, m, name, m, m)
 		fmt.Fprintf(&b, "static inline %s kiln_vmax_%s(%s a, %s b) { %s m = a > b; return (%s)((m & (%s)a) | (~m & (%s)b)); }\n", name, name, name, name, m, name, m, m)
 	}
+	b.WriteString(r.vectorMathDecls())
 	return b.String()
 }
 
