@@ -6,13 +6,16 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	relaxop "github.com/kiln-ml/kiln/compiler/relax/op"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // Convolution and padding. Layouts are strings of dimension letters: data
 // and outputs a permutation of "NCHW" (NCHW, NHWC), kernels of "OIHW"
-// (OIHW, HWIO, OHWI).
+// (OIHW, HWIO, OHWI), optionally followed by a block of output channels
+// as TVM writes it: "OHWI32o" is a kernel of shape [O/32, H, W, I, 32],
+// each block of 32 output channels contiguous (one group only).
 
 // Conv2DAttrs are the attributes of a 2-D convolution, as Relax's
 // conv2d has them.
@@ -171,7 +174,8 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	ki, err := layoutIndex(op, a.KernelLayout, "OIHW")
+	kl, block := relaxop.KernelBlock(a.KernelLayout)
+	ki, err := layoutIndex(op, kl, "OIHW")
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +184,12 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 		return nil, err
 	}
 	for _, t := range []*te.Tensor{data, weight} {
-		if len(t.Shape) != 4 {
-			return nil, fmt.Errorf("%s: %s has shape %s, want 4 dimensions", op, t.Name, shapeStr(t.Shape))
+		want := 4
+		if t == weight && block > 0 {
+			want = 5
+		}
+		if len(t.Shape) != want {
+			return nil, fmt.Errorf("%s: %s has shape %s, want %d dimensions", op, t.Name, shapeStr(t.Shape), want)
 		}
 	}
 	if ir.IsVoid(a.OutDType) {
@@ -202,6 +210,12 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 	}
 	ds, ws := data.Shape, weight.Shape
 	cin, kin, cout := ds[di['C']], ws[ki['I']], ws[ki['O']]
+	if block > 0 {
+		if b, ok := constDim(ws[4]); !ok || b != block || groups != 1 {
+			return nil, fmt.Errorf("%s: kernel layout %s takes a weight of shape [.., %d] and one group, not %s and %d groups", op, a.KernelLayout, block, shapeStr(ws), groups)
+		}
+		cout = ir.FoldDim(ir.Mul(cout, iconst(cout, block)))
+	}
 	if !ir.DimEqual(cin, ir.FoldDim(ir.Mul(kin, iconst(kin, groups)))) {
 		return nil, fmt.Errorf("%s: data of shape %s (layout %s) has %s channels, weight of shape %s (layout %s) takes %s × %d groups",
 			op, shapeStr(ds), a.DataLayout, ir.DimString(cin), shapeStr(ws), a.KernelLayout, ir.DimString(kin), groups)
@@ -260,11 +274,15 @@ func Conv2D(data, weight *te.Tensor, a Conv2DAttrs) (*te.Tensor, error) {
 		in := make([]ir.Expr, 4)
 		in[di['N']], in[di['C']] = n, ch
 		in[di['H']], in[di['W']] = window(y, sh, ry, dh), window(x, sw, rx, dw)
-		w := make([]ir.Expr, 4)
+		w := make([]ir.Expr, 4, 5)
 		w[ki['O']], w[ki['I']], w[ki['H']], w[ki['W']] = f, rc, ry, rx
+		if block > 0 {
+			w[ki['O']] = ir.FloorDiv(f, iconst(f, block))
+			w = append(w, ir.FloorMod(f, iconst(f, block)))
+		}
 		return te.Sum(ir.Mul(conv(src.At(in...)), conv(weight.At(w...))), rc, ry, rx)
 	}
-	if groups == 1 && a.KernelLayout == "HWIO" && a.OutLayout != "NHWC" {
+	if groups == 1 && (a.KernelLayout == "HWIO" || block > 0) && a.OutLayout != "NHWC" {
 		// Output channels are contiguous in the kernel: the sums are
 		// computed with them innermost (stage conv2d_hwio, [N, H, W, C]),
 		// where a CPU schedule keeps a tile of them in vector registers,

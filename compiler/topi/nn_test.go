@@ -3,9 +3,11 @@ package topi
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/relax/op"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -185,6 +187,24 @@ func permuteTo(a arr, from, layout string) arr {
 	})
 }
 
+// blockKernel arranges an OIHW kernel in layout, which may end in a
+// block of output channels ("OHWI4o": [O/4, H, W, I, 4]).
+func blockKernel(w arr, layout string) arr {
+	letters, b := op.KernelBlock(layout)
+	p := permuteTo(w, "OIHW", letters)
+	if b == 0 {
+		return p
+	}
+	o := strings.IndexByte(letters, 'O')
+	shape := append(append([]int64{}, p.shape...), b)
+	shape[o] /= b
+	return fill(w.dt, shape, func(idx []int64) float64 {
+		src := append([]int64{}, idx[:4]...)
+		src[o] = idx[o]*b + idx[4]
+		return p.at(src...)
+	})
+}
+
 // refConv2D is a direct NCHW/OIHW convolution.
 func refConv2D(x, w arr, stride, pad, dil [2]int64, padHi [2]int64, groups int64) arr {
 	n, c, h, wd := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
@@ -227,12 +247,14 @@ func TestConv2D(t *testing.T) {
 		{"nchw_hwio_two_stages", []int64{2, 3, 6, 5}, []int64{5, 3, 3, 2}, [2]int64{2, 1}, [2]int64{1, 2}, [4]int64{1, 2, 0, 1}, 1, "NCHW", "HWIO", ""},
 		{"nhwc_hwio", []int64{1, 3, 5, 4}, []int64{4, 3, 3, 3}, [2]int64{1, 1}, [2]int64{1, 1}, [4]int64{1, 1, 1, 1}, 1, "NHWC", "HWIO", ""},
 		{"nhwc_groups_ohwi_out_nchw", []int64{2, 4, 4, 4}, []int64{4, 1, 2, 2}, [2]int64{2, 2}, [2]int64{1, 1}, [4]int64{0, 0, 1, 1}, 4, "NHWC", "OHWI", "NCHW"},
+		{"nchw_ohwi_blocks_of_4", []int64{2, 3, 6, 5}, []int64{8, 3, 3, 2}, [2]int64{2, 1}, [2]int64{1, 2}, [4]int64{1, 2, 0, 1}, 1, "NCHW", "OHWI4o", ""},
+		{"nchw_oihw_blocks_of_3", []int64{1, 2, 4, 4}, []int64{6, 2, 1, 1}, [2]int64{1, 1}, [2]int64{1, 1}, [4]int64{}, 1, "NCHW", "OIHW3o", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			x, w := randArr(rng, ir.Float32, c.x...), randArr(rng, ir.Float32, c.w...)
 			want := refConv2D(x, w, c.stride, [2]int64{c.pad[0], c.pad[1]}, c.dil, [2]int64{c.pad[2], c.pad[3]}, c.groups)
-			xl, wl := permuteTo(x, "NCHW", c.dl), permuteTo(w, "OIHW", c.kl)
+			xl, wl := permuteTo(x, "NCHW", c.dl), blockKernel(w, c.kl)
 			X, W := placeholder("data", ir.Float32, xl.shape...), placeholder("weight", ir.Float32, wl.shape...)
 			out, err := Conv2D(X, W, Conv2DAttrs{Strides: c.stride, Padding: c.pad, Dilation: c.dil, Groups: c.groups,
 				DataLayout: c.dl, KernelLayout: c.kl, OutLayout: c.outLay})
@@ -257,6 +279,10 @@ func TestConv2D(t *testing.T) {
 		check.Error(t, err, "must be positive")
 		_, err = Conv2D(X, placeholder("weight", ir.Float32, 3, 3, 1), Conv2DAttrs{})
 		check.Error(t, err, "want 4 dimensions")
+		_, err = Conv2D(X, placeholder("weight", ir.Float32, 1, 3, 1, 1, 2), Conv2DAttrs{KernelLayout: "OHWI4o"})
+		check.Error(t, err, "kernel layout OHWI4o takes a weight of shape [.., 4]")
+		_, err = Conv2D(X, placeholder("weight", ir.Float32, 1, 3, 1, 1), Conv2DAttrs{KernelLayout: "OHWI4o"})
+		check.Error(t, err, "want 5 dimensions")
 	})
 }
 

@@ -33,7 +33,15 @@ const maxVectorBytes = 512
 // gather of computed indices, stays a serial loop (the C compiler may
 // still vectorize it). A vectorized loop whose extent is not a constant is
 // an error naming the loop.
+//
+// Indices that divide a loop variable (a blocked layout's x/b and x%b,
+// as a convolution's kernel in blocks of output channels has them) are
+// first simplified with the enclosing loops' ranges, so that inside a
+// block they become sums the loop variable enters with a stride of 1.
 func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
+	if divisionInVectorLoop(f.Body) {
+		f = f.WithBody(simplifyStmt(f.Body))
+	}
 	var err error
 	r := &ir.Rewriter{Stmt: func(s ir.Stmt) ir.Stmt {
 		fr, ok := s.(*ir.For)
@@ -68,6 +76,26 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// divisionInVectorLoop reports a vectorized loop whose body divides an
+// integer (floordiv or floormod).
+func divisionInVectorLoop(s ir.Stmt) bool {
+	found := false
+	ir.Visit(s, func(n ir.Node) bool {
+		fr, ok := n.(*ir.For)
+		if !ok || fr.Kind != ir.ForVectorized {
+			return !found
+		}
+		ir.Visit(fr.Body, func(m ir.Node) bool {
+			if b, ok := m.(*ir.Binary); ok && (b.Op == ir.OpFloorDiv || b.Op == ir.OpFloorMod) && b.A.DType().IsInt() {
+				found = true
+			}
+			return !found
+		})
+		return false
+	})
+	return found
 }
 
 // AttrVectorBytes is the function attribute (int64) giving the width in

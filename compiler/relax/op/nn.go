@@ -11,7 +11,9 @@ import (
 // (inference: the outputs are the result and the moving mean and
 // variance), conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d and
 // linear. Layouts are strings of dimension letters: data "NCHW" or
-// "NHWC", kernels "OIHW", "HWIO" or "OHWI".
+// "NHWC", kernels "OIHW", "HWIO" or "OHWI", optionally with a block of
+// output channels at the end ("OHWI32o": a kernel of shape [O/32, H, W,
+// I, 32], for one group only).
 
 func init() {
 	for _, n := range []string{"nn.softmax", "nn.log_softmax"} {
@@ -192,6 +194,33 @@ func padding4(c *ir.RCall) ([4]int64, error) {
 
 // layoutIndex returns the positions of letters in layout, which must hold
 // each exactly once and nothing else.
+// KernelBlock splits a kernel layout such as "OHWI32o" into its
+// dimension letters ("OHWI") and its block of output channels (32); a
+// layout without a block comes back whole with a block of 0.
+func KernelBlock(layout string) (letters string, block int64) {
+	n := len(layout)
+	if n < 2 || layout[n-1] != 'o' {
+		return layout, 0
+	}
+	i := n - 1
+	for i > 0 && layout[i-1] >= '0' && layout[i-1] <= '9' {
+		i--
+	}
+	if i == n-1 {
+		return layout, 0
+	}
+	for _, ch := range layout[i : n-1] {
+		block = block*10 + int64(ch-'0')
+		if block > 1<<20 {
+			return layout, 0
+		}
+	}
+	if block == 0 {
+		return layout, 0
+	}
+	return layout[:i], block
+}
+
 func layoutIndex(c *ir.RCall, layout, letters string) (map[byte]int, error) {
 	if len(layout) != len(letters) {
 		return nil, fmt.Errorf("%s: unsupported layout %q (want a permutation of %q)", name(c), layout, letters)
@@ -258,7 +287,8 @@ func inferConv2D(c *ir.RCall) (ir.StructInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	ki, err := layoutIndex(c, kl, "OIHW")
+	kletters, block := KernelBlock(kl)
+	ki, err := layoutIndex(c, kletters, "OIHW")
 	if err != nil {
 		return nil, err
 	}
@@ -268,9 +298,10 @@ func inferConv2D(c *ir.RCall) (ir.StructInfo, error) {
 	for _, t := range []struct {
 		what string
 		t    *ir.TensorStructInfo
-	}{{"data", x}, {"weight", w}} {
-		if t.t.NDim >= 0 && t.t.NDim != 4 {
-			return nil, fmt.Errorf("%s: %s has shape %s, want 4 dimensions", name(c), t.what, shapeStr(t.t))
+		ndim int
+	}{{"data", x, 4}, {"weight", w, 4 + min(int(block), 1)}} {
+		if t.t.NDim >= 0 && t.t.NDim != t.ndim {
+			return nil, fmt.Errorf("%s: %s has shape %s, want %d dimensions", name(c), t.what, shapeStr(t.t), t.ndim)
 		}
 	}
 	strides, err := pair(c, "strides")
@@ -296,6 +327,12 @@ func inferConv2D(c *ir.RCall) (ir.StructInfo, error) {
 		return ir.TensorNDim(dt, 4), nil
 	}
 	cin, kin, cout := x.Shape[di['C']], w.Shape[ki['I']], w.Shape[ki['O']]
+	if block > 0 {
+		if b, ok := ir.ConstDim(w.Shape[4]); !ok || b != block || groups != 1 {
+			return nil, fmt.Errorf("%s: kernel layout %s takes a weight of shape [.., %d] and one group, not %s and %d groups", name(c), kl, block, shapeStr(w), groups)
+		}
+		cout = dimMul(cout, i64(block))
+	}
 	if a, ok := ir.ConstDim(cin); ok {
 		if b, ok := ir.ConstDim(kin); ok && a != b*groups {
 			return nil, fmt.Errorf("%s: data of shape %s (layout %s) has %d channels, weight of shape %s (layout %s) takes %d × %d groups",

@@ -100,6 +100,8 @@ func TestInfer(t *testing.T) {
 			map[string]any{"data_layout": "NHWC", "kernel_layout": "HWIO", "groups": 2}, `R.Tensor((2, 14, 14, 8), dtype="float32")`, false},
 		{"conv2d channels", "relax.nn.conv2d", []ir.RExpr{f32(1, 3, 8, 8), f32(4, 4, 3, 3)}, nil,
 			"nn.conv2d: data of shape (1, 3, 8, 8) (layout NCHW) has 3 channels, weight of shape (4, 4, 3, 3) (layout OIHW) takes 4 × 1 groups", true},
+		{"conv2d blocked kernel", "relax.nn.conv2d", []ir.RExpr{f32(1, 3, 8, 8), f32(2, 3, 3, 3, 16)}, map[string]any{"kernel_layout": "OHWI16o", "padding": []any{1, 1}}, `R.Tensor((1, 32, 8, 8), dtype="float32")`, false},
+		{"conv2d blocked kernel block", "relax.nn.conv2d", []ir.RExpr{f32(1, 3, 8, 8), f32(2, 3, 3, 3, 8)}, map[string]any{"kernel_layout": "OHWI16o"}, "nn.conv2d: kernel layout OHWI16o takes a weight of shape [.., 16] and one group", true},
 		{"conv2d layout", "relax.nn.conv2d", []ir.RExpr{f32(1, 3, 8, 8), f32(4, 3, 3, 3)}, map[string]any{"data_layout": "NCWX"}, `nn.conv2d: unsupported layout "NCWX" (want a permutation of "NCHW")`, true},
 		{"max_pool2d", "relax.nn.max_pool2d", []ir.RExpr{f32(1, 4, 32, 32)}, map[string]any{"pool_size": []any{2, 2}, "strides": []any{2, 2}}, `R.Tensor((1, 4, 16, 16), dtype="float32")`, false},
 		{"avg_pool2d NHWC ceil", "relax.nn.avg_pool2d", []ir.RExpr{f32(1, 7, 7, 4)}, map[string]any{"pool_size": []any{2, 2}, "strides": []any{2, 2}, "layout": "NHWC", "ceil_mode": true}, `R.Tensor((1, 4, 4, 4), dtype="float32")`, false},

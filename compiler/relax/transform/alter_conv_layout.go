@@ -2,6 +2,7 @@ package transform
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/relax/op"
@@ -9,21 +10,30 @@ import (
 
 // AlterConvLayout gives every convolution of one group over NCHW data
 // with an OIHW kernel of static shape (R.nn.conv2d's defaults, what the
-// ONNX importer makes) its kernel in HWIO, output channels innermost:
+// ONNX importer makes) its kernel in blocks of output channels, each
+// block's weights contiguous with the channels innermost (TVM's
+// conv2d_NCHWc kernel layout with one input channel per block):
 //
-//	y = R.nn.conv2d(x, w)
+//	y = R.nn.conv2d(x, w)                  # w: [64, 32, 3, 3]
 //
 // becomes
 //
-//	w_hwio = R.permute_dims(w, axes=[2, 3, 1, 0])
-//	y = R.nn.conv2d(x, w_hwio, kernel_layout="HWIO", out_layout="NCHW")
+//	w_oblocks = R.reshape(w, [2, 32, 32, 3, 3])
+//	w_ohwi32o = R.permute_dims(w_oblocks, axes=[0, 3, 4, 2, 1])
+//	y = R.nn.conv2d(x, w_ohwi32o, kernel_layout="OHWI32o", out_layout="NCHW")
 //
-// The result is unchanged; LegalizeOps then computes the sums with the
-// output channels contiguous (topi.Conv2D's conv2d_hwio stage), which
-// the default CPU schedule (compiler/schedule/auto) keeps in vector
-// registers. When the kernel is a weight, LiftTransformParams moves the
-// permutation out of the per-call path (FoldConstant folds it when the
-// kernel is a constant), so the kernel is repacked once, not per call.
+// with blocks of 32 channels where they divide the output channels, else
+// 16, else 8; other channel counts take the kernel in HWIO (one
+// permute_dims, kernel_layout="HWIO"). The result is unchanged;
+// LegalizeOps then computes the sums with the output channels contiguous
+// (topi.Conv2D's conv2d_hwio stage), which the default CPU schedule
+// (compiler/schedule/auto) keeps in vector registers, reading a block's
+// weights in order (in HWIO, the weights of a block of channels are
+// rows of a power-of-two stride apart for 256 or 512 channels, which
+// share cache sets). When the kernel is a weight, LiftTransformParams
+// moves the repacking out of the per-call path (FoldConstant folds it
+// when the kernel is a constant), so the kernel is repacked once, not
+// per call.
 // Pointwise convolutions whose rows vectorize (a multiple of 8 wide,
 // stride 1) are left in OIHW: the CPU schedule vectorizes those along
 // the rows.
@@ -46,24 +56,22 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 			if !ok || !convToAlter(call) {
 				return []ir.Binding{b}
 			}
-			perm, e := op.Call("relax.permute_dims", []ir.RExpr{call.Args[1]}, map[string]any{"axes": []any{int64(2), int64(3), int64(1), int64(0)}})
+			bs, layout, e := convKernel(vb.Var, call.Args[1])
 			if e != nil {
-				err = fmt.Errorf("conv2d %s: permute its kernel: %w", vb.Var.Name, e)
+				err = fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
 				return []ir.Binding{b}
 			}
-			w := ir.NewRVar(vb.Var.Name+"_hwio", perm.Info)
-			w.Dataflow = vb.Var.Dataflow
 			attrs := make(map[string]any, len(call.Attrs))
 			for k, v := range call.Attrs {
 				attrs[k] = v
 			}
-			attrs["kernel_layout"], attrs["out_layout"] = "HWIO", "NCHW"
-			conv, e := op.Call("relax.nn.conv2d", []ir.RExpr{call.Args[0], w}, attrs)
+			attrs["kernel_layout"], attrs["out_layout"] = layout, "NCHW"
+			conv, e := op.Call("relax.nn.conv2d", []ir.RExpr{call.Args[0], bs[len(bs)-1].(*ir.VarBinding).Var}, attrs)
 			if e != nil {
-				err = fmt.Errorf("conv2d %s: kernel in HWIO: %w", vb.Var.Name, e)
+				err = fmt.Errorf("conv2d %s: kernel in %s: %w", vb.Var.Name, layout, e)
 				return []ir.Binding{b}
 			}
-			return []ir.Binding{&ir.VarBinding{Var: w, Value: perm}, &ir.VarBinding{Var: vb.Var, Value: conv}}
+			return append(bs, &ir.VarBinding{Var: vb.Var, Value: conv})
 		}
 		g := m.RewriteFunc(fn)
 		if err != nil {
@@ -74,6 +82,57 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 		}
 	}
 	return out, nil
+}
+
+// convKernel returns the bindings that repack kernel w (OIHW, of
+// constant shape) for convolution y, the last one binding the repacked
+// kernel, and its layout.
+func convKernel(y *ir.RVar, w ir.RExpr) ([]ir.Binding, string, error) {
+	var bs []ir.Binding
+	bind := func(suffix string, value *ir.RCall) *ir.RVar {
+		v := ir.NewRVar(y.Name+suffix, value.Info)
+		v.Dataflow = y.Dataflow
+		bs = append(bs, &ir.VarBinding{Var: v, Value: value})
+		return v
+	}
+	info := ir.StructInfoOf(w).(*ir.TensorStructInfo)
+	dims := make([]int64, 4)
+	for i, d := range info.Shape {
+		dims[i], _ = ir.ConstDim(d)
+	}
+	block := outputBlock(dims[0])
+	if block == 0 {
+		perm, err := op.Call("relax.permute_dims", []ir.RExpr{w}, map[string]any{"axes": []any{int64(2), int64(3), int64(1), int64(0)}})
+		if err != nil {
+			return nil, "", err
+		}
+		bind("_hwio", perm)
+		return bs, "HWIO", nil
+	}
+	split, err := op.Call("relax.reshape", []ir.RExpr{w, &ir.ShapeExpr{Values: ir.Dims(dims[0]/block, block, dims[1], dims[2], dims[3])}}, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	layout := fmt.Sprintf("OHWI%do", block)
+	perm, err := op.Call("relax.permute_dims", []ir.RExpr{bind("_oblocks", split)}, map[string]any{"axes": []any{int64(0), int64(3), int64(4), int64(2), int64(1)}})
+	if err != nil {
+		return nil, "", err
+	}
+	bind("_"+strings.ToLower(layout), perm)
+	return bs, layout, nil
+}
+
+// outputBlock is the block of output channels of a repacked kernel: 32,
+// 16 or 8, the first that divides o, else 0 (HWIO). A block of 32 is two
+// AVX-512 vectors of channels, what the CPU schedule's register tile
+// takes at most along the channels with 7 or more output positions.
+func outputBlock(o int64) int64 {
+	for _, b := range []int64{32, 16, 8} {
+		if o%b == 0 {
+			return b
+		}
+	}
+	return 0
 }
 
 // convToAlter reports whether call is an R.nn.conv2d that AlterConvLayout

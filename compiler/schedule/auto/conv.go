@@ -14,6 +14,10 @@ import (
 //
 // or any block of that form: spatial iteration variables, the last (f)
 // indexing C and B last and A not at all, then one or more reductions.
+// The kernel may also come in blocks of output channels (kernel layout
+// "OHWI32o", AlterConvLayout's choice): W[f/b, ry, rx, c, f%b], so that
+// the weights of a block of b channels lie one after the other and are
+// read in order; the tile then covers a block (or a part of one).
 // A tile of xi positions of the next-to-last spatial variable (x) × vecs
 // vectors of f stays in vector registers over the whole reduction: each
 // step loads vecs vectors of W, broadcasts xi elements of A and does
@@ -40,6 +44,10 @@ type convBlock struct {
 	// channel) that B uses and A does not, whose tile rows share A's
 	// loads; -1 when there is none (depthwise).
 	rows int
+	// fblock, for the channel-vectorized schedule, is the block of
+	// output channels of a blocked kernel (B[.., f/fblock, .., f%fblock]);
+	// 0 when B takes f as it is.
+	fblock int64
 }
 
 // findConvs lists the unscheduled blocks of f of the convolution form.
@@ -47,10 +55,52 @@ func findConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchConv) }
 
 func matchConv(br *ir.BlockRealize) (convBlock, bool) {
 	c, f, a, w, ok := lastAxisMAC(br, 1)
-	if !ok || usesVar(a, f) || !onlyLastUses(w.Indices, f) || !isVar(w.Indices[len(w.Indices)-1], f) {
+	if !ok || usesVar(a, f) {
+		return convBlock{}, false
+	}
+	if b, ok := channelBlock(w.Indices, f); ok {
+		if c.spatial[len(c.spatial)-1]%b != 0 {
+			return convBlock{}, false
+		}
+		c.fblock = b
+		return c, true
+	}
+	if !onlyLastUses(w.Indices, f) || !isVar(w.Indices[len(w.Indices)-1], f) {
 		return convBlock{}, false
 	}
 	return c, true
+}
+
+// channelBlock reports indices that take f in blocks of b: the last is
+// f % b, one other f / b, and no other uses f.
+func channelBlock(idx []ir.Expr, f *ir.Var) (b int64, ok bool) {
+	of := func(e ir.Expr, op ir.BinaryOp) int64 {
+		d, ok := e.(*ir.Binary)
+		if !ok || d.Op != op || !isVar(d.A, f) {
+			return 0
+		}
+		c, ok := d.B.(*ir.IntImm)
+		if !ok || c.Value < 1 {
+			return 0
+		}
+		return c.Value
+	}
+	if len(idx) < 2 {
+		return 0, false
+	}
+	if b = of(idx[len(idx)-1], ir.OpFloorMod); b == 0 {
+		return 0, false
+	}
+	divs := 0
+	for _, ix := range idx[:len(idx)-1] {
+		switch {
+		case of(ix, ir.OpFloorDiv) == b:
+			divs++
+		case usesVar(ix, f):
+			return 0, false
+		}
+	}
+	return b, divs == 1
 }
 
 // lastAxisMAC matches an unscheduled block C[.., v] = C[.., v] + A * B
@@ -229,6 +279,9 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 		limit /= 2
 	}
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
+	if c.fblock > 0 {
+		F = c.fblock
+	}
 	lanes, vecs, xi, ok := convTile(X, F, maxLanes, limit)
 	if !ok {
 		return fmt.Errorf("block %q: %d channels take no vector tile", c.name, F)
@@ -237,17 +290,24 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if err != nil {
 		return err
 	}
-	fs, err := s.Split(loops[ns-1], -1, vecs, lanes)
+	factors := []int64{-1, vecs, lanes}
+	if c.fblock > 0 {
+		// The tile stays within a block: f's outer loops are the blocks
+		// and the tiles of a block.
+		factors = []int64{-1, c.fblock / (vecs * lanes), vecs, lanes}
+	}
+	fs, err := s.Split(loops[ns-1], factors...)
 	if err != nil {
 		return err
 	}
 	// Outer loops: the spatial ones before x, f's blocks first (a block
 	// of W stays in cache while the positions stream by), then x's.
-	outer := append([]schedule.LoopRV{fs[0]}, loops[:ns-2]...)
+	nf := len(fs) - 2
+	outer := append(append([]schedule.LoopRV{}, fs[:nf]...), loops[:ns-2]...)
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
 	red := append(append([]schedule.LoopRV{}, loops[ns+1:]...), loops[ns])
 	order = append(order, red...)
-	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[1], fs[2]}, lanes, epilogue); err != nil {
+	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}, lanes, epilogue); err != nil {
 		return err
 	}
 	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce) >= opts.ParallelFlops {

@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ type convCase struct {
 	stride, pad       int64
 	groups            int64
 	oihw              bool   // the kernel in OIHW (depthwise, grouped)
+	block             int64  // the kernel in OHWI with blocks of this many output channels
 	epilogue          string // "", "bias_relu", "residual", "relu6", "mean"
 	int32             bool   // te.Shape's int32 dimensions
 	opts              Options
@@ -39,6 +41,9 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 	kl := "HWIO"
 	if cc.oihw {
 		w, kl = te.Placeholder(dims(cc.f, cc.c/g, cc.kh, cc.kw), ir.Float32, "w"), "OIHW"
+	}
+	if cc.block > 0 {
+		w, kl = te.Placeholder(dims(cc.f/cc.block, cc.kh, cc.kw, cc.c, cc.block), ir.Float32, "w"), fmt.Sprintf("OHWI%do", cc.block)
 	}
 	args := []*te.Tensor{x, w}
 	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{
@@ -86,6 +91,11 @@ func convCases() []convCase {
 		{name: "avx2", n: 1, c: 4, h: 8, w: 12, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		{name: "parallel", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "parallel_int32", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, int32: true, opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "blocks_of_32", n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "blocks_of_32_residual", n: 1, c: 5, h: 6, w: 14, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
+		{name: "blocks_of_8_1x1", n: 1, c: 16, h: 5, w: 13, f: 40, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "relu6", scheduled: true, inTile: true},
+		{name: "blocks_of_64_in_tiles", n: 1, c: 4, h: 4, w: 7, f: 128, kh: 3, kw: 3, stride: 1, pad: 1, block: 64, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "blocks_avx2", n: 1, c: 4, h: 5, w: 6, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
 		{name: "6_channels", n: 1, c: 4, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
 		// No epilogue: the generic rule would inline one (not a convolution schedule).

@@ -1,9 +1,11 @@
 # AlterConvLayout: the convolution of one group (w, a weight: num_input = 1)
-# takes its kernel in HWIO through a permute_dims, which O2 lifts out of
-# the per-call path; its bias and relu fuse after it. The grouped
-# convolution keeps its OIHW kernel, and so does rows' pointwise
-# convolution, whose 16-wide rows of stride 1 the CPU schedule vectorizes
-# as they are; rows3x3's convolution, as wide but 3×3, takes HWIO.
+# takes its kernel in blocks of 16 output channels (OHWI16o) through a
+# reshape and a permute_dims, which O2 lifts out of the per-call path;
+# its bias and relu fuse after it. The grouped convolution keeps its OIHW
+# kernel, and so does rows' pointwise convolution, whose 16-wide rows of
+# stride 1 the CPU schedule vectorizes as they are; rows3x3's
+# convolution, as wide but 3×3, takes blocks of 8 channels; hwio's 12
+# output channels take no block of 8 or more, so its kernel goes to HWIO.
 # from tvm.script import ir as I
 # from tvm.script import relax as R
 @I.ir_module
@@ -30,5 +32,12 @@ class Module:
     def rows3x3(x: R.Tensor((1, 4, 3, 16), dtype="float32"), w: R.Tensor((8, 4, 3, 3), dtype="float32")) -> R.Tensor((1, 8, 3, 16), dtype="float32"):
         with R.dataflow():
             gv: R.Tensor((1, 8, 3, 16), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
+            R.output(gv)
+        return gv
+
+    @R.function
+    def hwio(x: R.Tensor((1, 4, 5, 5), dtype="float32"), w: R.Tensor((12, 4, 3, 3), dtype="float32")) -> R.Tensor((1, 12, 3, 3), dtype="float32"):
+        with R.dataflow():
+            gv: R.Tensor((1, 12, 3, 3), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
             R.output(gv)
         return gv
