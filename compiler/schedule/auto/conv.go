@@ -219,6 +219,11 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 			best, vecs, xi = p, v, x
 		}
 	}
+	// A prime row (13 wide) leaves one vector of channels: two make it
+	// 26 accumulators, beyond limit but within the register file.
+	if vecs == 1 && xi == X && (F/lanes)%2 == 0 && 2*X <= limit+limit/6 {
+		vecs = 2
+	}
 	return lanes, vecs, xi, best > 0
 }
 

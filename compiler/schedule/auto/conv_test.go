@@ -95,6 +95,7 @@ func convCases() []convCase {
 		{name: "blocks_of_32_residual", n: 1, c: 5, h: 6, w: 14, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "blocks_of_8_1x1", n: 1, c: 16, h: 5, w: 13, f: 40, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "relu6", scheduled: true, inTile: true},
 		{name: "blocks_of_64_in_tiles", n: 1, c: 4, h: 4, w: 7, f: 128, kh: 3, kw: 3, stride: 1, pad: 1, block: 64, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "blocks_prime_row", n: 1, c: 4, h: 3, w: 13, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "blocks_avx2", n: 1, c: 4, h: 5, w: 6, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
 		{name: "6_channels", n: 1, c: 4, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
@@ -181,4 +182,29 @@ func TestConvCompiled(t *testing.T) {
 		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
 	}
 	checkCompiled(t, src, funcs)
+}
+
+func TestConvTile(t *testing.T) {
+	cases := []struct {
+		x, f, maxLanes, limit int64
+		lanes, vecs, xi       int64
+	}{
+		// resnet18's rows in blocks of 32 channels.
+		{56, 32, 16, 24, 16, 2, 8},
+		{28, 32, 16, 24, 16, 2, 7},
+		{7, 32, 16, 24, 16, 2, 7},
+		// squeezenet1_1's prime rows: two vectors of 13 positions.
+		{13, 32, 16, 24, 16, 2, 13},
+		{13, 16, 16, 24, 16, 1, 13},
+		{13, 8, 16, 24, 8, 1, 13},
+		// With 16 registers (limit 12) 13 positions do not fit: one
+		// position × four vectors.
+		{13, 32, 8, 12, 8, 4, 1},
+		{55, 32, 16, 24, 16, 2, 11},
+	}
+	for _, c := range cases {
+		lanes, vecs, xi, ok := convTile(c.x, c.f, c.maxLanes, c.limit)
+		check.True(t, ok, c.x, c.f)
+		check.Equal(t, [3]int64{lanes, vecs, xi}, [3]int64{c.lanes, c.vecs, c.xi}, c.x, "×", c.f)
+	}
 }
