@@ -85,7 +85,7 @@ const (
 var (
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	archRE  = regexp.MustCompile(`^sm_[0-9]{2,3}$`)
-	dtypeRE = regexp.MustCompile(`^(bool|u?int(8|16|32|64)|float(16|32|64)|bfloat16)$`)
+	dtypeRE = regexp.MustCompile(`^(bool|u?int(8|16|32|64)|float(16|32|64)|bfloat16|float8_e4m3|float8_e5m2)$`)
 )
 
 // maxLaunchDim bounds a recorded launch dimension (CUDA's grid x limit).

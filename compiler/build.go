@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,6 +262,9 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	} else {
+		if err := refuseFloat8(mod, target); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
 		vb := target.VectorBytes()
 		for name, f := range mod.PrimFuncs() {
 			if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
@@ -329,6 +333,56 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 
 // onlyPrimFuncs drops graph-level functions, which the C generator does
 // not print.
+// refuseFloat8 refuses the 8-bit float dtypes on a CPU target, naming the
+// function and the buffer (or expression) that has one: they exist on
+// CUDA GPUs of sm_89 and newer only.
+func refuseFloat8(mod *ir.IRModule, target Target) error {
+	names := make([]string, 0)
+	for name := range mod.PrimFuncs() {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f := mod.PrimFunc(name)
+		var err error
+		fail := func(what string, t ir.DType) {
+			if err == nil {
+				err = fmt.Errorf("function %q: %s: %s is not supported on %s (8-bit floats need a CUDA target of sm_89 or newer)", name, what, t.Scalar(), target.Kind)
+			}
+		}
+		for _, p := range f.Params {
+			if b, ok := f.BufferMap[p]; ok && b.DType.IsFloat8() {
+				fail(fmt.Sprintf("buffer %q", b.Name), b.DType)
+			} else if !ok && p.Type.IsFloat8() {
+				fail(fmt.Sprintf("parameter %q", p.Name), p.Type)
+			}
+		}
+		ir.Visit(f.Body, func(n ir.Node) bool {
+			switch n := n.(type) {
+			case *ir.Allocate:
+				if n.Buffer.DType.IsFloat8() {
+					fail(fmt.Sprintf("buffer %q", n.Buffer.Name), n.Buffer.DType)
+				}
+			case *ir.Block:
+				for _, b := range n.AllocBuffers {
+					if b.DType.IsFloat8() {
+						fail(fmt.Sprintf("buffer %q", b.Name), b.DType)
+					}
+				}
+			case ir.Expr:
+				if n.DType().IsFloat8() {
+					fail(n.String(), n.DType())
+				}
+			}
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func onlyPrimFuncs(m *ir.IRModule) *ir.IRModule {
 	out := ir.NewIRModule()
 	for name, f := range m.PrimFuncs() {

@@ -18,6 +18,14 @@ const (
 	Handle Code = 3
 	BFloat Code = 4
 	Bool   Code = 6
+	// Float8E4M3 is an 8-bit float of 4 exponent and 3 mantissa bits,
+	// finite only (no infinities; NaN is all ones), largest 448: OCP's
+	// E4M3, CUDA's __nv_fp8_e4m3, DLPack's kDLFloat8_e4m3fn.
+	Float8E4M3 Code = 10
+	// Float8E5M2 is an 8-bit float of 5 exponent and 2 mantissa bits with
+	// IEEE infinities and NaNs, largest finite 57344: CUDA's
+	// __nv_fp8_e5m2, DLPack's kDLFloat8_e5m2.
+	Float8E5M2 Code = 12
 )
 
 // DType is an element type: a code, a width in bits and a vector lane count.
@@ -43,14 +51,25 @@ var (
 	BFloat16 = DType{BFloat, 16, 1}
 	Float32  = DType{Float, 32, 1}
 	Float64  = DType{Float, 64, 1}
+	// Float8_E4M3 and Float8_E5M2 are "float8_e4m3" and "float8_e5m2".
+	Float8_E4M3 = DType{Float8E4M3, 8, 1}
+	Float8_E5M2 = DType{Float8E5M2, 8, 1}
 )
 
 // ErrBadDType reports a dtype string that does not parse.
 var ErrBadDType = errors.New("unknown dtype")
 
+// float8Names are the names of the 8-bit float dtypes (TVM's e4m3fn
+// spelling too).
+var float8Names = map[string]Code{"float8_e4m3": Float8E4M3, "float8_e4m3fn": Float8E4M3, "float8_e5m2": Float8E5M2}
+
 // ParseDType parses "float32", "int8", "bool", "bfloat16", "float32x4",
-// "uint1"… A lane suffix "xN" makes a vector type.
+// "uint1", "float8_e4m3", "float8_e5m2"… A lane suffix "xN" makes a
+// vector type.
 func ParseDType(s string) (DType, error) {
+	if c, ok := float8Names[s]; ok {
+		return DType{c, 8, 1}, nil
+	}
 	base, lanes := s, uint16(1)
 	if i := strings.LastIndexByte(s, 'x'); i > 0 {
 		n, err := strconv.ParseUint(s[i+1:], 10, 16)
@@ -58,6 +77,9 @@ func ParseDType(s string) (DType, error) {
 			return DType{}, fmt.Errorf("%w %q: bad lane count %q", ErrBadDType, s, s[i+1:])
 		}
 		base, lanes = s[:i], uint16(n)
+	}
+	if c, ok := float8Names[base]; ok {
+		return DType{c, 8, lanes}, nil
 	}
 	if base == "bool" {
 		return DType{Bool, 8, lanes}, nil
@@ -106,6 +128,8 @@ func (d DType) valid() bool {
 		return d.Bits == 16 || d.Bits == 32 || d.Bits == 64
 	case BFloat:
 		return d.Bits == 16
+	case Float8E4M3, Float8E5M2:
+		return d.Bits == 8
 	case Bool:
 		return d.Bits == 8
 	case Handle:
@@ -126,6 +150,10 @@ func (d DType) String() string {
 		s = "float" + strconv.Itoa(int(d.Bits))
 	case BFloat:
 		s = "bfloat" + strconv.Itoa(int(d.Bits))
+	case Float8E4M3:
+		s = "float8_e4m3"
+	case Float8E5M2:
+		s = "float8_e5m2"
 	case Bool:
 		s = "bool"
 	case Handle:
@@ -150,8 +178,11 @@ func (d DType) Size() int {
 	return (int(d.Bits)*int(d.Lanes) + 7) / 8
 }
 
-// IsFloat reports float and bfloat types.
-func (d DType) IsFloat() bool { return d.Code == Float || d.Code == BFloat }
+// IsFloat reports float, bfloat and 8-bit float types.
+func (d DType) IsFloat() bool { return d.Code == Float || d.Code == BFloat || d.IsFloat8() }
+
+// IsFloat8 reports the 8-bit float types (float8_e4m3, float8_e5m2).
+func (d DType) IsFloat8() bool { return d.Code == Float8E4M3 || d.Code == Float8E5M2 }
 
 // IsInt reports signed and unsigned integer types (not bool).
 func (d DType) IsInt() bool { return d.Code == Int || d.Code == UInt }

@@ -469,6 +469,8 @@ func (m *machine) store(b *ir.Buffer, indices []int64, v Value) error {
 
 func readLane(t ir.DType, b []byte) uint64 {
 	switch {
+	case t.IsFloat8():
+		return math.Float64bits(ndarray.Float8Value(t.Code, b[0]))
 	case t.Code == ndarray.BFloat:
 		return math.Float64bits(float64(bfloat16ToFloat32(binary.LittleEndian.Uint16(b))))
 	case t.Code == ndarray.Float && t.Bits == 16:
@@ -494,6 +496,9 @@ func readLane(t ir.DType, b []byte) uint64 {
 
 func writeLane(t ir.DType, b []byte, v uint64) {
 	switch {
+	case t.IsFloat8():
+		b[0] = ndarray.Float8Bits(t.Code, math.Float64frombits(v))
+		return
 	case t.Code == ndarray.BFloat:
 		binary.LittleEndian.PutUint16(b, float32ToBfloat16(float32(math.Float64frombits(v))))
 		return

@@ -230,6 +230,8 @@ func wrap(t ir.DType, v int64) int64 {
 // roundFloat rounds f to the precision of float type t.
 func roundFloat(t ir.DType, f float64) float64 {
 	switch {
+	case t.IsFloat8():
+		return ndarray.Float8Value(t.Code, ndarray.Float8Bits(t.Code, f))
 	case t.Code == ndarray.BFloat:
 		return float64(bfloat16ToFloat32(float32ToBfloat16(float32(f))))
 	case t.Bits == 16:

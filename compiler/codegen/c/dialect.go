@@ -5,6 +5,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // Dialect is what differs between the C-like languages the Renderer
@@ -48,6 +49,19 @@ type Dialect struct {
 	// with float's arithmetic rounded to bfloat16 after each operation;
 	// otherwise bfloat16 has no type (C).
 	BFloat16 bool
+	// Float8 says the dialect's prelude defines the 8-bit float types
+	// (see Float8Type), storage types converted through float; otherwise
+	// they have no type (C).
+	Float8 bool
+}
+
+// Float8Type is the type of 8-bit float dtype t in a dialect with Float8:
+// kiln_fp8_e4m3 or kiln_fp8_e5m2.
+func Float8Type(t ir.DType) string {
+	if t.Code == ndarray.Float8E5M2 {
+		return "kiln_fp8_e5m2"
+	}
+	return "kiln_fp8_e4m3"
 }
 
 // bfloat16Type is the type of bfloat16 values in a dialect with BFloat16.

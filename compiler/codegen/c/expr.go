@@ -113,6 +113,8 @@ func floatLiteral(t ir.DType, v float64) string {
 		}
 	}
 	switch t.Bits {
+	case 8:
+		return "((" + Float8Type(t) + ")" + s + ")"
 	case 32:
 		if strings.Contains(s, "NAN") || strings.Contains(s, "INFINITY") {
 			return "((float)" + s + ")"

@@ -207,6 +207,10 @@ func (r *Renderer) Type(t ir.DType) string {
 		case 64:
 			return "double"
 		}
+	case ndarray.Float8E4M3, ndarray.Float8E5M2:
+		if r.d.Float8 {
+			return Float8Type(t)
+		}
 	case ndarray.Bool:
 		return "bool"
 	case ndarray.Handle:
@@ -223,7 +227,7 @@ func (r *Renderer) useVector(t ir.DType) {
 		return
 	}
 	s := t.Scalar()
-	if !(s.IsFloat() || s.IsInt()) || (s.Code == ndarray.BFloat && !r.d.BFloat16) || t.Lanes&(t.Lanes-1) != 0 {
+	if !(s.IsFloat() || s.IsInt()) || (s.Code == ndarray.BFloat && !r.d.BFloat16) || (s.IsFloat8() && !r.d.Float8) || t.Lanes&(t.Lanes-1) != 0 {
 		r.fail("no C vector type for %s", t)
 		return
 	}

@@ -29,6 +29,7 @@ func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 		Return:     "return;",
 		VectorDecl: vectorDecl,
 		BFloat16:   true,
+		Float8:     true,
 	}
 }
 
@@ -113,6 +114,84 @@ func dynShared(r *c.Renderer, b *ir.Buffer, dyn map[*ir.Var]int64) (string, bool
 	t := r.Type(b.DType)
 	return fmt.Sprintf("KILN_DYN_SHARED(%s_dyn, %d); %s* %s = (%s*)(%s_dyn + %d);", name, off+n*int64(b.DType.Size()), t, name, t, name, off), true, nil
 }
+
+// float8Prelude defines the 8-bit float types of kernels that use them
+// (sm_89 and newer): kiln_fp8_e4m3 and kiln_fp8_e5m2 (the layouts of
+// CUDA's __nv_fp8_e4m3 and __nv_fp8_e5m2, whose cuda_fp8.h NVRTC does not
+// have here), storage types converted to float exactly and from float
+// rounding to nearest even and saturating to the largest finite value (NaN
+// stays NaN). On sm_90 the conversions are PTX's cvt.rn.satfinite (which
+// NVRTC 11.8's ptxas takes for sm_90 only); elsewhere, and in the host
+// emulation harness, float bit arithmetic computing the same.
+const float8Prelude = `// 8-bit floats: storage types converted through float. kiln_f2fp8 rounds
+// |f| to a multiple of the format's quantum at its exponent (nearest even,
+// by adding and removing 2^23), saturating; kiln_fp82f decodes exactly.
+static __device__ __forceinline__ float kiln_pow2(int n) {
+  kiln_f32_bits x;
+  x.u = (unsigned int)(n + 127) << 23;
+  return x.f;
+}
+static __device__ __forceinline__ unsigned char kiln_f2fp8(float f, int man, int bias, float maxv) {
+  kiln_f32_bits x;
+  x.f = f;
+  const unsigned char sign = (unsigned char)((x.u >> 24) & 0x80u);
+  x.u &= 0x7fffffffu;
+  if (x.u > 0x7f800000u) return sign | 0x7f;
+  if (x.u == 0) return sign;
+  if (x.f > maxv) x.f = maxv;
+  const int min_exp = 1 - bias;
+  int e = (int)(x.u >> 23) - 127;
+  if (e < min_exp) e = min_exp;
+  volatile float scaled = x.f * kiln_pow2(man - e);
+  float v = ((scaled + 8388608.0f) - 8388608.0f) * kiln_pow2(e - man);
+  if (v > maxv) v = maxv;
+  if (v == 0.0f) return sign;
+  if (v < kiln_pow2(min_exp)) return sign | (unsigned char)(v * kiln_pow2(man - min_exp));
+  x.f = v;
+  e = (int)(x.u >> 23) - 127;
+  return sign | (unsigned char)((e + bias) << man) | (unsigned char)((int)(v * kiln_pow2(man - e)) - (1 << man));
+}
+static __device__ __forceinline__ float kiln_fp82f(unsigned char b, int man, int bias, bool inf) {
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  const int exp = (b & 0x7f) >> man, mant = b & ((1 << man) - 1), ones = (1 << (7 - man)) - 1;
+  kiln_f32_bits special;
+  special.u = 0x7fc00000u;
+  if (inf && exp == ones && mant == 0) special.u = 0x7f800000u;
+  if (exp == ones && (inf || mant == (1 << man) - 1)) return sign * special.f;
+  if (exp == 0) return sign * (float)mant * kiln_pow2(1 - bias - man);
+  return sign * (float)(mant + (1 << man)) * kiln_pow2(exp - bias - man);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_FP8_CVT(N, P, MAN, BIAS, MAX, INF) \
+static __device__ __forceinline__ unsigned char kiln_f2##N(float f) { \
+  unsigned short r; \
+  asm("cvt.rn.satfinite." P "x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f)); \
+  return (unsigned char)r; \
+} \
+static __device__ __forceinline__ float kiln_##N##2f(unsigned char b) { \
+  unsigned int h; \
+  asm("cvt.rn.f16x2." P "x2 %0, %1;" : "=r"(h) : "h"((unsigned short)b)); \
+  return kiln_h2f((unsigned short)h); \
+}
+#else
+#define KILN_FP8_CVT(N, P, MAN, BIAS, MAX, INF) \
+static __device__ __forceinline__ unsigned char kiln_f2##N(float f) { return kiln_f2fp8(f, MAN, BIAS, MAX); } \
+static __device__ __forceinline__ float kiln_##N##2f(unsigned char b) { return kiln_fp82f(b, MAN, BIAS, INF); }
+#endif
+KILN_FP8_CVT(e4m3, "e4m3", 3, 7, 448.0f, false)
+KILN_FP8_CVT(e5m2, "e5m2", 2, 15, 57344.0f, true)
+#define KILN_FP8(T, F2X, X2F) \
+struct T { \
+  unsigned char bits; \
+  __device__ __forceinline__ T() {} \
+  __device__ __forceinline__ T(float f) : bits(F2X(f)) {} \
+  __device__ __forceinline__ T(double f) : bits(F2X((float)f)) {} \
+  __device__ __forceinline__ T(int i) : bits(F2X((float)i)) {} \
+  __device__ __forceinline__ operator float() const { return X2F(bits); } \
+};
+KILN_FP8(kiln_fp8_e4m3, kiln_f2e4m3, kiln_e4m32f)
+KILN_FP8(kiln_fp8_e5m2, kiln_f2e5m2, kiln_e5m22f)
+`
 
 // prelude defines what generated kernels use: NVRTC has no standard
 // headers, so the fixed-width integer types are defined here under NVRTC

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
@@ -76,7 +77,8 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 				}
 				half := b.DType.String() == "float16"
 				bf16 := b.DType.String() == "bfloat16"
-				check.True(t, half || bf16 || b.DType.String() == "float32", "buffer", b.Name, "of", b.DType)
+				fp8 := b.DType.IsFloat8()
+				check.True(t, half || bf16 || fp8 || b.DType.String() == "float32", "buffer", b.Name, "of", b.DType)
 				shape := ndarray.Shape{}
 				for _, s := range b.Shape {
 					v, ok := ir.IsConstInt(s)
@@ -107,6 +109,14 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 						binary.LittleEndian.PutUint16(raw[2*j:], uint16(math.Float32bits(data[j])>>16))
 					}
 					dt, ctype = ndarray.BFloat16, "kiln_bf16"
+				}
+				if fp8 {
+					// Any of their 8-bit values but NaNs and infinities.
+					raw = make([]byte, len(data))
+					for j := range data {
+						raw[j] = ndarray.Float8Bits(b.DType.Code, float64(data[j])*100)
+					}
+					dt, ctype = b.DType, c.Float8Type(b.DType)
 				}
 				check.NoError(t, os.WriteFile(file, raw, 0o644))
 				a, err := ndarray.FromBytes(raw, shape, dt, devices.CPUDevice)
@@ -163,6 +173,8 @@ int main(int argc, char** argv) {
 					want, got = halfFloats(wantRaw), halfFloats(raw)
 				case ndarray.BFloat16:
 					want, got = bf16Floats(wantRaw), bf16Floats(raw)
+				case ndarray.Float8_E4M3, ndarray.Float8_E5M2:
+					want, got = float8Floats(a.DType().Code, wantRaw), float8Floats(a.DType().Code, raw)
 				}
 				check.Equal(t, len(got), len(want), "buffer", i)
 				for j := range want {
@@ -225,6 +237,15 @@ func halfFloats(b []byte) []float32 {
 		default:
 			out[i] = sign * float32(math.Ldexp(1024+man, exp-25))
 		}
+	}
+	return out
+}
+
+// float8Floats decodes 8-bit float values of code c.
+func float8Floats(c ndarray.Code, b []byte) []float32 {
+	out := make([]float32, len(b))
+	for i, x := range b {
+		out[i] = float32(ndarray.Float8Value(c, x))
 	}
 	return out
 }
