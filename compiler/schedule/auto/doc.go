@@ -21,10 +21,10 @@
 //     registers before anything is written. Depthwise and grouped
 //     convolutions (and any convolution whose kernel is not in HWIO) with
 //     rows of stride 1 get a run of outputs along the row in vector
-//     registers instead (depthwise.go). Depthwise convolutions whose rows
-//     no native vector divides, or of stride 2, are rewritten into loops
-//     of their own: a padded plane per channel, and tiles of rows in
-//     whole vectors, the extra lanes dropped (depthwise_plane.go).
+//     registers instead (depthwise.go). Depthwise convolutions (any row
+//     width, stride 1 or 2) are rewritten into loops of their own: a
+//     padded plane per channel, and tiles of rows in whole vectors, the
+//     extra lanes dropped (depthwise_plane.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
 //     loop of each elementwise block vectorized, row reductions (softmax's
