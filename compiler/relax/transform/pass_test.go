@@ -142,3 +142,31 @@ func TestPipelinesAndErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestAlterConvLayoutPaddedChannels checks what a convolution whose
+// kernel AlterConvLayout pads with zero channels (260 to 288) and whose
+// result it slices back computes, through O2, against the legalized
+// input; with a weight (num_input = 1) its bias and relu fuse after it.
+func TestAlterConvLayoutPaddedChannels(t *testing.T) {
+	in, err := script.Parse("padded.py", `# from tvm.script import ir as I
+# from tvm.script import relax as R
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((1, 4, 3, 5), dtype="float32"), w: R.Tensor((260, 4, 3, 3), dtype="float32"), b: R.Tensor((1, 260, 1, 1), dtype="float32")) -> R.Tensor((1, 260, 3, 5), dtype="float32"):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            c: R.Tensor((1, 260, 3, 5), dtype="float32") = R.nn.conv2d(x, w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
+            cb: R.Tensor((1, 260, 3, 5), dtype="float32") = R.add(c, b)
+            gv: R.Tensor((1, 260, 3, 5), dtype="float32") = R.nn.relu(cb)
+            R.output(gv)
+        return gv
+`)
+	check.NoError(t, err)
+	out := runVerified(t, in, pipelines["O2"]...)
+	text := script.Print(out)
+	check.True(t, strings.Contains(text, `kernel_layout="OHWI32o"`) || strings.Contains(text, "(9, 3, 3, 4, 32)"), "a kernel in 9 blocks of 32 channels")
+	check.True(t, strings.Contains(text, "fused_conv2d_strided_slice_add_relu"), "the slice, bias and relu fuse after the convolution")
+	inputs := randomInputs(t, in)
+	sameResults(t, runMain(t, out, inputs), runMain(t, runVerified(t, in, "LegalizeOps"), inputs))
+}
