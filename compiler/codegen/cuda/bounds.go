@@ -103,7 +103,8 @@ func (bc *boundsChecker) expr(e ir.Expr, guarded bool) {
 }
 
 func (bc *boundsChecker) access(b *ir.Buffer, idx []ir.Expr, write, guarded bool) {
-	if guarded || len(idx) != 1 || len(b.Shape) != 1 || idx[0].DType().Lanes > 1 {
+	bc.aligned(b, idx)
+	if bc.err != nil || guarded || len(idx) != 1 || len(b.Shape) != 1 || idx[0].DType().Lanes > 1 {
 		return
 	}
 	size, ok := ir.IsConstInt(b.Shape[0])
@@ -123,6 +124,33 @@ func (bc *boundsChecker) access(b *ir.Buffer, idx []ir.Expr, write, guarded bool
 		bad = lo
 	}
 	bc.err = fmt.Errorf("kernel %q %s %q at %s, which reaches %d: outside its %d elements (a %s out of bounds in every launch; guard it, e.g. with T.where)", bc.kernel, what, b.Name, idx[0], bad, size, verb)
+}
+
+// aligned refuses a vector access (a load or store at a ramp of
+// consecutive elements, one vector instruction: ld.global.v4.f32 for four
+// float32) whose address is not provably a multiple of the vector's size:
+// its first index, plus the buffer's elem_offset, must be a multiple of
+// the lanes (buffers themselves start 16-byte aligned: CUDA's allocations,
+// and the shared and local arrays the generator aligns). A misaligned
+// vector access faults on the GPU; the error names the kernel, the buffer
+// and the index.
+func (bc *boundsChecker) aligned(b *ir.Buffer, idx []ir.Expr) {
+	if len(idx) != 1 {
+		return
+	}
+	r, ok := idx[0].(*ir.Ramp)
+	if !ok || !isOne(r.Stride) || r.Lanes < 2 {
+		return
+	}
+	lanes := int64(r.Lanes)
+	bytes := lanes * int64(b.DType.Bits) / 8
+	if !bc.an.CanProveDivisible(r.Base, lanes) {
+		bc.err = fmt.Errorf("kernel %q: vector access to %q at %s is not provably aligned to its %d bytes (the first index must be a multiple of %d); align the schedule or do not vectorize the loop", bc.kernel, b.Name, idx[0], bytes, lanes)
+		return
+	}
+	if b.ElemOffset != nil && !bc.an.CanProveDivisible(b.ElemOffset, lanes) {
+		bc.err = fmt.Errorf("kernel %q: vector access to %q is not provably aligned to its %d bytes: the buffer's elem_offset %s is not a multiple of %d; align the buffer or do not vectorize the loop", bc.kernel, b.Name, bytes, b.ElemOffset, lanes)
+	}
 }
 
 // affine reports an index built from constants, loop variables with

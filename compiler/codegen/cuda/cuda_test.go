@@ -158,6 +158,16 @@ def k(A: T.Buffer((4096,), "float32")):
         for tx in T.thread_binding(256, thread="threadIdx.x"):
             A[bx * 256 + tx] = T.float32(2)
 `), `which reaches 4351: outside its 4096 elements`},
+		{"misaligned vector copy", kernel(`    B = T.alloc_buffer((1024,), scope="shared")
+    for tx in T.thread_binding(255, thread="threadIdx.x"):
+        for v in T.vectorized(4):
+            with T.block("B"):
+                vi = T.axis.spatial(1024, tx * 4 + v)
+                B[vi] = A[vi + 2]
+        with T.block("A"):
+            vi = T.axis.spatial(255, tx)
+            A[vi] = B[vi]
+`), `kernel "k": vector access to "A" at T.Ramp(((tx * 4) + 2), 1, 4) is not provably aligned to its 16 bytes (the first index must be a multiple of 4)`},
 		{"too many threads", kernel(`    for ty in T.thread_binding(2, thread="threadIdx.y"):
         for tx in T.thread_binding(1024, thread="threadIdx.x"):
             with T.block("A"):
@@ -252,4 +262,32 @@ def k(A: T.Buffer((4096,), "float32")):
 		_, err := ArchLimits("sm_70")
 		check.Error(t, err, `"sm_70" is not supported`)
 	})
+}
+
+// TestVectorAlignment: a vector copy whose addresses are multiples of its
+// size becomes vector loads and stores; one whose index, or whose buffer's
+// elem_offset, is not provably a multiple of the lanes is refused naming
+// the kernel and the buffer (on the GPU it would fault).
+func TestVectorAlignment(t *testing.T) {
+	copyKernel := func(param, index string) string {
+		return `# from tvm.script import tir as T
+@T.prim_func
+def k(` + param + `, B: T.Buffer((1024,), "float32")):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(255, thread="threadIdx.x"):
+        for v in T.vectorized(4):
+            with T.block("B"):
+                vi = T.axis.spatial(1024, tx * 4 + v)
+                B[vi] = A[` + index + `]
+`
+	}
+	src, _, err := Generate(lower(t, "k.py", copyKernel(`A: T.Buffer((1024,), "float32")`, "vi")), sm80(t))
+	check.NoError(t, err)
+	check.True(t, strings.Contains(src, "kiln_vstore_float32x4(&B[(tx * 4)], kiln_vload_float32x4(&A[(tx * 4)]));"), "no vector copy in", src)
+	_, _, err = Generate(lower(t, "k.py", copyKernel(`A: T.Buffer((1024,), "float32")`, "vi + 1")), sm80(t))
+	check.Error(t, err, `kernel "k": vector access to "A" at T.Ramp(((tx * 4) + 1), 1, 4) is not provably aligned to its 16 bytes (the first index must be a multiple of 4)`)
+	_, _, err = Generate(lower(t, "k.py", copyKernel(`A: T.Buffer((1024,), "float32", elem_offset=2)`, "vi")), sm80(t))
+	check.Error(t, err, `kernel "k": vector access to "A" at T.Ramp(((tx * 4) + 2), 1, 4) is not provably aligned`)
+	_, _, err = Generate(lower(t, "k.py", copyKernel(`A: T.Buffer((1024,), "float32", elem_offset=8)`, "vi")), sm80(t))
+	check.NoError(t, err)
 }

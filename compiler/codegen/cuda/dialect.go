@@ -9,9 +9,9 @@ import (
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
-// dialect is CUDA C as a dialect of the C renderer. The shared buffers in
-// aligned (by their data variable) are declared aligned to 16 bytes, for
-// vector copies; the shared.dyn buffers lie at their offset in dyn in the
+// dialect is CUDA C as a dialect of the C renderer. The shared and local
+// buffers in aligned (by their data variable) are declared aligned to 16
+// bytes, for vector copies; the shared.dyn buffers lie at their offset in dyn in the
 // block's dynamic shared memory.
 func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 	return c.Dialect{
@@ -90,11 +90,11 @@ func allocate(r *c.Renderer, b *ir.Buffer, aligned bool) (string, bool, error) {
 		return "", false, fmt.Errorf("%s buffer %q has no constant size", scope, b.Name)
 	}
 	decl := fmt.Sprintf("%s %s[%d];", r.Type(b.DType), r.VarName(b.Data), max(n, 1))
+	if aligned {
+		// Aligned for the widest vector copy (16 bytes).
+		decl = "__align__(16) " + decl
+	}
 	if scope == "shared" {
-		if aligned {
-			// Aligned for the widest vector copy (16 bytes).
-			decl = "__align__(16) " + decl
-		}
 		decl = "__shared__ " + decl
 	}
 	return decl, true, nil

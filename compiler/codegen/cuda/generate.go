@@ -393,12 +393,12 @@ func constElems(b *ir.Buffer) (int64, bool) {
 	return n, true
 }
 
-// vectorShared adds to aligned the shared buffers of f that are loaded or
-// stored as vectors.
+// vectorShared adds to aligned the shared and local buffers of f that are
+// loaded or stored as vectors.
 func vectorShared(f *ir.PrimFunc, aligned map[*ir.Var]bool) {
 	shared := map[*ir.Var]bool{}
 	ir.Visit(f.Body, func(n ir.Node) bool {
-		if a, ok := n.(*ir.Allocate); ok && a.Buffer.StorageScope() == "shared" {
+		if a, ok := n.(*ir.Allocate); ok && (a.Buffer.StorageScope() == "shared" || a.Buffer.StorageScope() == "local") {
 			shared[a.Buffer.Data] = true
 		}
 		return true
