@@ -552,6 +552,20 @@ func TestParseTarget(t *testing.T) {
 	}
 }
 
+// buildCPU builds m for the CPU and loads its host library (closed when
+// the test ends).
+func buildCPU(t *testing.T, m *ir.IRModule, opts compiler.BuildOptions) (*artifact.Artifact, *cpu.Module) {
+	t.Helper()
+	a, err := compiler.Build(context.Background(), m, compiler.MustParseTarget("cpu"), opts)
+	check.NoError(t, err)
+	so := filepath.Join(t.TempDir(), artifact.HostLib)
+	check.NoError(t, os.WriteFile(so, a.Files[artifact.HostLib], 0o755))
+	mod, err := cpu.LoadModule(so)
+	check.NoError(t, err)
+	t.Cleanup(func() { mod.Close() })
+	return a, mod
+}
+
 // TestSeedModule builds the IRModule tutorial's module after the zero pipeline (fused
 // PrimFuncs with int64 shapes and intermediate buffers, beside a Relax
 // function that Build leaves out) and checks every function's compiled C
@@ -565,13 +579,7 @@ func TestSeedModule(t *testing.T) {
 	check.NoError(t, err)
 	m, err := script.Parse(filepath.Base(path), string(src))
 	check.NoError(t, err)
-	a, err := compiler.Build(context.Background(), m, compiler.MustParseTarget("cpu"), compiler.BuildOptions{NoCache: true, VerifyIR: true})
-	check.NoError(t, err)
-	so := filepath.Join(t.TempDir(), artifact.HostLib)
-	check.NoError(t, os.WriteFile(so, a.Files[artifact.HostLib], 0o755))
-	mod, err := cpu.LoadModule(so)
-	check.NoError(t, err)
-	defer mod.Close()
+	a, mod := buildCPU(t, m, compiler.BuildOptions{NoCache: true, VerifyIR: true})
 	for name, f := range m.PrimFuncs() {
 		t.Run(name, func(t *testing.T) {
 			fi, ok := a.Function(name)
