@@ -40,7 +40,10 @@ func findRowConvs(f *ir.PrimFunc) []convBlock { return findBlocks(f, matchRowCon
 
 func matchRowConv(br *ir.BlockRealize) (convBlock, bool) {
 	c, x, a, w, ok := lastAxisMAC(br, 2)
-	if !ok || !onlyLastUses(a.Indices, x) || usesVar(w, x) {
+	if !ok {
+		return matchPool(br)
+	}
+	if !onlyLastUses(a.Indices, x) || usesVar(w, x) {
 		return convBlock{}, false
 	}
 	for i, iv := range br.Block.IterVars[:len(c.spatial)-1] {
@@ -49,6 +52,21 @@ func matchRowConv(br *ir.BlockRealize) (convBlock, bool) {
 		}
 	}
 	return c, true
+}
+
+// matchPool matches a pooling window over NCHW data, a sum or maximum
+// C[n, c, y, x] op= A[n, c, y·s+ry, x·s+rx] over two reductions; it runs
+// as a depthwise convolution's plane (depthwise_plane.go).
+func matchPool(br *ir.BlockRealize) (convBlock, bool) {
+	spatial, reduce, ok := unscheduledExtents(br)
+	st, isStore := br.Block.Body.(*ir.BufferStore)
+	if !ok || !isStore || len(spatial) != 4 || len(reduce) != 2 {
+		return convBlock{}, false
+	}
+	if _, ok := reduction(br.Block, st); !ok {
+		return convBlock{}, false
+	}
+	return convBlock{name: br.Block.Name, dtype: st.Buffer.DType, spatial: spatial, reduce: reduce, rows: -1}, true
 }
 
 // unitStep reports whether e is x plus terms free of x: consecutive x
