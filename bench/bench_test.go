@@ -95,3 +95,29 @@ func TestBadArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestTuneParts runs the tune benchmark's parts alone in quick mode:
+// each reports its own figures and says which part ran.
+func TestTuneParts(t *testing.T) {
+	for part, key := range map[string]string{"scaling": "scaling_2_over_1", "others": "others"} {
+		t.Run(part, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), []string{"tune", "--json", "--quick", "--part", part}, &out, &errOut)
+			check.NoError(t, err, "stderr:", errOut.String())
+			var obj map[string]any
+			check.NoError(t, json.Unmarshal(out.Bytes(), &obj), "output:", out.String())
+			check.Equal(t, obj["part"], any(part))
+			switch v := obj[key].(type) {
+			case float64:
+				check.True(t, v > 0, key, "is", v)
+			case []any:
+				check.Equal(t, len(v), 2)
+			default:
+				t.Fatalf("%s: %v in %s", key, obj[key], out.String())
+			}
+		})
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"tune", "--quick", "--part", "nope"}, &out, &errOut)
+	check.Error(t, err, "--part", "nope")
+}

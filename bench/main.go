@@ -38,6 +38,11 @@ type options struct {
 	model string
 	// trials is the tune benchmark's budget (--trials; 0: its default).
 	trials int
+	// part picks a part of the tune benchmark (--part): "scaling" (the
+	// matmul's search, then the devices' throughput with 1 and 2
+	// daemons) or "others" (the convolution and the softmax alone); ""
+	// runs all of it.
+	part string
 	// kernels, when not nil, receives the onnx benchmark's time per
 	// kernel (--kernels).
 	kernels io.Writer
@@ -92,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
 	perKernel := fs.Bool("kernels", false, "the onnx benchmark: also print kiln's time per kernel of each model to stderr, the most expensive first")
 	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
+	part := fs.String("part", "", "the tune benchmark: only this part: scaling (the matmul's search, then trials per minute with 1 and 2 daemons) or others (the convolution and the softmax, --trials each)")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	opt := options{quick: *quick, model: *model, trials: *trials}
+	opt := options{quick: *quick, model: *model, trials: *trials, part: *part}
 	if *perKernel {
 		opt.kernels = stderr
 	}

@@ -102,12 +102,21 @@ type tuneResult struct {
 	PerMin1          float64 `json:"trials_per_min_1_daemon"`
 	PerMin2          float64 `json:"trials_per_min_2_daemons"`
 	Scaling          float64 `json:"scaling_2_over_1"`
+	// Rounds are each round's trials per minute with 1 and 2 daemons.
+	Rounds [][2]float64 `json:"throughput_rounds"`
+	// Stages are the mean milliseconds per candidate of each stage of a
+	// measurement on a device (upload, load, check, time; wait: a device
+	// idle until its next candidate), with 1 and 2 daemons.
+	Stages1 map[string]float64 `json:"stages_ms_1_daemon"`
+	Stages2 map[string]float64 `json:"stages_ms_2_daemons"`
 	// Others are a convolution and a softmax tuned with a smaller budget:
 	// tuned vs default on the daemons.
 	Others []otherTune `json:"others"`
 	Load   float64     `json:"loadavg_before"` // 1-minute load average, -1 when unknown
 	Trace  []string    `json:"trace"`
 	Quick  bool        `json:"quick,omitempty"`
+	// Part is the part of the benchmark that ran (--part), when not all.
+	Part string `json:"part,omitempty"`
 }
 
 // otherTune is one more kernel tuned by the benchmark.
@@ -116,12 +125,26 @@ type otherTune struct {
 	Shape          string  `json:"shape"`
 	Trials         int     `json:"trials"`
 	Invalid        int     `json:"invalid"`
-	DefaultMS      float64 `json:"default_device_ms"`
+	DefaultMS      float64 `json:"default_device_ms"` // the unscheduled kernel
 	BestMS         float64 `json:"best_device_ms"`
 	TunedVsDefault float64 `json:"tuned_vs_default"`
+	// The default schedule (what kiln builds the kernel with untuned),
+	// which the search measures first: the best against it, and the best
+	// of the other candidates (the space's own) against it.
+	DefaultScheduleMS     float64 `json:"default_schedule_ms"`
+	TunedVsDefaultSched   float64 `json:"tuned_vs_default_schedule"`
+	BestSearchedMS        float64 `json:"best_searched_ms"`
+	SearchedVsDefaultSchd float64 `json:"searched_vs_default_schedule"`
 }
 
 func (r tuneResult) Line() string {
+	switch r.Part {
+	case "others":
+		return "tune:" + r.othersLine()[1:]
+	case "scaling":
+		return fmt.Sprintf("tune: %d×%d×%d fp32, %d trials in %.0f s; measuring %d built candidates: %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f; rounds %v); ms per candidate with 1 daemon %v, with 2 %v",
+			r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.TuneSeconds, r.ThroughputTrials, r.PerMin1, r.PerMin2, r.Scaling, r.Rounds, r.Stages1, r.Stages2)
+	}
 	s := fmt.Sprintf("tune: %d×%d×%d fp32, %d trials (%d invalid, 90%% of the best after %d) in %.0f s: on one core tuned %.3g ms, hand %.3g ms (tuned/hand %.2f), default %.4g ms; all threads: tuned %.1f GFLOPS, hand %.1f, default %.2f",
 		r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds, r.TunedDeviceMS, r.HandDeviceMS, r.TunedVsHandDevice, r.DefaultDeviceMS,
 		r.GFLOPSTuned, r.GFLOPSHand, r.GFLOPSDefault)
@@ -132,19 +155,35 @@ func (r tuneResult) Line() string {
 		s += fmt.Sprintf("; tuned/hand %.2f; no numpy: %s", r.TunedVsHand, r.NoReference)
 	}
 	s += fmt.Sprintf("; search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
+	return s + r.othersLine()
+}
+
+// othersLine renders the other kernels, each after "; ".
+func (r tuneResult) othersLine() string {
+	var s string
 	for _, o := range r.Others {
-		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs default %.4g ms (×%.1f, %d trials)", o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.Trials)
+		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs unscheduled %.4g ms (×%.1f), vs the default schedule %.3g ms (×%.2f; the best searched candidate ×%.2f), %d trials",
+			o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.DefaultScheduleMS, o.TunedVsDefaultSched, o.SearchedVsDefaultSchd, o.Trials)
 	}
 	return s
 }
 
 func runTuneBench(ctx context.Context, opt options) (result, error) {
-	n, trials, batch, thr, otherTrials, rounds, minBatch := 1024, 256, 16, 16, 32, 5, 200*time.Millisecond
+	n, trials, batch, thr, thrRounds, otherTrials, rounds, minBatch := 1024, 256, 16, 16, 3, 32, 5, 200*time.Millisecond
 	if opt.quick {
-		n, trials, batch, thr, otherTrials, rounds, minBatch = 64, 4, 2, 2, 2, 1, time.Millisecond
+		n, trials, batch, thr, thrRounds, otherTrials, rounds, minBatch = 64, 4, 2, 2, 1, 2, 1, time.Millisecond
 	}
 	if opt.trials > 0 {
 		trials, otherTrials = opt.trials, max(opt.trials/8, 2)
+	}
+	switch opt.part {
+	case "", "scaling":
+	case "others":
+		if opt.trials > 0 {
+			otherTrials = opt.trials
+		}
+	default:
+		return nil, fmt.Errorf("--part %q: want scaling or others", opt.part)
 	}
 	r := tuneResult{Name: "tune", Sizes: sizesNMK{n, n, n}, Quick: opt.quick, Load: loadAvg()}
 	f, err := matmulFunc(n, n, n)
@@ -185,9 +224,13 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer fl.stop()
+	// The search's runner times each task's unscheduled function (the
+	// default figures); later runners, and the scaling part's, need only
+	// the reference result.
+	noDefault := opt.part == "scaling"
 	open := func(devices int) (*tunefleet.Runner, error) {
 		return tunefleet.Open(ctx, tunefleet.Config{Tracker: fl.client, Key: "cpu", Token: fl.tok, Target: target.String(),
-			Devices: devices, User: "bench tune", Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
+			Devices: devices, User: "bench tune", NoDefault: noDefault, Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
 	}
 
 	// The search, on both daemons; then the other kernels.
@@ -196,6 +239,11 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer runner.Close()
+	if opt.part == "others" {
+		r.Part = opt.part
+		r.Others, err = tuneOthers(ctx, runner, rtarget, otherTrials, opt.quick)
+		return r, err
+	}
 	db := tune.NewDatabase(target.String())
 	start := time.Now()
 	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: batch, Seed: 1})
@@ -217,6 +265,15 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	r.Trace = tuned.Trace
+	noDefault = true
+	if opt.part == "scaling" {
+		r.Part = opt.part
+		runner.Close()
+		if err := tuneThroughput(ctx, &r, open, task, db, thr, thrRounds); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	if r.Others, err = tuneOthers(ctx, runner, rtarget, otherTrials, opt.quick); err != nil {
 		return nil, err
 	}
@@ -227,7 +284,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	if err := compareOnDevice(ctx, &r, open, task, tuned.Func, hand); err != nil {
 		return nil, err
 	}
-	if err := tuneThroughput(ctx, &r, open, task, db, thr); err != nil {
+	if err := tuneThroughput(ctx, &r, open, task, db, thr, thrRounds); err != nil {
 		return nil, err
 	}
 	fl.stop()
@@ -371,10 +428,13 @@ func compareOnDevice(ctx context.Context, r *tuneResult, open func(int) (*tunefl
 const compareRounds = 3
 
 // tuneThroughput measures the same candidates (the search's last valid
-// ones), built once beforehand, on one daemon, then on two: the figure
-// is the devices' pipeline (upload, load, run, check, time), the part
-// that daemons scale; builds are the compiler nodes' part.
-func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefleet.Runner, error), task *tune.Task, db *tune.Database, n int) error {
+// ones), built once beforehand, on one daemon and on two, alternately in
+// rounds: the figure is the devices' pipeline (upload, load, run, check,
+// time), the part that daemons scale; builds are the compiler nodes'
+// part. Both daemons stay leased throughout (the one-daemon rounds leave
+// the second idle). The rates are the rounds' medians, the scaling the
+// median of the rounds' ratios.
+func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefleet.Runner, error), task *tune.Task, db *tune.Database, n, rounds int) error {
 	var cands []*tune.Candidate
 	recs := db.Records(task.Workload.Hash)
 	for i := len(recs) - 1; i >= 0 && len(cands) < n; i-- {
@@ -388,44 +448,46 @@ func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefle
 		cands = append(cands, c)
 	}
 	r.ThroughputTrials = len(cands)
-	var built []tunefleet.Built
-	for _, devs := range []int{1, 2} {
-		runner, err := open(devs)
-		if err != nil {
-			return err
-		}
-		if built == nil {
-			if built, err = runner.Build(ctx, task, cands); err != nil {
-				runner.Close()
-				return fmt.Errorf("throughput: %w", err)
+	runner, err := open(2)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	if got := len(runner.Devices()); got != 2 {
+		return fmt.Errorf("throughput: %d daemon(s) leased, want 2", got)
+	}
+	built, err := runner.Build(ctx, task, cands)
+	if err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	if err := runner.Prepare(ctx, task); err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	var rates [2][]float64
+	var stages [2]tunefleet.Stages
+	for range rounds {
+		for k := range 2 {
+			runner.ResetStages()
+			start := time.Now()
+			if _, err := runner.MeasureOn(ctx, task, built, k+1); err != nil {
+				return fmt.Errorf("throughput with %d daemon(s): %w", k+1, err)
+			}
+			rates[k] = append(rates[k], float64(len(built))/time.Since(start).Minutes())
+			st := runner.Stages()
+			for i := range st.Total {
+				stages[k].Total[i] += st.Total[i]
+				stages[k].Count[i] += st.Count[i]
 			}
 		}
-		rate, err := timedMeasure(ctx, runner, task, built)
-		runner.Close()
-		if err != nil {
-			return fmt.Errorf("throughput with %d daemon(s): %w", devs, err)
-		}
-		if devs == 1 {
-			r.PerMin1 = sig(rate, 3)
-		} else {
-			r.PerMin2 = sig(rate, 3)
-		}
 	}
-	r.Scaling = sig(r.PerMin2/r.PerMin1, 3)
+	var ratios []float64
+	for i := range rates[0] {
+		ratios = append(ratios, rates[1][i]/rates[0][i])
+		r.Rounds = append(r.Rounds, [2]float64{sig(rates[0][i], 3), sig(rates[1][i], 3)})
+	}
+	r.PerMin1, r.PerMin2, r.Scaling = sig(median(rates[0]), 3), sig(median(rates[1]), 3), sig(median(ratios), 3)
+	r.Stages1, r.Stages2 = stages[0].Map(), stages[1].Map()
 	return nil
-}
-
-// timedMeasure measures built candidates in one batch after the
-// reference is ready and returns trials per minute.
-func timedMeasure(ctx context.Context, runner *tunefleet.Runner, task *tune.Task, built []tunefleet.Built) (float64, error) {
-	if err := runner.Prepare(ctx, task); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	if _, err := runner.Measure(ctx, task, built); err != nil {
-		return 0, err
-	}
-	return float64(len(built)) / time.Since(start).Minutes(), nil
 }
 
 // tuneOthers tunes a 3×3 convolution (a ResNet layer's shape) and a
@@ -467,13 +529,33 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		if err != nil {
 			return nil, err
 		}
-		sum, err := tune.Tune(ctx, []*tune.Task{task}, tune.NewDatabase("cpu"), runner, tune.Options{Trials: trials, Batch: min(trials, 16), Seed: 1})
+		db := tune.NewDatabase("cpu")
+		sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: min(trials, 16), Seed: 1})
 		if err != nil {
 			return nil, fmt.Errorf("tuning %s: %w", k.name, err)
 		}
 		o := otherTune{Name: k.name, Shape: k.shape, Trials: sum[0].Trials, Invalid: sum[0].Invalid, BestMS: sig(sum[0].Best*1e3, 4)}
 		if d, ok := runner.Default(task); ok && sum[0].Best > 0 {
 			o.DefaultMS, o.TunedVsDefault = sig(d*1e3, 4), sig(d/sum[0].Best, 3)
+		}
+		searched := math.Inf(1)
+		for _, rec := range db.Records(task.Workload.Hash) {
+			switch {
+			case !rec.Valid():
+			case rec.Schedule == tune.DefaultSchedule:
+				o.DefaultScheduleMS = sig(rec.Median()*1e3, 4)
+			default:
+				searched = min(searched, rec.Median())
+			}
+		}
+		if o.DefaultScheduleMS > 0 && sum[0].Best > 0 {
+			o.TunedVsDefaultSched = sig(o.DefaultScheduleMS/(sum[0].Best*1e3), 3)
+		}
+		if !math.IsInf(searched, 1) {
+			o.BestSearchedMS = sig(searched*1e3, 4)
+			if o.DefaultScheduleMS > 0 {
+				o.SearchedVsDefaultSchd = sig(o.DefaultScheduleMS/o.BestSearchedMS, 3)
+			}
 		}
 		out = append(out, o)
 	}
@@ -508,7 +590,7 @@ func startBenchFleet(ctx context.Context, dir string, daemons int) (*benchFleet,
 	topts := client.TrackerOptions{Token: fl.tok, Logger: log}
 	for i := range daemons {
 		d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: fl.tok, Dir: filepath.Join(dir, fmt.Sprint("sessions", i)),
-			Logger: log, Worker: rpcserver.WorkerSpec{Path: exe, Env: []string{"OMP_NUM_THREADS=1"}, Wrapper: []string{"taskset", "-c", fmt.Sprint(i)}}})
+			Logger: log, Worker: rpcserver.WorkerSpec{Path: exe, Env: []string{"OMP_NUM_THREADS=1"}, Wrapper: []string{"taskset", "-c", fmt.Sprint(i)}, OwnSession: true}})
 		if err != nil {
 			fl.stop()
 			return nil, err

@@ -34,6 +34,14 @@ type WorkerSpec struct {
 	// "numactl --cpunodebind=0", "nice"): the worker runs as Wrapper...
 	// Path Args....
 	Wrapper []string
+	// OwnSession starts each worker in a session of its own (setsid)
+	// rather than only a process group of its own: where the kernel
+	// shares the CPU among sessions before processes (Linux's
+	// autogroup), the worker then competes for it as a daemon started on
+	// its own would, not within the share of the daemon's session. For
+	// several daemons in one process whose workers are pinned to cores
+	// of their own (the tune benchmark's fleet).
+	OwnSession bool
 }
 
 // EnvEmulated, in a worker's environment (WorkerSpec.Env), names the
@@ -214,6 +222,10 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 	cmd.ExtraFiles = []*os.File{theirs, ctheirs, htheirs, bfile}
 	cmd.Stdout, cmd.Stderr = errW, errW
 	cmd.SysProcAttr = workerSysProcAttr()
+	if spec.OwnSession {
+		// The session's leader also leads a new process group (its pid).
+		cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Setsid = false, true
+	}
 	closeOnExec()
 	err = cmd.Start()
 	// Only the worker holds its ends now: its exit closes the connections.

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -130,20 +129,26 @@ func (d *device) args() []any {
 	return args
 }
 
-// call runs fn (loaded on d by load) once with the reference's inputs and
-// returns the outputs' bytes.
-func call(ctx context.Context, d *device, ref *reference, fn *client.Func) ([][]byte, error) {
-	args := d.args()
+// poison fills d's output arrays with 0xff bytes (NaN for floats), so a
+// kernel that skips elements shows.
+func poison(ctx context.Context, d *device, ref *reference) error {
 	for i, a := range d.arrays {
-		if ref.params[i].out {
-			// Poison the outputs so a kernel that skips elements shows.
-			poison := bytes.Repeat([]byte{0xff}, len(ref.params[i].data))
-			if err := a.CopyFromBytes(ctx, poison); err != nil {
-				return nil, err
+		if p := ref.params[i]; p.out {
+			if err := a.CopyFromBytes(ctx, ref.poison[:len(p.data)]); err != nil {
+				return err
 			}
 		}
 	}
-	if _, err := fn.Call(ctx, args...); err != nil {
+	return nil
+}
+
+// call runs fn (loaded on d by load) once with the reference's inputs and
+// returns the outputs' bytes.
+func call(ctx context.Context, d *device, ref *reference, fn *client.Func) ([][]byte, error) {
+	if err := poison(ctx, d, ref); err != nil {
+		return nil, err
+	}
+	if _, err := fn.Call(ctx, d.args()...); err != nil {
 		return nil, err
 	}
 	var outs [][]byte
@@ -159,13 +164,40 @@ func call(ctx context.Context, d *device, ref *reference, fn *client.Func) ([][]
 	return outs, nil
 }
 
+// check runs fn once with the reference's inputs and compares its
+// outputs with the reference's as they come back: msg says how the
+// first output that differs differs ("" when none does).
+func check(ctx context.Context, d *device, ref *reference, fn *client.Func) (msg string, err error) {
+	if err := poison(ctx, d, ref); err != nil {
+		return "", err
+	}
+	if _, err := fn.Call(ctx, d.args()...); err != nil {
+		return "", err
+	}
+	for i, a := range d.arrays {
+		if p := ref.params[i]; p.out {
+			c := newChecker(p)
+			if _, err := a.CopyTo(ctx, c); err != nil {
+				return "", err
+			}
+			if msg := c.Result(); msg != "" {
+				return msg, nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // load uploads and loads the artifact on d and makes d's arrays hold the
 // task's inputs.
 func (r *Runner) load(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (*client.Func, error) {
 	name := fmt.Sprintf("cand-%d.kiln", r.seq.Add(1))
+	t := time.Now()
 	if err := d.sess.Upload(ctx, name, art); err != nil {
 		return nil, err
 	}
+	r.clock.since(StageUpload, &t)
+	defer r.clock.since(StageLoad, &t)
 	mod, err := d.sess.LoadModule(ctx, name)
 	if err != nil {
 		return nil, err
@@ -217,26 +249,22 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
-	outs, err := call(ctx, d, ref, fn)
+	t := time.Now()
+	msg, err := check(ctx, d, ref, fn)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
-	k := 0
-	for _, p := range ref.params {
-		if !p.out {
-			continue
-		}
-		if msg := compare(p, outs[k]); msg != "" {
-			res.Error, res.Stage = msg, "check"
-			return res, resultStands
-		}
-		k++
+	if msg != "" {
+		res.Error, res.Stage = msg, "check"
+		return res, resultStands
 	}
-	t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
+	r.clock.since(StageCheck, &t)
+	tr, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
-	res.Times = t.Results
+	r.clock.since(StageTime, &t)
+	res.Times = tr.Results
 	return res, resultStands
 }
 

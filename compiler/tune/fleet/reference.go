@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -20,6 +21,8 @@ type reference struct {
 	// dflt is the unscheduled function's median time on the device that
 	// computed the reference (0 when it could not be timed).
 	dflt float64
+	// poison is 0xff bytes as many as the largest output has.
+	poison []byte
 }
 
 type param struct {
@@ -145,6 +148,9 @@ func newReference(f *ir.PrimFunc) (*reference, error) {
 			}
 		}
 		ref.params = append(ref.params, param{shape: shape, dtype: dt, data: data, out: written[b]})
+		if written[b] && len(data) > len(ref.poison) {
+			ref.poison = bytes.Repeat([]byte{0xff}, len(data))
+		}
 	}
 	return ref, nil
 }
@@ -170,34 +176,83 @@ func fill(rng *rand.Rand, dt ndarray.DType, b []byte) error {
 	return nil
 }
 
-// compare checks an output against the reference: within 1e-3 of the
+// compareAt compares got with the reference's bytes from offset off (a
+// whole number of elements, within the reference): within 1e-3 of the
 // reference's magnitude (plus 1e-3) for floats, exactly for integers.
-func compare(p param, got []byte) string {
-	if len(got) != len(p.data) {
-		return fmt.Sprintf("output has %d bytes, want %d", len(got), len(p.data))
-	}
+func compareAt(p param, off int, got []byte) string {
+	want := p.data[off : off+len(got)]
 	switch p.dtype {
 	case ndarray.Float32, ndarray.Float64:
 		sz := p.dtype.Size()
-		for i := 0; i < len(got); i += sz {
+		for i := 0; i+sz <= len(got); i += sz {
 			var g, w float64
 			if sz == 4 {
 				g = float64(math.Float32frombits(binary.LittleEndian.Uint32(got[i:])))
-				w = float64(math.Float32frombits(binary.LittleEndian.Uint32(p.data[i:])))
+				w = float64(math.Float32frombits(binary.LittleEndian.Uint32(want[i:])))
 			} else {
 				g = math.Float64frombits(binary.LittleEndian.Uint64(got[i:]))
-				w = math.Float64frombits(binary.LittleEndian.Uint64(p.data[i:]))
+				w = math.Float64frombits(binary.LittleEndian.Uint64(want[i:]))
 			}
 			if !(math.Abs(g-w) <= 1e-3*(1+math.Abs(w))) && !(math.IsNaN(w) && math.IsNaN(g)) {
-				return fmt.Sprintf("wrong result: element %d is %g, the reference says %g", i/sz, g, w)
+				return fmt.Sprintf("wrong result: element %d is %g, the reference says %g", (off+i)/sz, g, w)
 			}
 		}
 	default:
-		if i := firstDiff(got, p.data); i >= 0 {
-			return fmt.Sprintf("wrong result: byte %d differs from the reference", i)
+		if i := firstDiff(got, want); i >= 0 {
+			return fmt.Sprintf("wrong result: byte %d differs from the reference", off+i)
 		}
 	}
 	return ""
+}
+
+// checker compares an output with the reference as its bytes arrive
+// (an io.Writer for Array.CopyTo), so no copy of the output is kept:
+// Result then says what compare would say of the whole.
+type checker struct {
+	p    param
+	off  int    // bytes compared so far
+	part []byte // the start of an element split between two writes
+	n    int    // bytes written
+	msg  string // the first mismatch
+}
+
+func newChecker(p param) *checker {
+	return &checker{p: p, part: make([]byte, 0, p.dtype.Size())}
+}
+
+func (c *checker) Write(b []byte) (int, error) {
+	n := len(b)
+	c.n += n
+	if c.msg != "" || c.n > len(c.p.data) {
+		return n, nil
+	}
+	sz := max(c.p.dtype.Size(), 1)
+	if len(c.part) > 0 {
+		k := min(sz-len(c.part), len(b))
+		c.part = append(c.part, b[:k]...)
+		b = b[k:]
+		if len(c.part) < sz {
+			return n, nil
+		}
+		c.msg = compareAt(c.p, c.off, c.part)
+		c.off += sz
+		c.part = c.part[:0]
+	}
+	whole := len(b) / sz * sz
+	if c.msg == "" {
+		c.msg = compareAt(c.p, c.off, b[:whole])
+	}
+	c.off += whole
+	c.part = append(c.part, b[whole:]...)
+	return n, nil
+}
+
+// Result is the comparison's verdict: "" when the output matched.
+func (c *checker) Result() string {
+	if c.n != len(c.p.data) {
+		return fmt.Sprintf("output has %d bytes, want %d", c.n, len(c.p.data))
+	}
+	return c.msg
 }
 
 func firstDiff(a, b []byte) int {

@@ -84,6 +84,7 @@ type Runner struct {
 
 	redial sync.Mutex // one redial at a time
 	seq    atomic.Int64
+	clock  stageClock
 }
 
 // Open connects to the tracker, leases the devices and opens a session
@@ -231,7 +232,7 @@ const maxTries = 2
 // Run builds the candidates as build jobs, all submitted at once, and
 // measures each built one on the next free device.
 func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candidate) ([]tune.Result, error) {
-	return r.run(ctx, task, len(cands), func(ctx context.Context, i int) ([]byte, tune.Result, error) {
+	return r.run(ctx, task, len(cands), 0, func(ctx context.Context, i int) ([]byte, tune.Result, error) {
 		return r.build(ctx, task, cands[i].Func)
 	})
 }
@@ -259,14 +260,23 @@ func (r *Runner) Build(ctx context.Context, task *tune.Task, cands []*tune.Candi
 
 // Measure measures what Build built on the devices, as Run does.
 func (r *Runner) Measure(ctx context.Context, task *tune.Task, bs []Built) ([]tune.Result, error) {
-	return r.run(ctx, task, len(bs), func(_ context.Context, i int) ([]byte, tune.Result, error) {
+	return r.MeasureOn(ctx, task, bs, 0)
+}
+
+// MeasureOn is Measure on the first k devices of the pool alone (all of
+// them when k is 0): the others stay leased and idle, so a caller can
+// compare the throughput of k devices with that of more without leasing
+// again.
+func (r *Runner) MeasureOn(ctx context.Context, task *tune.Task, bs []Built, k int) ([]tune.Result, error) {
+	return r.run(ctx, task, len(bs), k, func(_ context.Context, i int) ([]byte, tune.Result, error) {
 		return bs[i].Artifact, bs[i].Result, nil
 	})
 }
 
-// run measures n candidates: get(i) gives the artifact of the i-th (or
-// the result of its failed build), called concurrently for all of them.
-func (r *Runner) run(ctx context.Context, task *tune.Task, n int, get func(ctx context.Context, i int) ([]byte, tune.Result, error)) ([]tune.Result, error) {
+// run measures n candidates on the first limit devices (all when 0):
+// get(i) gives the artifact of the i-th (or the result of its failed
+// build), called concurrently for all of them.
+func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get func(ctx context.Context, i int) ([]byte, tune.Result, error)) ([]tune.Result, error) {
 	if n == 0 {
 		return nil, nil
 	}
@@ -309,6 +319,9 @@ func (r *Runner) run(ctx context.Context, task *tune.Task, n int, get func(ctx c
 	r.mu.Lock()
 	devs := append([]*device(nil), r.devs...)
 	r.mu.Unlock()
+	if limit > 0 && len(devs) > limit {
+		devs = devs[:limit]
+	}
 	if len(devs) == 0 {
 		cancel()
 		wg.Wait()
@@ -320,12 +333,14 @@ func (r *Runner) run(ctx context.Context, task *tune.Task, n int, get func(ctx c
 	for _, d := range devs {
 		wg.Go(func() {
 			for {
+				idle := time.Now()
 				select {
 				case <-ctx.Done():
 					return
 				case <-done:
 					return
 				case b := <-queue:
+					r.clock.add(StageWait, time.Since(idle))
 					r.event(d, 1, "")
 					res, v := r.measure(ctx, d, task, ref, b.artifact)
 					r.event(d, 0, "")
