@@ -55,7 +55,8 @@ def mm(A: T.Buffer((%[1]d, %[3]d), "%[4]s"), B: T.Buffer(%[6]s, "%[4]s"), C: T.B
 // of the scheduled TensorIR (CUDA's semantics, mma's fragment layout); and
 // that run matches the unscheduled function's: bit for bit when it sums in
 // float32, within float16's or bfloat16's rounding of its sequential sum
-// otherwise.
+// otherwise. A matmul with a bias and ReLU epilogue computes them from the
+// accumulators.
 func TestTensorCoreMatmul(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -68,10 +69,22 @@ func TestTensorCoreMatmul(t *testing.T) {
 		{"bf16", 128, 128, 64, "bfloat16", "bfloat16", false, (128*32 + 32*128) * 2},
 		{"fp16_fp32acc", 64, 96, 48, "float16", "float32", false, (64*16 + 16*96) * 2},
 		{"bf16_fp32acc_nt", 32, 64, 32, "bfloat16", "float32", true, (32*32 + 32*64) * 2},
+		{"fp16_bias_relu", 32, 16, 64, "float16", "float16", false, (32*32 + 32*16) * 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			orig, err := script.Parse("mm.py", mmaMatmulSource(tc.m, tc.n, tc.k, tc.dt, tc.acc, tc.transposed))
+			src := mmaMatmulSource(tc.m, tc.n, tc.k, tc.dt, tc.acc, tc.transposed)
+			if strings.HasSuffix(tc.name, "_bias_relu") {
+				// C becomes an intermediate, D = max(C + bias, 0) the output.
+				src = strings.Replace(src, `C: T.Buffer((32, 16), "float16")):`, `bias: T.Buffer((16,), "float16"), D: T.Buffer((32, 16), "float16")):
+    C = T.alloc_buffer((32, 16), "float16")`, 1)
+				src += `    for i, j in T.grid(32, 16):
+        with T.block("D"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            D[vi, vj] = T.max(C[vi, vj] + bias[vj], T.float16(0))
+`
+			}
+			orig, err := script.Parse("mm.py", src)
 			check.NoError(t, err)
 			g, err := auto.GPUFunc(orig.PrimFunc("mm"), auto.GPUOptions{})
 			check.NoError(t, err)
@@ -101,6 +114,9 @@ func TestTensorCoreMatmul(t *testing.T) {
 				check.Equal(t, report["mm"].StackBytes, int64(0), log)
 			})
 			t.Run("emulate", func(t *testing.T) { emulate(t, scheduled, cu, ks) })
+			if strings.HasSuffix(tc.name, "_bias_relu") {
+				return // compared with the CPU backend in the compiler package
+			}
 			t.Run("interpreter", func(t *testing.T) { compareMatmul(t, orig.PrimFunc("mm"), g, tc.dt, tc.acc, tc.k) })
 		})
 	}

@@ -29,7 +29,7 @@ const (
 // (and each other) element for element, a bias add and an activation,
 // are computed by thread 0 from the total; intermediates only they read
 // are never stored. It returns nil when f is not such a function, or is a
-// matmul the matmul rule takes.
+// matmul the matmul or tensor-core rule takes.
 func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	blocks := topBlocks(f)
 	if len(blocks) == 0 {
@@ -46,6 +46,9 @@ func rowReduction(f *ir.PrimFunc) *ir.PrimFunc {
 	br := blocks[0]
 	if _, _, _, _, _, mm := gpuMatmulTiles(br); mm {
 		return nil // the matmul rule's
+	}
+	if _, mm := matchMmaMatmul(br); mm {
+		return nil // the tensor-core rule's
 	}
 	b := br.Block
 	n := len(b.IterVars)
