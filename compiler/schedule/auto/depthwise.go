@@ -99,6 +99,9 @@ func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
 // scheduleRowConv returns f with block c scheduled, or nil when the
 // primitives refuse the shape.
 func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if g, err := scheduleGlobalPool(f, c, opts); err == nil {
+		return g, nil
+	}
 	// A depthwise convolution computes a plane per channel; when it
 	// cannot, rows of stride 1 keep the register tile along the row.
 	if g, err := scheduleDepthwisePlane(f, c, opts); err == nil || !unitRows(f, c) {

@@ -78,22 +78,10 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if c.rows >= 0 || len(c.spatial) != 4 || !conv && len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, fmt.Errorf("block %q is not a depthwise convolution", c.name)
 	}
-	s, err := schedule.New(f)
+	g, err := inlineAfter(f, c.name)
 	if err != nil {
 		return nil, err
 	}
-	// The elementwise blocks after the convolution become one.
-	after := blocksAfter(s.Func(), c.name)
-	for _, name := range after[:max(len(after)-1, 0)] {
-		b, err := s.GetBlock(name)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.ComputeInline(b); err != nil {
-			return nil, err
-		}
-	}
-	g := s.Func()
 	d, err := matchDepthwisePlane(g, c)
 	if err != nil {
 		return nil, err
@@ -113,6 +101,27 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 		return nil, fmt.Errorf("block %q: rows of %d are too wide", c.name, d.X)
 	}
 	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
+}
+
+// inlineAfter returns f with the elementwise blocks after block name
+// inlined into the last of them, which the rules then compute from their
+// result.
+func inlineAfter(f *ir.PrimFunc, name string) (*ir.PrimFunc, error) {
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	after := blocksAfter(s.Func(), name)
+	for _, a := range after[:max(len(after)-1, 0)] {
+		b, err := s.GetBlock(a)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return nil, err
+		}
+	}
+	return s.Func(), nil
 }
 
 func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) {

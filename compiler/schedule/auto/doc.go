@@ -25,7 +25,8 @@
 //     width, stride 1 or 2) are rewritten into loops of their own: a
 //     padded plane per channel, and tiles of rows in whole vectors, the
 //     extra lanes dropped (depthwise_plane.go); so are pooling windows
-//     after a padding stage.
+//     after a padding stage. Global pooling (GlobalAveragePool's mean)
+//     reads each plane as one run of vectors (pool.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
 //     loop of each elementwise block vectorized, row reductions (softmax's

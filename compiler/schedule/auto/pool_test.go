@@ -80,3 +80,28 @@ func TestPoolCompiled(t *testing.T) {
 	src, funcs := scheduledSource(t, "pool", fs, opts)
 	checkCompiled(t, src, funcs)
 }
+
+// TestGlobalPool checks global average pooling (a mean over each
+// channel's plane) against the unscheduled function, in the interpreter
+// and compiled.
+func TestGlobalPool(t *testing.T) {
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, sh := range [][4]int64{{1, 5, 13, 13}, {2, 3, 7, 7}, {1, 4, 2, 2}, {1, 3, 1, 5}} {
+		x := te.Placeholder(ir.Dims(sh[0], sh[1], sh[2], sh[3]), ir.Float32, "x")
+		y, err := topi.Mean(x, []int64{2, 3}, true)
+		check.NoError(t, err)
+		f, err := te.CreatePrimFunc([]*te.Tensor{x, y})
+		check.NoError(t, err)
+		g, ok := scheduleChecked(t, f, Options{}, true)
+		check.True(t, ok, "scheduled")
+		check.True(t, strings.Contains(script.Print(g), "part"), "a vector of partial sums")
+		nearSlices(t, outputOf(t, g), outputOf(t, f))
+		fs, opts = append(fs, f), append(opts, Options{ParallelFlops: 1})
+	}
+	if testing.Short() {
+		return
+	}
+	src, funcs := scheduledSource(t, "global_pool", fs, opts)
+	checkCompiled(t, src, funcs)
+}
