@@ -796,6 +796,8 @@ func (p *printer) exprPrec(e ir.Expr, ctx int) string {
 			return "T.if_then_else(" + strings.Join(args, ", ") + ")"
 		case e.Op == ir.OpWarpShuffleDown && len(e.Args) == 5:
 			return "T.tvm_warp_shuffle_down(" + strings.Join(args, ", ") + ")"
+		case e.Op == ir.OpPtxMma && len(e.Args) == 13:
+			return "T.ptx_mma(" + strings.Join(append([]string{pyQuote("float32")}, args...), ", ") + ")"
 		}
 		if _, ok := ir.Intrinsics[e.Op]; ok && len(e.Args) > 0 && e.Args[0].DType() == e.Type {
 			return "T." + e.Op + "(" + strings.Join(args, ", ") + ")"

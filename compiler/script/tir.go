@@ -1535,6 +1535,33 @@ func (p *tirParser) call(c *pyCall) ir.Expr {
 			p.failAt(c.Args[1].at(), "T.tvm_warp_shuffle_down shuffles a scalar, not %s", a[1].DType())
 		}
 		return &ir.Call{Type: a[1].DType(), Op: ir.OpWarpShuffleDown, Args: a}
+	case "ptx_mma":
+		// T.ptx_mma("float32", shape, A_layout, B_layout, A_dtype, B_dtype,
+		// C_dtype, a.data, a_index, b.data, b_index, c.data, c_index,
+		// saturate), as TVM prints it.
+		p.nargs(c, 14, 14)
+		if dt := p.dtype(c.Args[0]); dt != ir.Float32 {
+			p.failAt(c.Args[0].at(), "T.ptx_mma accumulates in float32, not %s", dt)
+		}
+		want := []string{"shape", "m16n8k16", "row", "col", "", "", "fp32"}
+		a := make([]ir.Expr, 13)
+		for i := 1; i <= 6; i++ {
+			v := p.str(c.Args[i], "T.ptx_mma argument")
+			if w := want[i]; (w != "" && v != w) || (w == "" && v != "fp16" && v != "bf16") {
+				p.failAt(c.Args[i].at(), "T.ptx_mma: only m16n8k16, row, col, fp16 or bf16 operands and fp32 accumulators are supported, not %q", v)
+			}
+			a[i-1] = ir.Str(v)
+		}
+		if a[3].(*ir.StringImm).Value != a[4].(*ir.StringImm).Value {
+			p.failAt(c.Args[5].at(), "T.ptx_mma: A and B have one dtype")
+		}
+		for i := 7; i < 14; i++ {
+			a[i-1] = p.expr(c.Args[i])
+			if (i == 7 || i == 9 || i == 11) && a[i-1].DType() != ir.Handle {
+				p.failAt(c.Args[i].at(), "T.ptx_mma: argument %d is %s, want a buffer's data", i+1, a[i-1].DType())
+			}
+		}
+		return &ir.Call{Type: ir.Void, Op: ir.OpPtxMma, Args: a}
 	case "call_extern", "call_pure_extern", "call_intrin":
 		p.nargs(c, 2, 64)
 		dt := p.dtype(c.Args[0])

@@ -197,3 +197,23 @@ func compareMatmul(t *testing.T, f, g *ir.PrimFunc, dt, acc string, k int) {
 	}
 	t.Logf("%d of %d elements differ from the sequential %s sum (by at most %g)", diffs, len(w), dt, tol)
 }
+
+// TestTensorCoreScript prints a tensor-core schedule as TVMScript (ptx_mma
+// as TVM's T.ptx_mma) and reads it back to the same function; a ptx_mma
+// kiln does not run is refused when parsed.
+func TestTensorCoreScript(t *testing.T) {
+	orig, err := script.Parse("mm.py", mmaMatmulSource(32, 16, 16, "float16", "float32", false))
+	check.NoError(t, err)
+	g, err := auto.GPUFunc(orig.PrimFunc("mm"), auto.GPUOptions{})
+	check.NoError(t, err)
+	text := script.Print(g)
+	check.True(t, strings.Contains(text, `T.ptx_mma("float32", "m16n8k16", "row", "col", "fp16", "fp16", "fp32", A_frag.data, `), text)
+	again, err := script.Parse("again.py", "# from tvm.script import tir as T\n"+text)
+	check.NoError(t, err)
+	// The same function but for the root block, which the parse makes
+	// implicit.
+	check.Equal(t, script.Print(again.PrimFunc("mm")), strings.Replace(text, "    # with T.block(\"root\"):\n", "", 1))
+	bad := strings.Replace(text, `"m16n8k16", "row"`, `"m16n8k8", "row"`, 1)
+	_, err = script.Parse("bad.py", "# from tvm.script import tir as T\n"+bad)
+	check.Error(t, err, `T.ptx_mma: only m16n8k16, row, col, fp16 or bf16 operands and fp32 accumulators are supported, not "m16n8k8"`)
+}

@@ -15,10 +15,6 @@ const (
 	mmaWarpsM = 2
 	mmaWarpsN = 4
 	mmaTileK  = 32
-	// mmaPad pads the rows of the shared tiles (16 bytes of 16-bit
-	// elements): the fragment loads of a warp's eight row groups then
-	// fall in different banks, and vector copies stay aligned.
-	mmaPad = 8
 )
 
 // mmaMatmul is a 2-D matmul the tensor-core rule takes.
@@ -136,7 +132,8 @@ func matchMmaMatmul(br *ir.BlockRealize) (mmaMatmul, bool) {
 // tiles of 16×8 float32 accumulators held in registers across all of k.
 // For each BK values of k the threads copy the block's BM × BK tile of A
 // and BK × BN tile of B into shared memory (vector copies of 16 bytes
-// where the layout allows, rows padded by 8 elements); then for each 16
+// where the layout allows; the tiles are not padded or swizzled, so the
+// fragment loads meet bank conflicts); then for each 16
 // of them every thread loads its fragments of A and B from shared memory
 // (plain loads, in the layout PTX gives mma.m16n8k16's operands) and the
 // warp runs FM × FN ptx_mma m16n8k16 (tensor cores, float32
@@ -174,8 +171,8 @@ func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 	cast := func(v *ir.Var, e ir.Expr) ir.Expr { return ir.NewCast(v.Type, e) }
 	by, bx, ko := ir.NewVar("by", ir.Int32), ir.NewVar("bx", ir.Int32), ir.NewVar("ko", ir.Int32)
 	acc := ir.NewBuffer(m.st.Buffer.Name+"_acc", ir.Float32, []ir.Expr{i32(FM * FN * 4)}, "local")
-	As := ir.NewBuffer(m.a.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BM), i32(BK + mmaPad)}, "shared")
-	Bs := ir.NewBuffer(m.b.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BK), i32(BN + mmaPad)}, "shared")
+	As := ir.NewBuffer(m.a.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BM), i32(BK)}, "shared")
+	Bs := ir.NewBuffer(m.b.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BK), i32(BN)}, "shared")
 
 	// lane gives the parts of thread tx: its warp's row and column in the
 	// block (wm, wn), its group g (lane / 4) and its place t in the group.
