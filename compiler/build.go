@@ -40,7 +40,7 @@ import (
 
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
-const codegenVersion = "kiln-c-3+vm-1"
+const codegenVersion = "kiln-c-4+vm-1"
 
 // DefaultPipeline is the graph-level pipeline Build runs when
 // BuildOptions.Pipeline is empty: "O2" (the zero pipeline, then
@@ -145,6 +145,14 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			p = DefaultPipeline
 		}
 		var err error
+		if target.Kind == "cpu" && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
+			// Dense layers' weights packed in the default schedule's
+			// column panels (not under a tuning database, whose records
+			// are for the layers as they are).
+			if mod, err = relaxtransform.AlterDenseLayout(mod, max(target.VectorBytes(), 16)); err != nil {
+				return nil, fmt.Errorf("build: %w", err)
+			}
+		}
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}

@@ -29,7 +29,8 @@ func seedMLP() nn.Module {
 }
 
 // TestMLPEndToEnd builds the IRModule tutorial's MLP with the NN builder, compiles it
-// through the default O2 pipeline (two fused kernels, transposes lifted), runs it
+// through the default O2 pipeline (two fused kernels; the weights' transposes,
+// fc1's with the packing of its weight in column panels, lifted), runs it
 // on the VM with both allocators and checks it against a float64
 // reference computed from the same weights.
 func TestMLPEndToEnd(t *testing.T) {
@@ -41,7 +42,7 @@ func TestMLPEndToEnd(t *testing.T) {
 	for _, f := range a.Manifest.Functions {
 		kernels = append(kernels, f.Name)
 	}
-	for _, want := range []string{"fused_matmul_add_relu", "fused_matmul1_add1", "transpose", "transpose1"} {
+	for _, want := range []string{"fused_matmul_add_relu", "fused_matmul1_add1", "fused_transpose_reshape_transpose1", "transpose2"} {
 		check.True(t, slices.Contains(kernels, want), "kernel", want, "missing from", kernels)
 	}
 

@@ -118,6 +118,13 @@ func init() {
 		}
 		return one(Matmul(a, b, dt))
 	}}
+	legalizers["relax.matmul_packed"] = legalizer{"matmul", func(c *lctx) ([]*te.Tensor, error) {
+		a, w, err := c.two()
+		if err != nil {
+			return nil, err
+		}
+		return one(MatmulPacked(a, w))
+	}}
 	legalizers["relax.nn.linear"] = legalizer{"linear", legalizeLinear}
 	legalizers["relax.permute_dims"] = legalizer{"transpose", func(c *lctx) ([]*te.Tensor, error) {
 		x, err := c.tensor(0)

@@ -174,6 +174,7 @@ func legalizeCases() map[string]struct {
 	cases["relax.clip"] = c{args: []ir.RExpr{x(), &ir.PrimValue{Value: ir.F32(-0.5)}, &ir.PrimValue{Value: ir.F32(0.5)}}}
 	cases["relax.where"] = c{args: []ir.RExpr{tvar("c", ir.Bool, 2, 1), x(), y()}}
 	cases["relax.matmul"] = c{args: []ir.RExpr{x(), tvar("w", f32, 3, 4)}}
+	cases["relax.matmul_packed"] = c{args: []ir.RExpr{x(), tvar("w", f32, 2, 3, 2)}}
 	cases["relax.nn.linear"] = c{args: []ir.RExpr{x(), tvar("w", f32, 4, 3), tvar("b", f32, 4)}}
 	cases["relax.permute_dims"] = c{[]ir.RExpr{tvar("x", f32, 2, 3, 4)}, map[string]any{"axes": []int64{1, 2, 0}}}
 	cases["relax.reshape"] = c{args: []ir.RExpr{x(), &ir.ShapeExpr{Values: ir.Dims(3, -1)}}}

@@ -126,3 +126,33 @@ func Linear(x, w, bias *te.Tensor, outDType ir.DType) (*te.Tensor, error) {
 	}
 	return Add(mm, bias)
 }
+
+// MatmulPacked returns a @ w' for the weight w' (K, N) packed as w
+// (N/P, K, P) (relax.matmul_packed): stage "matmul" over a's leading
+// indices and j, w read at (j / P, k, j % P).
+func MatmulPacked(a, w *te.Tensor) (*te.Tensor, error) {
+	const op = "matmul_packed"
+	if err := checkInputs(op, a, w); err != nil {
+		return nil, err
+	}
+	if err := sameDType(op, a, w); err != nil {
+		return nil, err
+	}
+	if len(a.Shape) < 2 || len(w.Shape) != 3 || !ir.DimEqual(a.Shape[len(a.Shape)-1], w.Shape[1]) {
+		return nil, fmt.Errorf("%s: shapes %s and %s: want (…, M, K) and (N/P, K, P)", op, shapeStr(a.Shape), shapeStr(w.Shape))
+	}
+	p, ok := ir.ConstDim(w.Shape[2])
+	nb, ok2 := ir.ConstDim(w.Shape[0])
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("%s: packed weight %s: want constant dimensions", op, shapeStr(w.Shape))
+	}
+	n := len(a.Shape)
+	out := append(append([]ir.Expr{}, a.Shape[:n-1]...), iconst(a.Shape[n-1], nb*p))
+	k := te.ReduceAxis(ir.RangeFromExtent(a.Shape[n-1]), "k")
+	return finish(te.Compute(out, func(idx []ir.Expr) ir.Expr {
+		j := idx[n-1]
+		pp := iconst(j, p)
+		ai := append(append([]ir.Expr{}, idx[:n-1]...), k)
+		return te.Sum(ir.Mul(a.At(ai...), w.At(ir.FloorDiv(j, pp), k, ir.FloorMod(j, pp))), k)
+	}, "matmul", names("i", n)...))
+}

@@ -269,6 +269,9 @@ func (vz *vectorizer) expr(e ir.Expr) (ir.Expr, bool) {
 		if a == e.A && b == e.B {
 			return e, true
 		}
+		if out, ok := rampDivMod(e.Op, a, b); ok {
+			return out, true
+		}
 		out := binary(e.Op, a, b)
 		if out.DType().Lanes > 1 {
 			if bin, ok := out.(*ir.Binary); ok && !vectorOpOK(bin.Op, bin.A.DType()) {
@@ -349,6 +352,45 @@ func vectorOpOK(op ir.BinaryOp, t ir.DType) bool {
 		return t.IsInt() || t.IsFloat()
 	case ir.OpDiv:
 		return t.IsFloat()
+	}
+	return false
+}
+
+// rampDivMod divides a ramp of stride 1 by a constant c that its lanes L
+// divide, its base a multiple of L (a packed weight's panel index and
+// offset, j / P and j % P over a vector of j): the ramp stays within one
+// multiple of c, so the quotient is the base's, broadcast, and the
+// remainder a ramp from the base's.
+func rampDivMod(op ir.BinaryOp, a, b ir.Expr) (ir.Expr, bool) {
+	r, ok := a.(*ir.Ramp)
+	c, isConst := ir.IsConstInt(b)
+	if !ok || !isConst || (op != ir.OpFloorDiv && op != ir.OpFloorMod) || c <= 0 || c%int64(r.Lanes) != 0 {
+		return nil, false
+	}
+	if s, ok := ir.IsConstInt(r.Stride); !ok || s != 1 || !multipleOf(r.Base, int64(r.Lanes)) {
+		return nil, false
+	}
+	q := foldNode(ir.NewBinary(op, r.Base, b))
+	if op == ir.OpFloorDiv {
+		return &ir.Broadcast{Value: q, Lanes: r.Lanes}, true
+	}
+	return &ir.Ramp{Base: q, Stride: r.Stride, Lanes: r.Lanes}, true
+}
+
+// multipleOf reports an integer expression that is a multiple of n for
+// any values of its variables: constants that are, and sums and products
+// of such terms.
+func multipleOf(e ir.Expr, n int64) bool {
+	switch e := e.(type) {
+	case *ir.IntImm:
+		return e.Value%n == 0
+	case *ir.Binary:
+		switch e.Op {
+		case ir.OpAdd, ir.OpSub:
+			return multipleOf(e.A, n) && multipleOf(e.B, n)
+		case ir.OpMul:
+			return multipleOf(e.A, n) || multipleOf(e.B, n)
+		}
 	}
 	return false
 }

@@ -1,6 +1,7 @@
 // Package transform holds kiln's graph-level passes over IRModules that
 // mix graph functions (compiler/ir's Relax-style Function) and TensorIR
-// PrimFuncs: AlterConvLayout, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
+// PrimFuncs: AlterConvLayout, AlterDenseLayout (CPU builds only, outside
+// the named pipelines), LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
 // FuseTIR, DeadCodeElimination, StaticPlanBlockMemory and
 // AnnotateUsedMemory, and the named pipelines that chain them ("zero",
 // "O0"–"O3").

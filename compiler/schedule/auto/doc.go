@@ -11,7 +11,9 @@
 //     column tiles run outside the row tiles, so each panel of the
 //     weight is read from memory once; the elementwise blocks after the
 //     matmul (bias, activation, residual add) are computed on the tile
-//     before it is stored (matmul.go).
+//     before it is stored (matmul.go). A weight packed in panels of the
+//     tile's columns (relax.matmul_packed, which CPU builds make of dense
+//     layers: AlterDenseLayout) is read a contiguous panel at a time.
 //   - Direct convolutions with the output channels innermost
 //     (topi.Conv2D's conv2d_hwio stage, its kernel in HWIO or in blocks
 //     of output channels such as OHWI32o) get a tile of output positions

@@ -124,6 +124,9 @@ type matmulBlock struct {
 	// sharedB: B's index uses only j and k (a weight every row reads),
 	// so the rows may be tiled in any order and share B's panels.
 	sharedB bool
+	// packed is P when B is a weight packed in panels of P columns,
+	// B[j / P, k, j % P] (relax.matmul_packed): the column tile is P.
+	packed int64
 }
 
 // findMatmuls lists the blocks of f that look like an unscheduled matmul:
@@ -196,7 +199,12 @@ func matchMatmul(br *ir.BlockRealize) (matmulBlock, bool) {
 		return matmulBlock{}, false
 	}
 	bl, ok := prod.B.(*ir.BufferLoad)
-	if !ok || len(bl.Indices) < 2 || !isVar(bl.Indices[len(bl.Indices)-1], j) || !isVar(bl.Indices[len(bl.Indices)-2], k) {
+	if !ok || len(bl.Indices) < 2 {
+		return matmulBlock{}, false
+	}
+	if p := packedIndex(bl.Indices, j, k); p > 0 {
+		m.packed = p
+	} else if !isVar(bl.Indices[len(bl.Indices)-1], j) || !isVar(bl.Indices[len(bl.Indices)-2], k) {
 		return matmulBlock{}, false
 	}
 	if _, ok := prod.A.(*ir.BufferLoad); !ok {
@@ -212,6 +220,25 @@ func matchMatmul(br *ir.BlockRealize) (matmulBlock, bool) {
 		}
 	}
 	return m, true
+}
+
+// packedIndex returns P when idx is (j / P, k, j % P), a weight packed in
+// panels of P columns (floor division and remainder), else 0.
+func packedIndex(idx []ir.Expr, j, k *ir.Var) int64 {
+	if len(idx) != 3 || !isVar(idx[1], k) {
+		return 0
+	}
+	d, ok1 := idx[0].(*ir.Binary)
+	r, ok2 := idx[2].(*ir.Binary)
+	if !ok1 || !ok2 || d.Op != ir.OpFloorDiv || r.Op != ir.OpFloorMod || !isVar(d.A, j) || !isVar(r.A, j) {
+		return 0
+	}
+	p, ok1 := ir.IsConstInt(d.B)
+	q, ok2 := ir.IsConstInt(r.B)
+	if !ok1 || !ok2 || p != q || p < 1 {
+		return 0
+	}
+	return p
 }
 
 func isVar(e ir.Expr, v *ir.Var) bool {
@@ -275,6 +302,12 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 		iExt = M
 	}
 	lanes, mr, nt, vector := matmulTile(iExt, N, opts.VectorBytes/esize, regs)
+	if m.packed > 0 {
+		// The tile is the weight's panel, whatever the vector width.
+		if lanes, mr, nt, vector = matmulTile(iExt, m.packed, opts.VectorBytes/esize, regs); nt != m.packed || N%nt != 0 {
+			return false, nil
+		}
+	}
 	if !vector && nt < 4 && N > 32 {
 		return false, nil
 	}

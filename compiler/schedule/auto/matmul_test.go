@@ -389,3 +389,31 @@ func golden(t *testing.T, name, got string) {
 	check.NoError(t, err, "run go test -update")
 	check.Equal(t, got, string(want))
 }
+
+// TestPackedMatmulCompiled: dense layers over weights packed in panels
+// (relax.matmul_packed) take the register tile of the panel's width, the
+// panel read with vector loads at plain offsets (no division left), and
+// compute what the interpreter computes on the unscheduled functions.
+func TestPackedMatmulCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	fs := []*ir.PrimFunc{
+		legalized(t, "matmul_packed", nil, []int64{1, 16, 32}, []int64{2, 32, 32}), // 16 rows × 64 columns
+		legalized(t, "matmul_packed", nil, []int64{1, 64}, []int64{5, 64, 8}),      // a classifier's row
+		legalized(t, "matmul_packed", nil, []int64{3, 48}, []int64{3, 48, 48}),     // 3 rows, 3 vectors
+	}
+	for _, f := range fs {
+		g, ok, err := Func(f, Options{})
+		check.NoError(t, err)
+		check.True(t, ok, "scheduled")
+		check.True(t, strings.Contains(script.Print(g), "T.vectorized"), "a vector tile")
+	}
+	src, funcs := scheduledSource(t, "pk", fs, []Options{{}, {ParallelFlops: 1}, {}})
+	if i := strings.Index(src, "_local["); i >= 0 {
+		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
+	}
+	// Only the prelude's definitions name the floor division macros.
+	check.True(t, strings.Count(src, "KILN_FLOORDIV(") == 1 && strings.Count(src, "KILN_FLOORMOD(") == 1, "no division in the loops:\n", src)
+	checkCompiled(t, src, funcs)
+}
