@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -53,12 +54,20 @@ func reluMatmul(t testing.TB, n, m, k int64) *ir.PrimFunc {
 
 // rowMax is a reduction followed by a consumer: max over each row, then
 // x - max (a softmax's first half).
-func rowMax(t testing.TB, n, m int64) *ir.PrimFunc {
+func rowMax(t testing.TB, n, m int64) *ir.PrimFunc { return rowReduce(t, n, m, "M", te.Max) }
+
+// rowSum is a row sum (of small integers: exact in any order) and its
+// consumer.
+func rowSum(t testing.TB, n, m int64) *ir.PrimFunc { return rowReduce(t, n, m, "S", te.Sum) }
+
+// rowReduce reduces each row of X with reduce into the block name, then
+// subtracts the result from the row.
+func rowReduce(t testing.TB, n, m int64, name string, reduce func(ir.Expr, ...*te.Axis) ir.Expr) *ir.PrimFunc {
 	t.Helper()
 	X := te.Placeholder(te.Shape(n, m), ir.Float32, "X")
 	rk := te.ReduceAxis(ir.RangeFromExtent(ir.I32(m)), "k")
-	M := te.Compute(te.Shape(n), func(i ir.Expr) ir.Expr { return te.Max(X.At(i, rk), rk) }, "M")
-	Y := te.Compute(te.Shape(n, m), func(i, j ir.Expr) ir.Expr { return ir.Sub(X.At(i, j), M.At(i)) }, "Y")
+	R := te.Compute(te.Shape(n), func(i ir.Expr) ir.Expr { return reduce(X.At(i, rk), rk) }, name)
+	Y := te.Compute(te.Shape(n, m), func(i, j ir.Expr) ir.Expr { return ir.Sub(X.At(i, j), R.At(i)) }, "Y")
 	f, err := te.CreatePrimFunc([]*te.Tensor{X, Y})
 	check.NoError(t, err)
 	return f
@@ -114,6 +123,7 @@ func TestSpaceSamplesComputeTheSame(t *testing.T) {
 		{"matmul", matmulFunc(t, 24, 32, 12), []string{"tile/C/i", "cache_write/C", "cache_read/C/B", "parallel_fuse/", "unroll/"}},
 		{"relu_matmul", reluMatmul(t, 16, 16, 8), []string{"tile/C/k"}},
 		{"row_max", rowMax(t, 8, 24), []string{"compute_location/M", "vectorize/Y"}},
+		{"row_sum", rowSum(t, 4, 64), []string{"compute_location/S", "vector_accumulate/S"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := run(t, tc.fn)
@@ -229,4 +239,58 @@ func TestReplayRefusesBadDecisions(t *testing.T) {
 	check.Error(t, err, bad[0].Site, "does not tile")
 	_, err = sp.Replay(c.Decisions[1:])
 	check.Error(t, err, c.Decisions[0].Site, "no decision")
+}
+
+// TestSoftmaxSpace: the space of a softmax keeps or inlines its
+// exponentials, accumulates its reductions in vectors, and moves its
+// stages under the normalization's row loop; every candidate computes
+// what the unscheduled function does (within rounding: vector partial
+// sums add in another order), and records made before the choices
+// existed still replay (as the inlined, serial schedule they measured).
+func TestSoftmaxSpace(t *testing.T) {
+	x := te.Placeholder(te.Shape(4, 64), ir.Float32, "x")
+	y, err := topi.Softmax(x, 1)
+	check.NoError(t, err)
+	f, err := te.CreatePrimFunc([]*te.Tensor{x, y})
+	check.NoError(t, err)
+	want := run(t, f)
+	sp, err := NewSpace(f, testTarget)
+	check.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	seen := map[string]bool{}
+	for i := range 24 {
+		c, err := sp.Sample(rng)
+		check.NoError(t, err)
+		for _, d := range c.Decisions {
+			seen[fmt.Sprint(d.Site, "=", d.Choice)] = true
+		}
+		trace := strings.Join(c.Trace, "\n")
+		if strings.Contains(trace, "compute_at(T_softmax_maxelem") && strings.Contains(trace, "compute_at(T_softmax_expsum") {
+			seen["row fused"] = true
+		}
+		got := run(t, c.Func)
+		for j := range want {
+			if !(math.Abs(float64(got[j]-want[j])) <= 1e-6+1e-5*math.Abs(float64(want[j]))) {
+				t.Fatalf("sample %d: element %d = %v, want %v\n%s\n%s", i, j, got[j], want[j], trace, script.Print(c.Func))
+			}
+		}
+		r, err := sp.Replay(c.Decisions)
+		check.NoError(t, err)
+		check.True(t, ir.StructuralEqual(r.Func, c.Func), "replay differs")
+		// The same record without the newer choices.
+		var old []Decision
+		for _, d := range c.Decisions {
+			if !strings.HasPrefix(d.Site, "inline/") && !strings.HasPrefix(d.Site, "vector_accumulate/") {
+				old = append(old, d)
+			}
+		}
+		o, err := sp.Replay(old)
+		check.NoError(t, err)
+		ot := strings.Join(o.Trace, "\n")
+		check.True(t, strings.Contains(ot, "compute_inline(T_softmax_exp)") && !strings.Contains(ot, "vector_accumulate"), ot)
+	}
+	for _, w := range []string{"inline/T_softmax_exp=0", "inline/T_softmax_exp=1", "vector_accumulate/T_softmax_maxelem=1",
+		"vector_accumulate/T_softmax_expsum=2", "row fused"} {
+		check.True(t, seen[w], "no sample with", w, "among", seen)
+	}
 }

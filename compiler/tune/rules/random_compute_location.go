@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
@@ -16,7 +17,11 @@ import (
 // iterations: a row's maximum once per element of the row), and
 // compute_at decides whether the move is legal; a refused move leaves the
 // block at the root, which a replay reproduces. Only blocks at the root
-// whose loops nobody transformed are moved.
+// whose loops nobody transformed are moved. Blocks are visited consumers
+// first (MetaSchedule's post-order): a chain of stages (a softmax's
+// maximum, exponentials and sum) can then follow its last consumer under
+// one row loop, each producer moving under the loop its consumer moved
+// to.
 type randomComputeLocation struct{}
 
 const maxLocations = 4
@@ -27,7 +32,9 @@ func (randomComputeLocation) Name() string { return "random_compute_location" }
 func (randomComputeLocation) Order() int   { return 30 }
 
 func (randomComputeLocation) Apply(c *Context, s *schedule.Schedule) error {
-	for _, name := range blockNames(s.Func()) {
+	names := blockNames(s.Func())
+	slices.Reverse(names)
+	for _, name := range names {
 		b, err := s.GetBlock(name)
 		if err != nil {
 			continue

@@ -173,6 +173,18 @@ func (x *Sampler) Tile(s *schedule.Schedule, site string, l schedule.LoopRV, n i
 // Choose draws (or replays) an index among n choices with the given
 // weights (nil: uniform), through s.SampleCategorical.
 func (x *Sampler) Choose(s *schedule.Schedule, site string, n int, weights []float64) (int, error) {
+	return x.choose(s, site, n, weights, -1)
+}
+
+// ChooseOr is Choose for a choice newer than some recorded candidates:
+// a replay that has no decision for the site takes old, what the rules
+// did before they made the choice, so that those candidates replay as
+// they were measured.
+func (x *Sampler) ChooseOr(s *schedule.Schedule, site string, n int, weights []float64, old int) (int, error) {
+	return x.choose(s, site, n, weights, old)
+}
+
+func (x *Sampler) choose(s *schedule.Schedule, site string, n int, weights []float64, old int) (int, error) {
 	site, err := x.site(site)
 	if err != nil {
 		return 0, err
@@ -189,6 +201,8 @@ func (x *Sampler) Choose(s *schedule.Schedule, site string, n int, weights []flo
 			return 0, fmt.Errorf("site %q: recorded decision is %s, want %s", site, d.Kind, KindCategorical)
 		}
 		dec = d.Choice
+	} else if x.rng == nil && old >= 0 {
+		dec = old
 	} else if x.rng == nil {
 		return 0, fmt.Errorf("site %q: %w", site, ErrNoDecision)
 	}
