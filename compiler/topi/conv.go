@@ -14,7 +14,7 @@ import (
 // Convolution and padding. Layouts are strings of dimension letters: data
 // and outputs a permutation of "NCHW" (NCHW, NHWC), kernels of "OIHW"
 // (OIHW, HWIO, OHWI), optionally followed by a block of output channels
-// as TVM writes it: "OHWI32o" is a kernel of shape [O/32, H, W, I, 32],
+// as TVM writes it: "OIHW32o" is a kernel of shape [O/32, I, H, W, 32],
 // each block of 32 output channels contiguous (one group only).
 
 // Conv2DAttrs are the attributes of a 2-D convolution, as Relax's

@@ -12,8 +12,8 @@ import (
 // variance), conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d and
 // linear. Layouts are strings of dimension letters: data "NCHW" or
 // "NHWC", kernels "OIHW", "HWIO" or "OHWI", optionally with a block of
-// output channels at the end ("OHWI32o": a kernel of shape [O/32, H, W,
-// I, 32], for one group only).
+// output channels at the end ("OIHW32o": a kernel of shape [O/32, I, H,
+// W, 32], for one group only).
 
 func init() {
 	for _, n := range []string{"nn.softmax", "nn.log_softmax"} {

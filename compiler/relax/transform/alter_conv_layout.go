@@ -20,8 +20,8 @@ import (
 // becomes
 //
 //	w_oblocks = R.reshape(w, [2, 32, 32, 3, 3])
-//	w_ohwi32o = R.permute_dims(w_oblocks, axes=[0, 3, 4, 2, 1])
-//	y = R.nn.conv2d(x, w_ohwi32o, kernel_layout="OHWI32o", out_layout="NCHW")
+//	w_oihw32o = R.permute_dims(w_oblocks, axes=[0, 2, 3, 4, 1])
+//	y = R.nn.conv2d(x, w_oihw32o, kernel_layout="OIHW32o", out_layout="NCHW")
 //
 // with blocks of 32 channels where they divide the output channels, else
 // 16, else 8; other channel counts take the kernel in HWIO (one
@@ -138,8 +138,8 @@ func convKernel(y *ir.RVar, w ir.RExpr) (bs []ir.Binding, layout string, channel
 	if err != nil {
 		return nil, "", 0, err
 	}
-	layout = fmt.Sprintf("OHWI%do", block)
-	perm, err := op.Call("relax.permute_dims", []ir.RExpr{bind("_oblocks", split)}, map[string]any{"axes": []any{int64(0), int64(3), int64(4), int64(2), int64(1)}})
+	layout = fmt.Sprintf("OIHW%do", block)
+	perm, err := op.Call("relax.permute_dims", []ir.RExpr{bind("_oblocks", split)}, map[string]any{"axes": []any{int64(0), int64(2), int64(3), int64(4), int64(1)}})
 	if err != nil {
 		return nil, "", 0, err
 	}

@@ -2,6 +2,7 @@ package auto
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
@@ -15,18 +16,20 @@ import (
 // or any block of that form: spatial iteration variables, the last (f)
 // indexing C and B last and A not at all, then one or more reductions.
 // The kernel may also come in blocks of output channels (kernel layout
-// "OHWI32o", AlterConvLayout's choice): W[f/b, ry, rx, c, f%b], so that
+// "OIHW32o", AlterConvLayout's choice): W[f/b, c, ry, rx, f%b], so that
 // the weights of a block of b channels lie one after the other and are
 // read in order; the tile then covers a block (or a part of one).
 // A tile of xi positions of the next-to-last spatial variable (x) × vecs
 // vectors of f stays in vector registers over the whole reduction: each
 // step loads vecs vectors of W, broadcasts xi elements of A and does
-// xi·vecs fused multiply-adds. The first reduction (the input channel)
-// runs innermost, so the kernel's rows are read one after the other: in
-// the other order the steps jump between the kernel's (ry, rx) planes,
-// whose strides (a power-of-two number of bytes for 256 or 512 channels)
-// send them all to the same cache sets (resnet18's 7×7×512 convolution
-// took twice as long that way).
+// xi·vecs fused multiply-adds. The reductions run in the order the
+// kernel's indices take them, so that the kernel is read in order: with
+// HWIO the input channel innermost (the other way the steps jump between
+// the kernel's (ry, rx) planes, whose strides, a power-of-two number of
+// bytes for 256 or 512 channels, send them all to the same cache sets:
+// resnet18's 7×7×512 convolution took twice as long), with OIHW32o the
+// window innermost, which also reads each input row for the 3×3 window
+// from L1.
 
 // maxConvAccumulators bounds the vector registers of a convolution's
 // accumulator tile with 32 vector registers (AVX-512); half as many with
@@ -48,6 +51,10 @@ type convBlock struct {
 	// output channels of a blocked kernel (B[.., f/fblock, .., f%fblock]);
 	// 0 when B takes f as it is.
 	fblock int64
+	// reduceOrder, for the channel-vectorized schedule, lists the
+	// reductions in the order the kernel's indices take them, so that
+	// the steps read the kernel in order.
+	reduceOrder []int
 }
 
 // findConvs lists the unscheduled blocks of f of the convolution form.
@@ -63,12 +70,30 @@ func matchConv(br *ir.BlockRealize) (convBlock, bool) {
 			return convBlock{}, false
 		}
 		c.fblock = b
-		return c, true
-	}
-	if !onlyLastUses(w.Indices, f) || !isVar(w.Indices[len(w.Indices)-1], f) {
+	} else if !onlyLastUses(w.Indices, f) || !isVar(w.Indices[len(w.Indices)-1], f) {
 		return convBlock{}, false
 	}
+	c.reduceOrder = indexOrder(br.Block.IterVars[len(c.spatial):], w.Indices)
 	return c, true
+}
+
+// indexOrder lists the positions of vars in the order idx first uses
+// them (those it does not use last, in their order).
+func indexOrder(vars []ir.IterVar, idx []ir.Expr) []int {
+	first := func(v *ir.Var) int {
+		for i, ix := range idx {
+			if usesVar(ix, v) {
+				return i
+			}
+		}
+		return len(idx)
+	}
+	order := make([]int, len(vars))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return first(vars[order[i]].Var) < first(vars[order[j]].Var) })
+	return order
 }
 
 // channelBlock reports indices that take f in blocks of b: the last is
@@ -310,7 +335,10 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	nf := len(fs) - 2
 	outer := append(append([]schedule.LoopRV{}, fs[:nf]...), loops[:ns-2]...)
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	red := append(append([]schedule.LoopRV{}, loops[ns+1:]...), loops[ns])
+	red := make([]schedule.LoopRV, len(c.reduceOrder))
+	for i, r := range c.reduceOrder {
+		red[i] = loops[ns+r]
+	}
 	order = append(order, red...)
 	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}, lanes, epilogue); err != nil {
 		return err

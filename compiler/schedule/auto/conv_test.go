@@ -21,8 +21,9 @@ type convCase struct {
 	kh, kw            int64
 	stride, pad       int64
 	groups            int64
-	oihw              bool   // the kernel in OIHW (depthwise, grouped)
-	block             int64  // the kernel in OHWI with blocks of this many output channels
+	oihw              bool  // the kernel in OIHW (depthwise, grouped)
+	block             int64 // the kernel in OIHW (OHWI with ohwi) with blocks of this many output channels
+	ohwi              bool
 	epilogue          string // "", "bias_relu", "residual", "relu6", "mean"
 	int32             bool   // te.Shape's int32 dimensions
 	opts              Options
@@ -42,8 +43,11 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 	if cc.oihw {
 		w, kl = te.Placeholder(dims(cc.f, cc.c/g, cc.kh, cc.kw), ir.Float32, "w"), "OIHW"
 	}
-	if cc.block > 0 {
+	switch {
+	case cc.block > 0 && cc.ohwi:
 		w, kl = te.Placeholder(dims(cc.f/cc.block, cc.kh, cc.kw, cc.c, cc.block), ir.Float32, "w"), fmt.Sprintf("OHWI%do", cc.block)
+	case cc.block > 0:
+		w, kl = te.Placeholder(dims(cc.f/cc.block, cc.c, cc.kh, cc.kw, cc.block), ir.Float32, "w"), fmt.Sprintf("OIHW%do", cc.block)
 	}
 	args := []*te.Tensor{x, w}
 	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{
@@ -93,6 +97,7 @@ func convCases() []convCase {
 		{name: "parallel_int32", n: 1, c: 8, h: 10, w: 10, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, int32: true, opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "blocks_of_32", n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "blocks_of_32_residual", n: 1, c: 5, h: 6, w: 14, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
+		{name: "blocks_ohwi", n: 1, c: 6, h: 5, w: 7, f: 32, kh: 3, kw: 2, stride: 1, pad: 1, block: 16, ohwi: true, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "blocks_of_8_1x1", n: 1, c: 16, h: 5, w: 13, f: 40, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "relu6", scheduled: true, inTile: true},
 		{name: "blocks_of_64_in_tiles", n: 1, c: 4, h: 4, w: 7, f: 128, kh: 3, kw: 3, stride: 1, pad: 1, block: 64, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "blocks_prime_row", n: 1, c: 4, h: 3, w: 13, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
@@ -206,5 +211,19 @@ func TestConvTile(t *testing.T) {
 		lanes, vecs, xi, ok := convTile(c.x, c.f, c.maxLanes, c.limit)
 		check.True(t, ok, c.x, c.f)
 		check.Equal(t, [3]int64{lanes, vecs, xi}, [3]int64{c.lanes, c.vecs, c.xi}, c.x, "×", c.f)
+	}
+}
+
+// TestConvReduceOrder checks that the reductions run in the order the
+// kernel's indices take them, so that the kernel is read in order.
+func TestConvReduceOrder(t *testing.T) {
+	for _, cc := range []struct {
+		ohwi bool
+		want []int // rc, ry, rx positions in the loop order
+	}{{false, []int{0, 1, 2}}, {true, []int{1, 2, 0}}} {
+		f := convCase{n: 1, c: 4, h: 5, w: 7, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, ohwi: cc.ohwi}.primFunc(t)
+		cs := findConvs(f)
+		check.Equal(t, len(cs), 1)
+		check.Equal(t, fmt.Sprint(cs[0].reduceOrder), fmt.Sprint(cc.want), "ohwi", cc.ohwi)
 	}
 }

@@ -16,7 +16,7 @@
 //     layers: AlterDenseLayout) is read a contiguous panel at a time.
 //   - Direct convolutions with the output channels innermost
 //     (topi.Conv2D's conv2d_hwio stage, its kernel in HWIO or in blocks
-//     of output channels such as OHWI32o) get a tile of output positions
+//     of output channels such as OIHW32o) get a tile of output positions
 //     × vectors of channels in registers (conv.go); the elementwise blocks
 //     after one (bias, ReLU, Clip, residual adds, and the layout change
 //     back to NCHW) are inlined into the tile's store, so they run on

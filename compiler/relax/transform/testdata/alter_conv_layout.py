@@ -1,5 +1,5 @@
 # AlterConvLayout: the convolution of one group (w, a weight: num_input = 1)
-# takes its kernel in blocks of 16 output channels (OHWI16o) through a
+# takes its kernel in blocks of 16 output channels (OIHW16o) through a
 # reshape and a permute_dims, which O2 lifts out of the per-call path;
 # its bias and relu fuse after it. The grouped convolution keeps its OIHW
 # kernel, and so does rows' pointwise convolution, whose 16-wide rows of
