@@ -55,7 +55,10 @@ func Features(f *ir.PrimFunc) []float64 {
 }
 
 // leafBlocks calls fn for every block of f whose body is a single store,
-// with the loops around it (outermost first).
+// with the loops around it (outermost first), and for every store under
+// loops outside any block (what a postprocessor rewrote into plain loops,
+// such as a reduction's vector accumulator), as a block of that store
+// alone.
 func leafBlocks(f *ir.PrimFunc, fn func(br *ir.BlockRealize, loops []*ir.For)) {
 	var stack []*ir.For
 	var walk func(s ir.Stmt)
@@ -75,10 +78,14 @@ func leafBlocks(f *ir.PrimFunc, fn func(br *ir.BlockRealize, loops []*ir.For)) {
 				return
 			}
 			fn(s, stack)
+		case *ir.BufferStore:
+			if len(stack) > 0 {
+				fn(&ir.BlockRealize{Block: &ir.Block{Body: s, Writes: []ir.BufferRegion{{Buffer: s.Buffer}}}}, stack)
+			}
 		default:
 			ir.Visit(s, func(n ir.Node) bool {
 				switch n.(type) {
-				case *ir.For, *ir.BlockRealize, *ir.SeqStmt:
+				case *ir.For, *ir.BlockRealize, *ir.SeqStmt, *ir.BufferStore:
 					walk(n.(ir.Stmt))
 					return false
 				}

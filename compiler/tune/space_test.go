@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -293,4 +294,33 @@ func TestSoftmaxSpace(t *testing.T) {
 		"vector_accumulate/T_softmax_expsum=2", "row fused"} {
 		check.True(t, seen[w], "no sample with", w, "among", seen)
 	}
+}
+
+// TestFeaturesSeeVectorAccumulation: a reduction rewritten into plain
+// loops by vector_accumulate still counts in the cost model's features,
+// so accumulating in one vector register or in two are told apart.
+func TestFeaturesSeeVectorAccumulation(t *testing.T) {
+	x := te.Placeholder(te.Shape(4, 64), ir.Float32, "x")
+	y, err := topi.Softmax(x, 1)
+	check.NoError(t, err)
+	f, err := te.CreatePrimFunc([]*te.Tensor{x, y})
+	check.NoError(t, err)
+	sp, err := NewSpace(f, testTarget)
+	check.NoError(t, err)
+	c, err := sp.Sample(rand.New(rand.NewPCG(5, 5)))
+	check.NoError(t, err)
+	with := func(vectors int) []float64 {
+		ds := append([]Decision(nil), c.Decisions...)
+		for i := range ds {
+			if strings.HasPrefix(ds[i].Site, "vector_accumulate/") {
+				ds[i].Choice = vectors
+			}
+		}
+		r, err := sp.Replay(ds)
+		check.NoError(t, err)
+		check.True(t, strings.Contains(strings.Join(r.Trace, "\n"), fmt.Sprintf("vectors=%d", vectors)), r.Trace)
+		return Features(r.Func)
+	}
+	one, two := with(1), with(2)
+	check.True(t, !slices.Equal(one, two), "the same features for one and two vector registers:", one)
 }
