@@ -193,13 +193,9 @@ func buildRemote(ctx context.Context, t *tracker, args proto.BuildSubmitArgs, ou
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			// A cancelled call closes its connection: cancel the job on a
-			// new one, which the tracker handle keeps.
+			// The job goes on without a waiter: cancel it on the tracker.
 			cctx, cancel := context.WithTimeout(context.Background(), freeTimeout)
-			cerr := t.redial(cctx)
-			if cerr == nil {
-				_, cerr = t.client().CancelBuild(cctx, id)
-			}
+			_, cerr := t.client().CancelBuild(cctx, id)
 			cancel()
 			if cerr != nil {
 				err = fmt.Errorf("%w (and cancelling build job %s failed: %v)", err, id, cerr)

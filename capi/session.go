@@ -32,38 +32,20 @@ import (
 // freeTimeout bounds the remote calls that free handles and close sessions.
 const freeTimeout = 5 * time.Second
 
-// tracker is a connection to a tracker.
+// tracker is a connection to a tracker. One client.Tracker serves the
+// handle for its whole life: a call cancelled midway (Ctrl-C in a waiting
+// request or build) leaves its connection open, and a lost connection is
+// dialled again by client.Tracker itself, so the leases of the sessions
+// requested through the handle keep renewing.
 type tracker struct {
-	addr  string
-	token string
-
-	mu sync.Mutex
-	t  *client.Tracker
+	addr string
+	t    *client.Tracker
 }
 
 func (t *tracker) kind() string { return "tracker" }
-func (t *tracker) free()        { t.client().Close() }
+func (t *tracker) free()        { t.t.Close() }
 
-func (t *tracker) client() *client.Tracker {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.t
-}
-
-// redial replaces the connection: a call cancelled midway (Ctrl-C in a
-// waiting request or build) closes the one it was on.
-func (t *tracker) redial(ctx context.Context) error {
-	c, err := client.DialTracker(ctx, t.addr, client.TrackerOptions{Token: t.token})
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	old := t.t
-	t.t = c
-	t.mu.Unlock()
-	old.Close()
-	return nil
-}
+func (t *tracker) client() *client.Tracker { return t.t }
 
 //export kiln_tracker_connect
 func kiln_tracker_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnHandle) C.int {
@@ -83,7 +65,7 @@ func kiln_tracker_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnH
 	if err != nil {
 		return fail(err, errTracker)
 	}
-	*out = newHandle(&tracker{t: t, addr: a, token: tok})
+	*out = newHandle(&tracker{t: t, addr: a})
 	return 0
 }
 
@@ -177,13 +159,6 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 		},
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			// The cancelled wait closed the connection; the next call
-			// gets a new one.
-			rctx, cancelR := context.WithTimeout(context.Background(), freeTimeout)
-			t.redial(rctx)
-			cancelR()
-		}
 		return fail(err, errTracker)
 	}
 	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{LeaseToken: lease.Token})

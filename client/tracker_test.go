@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -133,4 +134,123 @@ func TestFileSHA256(t *testing.T) {
 	check.Equal(t, n, int64(3))
 	_, _, err = FileSHA256(filepath.Join(t.TempDir(), "missing"))
 	check.Error(t, err, "missing")
+}
+
+// TestCancelledWaitsKeepTheConnection: a lease request and a build wait
+// cancelled midway leave the Tracker's one connection up: the request is
+// withdrawn and the job cancelled through it while the tracker still runs
+// the abandoned waits, later calls work, and a lease held through the same
+// Tracker goes on renewing.
+func TestCancelledWaitsKeepTheConnection(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[*proto.Conn]bool{}
+	renewals := 0
+	running := map[string]bool{} // long polls the tracker is serving
+	var cancels []string         // what was cancelled, and whether its wait still ran
+	entered := make(chan string, 4)
+	seen := func(c *proto.Conn) {
+		mu.Lock()
+		conns[c] = true
+		mu.Unlock()
+	}
+	poll := func(name string) proto.HandlerFunc {
+		return func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+			seen(c)
+			mu.Lock()
+			running[name] = true
+			mu.Unlock()
+			entered <- name
+			<-ctx.Done() // held until the connection ends
+			mu.Lock()
+			running[name] = false
+			mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+	cancel := func(name string) proto.HandlerFunc {
+		return func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+			seen(c)
+			mu.Lock()
+			defer mu.Unlock()
+			cancels = append(cancels, fmt.Sprintf("%s running=%v", name, running[name]))
+			return proto.BuildJob{ID: "j1", State: proto.JobCancelled}, nil
+		}
+	}
+	addr := fakeTracker(t, func(s *proto.Server) {
+		s.Handle(proto.MethodLeaseRequest, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+			seen(c)
+			var a proto.LeaseRequestArgs
+			check.NoError(t, msgpack.Unmarshal(raw, &a))
+			if a.Key == "held" {
+				return proto.LeaseTicket{Ticket: "t1", Lease: &proto.Lease{ID: "l1", Token: "tok", Addr: "127.0.0.1:9", TTL: 60 * time.Millisecond}}, nil
+			}
+			return proto.LeaseTicket{Ticket: "t2", Position: 1, Queue: a.Key, Served: true}, nil
+		})
+		s.Handle(proto.MethodLeaseWait, poll("lease wait"))
+		s.Handle(proto.MethodLeaseCancel, cancel("lease wait"))
+		s.Handle(proto.MethodBuildWait, poll("build wait"))
+		s.Handle(proto.MethodBuildCancel, cancel("build wait"))
+		s.Handle(proto.MethodLeaseRenew, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+			seen(c)
+			mu.Lock()
+			renewals++
+			mu.Unlock()
+			return proto.Lease{ID: "l1", Token: "tok", TTL: 60 * time.Millisecond, Expires: time.Now().Add(60 * time.Millisecond)}, nil
+		})
+		s.Handle(proto.MethodTrackerQuery, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (any, error) {
+			seen(c)
+			return proto.TrackerSummary{}, nil
+		})
+	})
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	tr, err := DialTracker(ctx, addr, TrackerOptions{Logger: quiet()})
+	check.NoError(t, err)
+	defer tr.Close()
+	held, err := tr.RequestLease(ctx, LeaseRequest{Key: "held"})
+	check.NoError(t, err)
+
+	// cancelWhenEntered cancels a call once the tracker serves its wait.
+	cancelWhenEntered := func(name string) context.Context {
+		cctx, cancelC := context.WithCancel(ctx)
+		go func() {
+			select {
+			case got := <-entered:
+				if got != name {
+					t.Errorf("the tracker served %s, want %s", got, name)
+				}
+			case <-ctx.Done():
+			}
+			cancelC()
+		}()
+		return cctx
+	}
+	_, err = tr.RequestLease(cancelWhenEntered("lease wait"), LeaseRequest{Key: "k"})
+	check.ErrorIs(t, err, proto.ErrCancelled)
+	_, err = tr.WaitBuild(cancelWhenEntered("build wait"), "j1", nil)
+	check.ErrorIs(t, err, proto.ErrCancelled)
+	j, err := tr.CancelBuild(ctx, "j1")
+	check.NoError(t, err)
+	check.Equal(t, j.State, proto.JobCancelled)
+	_, err = tr.Query(ctx, 0)
+	check.NoError(t, err)
+
+	mu.Lock()
+	check.Equal(t, cancels, []string{"lease wait running=true", "build wait running=true"})
+	n := renewals
+	mu.Unlock()
+	for i := 0; i < 2000; i++ { // the lease renews on: three more renewals
+		mu.Lock()
+		more := renewals - n
+		mu.Unlock()
+		if more >= 3 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	check.True(t, renewals-n >= 3, "the held lease renews after the cancelled calls")
+	check.Equal(t, len(conns), 1)
+	mu.Unlock()
+	check.NoError(t, held.Err())
 }

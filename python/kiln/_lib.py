@@ -240,21 +240,34 @@ def blocking(fn: Callable[..., int], *args: Any, cancel_at: int) -> None:
             check(fn(*call_args))
             return
         result: dict[str, Any] = {}
+        # The wait is for these events, not Thread.join: on Python 3.11 a
+        # join that Ctrl-C interrupts may mark the thread finished while it
+        # still runs (it releases the lock the running thread holds), and
+        # the next join returns at once.
+        started, done = threading.Event(), threading.Event()
 
         def run() -> None:
-            rc = fn(*call_args)
-            result["rc"] = rc
-            if rc != 0:
-                result["err"] = last_error()
+            started.set()
+            try:
+                rc = fn(*call_args)
+                result["rc"] = rc
+                if rc != 0:
+                    result["err"] = last_error()
+            finally:
+                done.set()
 
         t = threading.Thread(target=run, name="kiln-call", daemon=True)
-        t.start()
         try:
-            while t.is_alive():
-                t.join(0.1)
+            t.start()
+            while not done.wait(0.1):
+                pass
         except KeyboardInterrupt:
             lib.kiln_cancel(token.value)
-            t.join()
+            # The call returns soon once cancelled; the caller may use its
+            # handles (or free them) only after that. A Ctrl-C that came
+            # before the thread ran leaves nothing to wait for.
+            if started.wait(5):
+                done.wait()
             raise
         if result.get("rc", 0) != 0:
             raise result["err"]

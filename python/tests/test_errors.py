@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -231,11 +232,30 @@ def test_ctrl_c_cancels_a_queued_build(fleet, tmp_path):
         p.wait(timeout=20)
 
 
+def test_ctrl_c_returns_once_the_call_has():
+    """KeyboardInterrupt leaves a blocking call only after the call itself
+    returned: the handles it used are free to use (or free) again. The call
+    here is Python standing in for libkiln's; it interrupts the main thread
+    itself, so the interrupt always lands inside blocking."""
+    from kiln import _lib
+
+    main = threading.main_thread().ident
+    finished = []
+
+    def call(token):
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.5)
+        finished.append(token)
+        return 0
+
+    with pytest.raises(KeyboardInterrupt):
+        _lib.blocking(call, None, cancel_at=0)
+    assert finished, "blocking returned while the call still ran"
+
+
 def test_blocking_calls_release_the_gil(matmul_artifact):
     """The time evaluator runs in C for a while; another Python thread runs
     meanwhile."""
-    import threading
-
     mod = kiln.local().load_module(matmul_artifact)
     x = kiln.nd.array(np.ones((32, 32), np.float32))
     c = kiln.nd.empty((32, 32), "float32")
