@@ -40,7 +40,7 @@ import (
 
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
-const codegenVersion = "kiln-c-4+vm-1"
+const codegenVersion = "kiln-c-5+vm-1"
 
 // DefaultPipeline is the graph-level pipeline Build runs when
 // BuildOptions.Pipeline is empty: "O2" (the zero pipeline, then

@@ -15,9 +15,10 @@
 // on every iteration of the reduction. Unrolled loops that the unroll pass left in place get
 // `#pragma GCC unroll`. Buffer pointers are `restrict` when the function
 // has tir.noalias. Math intrinsics map to libm (expf, …); T.round is
-// nearbyint, as the reference interpreter computes it. Exp on float32
-// vectors (Vectorize makes those for CPU targets) is an inline helper,
-// kiln_vexp_float32xN, a polynomial within 2 ulp of expf (vmath.go).
+// nearbyint, as the reference interpreter computes it. Exp and erf on
+// float32 vectors (Vectorize makes those for CPU targets) are inline
+// helpers, kiln_vexp_float32xN and kiln_verf_float32xN: polynomials
+// within 2 ulp of expf and 4.1e-7 of erf (vmath.go).
 //
 // The printer is one Renderer parameterised by a Dialect: C is the
 // default dialect, and a CUDA generator overrides a few hooks (prelude,
