@@ -43,36 +43,24 @@ func TestEmulate(t *testing.T) {
 // same name in ref.
 func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 	t.Helper()
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ is not installed: the CUDA source cannot be emulated on the host")
-	}
-	header, err := os.ReadFile(filepath.Join("testdata", "kiln_cuda_emulate.h"))
-	check.NoError(t, err)
-	dir := t.TempDir()
-	check.NoError(t, os.WriteFile(filepath.Join(dir, "kiln_cuda_emulate.h"), header, 0o644))
-	check.NoError(t, os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644))
 	fs := map[string]*ir.PrimFunc{}
 	for name, f := range ref.PrimFuncs() {
 		fs[name] = f
 	}
+	bin := emulateBuild(t, src, ks, fs)
 	rng := rand.New(rand.NewSource(1))
 	for _, k := range ks {
 		t.Run(k.Name, func(t *testing.T) {
 			f := fs[k.Name]
 			check.True(t, f != nil, "no function", k.Name)
-			kdir := filepath.Join(dir, k.Name)
-			check.NoError(t, os.Mkdir(kdir, 0o755))
 			var args []any
 			var arrays []*ndarray.NDArray
-			var files []string
-			var call []string
-			for i, p := range f.Params {
+			var bufs [][]byte
+			for _, p := range f.Params {
 				b, ok := f.BufferMap[p]
 				if !ok {
 					check.Equal(t, p.Type.String(), "float32", "scalar parameter", p.Name)
 					args = append(args, float32(1.5))
-					call = append(call, "1.5f")
 					continue
 				}
 				half := b.DType.String() == "float16"
@@ -89,9 +77,7 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 				for j := range data {
 					data[j] = rng.Float32()*2 - 1
 				}
-				file := filepath.Join(kdir, fmt.Sprintf("p%d.bin", i))
 				raw := float32Bytes(data)
-				dt, ctype := ndarray.Float32, "float"
 				if half {
 					// Multiples of 1/1024 in [-1, 1]: exact in float16.
 					raw = make([]byte, 2*len(data))
@@ -99,7 +85,6 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 						data[j] = float32(math.Round(float64(data[j])*1024)) / 1024
 						binary.LittleEndian.PutUint16(raw[2*j:], exactHalf(data[j]))
 					}
-					dt, ctype = ndarray.Float16, "_Float16"
 				}
 				if bf16 {
 					// Multiples of 1/128 in [-1, 1]: exact in bfloat16.
@@ -108,7 +93,6 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 						data[j] = float32(math.Round(float64(data[j])*128)) / 128
 						binary.LittleEndian.PutUint16(raw[2*j:], uint16(math.Float32bits(data[j])>>16))
 					}
-					dt, ctype = ndarray.BFloat16, "kiln_bf16"
 				}
 				if fp8 {
 					// Any of their 8-bit values but NaNs and infinities.
@@ -116,66 +100,19 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 					for j := range data {
 						raw[j] = ndarray.Float8Bits(b.DType.Code, float64(data[j])*100)
 					}
-					dt, ctype = b.DType, c.Float8Type(b.DType)
 				}
-				check.NoError(t, os.WriteFile(file, raw, 0o644))
-				a, err := ndarray.FromBytes(raw, shape, dt, devices.CPUDevice)
+				a, err := ndarray.FromBytes(append([]byte(nil), raw...), shape, b.DType, devices.CPUDevice)
 				check.NoError(t, err)
 				args = append(args, a)
 				arrays = append(arrays, a)
-				files = append(files, file)
-				call = append(call, fmt.Sprintf("(%s*)kiln_buf[%d].data()", ctype, len(files)-1))
+				bufs = append(bufs, raw)
 			}
 			check.NoError(t, interp.Run(f, args...))
-
-			main := fmt.Sprintf(`#include "kiln_cuda_emulate.h"
-#include "kernels.cu"
-#include <cstdio>
-#include <fstream>
-#include <iterator>
-int main(int argc, char** argv) {
-  std::vector<size_t> kiln_size;
-  std::vector<std::vector<float>> kiln_buf;  // float-aligned bytes of each buffer
-  for (int i = 1; i < argc; i++) {
-    std::ifstream in(argv[i], std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<float> v((bytes.size() + sizeof(float) - 1) / sizeof(float));
-    std::memcpy(v.data(), bytes.data(), bytes.size());
-    kiln_buf.push_back(v);
-    kiln_size.push_back(bytes.size());
-  }
-  kiln_emulate(dim3{%d, %d, %d}, dim3{%d, %d, %d}, %s, %s);
-  for (int i = 1; i < argc; i++) {
-    std::ofstream out(argv[i], std::ios::binary | std::ios::trunc);
-    out.write((const char*)kiln_buf[i - 1].data(), kiln_size[i - 1]);
-    if (!out) { std::perror(argv[i]); return 1; }
-  }
-  return 0;
-}
-`, k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], k.Name, strings.Join(call, ", "))
-			mainPath := filepath.Join(kdir, "main.cpp")
-			check.NoError(t, os.WriteFile(mainPath, []byte(strings.Replace(main, "#include <cstdio>", "#include <cstdio>\n#include <cstring>", 1)), 0o644))
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			bin := filepath.Join(kdir, "main")
-			out, err := exec.CommandContext(ctx, cxx, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-I", dir, "-o", bin, mainPath).CombinedOutput()
-			check.NoError(t, err, string(out))
-			out, err = exec.CommandContext(ctx, bin, files...).CombinedOutput()
-			check.NoError(t, err, string(out))
+			outs := emulateKernel(t, bin, k, bufs)
 			for i, a := range arrays {
 				wantRaw, err := a.Bytes()
 				check.NoError(t, err)
-				raw, err := os.ReadFile(files[i])
-				check.NoError(t, err)
-				want, got := bytesFloat32(wantRaw), bytesFloat32(raw)
-				switch a.DType() {
-				case ndarray.Float16:
-					want, got = halfFloats(wantRaw), halfFloats(raw)
-				case ndarray.BFloat16:
-					want, got = bf16Floats(wantRaw), bf16Floats(raw)
-				case ndarray.Float8_E4M3, ndarray.Float8_E5M2:
-					want, got = float8Floats(a.DType().Code, wantRaw), float8Floats(a.DType().Code, raw)
-				}
+				want, got := decodeFloats(a.DType(), wantRaw), decodeFloats(a.DType(), outs[i])
 				check.Equal(t, len(got), len(want), "buffer", i)
 				for j := range want {
 					d := math.Abs(float64(got[j]) - float64(want[j]))
@@ -186,6 +123,123 @@ int main(int argc, char** argv) {
 			}
 		})
 	}
+}
+
+// decodeFloats decodes the bytes of an array of float dtype dt.
+func decodeFloats(dt ndarray.DType, raw []byte) []float32 {
+	switch dt {
+	case ndarray.Float16:
+		return halfFloats(raw)
+	case ndarray.BFloat16:
+		return bf16Floats(raw)
+	case ndarray.Float8_E4M3, ndarray.Float8_E5M2:
+		return float8Floats(dt.Code, raw)
+	}
+	return bytesFloat32(raw)
+}
+
+// emulateBuild compiles one host program for the kernels ks of src with
+// testdata/kiln_cuda_emulate.h: its first argument names the kernel to
+// launch with its grid and block, the others are files holding the bytes
+// of each buffer parameter of the function of that name in fs, rewritten
+// after the launch (scalar parameters are 1.5). It skips the test when
+// there is no g++.
+func emulateBuild(t *testing.T, src string, ks []Kernel, fs map[string]*ir.PrimFunc) (bin string) {
+	t.Helper()
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ is not installed: the CUDA source cannot be emulated on the host")
+	}
+	header, err := os.ReadFile(filepath.Join("testdata", "kiln_cuda_emulate.h"))
+	check.NoError(t, err)
+	dir := t.TempDir()
+	check.NoError(t, os.WriteFile(filepath.Join(dir, "kiln_cuda_emulate.h"), header, 0o644))
+	check.NoError(t, os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644))
+	var launches strings.Builder
+	for _, k := range ks {
+		f := fs[k.Name]
+		check.True(t, f != nil, "no function", k.Name)
+		var call []string
+		nbuf := 0
+		for _, p := range f.Params {
+			b, ok := f.BufferMap[p]
+			if !ok {
+				check.Equal(t, p.Type.String(), "float32", "scalar parameter", p.Name)
+				call = append(call, "1.5f")
+				continue
+			}
+			ctype := map[string]string{"float32": "float", "float16": "_Float16", "bfloat16": "kiln_bf16"}[b.DType.String()]
+			if b.DType.IsFloat8() {
+				ctype = c.Float8Type(b.DType)
+			}
+			check.True(t, ctype != "", "buffer", b.Name, "of", b.DType)
+			call = append(call, fmt.Sprintf("(%s*)kiln_buf.at(%d).data()", ctype, nbuf))
+			nbuf++
+		}
+		fmt.Fprintf(&launches, "  if (kernel == %q) { kiln_emulate(dim3{%d, %d, %d}, dim3{%d, %d, %d}, %s, %s); done = true; }\n",
+			k.Name, k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], k.Name, strings.Join(call, ", "))
+	}
+	main := `#include "kiln_cuda_emulate.h"
+#include "kernels.cu"
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+int main(int argc, char** argv) {
+  std::string kernel = argv[1];
+  std::vector<size_t> kiln_size;
+  std::vector<std::vector<float>> kiln_buf;  // float-aligned bytes of each buffer
+  for (int i = 2; i < argc; i++) {
+    std::ifstream in(argv[i], std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<float> v((bytes.size() + sizeof(float) - 1) / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    kiln_buf.push_back(v);
+    kiln_size.push_back(bytes.size());
+  }
+  bool done = false;
+` + launches.String() + `  if (!done) { std::fprintf(stderr, "no kernel %s\n", argv[1]); return 2; }
+  for (int i = 2; i < argc; i++) {
+    std::ofstream out(argv[i], std::ios::binary | std::ios::trunc);
+    out.write((const char*)kiln_buf[i - 2].data(), kiln_size[i - 2]);
+    if (!out) { std::perror(argv[i]); return 1; }
+  }
+  return 0;
+}
+`
+	mainPath := filepath.Join(dir, "main.cpp")
+	check.NoError(t, os.WriteFile(mainPath, []byte(main), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin = filepath.Join(dir, "main")
+	out, err := exec.CommandContext(ctx, cxx, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-I", dir, "-o", bin, mainPath).CombinedOutput()
+	check.NoError(t, err, string(out))
+	return bin
+}
+
+// emulateKernel launches kernel k in the program bin (emulateBuild) on
+// bufs, the bytes of each buffer parameter of its function in order, and
+// returns the buffers' bytes after the launch.
+func emulateKernel(t *testing.T, bin string, k Kernel, bufs [][]byte) [][]byte {
+	t.Helper()
+	kdir := t.TempDir()
+	files := make([]string, len(bufs))
+	for i, b := range bufs {
+		files[i] = filepath.Join(kdir, fmt.Sprintf("p%d.bin", i))
+		check.NoError(t, os.WriteFile(files[i], b, 0o644))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{k.Name}, files...)...).CombinedOutput()
+	check.NoError(t, err, string(out))
+	outs := make([][]byte, len(files))
+	for i, file := range files {
+		raw, err := os.ReadFile(file)
+		check.NoError(t, err)
+		outs[i] = raw
+	}
+	return outs
 }
 
 func float32Bytes(v []float32) []byte {

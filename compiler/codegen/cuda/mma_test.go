@@ -115,7 +115,7 @@ func TestTensorCoreMatmul(t *testing.T) {
 			})
 			t.Run("emulate", func(t *testing.T) { emulate(t, scheduled, cu, ks) })
 			if strings.HasSuffix(tc.name, "_bias_relu") {
-				return // compared with the CPU backend in the compiler package
+				return // compared with the CPU backend in TestDefaultSchedulesAgreeWithCPU
 			}
 			t.Run("interpreter", func(t *testing.T) { compareMatmul(t, orig.PrimFunc("mm"), g, tc.dt, tc.acc, tc.k) })
 		})

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"math"
 	"math/rand"
 	"os"
@@ -149,48 +148,5 @@ def two(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32"), S: T.Buffer(
 	for _, f := range m.PrimFuncs() {
 		_, err := auto.GPUFunc(f, auto.GPUOptions{})
 		check.Error(t, err, `gpu schedule: block "S" cannot run in the threads of block "B"`)
-	}
-}
-
-// TestSeedModules gives every PrimFunc of TVM's example modules (the
-// IRModule tutorial's module and its MLP after LegalizeOps, restored in
-// shared/seeds/restored beside the repository) the default GPU schedule,
-// compiles the generated CUDA with NVRTC and runs it on the host against
-// the interpreter.
-func TestSeedModules(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "..", "shared", "seeds", "restored")
-	for _, file := range []string{"000_module.py", "001_after_legalize_ops.py"} {
-		t.Run(file, func(t *testing.T) {
-			text, err := os.ReadFile(filepath.Join(dir, file))
-			if errors.Is(err, os.ErrNotExist) {
-				t.Skip("TVM's example modules (shared/seeds/restored beside the repository) not present")
-			}
-			check.NoError(t, err)
-			orig, err := script.Parse(file, string(text))
-			check.NoError(t, err)
-			scheduled := ir.NewIRModule()
-			n := 0
-			for name, f := range orig.PrimFuncs() {
-				g, err := auto.GPUFunc(f, auto.GPUOptions{})
-				check.NoError(t, err, name)
-				scheduled = scheduled.With(name, g)
-				n++
-			}
-			check.True(t, n > 0, "no PrimFunc in", file)
-			lowered, err := transform.LowerModule(scheduled, LowerOptions())
-			check.NoError(t, err)
-			src, ks, err := Generate(lowered, sm80(t))
-			check.NoError(t, err)
-			check.Equal(t, len(ks), n)
-			t.Run("nvrtc", func(t *testing.T) { compileAll(t, src, ks) })
-			t.Run("emulate", func(t *testing.T) { emulate(t, orig, src, ks) })
-			// The matmuls of one row are cross-thread sums: every function
-			// is compared up to rounding.
-			all := map[string]bool{}
-			for name := range orig.PrimFuncs() {
-				all[name] = true
-			}
-			t.Run("interpreter", func(t *testing.T) { interpretBoth(t, orig, scheduled, all) })
-		})
 	}
 }
