@@ -46,6 +46,40 @@ def mm(A: T.Buffer((%[1]d, %[3]d), "%[4]s"), B: T.Buffer(%[6]s, "%[4]s"), C: T.B
 `, m, n, k, dt, acc, bShape, prod)
 }
 
+// tensorCoreSource is the TVMScript of a tensorCoreCases entry (its
+// function named mm): mmaMatmulSource, and for a name ending in _bias_relu
+// D = max(C + bias, 0) with C an intermediate.
+func tensorCoreSource(name string, m, n, k int, dt, acc string, transposed bool) string {
+	src := mmaMatmulSource(m, n, k, dt, acc, transposed)
+	if strings.HasSuffix(name, "_bias_relu") {
+		src = strings.Replace(src, `C: T.Buffer((32, 16), "float16")):`, `bias: T.Buffer((16,), "float16"), D: T.Buffer((32, 16), "float16")):
+    C = T.alloc_buffer((32, 16), "float16")`, 1)
+		src += `    for i, j in T.grid(32, 16):
+        with T.block("D"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            D[vi, vj] = T.max(C[vi, vj] + bias[vj], T.float16(0))
+`
+	}
+	return src
+}
+
+// tensorCoreCases are the matmuls the default GPU schedule runs on the
+// tensor cores in the tests (TestTensorCoreMatmul here; against the CPU
+// backend, TestDefaultSchedulesAgreeWithCPU).
+var tensorCoreCases = []struct {
+	name       string
+	m, n, k    int
+	dt, acc    string
+	transposed bool
+	shared     int64
+}{
+	{"fp16", 128, 128, 64, "float16", "float16", false, (128*32 + 32*128) * 2},
+	{"bf16", 128, 128, 64, "bfloat16", "bfloat16", false, (128*32 + 32*128) * 2},
+	{"fp16_fp32acc", 64, 96, 48, "float16", "float32", false, (64*16 + 16*96) * 2},
+	{"bf16_fp32acc_nt", 32, 64, 32, "bfloat16", "float32", true, (32*32 + 32*64) * 2},
+	{"fp16_bias_relu", 32, 16, 64, "float16", "float16", false, (32*32 + 32*16) * 2},
+}
+
 // TestTensorCoreMatmul gives float16 and bfloat16 matmuls (accumulating in
 // their own dtype or, mixed precision, in float32; B stored (k, n) or
 // (n, k)) the default GPU schedule: tensor cores through ptx_mma
@@ -58,32 +92,9 @@ def mm(A: T.Buffer((%[1]d, %[3]d), "%[4]s"), B: T.Buffer(%[6]s, "%[4]s"), C: T.B
 // otherwise. A matmul with a bias and ReLU epilogue computes them from the
 // accumulators.
 func TestTensorCoreMatmul(t *testing.T) {
-	cases := []struct {
-		name       string
-		m, n, k    int
-		dt, acc    string
-		transposed bool
-		shared     int64
-	}{
-		{"fp16", 128, 128, 64, "float16", "float16", false, (128*32 + 32*128) * 2},
-		{"bf16", 128, 128, 64, "bfloat16", "bfloat16", false, (128*32 + 32*128) * 2},
-		{"fp16_fp32acc", 64, 96, 48, "float16", "float32", false, (64*16 + 16*96) * 2},
-		{"bf16_fp32acc_nt", 32, 64, 32, "bfloat16", "float32", true, (32*32 + 32*64) * 2},
-		{"fp16_bias_relu", 32, 16, 64, "float16", "float16", false, (32*32 + 32*16) * 2},
-	}
-	for _, tc := range cases {
+	for _, tc := range tensorCoreCases {
 		t.Run(tc.name, func(t *testing.T) {
-			src := mmaMatmulSource(tc.m, tc.n, tc.k, tc.dt, tc.acc, tc.transposed)
-			if strings.HasSuffix(tc.name, "_bias_relu") {
-				// C becomes an intermediate, D = max(C + bias, 0) the output.
-				src = strings.Replace(src, `C: T.Buffer((32, 16), "float16")):`, `bias: T.Buffer((16,), "float16"), D: T.Buffer((32, 16), "float16")):
-    C = T.alloc_buffer((32, 16), "float16")`, 1)
-				src += `    for i, j in T.grid(32, 16):
-        with T.block("D"):
-            vi, vj = T.axis.remap("SS", [i, j])
-            D[vi, vj] = T.max(C[vi, vj] + bias[vj], T.float16(0))
-`
-			}
+			src := tensorCoreSource(tc.name, tc.m, tc.n, tc.k, tc.dt, tc.acc, tc.transposed)
 			orig, err := script.Parse("mm.py", src)
 			check.NoError(t, err)
 			g, err := auto.GPUFunc(orig.PrimFunc("mm"), auto.GPUOptions{})
