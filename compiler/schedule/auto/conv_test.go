@@ -110,6 +110,13 @@ func convCases() []convCase {
 		{name: "depthwise_rows_of_24", n: 1, c: 3, h: 4, w: 24, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "grouped_rows_of_12", n: 2, c: 4, h: 3, w: 12, f: 6, kh: 2, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "oihw_1x1_rows_of_32", n: 1, c: 5, h: 3, w: 32, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", scheduled: true, inTile: true},
+		// Pointwise convolutions over the flattened plane (pointwise.go):
+		// planes no tile divides end with an overlapping tile.
+		{name: "pointwise_55_plane", n: 1, c: 16, h: 5, w: 11, f: 64, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "pointwise_residual_batch2", n: 2, c: 7, h: 3, w: 13, f: 24, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "pointwise_avx2", n: 1, c: 4, h: 3, w: 5, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		{name: "pointwise_6_positions", n: 1, c: 3, h: 2, w: 3, f: 5, kh: 1, kw: 1, stride: 1, oihw: true, scheduled: true, inTile: true},
+		{name: "pointwise_int32", n: 1, c: 9, h: 4, w: 9, f: 20, kh: 1, kw: 1, stride: 1, oihw: true, int32: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_3x3_rows_of_16", n: 2, c: 3, h: 4, w: 16, f: 7, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_rows_mean_after", n: 1, c: 3, h: 5, w: 8, f: 5, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "mean", scheduled: true},
 		// Depthwise rows no vector divides, or of stride 2: a plane per
@@ -225,5 +232,40 @@ func TestConvReduceOrder(t *testing.T) {
 		cs := findConvs(f)
 		check.Equal(t, len(cs), 1)
 		check.Equal(t, fmt.Sprint(cs[0].reduceOrder), fmt.Sprint(cc.want), "ohwi", cc.ohwi)
+	}
+}
+
+// TestPointwise checks that pointwise convolutions over NCHW take the
+// flattened plane (pointwise.go) and the tiles it picks.
+func TestPointwise(t *testing.T) {
+	for _, cc := range convCases() {
+		if !cc.oihw || cc.kh != 1 || cc.kw != 1 || cc.stride != 1 || cc.groups > 1 {
+			continue
+		}
+		g, ok, err := Func(cc.primFunc(t), cc.opts)
+		check.NoError(t, err)
+		check.True(t, ok, cc.name)
+		flat := false
+		ir.Visit(g.Body, func(n ir.Node) bool {
+			if d, ok := n.(*ir.DeclBuffer); ok && strings.HasSuffix(d.Buffer.Name, "_flat") {
+				flat = true
+			}
+			return !flat
+		})
+		check.True(t, flat, cc.name, "reads a flat view of its planes")
+	}
+	for _, c := range []struct{ f, p, lanes, limit, ft, pv int64 }{
+		// squeezenet1_1: 55×55, 27×27 and 13×13 planes.
+		{16, 3025, 16, 24, 16, 1},
+		{64, 3025, 16, 24, 16, 1},
+		{128, 729, 16, 24, 16, 1},
+		{48, 169, 16, 24, 24, 1},
+		{1000, 169, 16, 24, 20, 1},
+		// A plane of whole tiles of three vectors.
+		{64, 96, 16, 24, 8, 3},
+		{5, 6, 4, 24, 5, 1},
+	} {
+		ft, pv := pointwiseTile(c.f, c.p, c.lanes, c.limit)
+		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
 	}
 }

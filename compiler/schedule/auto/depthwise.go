@@ -102,6 +102,9 @@ func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, e
 	if g, err := scheduleGlobalPool(f, c, opts); err == nil {
 		return g, nil
 	}
+	if g, err := schedulePointwise(f, c, opts); err == nil {
+		return g, nil
+	}
 	// A depthwise convolution computes a plane per channel; when it
 	// cannot, rows of stride 1 keep the register tile along the row.
 	if g, err := scheduleDepthwisePlane(f, c, opts); err == nil || !unitRows(f, c) {

@@ -78,11 +78,7 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if c.rows >= 0 || len(c.spatial) != 4 || !conv && len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, fmt.Errorf("block %q is not a depthwise convolution", c.name)
 	}
-	g, err := inlineAfter(f, c.name)
-	if err != nil {
-		return nil, err
-	}
-	d, err := matchDepthwisePlane(g, c)
+	g, d, err := matchPlaneFunc(f, c)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +97,18 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 		return nil, fmt.Errorf("block %q: rows of %d are too wide", c.name, d.X)
 	}
 	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
+}
+
+// matchPlaneFunc returns f with the elementwise blocks after block c
+// inlined into the last of them, and what matchDepthwisePlane finds in
+// it.
+func matchPlaneFunc(f *ir.PrimFunc, c convBlock) (*ir.PrimFunc, *depthwisePlane, error) {
+	g, err := inlineAfter(f, c.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := matchDepthwisePlane(g, c)
+	return g, d, err
 }
 
 // inlineAfter returns f with the elementwise blocks after block name

@@ -1,0 +1,222 @@
+package auto
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+)
+
+// Pointwise (1×1, stride 1, unpadded) convolutions over NCHW data with
+// an OIHW kernel (AlterConvLayout leaves them so) as a matrix product
+// over the flattened output plane: with p = y·X + x, contiguous in
+// memory for each channel,
+//
+//	C[n, f, p] += A[n, c, p] · W[f, c, 0, 0]
+//
+// the function (the convolution and an optional elementwise block after
+// it, as for depthwise_plane.go) is rewritten into loops of its own:
+//
+//	parallel for each tile of ft output channels × pv vectors of p:
+//	  acc[ft][pv] = 0                        (vectors in registers)
+//	  for c: acc[i][v] += A[n, c, p0 + v·lanes:] · W[f0 + i, c]
+//	  C[n, f0 + i, p0 + v·lanes:] = epilogue(acc[i][v])
+//
+// Each step loads pv vectors of A and broadcasts ft weights for ft·pv
+// multiply-adds, and every store is a whole vector: rows 55, 27 or 13
+// wide (squeezenet1_1's) no longer leave half-empty vectors or scalar
+// tails. A plane whose size no tile divides ends with a tile moved back
+// to end at its last element (p0 = P - pv·lanes), which computes some
+// outputs a second time, the same values.
+
+// maxPointwiseVectors bounds a pointwise tile's vectors along the
+// plane.
+const maxPointwiseVectors = 3
+
+// pointwiseTile picks the tile of ft output channels (dividing F) × pv
+// vectors of lanes along a plane of P (at most limit accumulators): the
+// fewest vectors computed per channel (the last tile's overlap
+// included), then the most accumulators, then the most channels (each
+// tile of channels reads the whole input once).
+func pointwiseTile(F, P, lanes, limit int64) (ft, pv int64) {
+	best := int64(-1)
+	for v := int64(1); v <= maxPointwiseVectors && v*lanes <= P; v++ {
+		for f := min(F, limit/v); f >= 1; f-- {
+			if F%f != 0 {
+				continue
+			}
+			vecs := ceilDiv(P, v*lanes) * v
+			score := vecs*1000*limit*limit - f*v*limit - f
+			if best < 0 || score < best {
+				best, ft, pv = score, f, v
+			}
+			break
+		}
+	}
+	return ft, pv
+}
+
+// schedulePointwise returns f rewritten by the rule above, or an error
+// when f is not of its form.
+func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if c.rows != 1 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
+		return nil, fmt.Errorf("block %q is not a pointwise convolution", c.name)
+	}
+	g, d, err := matchPlaneFunc(f, c)
+	if err != nil {
+		return nil, err
+	}
+	if d.pad != nil || d.sy != 1 || d.sx != 1 || d.offY != 0 || d.offX != 0 || d.srcH != d.Y || d.srcW != d.X {
+		return nil, fmt.Errorf("block %q: not a 1×1 stride-1 unpadded convolution", c.name)
+	}
+	if len(d.w.Indices) != 4 || !isVar(d.w.Indices[0], d.c) || !isVar(d.w.Indices[1], d.rc) {
+		return nil, fmt.Errorf("block %q: kernel not in OIHW", c.name)
+	}
+	if !isVar(d.a.Indices[0], d.n) || !isVar(d.a.Indices[1], d.rc) {
+		return nil, fmt.Errorf("block %q: input channels", c.name)
+	}
+	P := d.Y * d.X
+	lanes := opts.VectorBytes / 4
+	for lanes > 4 && lanes > P {
+		lanes /= 2
+	}
+	if lanes > P {
+		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
+	}
+	limit := int64(maxConvAccumulators)
+	if opts.VectorBytes < 64 {
+		limit /= 2
+	}
+	ft, pv := pointwiseTile(d.C, P, lanes, limit)
+	return g.WithBody(ir.NewRootBlock(d.pointwiseLoops(lanes, ft, pv, c.reduce[0], opts))), nil
+}
+
+// flatView declares a view of 4-D buffer b as [N, C, Y·X].
+func flatView(b *ir.Buffer, it ir.DType, P int64) *ir.Buffer {
+	v := *b
+	v.Name = b.Name + "_flat"
+	v.Shape = []ir.Expr{b.Shape[0], b.Shape[1], ir.NewIntImm(it, P)}
+	v.Strides = nil
+	return &v
+}
+
+// pointwiseLoops builds the function's new body: tiles of ft output
+// channels × pv vectors of lanes along the plane, K input channels.
+func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K int64, opts Options) ir.Stmt {
+	it := d.c.Type
+	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
+	P := d.Y * d.X
+	pt := pv * lanes
+	npt := ceilDiv(P, pt)
+	nft := d.C / ft
+	views := map[*ir.Buffer]*ir.Buffer{}
+	view := func(b *ir.Buffer) *ir.Buffer {
+		if v, ok := views[b]; ok {
+			return v
+		}
+		v := flatView(b, it, P)
+		views[b] = v
+		return v
+	}
+
+	n := ir.NewVar("n", it)
+	t := ir.NewVar("t", it)
+	p0 := ir.NewVar("p0", it)
+	f0 := ir.Mul(ir.FloorDiv(t, i64(npt)), i64(ft))
+	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(ft * pt)}, "local")
+	// tile runs body over the tile: output channel f, plane position p
+	// and the slot of the tile.
+	tile := func(name string, body func(f, p, slot ir.Expr) ir.Stmt) ir.Stmt {
+		v := ir.NewVar(name+"_v", it)
+		fi := ir.NewVar(name+"_f", it)
+		l := ir.NewVar(name+"_l", it)
+		off := ir.Add(ir.Mul(v, i64(lanes)), l)
+		return ir.NewFor(v, i64(0), i64(pv), ir.ForUnrolled,
+			ir.NewFor(fi, i64(0), i64(ft), ir.ForUnrolled,
+				ir.NewFor(l, i64(0), i64(lanes), ir.ForVectorized,
+					body(ir.Add(f0, fi), ir.Add(p0, off), ir.Add(ir.Mul(fi, i64(pt)), off)))))
+	}
+	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, ir.F32(0), slot) })
+	rc := ir.NewVar("rc", it)
+	wv := ir.SubstituteExpr(d.w, map[*ir.Var]ir.Expr{d.rc: rc, d.ry: i64(0), d.rx: i64(0)})
+	aFlat := view(d.src)
+	step := tile("k", func(f, p, slot ir.Expr) ir.Stmt {
+		a := ir.NewBufferLoad(aFlat, n, rc, p)
+		w := ir.SubstituteExpr(wv, map[*ir.Var]ir.Expr{d.c: f, d.n: n})
+		return ir.NewBufferStore(acc, ir.Add(ir.NewBufferLoad(acc, slot), ir.Mul(a, w)), slot)
+	})
+	red := ir.NewFor(rc, i64(0), i64(K), ir.ForSerial, step)
+
+	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
+	epilogue := func(f, p, v ir.Expr) ir.Expr { return v }
+	if d.epilogue != nil {
+		est := d.epilogue.Block.Body.(*ir.BufferStore)
+		ev := d.epilogue.Block.IterVars
+		convOut := outBuf
+		outBuf = est.Buffer
+		epilogue = func(f, p, v ir.Expr) ir.Expr {
+			// Loads at the epilogue's (y, x) read the flat view at p;
+			// any other use of y or x computes them from p.
+			e := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+				l, ok := e.(*ir.BufferLoad)
+				if !ok {
+					return e
+				}
+				if l.Buffer == convOut {
+					return v
+				}
+				if len(l.Indices) == 4 && isVar(l.Indices[2], ev[2].Var) && isVar(l.Indices[3], ev[3].Var) && sameDims(l.Buffer, d.Y, d.X) {
+					return ir.NewBufferLoad(view(l.Buffer), l.Indices[0], l.Indices[1], ev[3].Var)
+				}
+				return e
+			}}).RewriteExpr(est.Value)
+			// ev[3] stood for p in the rewritten loads.
+			e = ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: f})
+			if usesVar(e, ev[2].Var) {
+				e = ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[2].Var: ir.FloorDiv(p, i64(d.X))})
+			}
+			return replaceFlatX(e, ev[3].Var, p, i64(d.X), views)
+		}
+	}
+	oFlat := view(outBuf)
+	save := tile("s", func(f, p, slot ir.Expr) ir.Stmt {
+		return ir.NewBufferStore(oFlat, epilogue(f, p, ir.NewBufferLoad(acc, slot)), n, f, p)
+	})
+	// The last tile of a plane that pt does not divide ends at P.
+	start := ir.Mul(ir.FloorMod(t, i64(npt)), i64(pt))
+	if P%pt != 0 {
+		start = ir.Min(start, i64(P-pt))
+	}
+	body := ir.Stmt(&ir.LetStmt{Var: p0, Value: start, Body: &ir.Allocate{Buffer: acc, Body: ir.Seq(zero, red, save)}})
+	kind := ir.ForSerial
+	if opts.ParallelFlops > 0 && d.C*P*K >= opts.ParallelFlops && nft*npt > 1 {
+		kind = ir.ForParallel
+	}
+	loops := ir.Stmt(ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial, ir.NewFor(t, i64(0), i64(nft*npt), kind, body)))
+	for _, v := range views {
+		loops = &ir.DeclBuffer{Buffer: v, Body: loops}
+	}
+	return loops
+}
+
+// sameDims reports a 4-D buffer of Y rows of X.
+func sameDims(b *ir.Buffer, Y, X int64) bool {
+	h, ok1 := ir.IsConstInt(b.Shape[2])
+	w, ok2 := ir.IsConstInt(b.Shape[3])
+	return ok1 && ok2 && h == Y && w == X
+}
+
+// replaceFlatX substitutes plane position p for x in the loads of flat
+// views (which took x's place for p) and x = p mod X elsewhere.
+func replaceFlatX(e ir.Expr, x *ir.Var, p, X ir.Expr, views map[*ir.Buffer]*ir.Buffer) ir.Expr {
+	flat := map[*ir.Buffer]bool{}
+	for _, v := range views {
+		flat[v] = true
+	}
+	e = (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		if l, ok := e.(*ir.BufferLoad); ok && flat[l.Buffer] && len(l.Indices) == 3 && isVar(l.Indices[2], x) {
+			return ir.NewBufferLoad(l.Buffer, l.Indices[0], l.Indices[1], p)
+		}
+		return e
+	}}).RewriteExpr(e)
+	return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{x: ir.FloorMod(p, X)})
+}
