@@ -174,24 +174,26 @@ class Module:
 
 // TestAlterConvLayoutPointwise checks which 1×1 convolutions keep their
 // kernel in OIHW (the CPU schedule's flattened plane): stride 1, no
-// padding, a plane whole vectors of 16 overrun by at most an eighth.
+// padding, a plane whole vectors of 16 overrun by at most an eighth,
+// fewer than 256 input channels or rows a multiple of 8 wide.
 func TestAlterConvLayoutPointwise(t *testing.T) {
 	for _, c := range []struct {
-		hw, stride, pad int
-		oihw            bool
-	}{{13, 1, 0, true}, {55, 1, 0, true}, {14, 1, 0, true}, {7, 1, 0, false}, {13, 2, 0, false}, {13, 1, 1, false}} {
+		hw, stride, pad, in int
+		oihw                bool
+	}{{13, 1, 0, 8, true}, {55, 1, 0, 8, true}, {14, 1, 0, 8, true}, {7, 1, 0, 8, false}, {13, 2, 0, 8, false}, {13, 1, 1, 8, false},
+		{13, 1, 0, 256, false}, {16, 1, 0, 256, true}} {
 		o := (c.hw+2*c.pad-1)/c.stride + 1
 		in, err := script.Parse("pointwise.py", fmt.Sprintf(`# from tvm.script import ir as I
 # from tvm.script import relax as R
 @I.ir_module
 class Module:
     @R.function
-    def main(x: R.Tensor((1, 8, %[1]d, %[1]d), dtype="float32"), w: R.Tensor((32, 8, 1, 1), dtype="float32")) -> R.Tensor((1, 32, %[2]d, %[2]d), dtype="float32"):
+    def main(x: R.Tensor((1, %[5]d, %[1]d, %[1]d), dtype="float32"), w: R.Tensor((32, %[5]d, 1, 1), dtype="float32")) -> R.Tensor((1, 32, %[2]d, %[2]d), dtype="float32"):
         with R.dataflow():
             gv: R.Tensor((1, 32, %[2]d, %[2]d), dtype="float32") = R.nn.conv2d(x, w, strides=[%[3]d, %[3]d], padding=[%[4]d, %[4]d, %[4]d, %[4]d], dilation=[1, 1], groups=1, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype="void")
             R.output(gv)
         return gv
-`, c.hw, o, c.stride, c.pad))
+`, c.hw, o, c.stride, c.pad, c.in))
 		check.NoError(t, err)
 		out := runVerified(t, in, "AlterConvLayout")
 		check.Equal(t, !strings.Contains(script.Print(out), "OIHW32o"), c.oihw, c)
