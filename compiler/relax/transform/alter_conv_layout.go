@@ -195,7 +195,7 @@ func convToAlter(call *ir.RCall) bool {
 	if !ok || w.DType != ir.Float32 || len(w.Shape) != 4 {
 		return false
 	}
-	if rowsVectorize(call) {
+	if pointwisePlane(call) {
 		return false
 	}
 	for _, d := range w.Shape {
@@ -206,7 +206,7 @@ func convToAlter(call *ir.RCall) bool {
 	return true
 }
 
-// rowsVectorize reports a pointwise (1×1) convolution with a stride of
+// pointwisePlane reports a pointwise (1×1) convolution with a stride of
 // 1 and no padding: its default CPU schedule computes it in OIHW as a
 // matrix product over the flattened output plane (each channel's plane
 // is contiguous), whole vectors of positions times several output
@@ -221,7 +221,7 @@ func convToAlter(call *ir.RCall) bool {
 // faster blocked, where the tile's weights come from one run, not from
 // a row of each output channel). Larger kernels take the blocked tile: resnet18's 56-wide
 // 3×3 convolutions run 1.6× faster in it than along the rows.
-func rowsVectorize(call *ir.RCall) bool {
+func pointwisePlane(call *ir.RCall) bool {
 	out, ok := call.Info.(*ir.TensorStructInfo)
 	if !ok || len(out.Shape) != 4 {
 		return false

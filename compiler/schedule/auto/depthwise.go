@@ -20,9 +20,9 @@ import (
 // vector divides it, the tile is a
 // run of xi outputs along x kept in vector registers (vectors of lanes
 // dividing the row) over the whole reduction, times fi output channels
-// when A does not depend on the channel (a convolution of one group that
-// AlterConvLayout left in OIHW because its rows vectorize: each step
-// loads the row's vectors once for fi broadcast weights); a depthwise
+// when A does not depend on the channel (a convolution of one group in
+// OIHW: each step loads the row's vectors once for fi broadcast
+// weights; pointwise ones take the flattened plane first, pointwise.go); a depthwise
 // channel has weights of its own, so its tile is one row. The epilogue
 // runs on the tile as for the channel-vectorized convolution (conv.go),
 // and the rows of all channels are shared among the threads. Depthwise

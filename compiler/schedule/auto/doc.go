@@ -27,8 +27,12 @@
 //     width, stride 1 or 2) are rewritten into loops of their own: a
 //     padded plane per channel, and tiles of rows in whole vectors, the
 //     extra lanes dropped (depthwise_plane.go); so are pooling windows
-//     after a padding stage. Global pooling (GlobalAveragePool's mean)
-//     reads each plane as one run of vectors (pool.go).
+//     after a padding stage. Pointwise convolutions in OIHW (1×1,
+//     stride 1, unpadded) are rewritten into a matrix product over each
+//     channel's flattened plane: tiles of output channels × whole vectors
+//     of positions, whatever the rows' width (pointwise.go). Global
+//     pooling (GlobalAveragePool's mean) reads each plane as one run of
+//     vectors (pool.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
 //     loop of each elementwise block vectorized, row reductions (softmax's

@@ -74,6 +74,11 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 	if !isVar(d.a.Indices[0], d.n) || !isVar(d.a.Indices[1], d.rc) {
 		return nil, fmt.Errorf("block %q: input channels", c.name)
 	}
+	// The flat views take the planes as compact rows.
+	if d.src.Strides != nil || d.conv.Block.Body.(*ir.BufferStore).Buffer.Strides != nil ||
+		d.epilogue != nil && d.epilogue.Block.Body.(*ir.BufferStore).Buffer.Strides != nil {
+		return nil, fmt.Errorf("block %q: strided buffers", c.name)
+	}
 	P := d.Y * d.X
 	lanes := opts.VectorBytes / 4
 	for lanes > 4 && lanes > P {
@@ -164,7 +169,7 @@ func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K int64, opts Options) ir
 				if l.Buffer == convOut {
 					return v
 				}
-				if len(l.Indices) == 4 && isVar(l.Indices[2], ev[2].Var) && isVar(l.Indices[3], ev[3].Var) && sameDims(l.Buffer, d.Y, d.X) {
+				if len(l.Indices) == 4 && isVar(l.Indices[2], ev[2].Var) && isVar(l.Indices[3], ev[3].Var) && sameDims(l.Buffer, d.Y, d.X) && l.Buffer.Strides == nil {
 					return ir.NewBufferLoad(view(l.Buffer), l.Indices[0], l.Indices[1], ev[3].Var)
 				}
 				return e
