@@ -200,7 +200,7 @@ func readF32(path string) ([]float32, error) {
 func runONNX(ctx context.Context, opt options) (result, error) {
 	// Kernels' parallel loops are OpenMP's: two threads, like the peers.
 	os.Setenv("OMP_NUM_THREADS", "2")
-	rounds := 20
+	rounds := 100
 	r := onnxResult{Name: "onnx", Threads: 2, GoalVsORT: 1.0, Quick: opt.quick,
 		Environment: "kiln: default schedules, no tuning; ONNX Runtime: onnxruntime-node, 2 intra-op threads, all graph optimizations; PyTorch eager, 2 threads"}
 	models := onnxModels

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kiln-ml/kiln/devices"
@@ -132,6 +133,7 @@ type VM struct {
 	steps   int64
 	closed  bool
 	prof    *profile
+	thread  *osThread // runs invocations on the VM's own OS thread (see invoke)
 }
 
 // New links an executable for running on dev: its constants are copied to
@@ -495,17 +497,55 @@ func (m *VM) grow(n int) {
 // invoke runs function fi on the arguments already in the bottom frame and
 // settles storage ownership.
 //
-// The whole invocation runs on one OS thread: compiled kernels run their
-// parallel loops with OpenMP, whose runtime keeps a team of worker threads
-// per calling thread, and those workers spin for a while after each
-// parallel loop, waiting for the next. A goroutine that moved between
-// threads from one kernel call to the next would start a team on each, and
-// the idle teams' spinning would take the cores from the working one (on
-// the transformer layer of the onnx benchmark, two threads under load: the
-// model's median time was 230 µs, 120–160 µs on one thread).
-func (m *VM) invoke(fi int) (Value, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// Every invocation of a VM runs on the same OS thread, the VM's own:
+// compiled kernels run their parallel loops with OpenMP, whose runtime
+// keeps a team of worker threads per calling thread, and those workers
+// spin for a while after each parallel loop, waiting for the next. Calls
+// that moved between threads, from one kernel to the next or from one
+// invocation to the next, would start a team on each, and the idle teams'
+// spinning would take the cores from the working one (the onnx benchmark's
+// transformer layer on two threads: 0.2 ms a run when its invocations
+// hopped between threads, 0.1 ms on one).
+func (m *VM) invoke(fi int) (res Value, err error) {
+	if m.thread == nil {
+		m.thread = startOSThread()
+		// A VM dropped without Close ends its thread too.
+		runtime.AddCleanup(m, (*osThread).stop, m.thread)
+	}
+	done := make(chan any, 1)
+	m.thread.work <- func() {
+		defer func() { done <- recover() }()
+		res, err = m.invokeHere(fi)
+	}
+	if p := <-done; p != nil {
+		panic(p)
+	}
+	return res, err
+}
+
+// osThread is a goroutine locked to its OS thread that runs the functions
+// sent to it, one at a time.
+type osThread struct {
+	work chan func()
+	once sync.Once
+}
+
+func startOSThread() *osThread {
+	t := &osThread{work: make(chan func())}
+	go func() {
+		// The thread stays locked to the end: it exits with the goroutine
+		// once stop closes the channel, its OpenMP team with it.
+		runtime.LockOSThread()
+		for f := range t.work {
+			f()
+		}
+	}()
+	return t
+}
+
+func (t *osThread) stop() { t.once.Do(func() { close(t.work) }) }
+
+func (m *VM) invokeHere(fi int) (Value, error) {
 	lf := &m.funcs[fi]
 	n := lf.f.NumRegs
 	m.running = true
@@ -865,6 +905,9 @@ func (m *VM) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.thread != nil {
+		m.thread.stop()
+	}
 	m.alloc.close()
 	for i := range m.funcs {
 		m.funcs[i].inputs, m.funcs[i].output = nil, Value{}
