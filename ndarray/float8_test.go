@@ -38,8 +38,8 @@ func TestFloat8(t *testing.T) {
 		{Float8E4M3, 1000, 0x7e},
 		{Float8E4M3, -1e9, 0xfe},
 		{Float8E4M3, math.Ldexp(1, -9), 0x01},
-		{Float8E4M3, 1.0625, 0x38},  // halfway between 1 and 1.125: to even (1)
-		{Float8E4M3, 1.1875, 0x3a},  // halfway between 1.125 and 1.25: to even (1.25)
+		{Float8E4M3, 1.0625, 0x38}, // halfway between 1 and 1.125: to even (1)
+		{Float8E4M3, 1.1875, 0x3a}, // halfway between 1.125 and 1.25: to even (1.25)
 		{Float8E5M2, 57344, 0x7b},
 		{Float8E5M2, math.Inf(-1), 0xfb},
 		{Float8E5M2, math.Ldexp(1, -16), 0x01},

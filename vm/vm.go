@@ -512,12 +512,11 @@ func (m *VM) invoke(fi int) (res Value, err error) {
 		// A VM dropped without Close ends its thread too.
 		runtime.AddCleanup(m, (*osThread).stop, m.thread)
 	}
-	done := make(chan any, 1)
 	m.thread.work <- func() {
-		defer func() { done <- recover() }()
+		defer func() { m.thread.done <- recover() }()
 		res, err = m.invokeHere(fi)
 	}
-	if p := <-done; p != nil {
+	if p := <-m.thread.done; p != nil {
 		panic(p)
 	}
 	return res, err
@@ -527,11 +526,12 @@ func (m *VM) invoke(fi int) (res Value, err error) {
 // sent to it, one at a time.
 type osThread struct {
 	work chan func()
+	done chan any // each function's panic value, nil when it returned
 	once sync.Once
 }
 
 func startOSThread() *osThread {
-	t := &osThread{work: make(chan func())}
+	t := &osThread{work: make(chan func()), done: make(chan any, 1)}
 	go func() {
 		// The thread stays locked to the end: it exits with the goroutine
 		// once stop closes the channel, its OpenMP team with it.
