@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
 )
 
 // runApp runs the CLI in-process with captured output.
@@ -142,7 +143,7 @@ func testFleet(t *testing.T, dir, tok string) (*fleet, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	exe, err := os.Executable()
 	check.NoError(t, err)
-	fl, err := startFleet(ctx, dir, tok, exe, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fl, err := startFleet(ctx, dir, tok, rpcserver.WorkerSpec{Path: exe}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	check.NoError(t, err)
 	t.Cleanup(func() {
 		check.NoError(t, fl.stop())

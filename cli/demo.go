@@ -123,7 +123,7 @@ func runDemo(c *ucli.Context) error {
 
 	start := time.Now()
 	begin("starting the fleet")
-	fl, err := startFleet(ctx, dir, tok, exe, log)
+	fl, err := startFleet(ctx, dir, tok, rpcserver.WorkerSpec{Path: exe}, log)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -164,9 +164,10 @@ type fleet struct {
 }
 
 // startFleet starts the fleet with its files under dir and waits until the
-// compiler node and the device are registered. exe is the kiln binary (for
-// the compiler node's jobs and the daemon's workers).
-func startFleet(ctx context.Context, dir, tok, exe string, log *slog.Logger) (_ *fleet, err error) {
+// compiler node and the device are registered. worker says how its daemon
+// starts session workers; its Path is the kiln binary, which also runs the
+// compiler node's jobs.
+func startFleet(ctx context.Context, dir, tok string, worker rpcserver.WorkerSpec, log *slog.Logger) (_ *fleet, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	fl := &fleet{cancel: cancel}
 	defer func() {
@@ -193,7 +194,7 @@ func startFleet(ctx context.Context, dir, tok, exe string, log *slog.Logger) (_ 
 	run("tracker", func() error { return fl.tracker.Run(ctx) })
 	topts := client.TrackerOptions{Token: tok, Logger: log}
 	fl.daemon, err = rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: tok, Dir: filepath.Join(dir, "sessions"),
-		Version: Version(), Logger: log, Worker: rpcserver.WorkerSpec{Path: exe}})
+		Version: Version(), Logger: log, Worker: worker})
 	if err != nil {
 		return fl, fmt.Errorf("device daemon: %w", err)
 	}
@@ -205,7 +206,7 @@ func startFleet(ctx context.Context, dir, tok, exe string, log *slog.Logger) (_ 
 	run("device daemon", func() error { return fl.daemon.Run(ctx) })
 	ready := make(chan struct{})
 	run("compiler node", func() error {
-		return node.Run(ctx, node.Config{Tracker: fl.tracker.Addr(), Options: topts, Command: []string{exe, "compiler-job"},
+		return node.Run(ctx, node.Config{Tracker: fl.tracker.Addr(), Options: topts, Command: []string{worker.Path, "compiler-job"},
 			WorkDir: filepath.Join(dir, "compiler"), Ready: ready, Version: Version(), Logger: log})
 	})
 	if fl.client, err = client.DialTracker(ctx, fl.tracker.Addr(), topts); err != nil {

@@ -453,7 +453,11 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 	b := make([]byte, 16)
 	rand.Read(b)
 	tok := hex.EncodeToString(b)
-	fl, err := startFleet(ctx, dir, tok, exe, log)
+	// Several daemons in this one process start each worker in a session of
+	// its own: under Linux's autogroup they then get the CPU as separate
+	// daemons would, rather than splitting this process's share.
+	worker := rpcserver.WorkerSpec{Path: exe, OwnSession: n > 1}
+	fl, err := startFleet(ctx, dir, tok, worker, log)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -469,7 +473,7 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 	}
 	for i := 1; i < n; i++ {
 		d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: tok, Dir: filepath.Join(dir, fmt.Sprintf("sessions%d", i)),
-			Version: Version(), Logger: log, Worker: rpcserver.WorkerSpec{Path: exe}})
+			Version: Version(), Logger: log, Worker: worker})
 		if err != nil {
 			stopAll()
 			return nil, fmt.Errorf("device daemon: %w", err)
