@@ -2,7 +2,8 @@
 // mix graph functions (compiler/ir's Relax-style Function) and TensorIR
 // PrimFuncs: AlterConvLayout, AlterDenseLayout (CPU builds only, outside
 // the named pipelines), LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
-// FuseTIR, DeadCodeElimination, StaticPlanBlockMemory and
+// FuseTIR, DeadCodeElimination, StaticPlanBlockMemory, ConcatInPlace
+// (the inputs of a concatenation written into its output) and
 // AnnotateUsedMemory, and the named pipelines that chain them ("zero",
 // "O0"–"O3").
 //

@@ -15,8 +15,9 @@ import (
 // graphEval runs a graph function of mod on host arrays: call_tir and
 // direct PrimFunc calls go through the reference interpreter, grouped
 // functions are evaluated recursively, and the memory operators of
-// StaticPlanBlockMemory work on byte storages (a killed tensor is filled
-// with 0xFF, so reading it afterwards shows as NaN).
+// StaticPlanBlockMemory work on byte storages (a tensor is a view at its
+// byte offset; a killed tensor is filled with 0xFF, so reading it
+// afterwards shows as NaN).
 type graphEval struct {
 	mod *ir.IRModule
 }
@@ -157,7 +158,12 @@ func (g *graphEval) rcall(c *ir.RCall, env map[*ir.RVar]any) (any, error) {
 			return ndarray.Zeros(ndarray.Shape{size}, ndarray.MustParseDType("uint8"), devices.CPUDevice)
 		case "relax.memory.alloc_tensor":
 			st := args[0].(*ndarray.NDArray)
-			return st.View(args[2].([]int64), args[3].(*ir.DataTypeImm).DType)
+			off, ok := ir.IsConstInt(args[1].(*ir.PrimValue).Value)
+			if !ok {
+				return nil, fmt.Errorf("alloc_tensor: offset %v", args[1])
+			}
+			shape := ndarray.Shape(args[2].([]int64))
+			return st.StridedView(shape, args[3].(*ir.DataTypeImm).DType, ndarray.CompactStrides(shape), off)
 		case "relax.builtin.alloc_tensor":
 			return ndarray.Zeros(args[0].([]int64), args[1].(*ir.DataTypeImm).DType, devices.CPUDevice)
 		case "relax.memory.kill_tensor":

@@ -38,6 +38,14 @@ const storageMatchRange = 16
 // never reused. A tuple out_sinfo allocates one tensor per field and binds
 // x to the tuple of them.
 //
+// A concatenation whose inputs can be written in place (see
+// ConcatInPlace: a plain concatenation PrimFunc, every dimension before
+// its axis 1, each input a call_tir result used only by it) is planned as
+// one tensor, live from its first input's producer to its last use: each
+// producer writes into R.memory.alloc_tensor(storage, byte offset, its
+// shape), and the concatenation's binding becomes the full-size view at
+// offset 0. The inputs are views, never storages or kills of their own.
+//
 // The function becomes impure (pure=False) and its dataflow blocks plain
 // blocks, merged into one; the variables keep their names. Bindings other
 // than call_tir stay as they are, and so do call_tirs inside if branches.
@@ -45,10 +53,17 @@ const storageMatchRange = 16
 // What the VM code generator gets: only these forms — memory.alloc_storage
 // (size in bytes as a 1-D shape, device index 0, scope, dtype),
 // memory.alloc_tensor (storage, byte offset, shape, dtype; the offset is
-// always 0 here), builtin.alloc_tensor, direct calls of PrimFuncs in
+// 0 but for the inputs of a concatenation written in place),
+// builtin.alloc_tensor, direct calls of PrimFuncs in
 // destination-passing style returning R.Tuple(), aliases, kill_tensor
 // and kill_storage, and whatever operator calls were not legalized.
 func StaticPlanBlockMemory(mod *ir.IRModule) (*ir.IRModule, error) {
+	return planModule(mod, false)
+}
+
+// planModule plans the graph functions of mod: all their call_tirs, or
+// only the concatenations written in place (concatOnly, ConcatInPlace).
+func planModule(mod *ir.IRModule, concatOnly bool) (*ir.IRModule, error) {
 	out := mod
 	for name, f := range mod.Funcs() {
 		fn, ok := f.(*ir.Function)
@@ -58,11 +73,13 @@ func StaticPlanBlockMemory(mod *ir.IRModule) (*ir.IRModule, error) {
 		if !hasTopLevelCallTIR(fn) {
 			continue
 		}
-		g, err := planFunction(mod, fn)
+		g, err := planFunction(mod, fn, concatOnly)
 		if err != nil {
 			return nil, funcError(name, err)
 		}
-		out = out.With(name, g)
+		if g != nil {
+			out = out.With(name, g)
+		}
 	}
 	return out, nil
 }
@@ -93,7 +110,14 @@ type planToken struct {
 	bytes   int64
 	storage int // index into storages, -1 when not planned
 	alloc   *ir.RVar
+	start   int // binding index from which its storage is needed
 	lastUse int // binding index of the last use
+	// view, when set, is the output of the concatenation this tensor is
+	// an input of: the tensor lives in view's storage at byte offset.
+	view   *planToken
+	offset int64
+	// concat is set on the output of a concatenation written in place.
+	concat bool
 }
 
 type planStorage struct {
@@ -103,10 +127,16 @@ type planStorage struct {
 	free  bool
 }
 
-func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
+// planFunction returns fn with its memory planned, or nil when
+// concatOnly and no concatenation can be written in place.
+func planFunction(mod *ir.IRModule, fn *ir.Function, concatOnly bool) (*ir.Function, error) {
 	var bindings []ir.Binding
-	for _, b := range fn.Body.Blocks {
+	var blockOf []int
+	for k, b := range fn.Body.Blocks {
 		bindings = append(bindings, b.Bindings...)
+		for range b.Bindings {
+			blockOf = append(blockOf, k)
+		}
 	}
 	// Tokens of each bound variable (aliases share them).
 	tokensOf := map[*ir.RVar][]*planToken{}
@@ -121,7 +151,7 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 				return nil, fmt.Errorf("binding %q: out_sinfo %s is not tensors", x.Name, c.SInfoArgs[0])
 			}
 			for _, o := range outs {
-				t := &planToken{info: o, storage: -1, lastUse: i}
+				t := &planToken{info: o, storage: -1, start: i, lastUse: i}
 				if dims, ok := o.KnownShape(); ok && !ir.IsVoid(o.DType) {
 					n := int64(1)
 					for _, d := range dims {
@@ -167,13 +197,34 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 			escaped[t] = true
 		}
 	}
+	// Concatenations whose inputs are written in place: the output's
+	// storage is needed from the first input's producer on; the inputs
+	// are views of it.
+	groups := concatGroups(mod, fn, bindings, blockOf, produced, escaped)
+	if concatOnly && len(groups) == 0 {
+		return nil, nil
+	}
+	starts := make([][]*planToken, len(bindings))
+	for _, g := range groups {
+		y := produced[g.concat][0]
+		y.concat, y.start = true, g.inputs[0]
+		for k, p := range g.inputs {
+			t := produced[p][0]
+			t.view, t.offset = y, g.offsets[k]
+			y.start = min(y.start, p)
+		}
+	}
+	for i := range bindings {
+		for _, t := range produced[i] {
+			if t.view == nil && !escaped[t] && (t.concat || !concatOnly) {
+				starts[t.start] = append(starts[t.start], t)
+			}
+		}
+	}
 	// Assign storages by liveness.
 	var storages []*planStorage
 	for i := range bindings {
-		for _, t := range produced[i] {
-			if escaped[t] {
-				continue
-			}
+		for _, t := range starts[i] {
 			best := -1
 			for s, st := range storages {
 				if !st.free || st.dtype != t.info.DType {
@@ -229,7 +280,7 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 			nx = &ir.RVar{Name: x.Name, Info: x.Info}
 			subst[x] = nx
 		}
-		if !isCallTIR(bd.BoundValue()) {
+		if !isCallTIR(bd.BoundValue()) || concatOnly && keptCallTIR(produced[i]) {
 			val := rewrite(bd.BoundValue())
 			switch b := bd.(type) {
 			case *ir.MatchCast:
@@ -237,20 +288,33 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 			default:
 				out = append(out, &ir.VarBinding{Var: nx, Value: val})
 			}
+		} else if y := produced[i][0]; y.concat {
+			// The inputs are already in place: y is the whole view.
+			a, err := call("relax.memory.alloc_tensor", storages[y.storage].v, &ir.PrimValue{Value: ir.I64(0)},
+				&ir.ShapeExpr{Values: y.info.Shape}, &ir.DataTypeImm{DType: y.info.DType})
+			if err != nil {
+				return nil, err
+			}
+			y.alloc = emit("alloc", a)
+			out = append(out, &ir.VarBinding{Var: nx, Value: y.alloc})
 		} else {
 			c := bd.BoundValue().(*ir.RCall)
 			var allocs []ir.RExpr
 			for _, t := range produced[i] {
 				shape := &ir.ShapeExpr{Values: t.info.Shape}
 				dt := &ir.DataTypeImm{DType: t.info.DType}
-				if t.storage < 0 {
+				storage, offset := t.storage, int64(0)
+				if t.view != nil {
+					storage, offset = t.view.storage, t.offset
+				}
+				if storage < 0 {
 					a, err := call("relax.builtin.alloc_tensor", shape, dt, dev)
 					if err != nil {
 						return nil, err
 					}
 					t.alloc = emit("alloc", a)
 				} else {
-					st := storages[t.storage]
+					st := storages[storage]
 					if st.v == nil {
 						s, err := call("relax.memory.alloc_storage", &ir.ShapeExpr{Values: []ir.Expr{ir.I64(st.bytes)}}, dev,
 							&ir.RString{Value: "global"}, &ir.DataTypeImm{DType: st.dtype})
@@ -259,7 +323,7 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 						}
 						st.v = emit("storage", s)
 					}
-					a, err := call("relax.memory.alloc_tensor", st.v, &ir.PrimValue{Value: ir.I64(0)}, shape, dt)
+					a, err := call("relax.memory.alloc_tensor", st.v, &ir.PrimValue{Value: ir.I64(offset)}, shape, dt)
 					if err != nil {
 						return nil, err
 					}
@@ -308,6 +372,17 @@ func planFunction(mod *ir.IRModule, fn *ir.Function) (*ir.Function, error) {
 	g := fn.WithBody(body)
 	g.Pure = false
 	return g, nil
+}
+
+// keptCallTIR reports whether ConcatInPlace leaves the call_tir that
+// produces ts as it is: it writes no view and is no concatenation.
+func keptCallTIR(ts []*planToken) bool {
+	for _, t := range ts {
+		if t.view != nil || t.concat {
+			return false
+		}
+	}
+	return true
 }
 
 func absDiff(a, b int64) int64 {
