@@ -276,6 +276,7 @@ func concatGroups(mod *ir.IRModule, fn *ir.Function, bindings []ir.Binding, bloc
 		}
 	}
 	var groups []*concatGroup
+	grouped := map[int]bool{} // outputs of the groups found so far
 	for i, bd := range bindings {
 		if !isCallTIR(bd.BoundValue()) || len(produced[i]) != 1 {
 			continue
@@ -312,13 +313,15 @@ func concatGroups(mod *ir.IRModule, fn *ir.Function, bindings []ir.Binding, bloc
 			if !ok {
 				break
 			}
+			// An input that is itself a concatenation written in place
+			// keeps its own storage.
 			p, ok := defAt[v]
-			if !ok || uses[v] != 1 || blockOf[p] != blockOf[i] || len(produced[p]) != 1 {
+			if !ok || uses[v] != 1 || blockOf[p] != blockOf[i] || len(produced[p]) != 1 || grouped[p] {
 				break
 			}
 			t := produced[p][0]
 			if _, tuple := bindings[p].BoundValue().(*ir.RCall).SInfoArgs[0].(*ir.TupleStructInfo); tuple ||
-				escaped[t] || t.info.DType != y.info.DType || t.view != nil {
+				escaped[t] || t.info.DType != y.info.DType {
 				break
 			}
 			td, _ := t.info.KnownShape()
@@ -333,6 +336,7 @@ func concatGroups(mod *ir.IRModule, fn *ir.Function, bindings []ir.Binding, bloc
 			continue
 		}
 		groups = append(groups, g)
+		grouped[i] = true
 	}
 	return groups
 }
