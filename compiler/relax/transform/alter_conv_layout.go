@@ -35,9 +35,10 @@ import (
 // moves the repacking out of the per-call path (FoldConstant folds it
 // when the kernel is a constant), so the kernel is repacked once, not
 // per call.
-// Pointwise convolutions (1×1, stride 1, unpadded) are left in OIHW:
-// the CPU schedule computes those as a matrix product over the
-// flattened plane.
+// Pointwise convolutions (1×1, stride 1, unpadded), which the CPU
+// schedule computes as a matrix product over the flattened plane, take
+// their kernel in panels of 8 output channels (OIHW8o, never padded) or
+// keep it in OIHW (see pointwiseLayout).
 // It plays the part of TVM's AlterOpLayout for conv2d on x86.
 func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 	out := mod
@@ -57,7 +58,7 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 			if !ok || !convToAlter(call) {
 				return []ir.Binding{b}
 			}
-			bs, layout, channels, e := convKernel(vb.Var, call.Args[1])
+			bs, layout, channels, e := convKernel(vb.Var, call.Args[1], pointwiseLayout(call) != "")
 			if e != nil {
 				err = fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
 				return []ir.Binding{b}
@@ -101,7 +102,9 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 // constant shape) for convolution y, the last one binding the repacked
 // kernel, and its layout; when it pads the kernel with zero output
 // channels (see paddedChannels), channels is the count before padding.
-func convKernel(y *ir.RVar, w ir.RExpr) (bs []ir.Binding, layout string, channels int64, err error) {
+// With panels (a pointwise convolution, see pointwiseLayout) the blocks
+// are panels of pointwisePanel channels, never padded.
+func convKernel(y *ir.RVar, w ir.RExpr, panels bool) (bs []ir.Binding, layout string, channels int64, err error) {
 	bind := func(suffix string, value *ir.RCall) *ir.RVar {
 		v := ir.NewRVar(y.Name+suffix, value.Info)
 		v.Dataflow = y.Dataflow
@@ -113,7 +116,7 @@ func convKernel(y *ir.RVar, w ir.RExpr) (bs []ir.Binding, layout string, channel
 	for i, d := range info.Shape {
 		dims[i], _ = ir.ConstDim(d)
 	}
-	if o := paddedChannels(dims[0]); o > dims[0] {
+	if o := paddedChannels(dims[0]); o > dims[0] && !panels {
 		zero := &ir.Constant{DType: info.DType, Shape: ndarray.Shape{}, Data: make([]byte, info.DType.Size())}
 		zeros, err := op.Call("relax.broadcast_to", []ir.RExpr{zero, &ir.ShapeExpr{Values: ir.Dims(o-dims[0], dims[1], dims[2], dims[3])}}, nil)
 		if err != nil {
@@ -126,6 +129,9 @@ func convKernel(y *ir.RVar, w ir.RExpr) (bs []ir.Binding, layout string, channel
 		w, channels, dims[0] = bind("_padded_kernel", padded), dims[0], o
 	}
 	block := outputBlock(dims[0])
+	if panels {
+		block = pointwisePanel
+	}
 	if block == 0 {
 		perm, err := op.Call("relax.permute_dims", []ir.RExpr{w}, map[string]any{"axes": []any{int64(2), int64(3), int64(1), int64(0)}})
 		if err != nil {
@@ -195,7 +201,7 @@ func convToAlter(call *ir.RCall) bool {
 	if !ok || w.DType != ir.Float32 || len(w.Shape) != 4 {
 		return false
 	}
-	if pointwisePlane(call) {
+	if pointwiseLayout(call) == "OIHW" {
 		return false
 	}
 	for _, d := range w.Shape {
@@ -206,51 +212,83 @@ func convToAlter(call *ir.RCall) bool {
 	return true
 }
 
-// pointwisePlane reports a pointwise (1×1) convolution with a stride of
-// 1 and no padding: its default CPU schedule computes it in OIHW as a
-// matrix product over the flattened output plane (each channel's plane
-// is contiguous), whole vectors of positions times several output
-// channels, whatever the rows' width: squeezenet1_1's 55-, 27- and
-// 13-wide 1×1 convolutions ran 2–4× slower in the HWIO or OIHW32o tile
-// (stores scattered across the channels' planes, reductions of 16 to 64
-// channels). Planes that whole vectors of 16 positions would overrun by
-// more than an eighth (7×7: 64 for 49) keep the blocked tile, which
-// computes no extra positions, and so do reductions of 256 or more input
-// channels over rows no vector divides (squeezenet1_1's 512→1000
-// classifier, mobilenet_v2's 14×14 576→96 projections: 1.05–1.1×
-// faster blocked, where the tile's weights come from one run, not from
-// a row of each output channel). Larger kernels take the blocked tile: resnet18's 56-wide
-// 3×3 convolutions run 1.6× faster in it than along the rows.
-func pointwisePlane(call *ir.RCall) bool {
+// pointwisePanel is the panel of output channels of a pointwise
+// convolution's packed kernel: 8 channels, a tile of 8 channels × up to
+// 3 vectors of positions in the CPU schedule.
+const pointwisePanel = 8
+
+// maxPanelPlane bounds the planes of pointwise convolutions whose kernel
+// comes in panels: each panel of 8 channels reads the whole input again,
+// which for mobilenet_v2's 112×112 planes (1.6 MB of input) is slower
+// than the OIHW tile of all 16 output channels at once.
+const maxPanelPlane = 64 * 64
+
+// pointwiseLayout returns the kernel layout of a pointwise (1×1)
+// convolution with a stride of 1 and no padding whose default CPU
+// schedule computes it as a matrix product over the flattened output
+// plane (each channel's plane is contiguous): whole vectors of
+// positions times several output channels, whatever the rows' width
+// (squeezenet1_1's 55-, 27- and 13-wide 1×1 convolutions ran 2–4× slower
+// in the HWIO or OIHW32o tile: stores scattered across the channels'
+// planes). The kernel comes in panels of pointwisePanel output channels
+// ("OIHW8o"), each panel's weights for an input channel one run that
+// the tile broadcasts from, where OIHW rows lie as many floats apart as
+// the input channels (for 256 or 512 a power of two that sends every
+// row to the same few cache sets): squeezenet1_1's 1×1 convolutions run
+// 1.1–1.3× faster so (mobilenet_v2's at 56×56 to 14×14 1.1–1.5×), its 512→1000 classifier 1.15× faster than in the
+// OIHW32o tile, whose stores scatter 13 positions × 32 channels one float
+// at a time. Planes larger than maxPanelPlane, and output channels no
+// panel divides, keep the kernel in OIHW ("OIHW"), as long as the
+// convolution reduces fewer than 256 input channels or its rows are a
+// multiple of 8 wide. It returns "" for the others, which take the
+// blocked tile: convolutions reducing 256 or more input channels over
+// even rows no vector divides (mobilenet_v2's 14×14 576→96 projections,
+// as fast or 1.06× faster blocked, 7 positions × 2 vectors a tile), planes that
+// whole vectors of 16 positions would overrun by more than an eighth
+// (7×7: 64 for 49), and larger kernels (resnet18's 56-wide 3×3
+// convolutions run 1.6× faster in the blocked tile than along the
+// rows).
+func pointwiseLayout(call *ir.RCall) string {
 	out, ok := call.Info.(*ir.TensorStructInfo)
 	if !ok || len(out.Shape) != 4 {
-		return false
+		return ""
 	}
 	w, ok := ir.StructInfoOf(call.Args[1]).(*ir.TensorStructInfo)
 	if !ok || len(w.Shape) != 4 {
-		return false
+		return ""
 	}
 	for _, d := range w.Shape[2:] {
 		if k, ok := ir.ConstDim(d); !ok || k != 1 {
-			return false
+			return ""
 		}
 	}
 	strides, _ := call.Attrs["strides"].([]any)
 	if len(strides) != 2 || strides[0] != any(int64(1)) || strides[1] != any(int64(1)) {
-		return false
+		return ""
 	}
 	pad, _ := call.Attrs["padding"].([]any)
 	for _, p := range pad {
 		if p != any(int64(0)) {
-			return false
+			return ""
 		}
 	}
 	h, ok1 := ir.ConstDim(out.Shape[2])
 	wd, ok2 := ir.ConstDim(out.Shape[3])
 	plane := h * wd
 	if !ok1 || !ok2 || (plane+15)/16*16*8 > plane*9 {
-		return false
+		return ""
 	}
-	in, ok := ir.ConstDim(w.Shape[1])
-	return ok && (in < 256 || wd%8 == 0)
+	in, ok1 := ir.ConstDim(w.Shape[1])
+	o, ok2 := ir.ConstDim(w.Shape[0])
+	if !ok1 || !ok2 {
+		return ""
+	}
+	oihw := in < 256 || wd%8 == 0
+	switch {
+	case o%pointwisePanel == 0 && plane <= maxPanelPlane && (oihw || wd%2 == 1):
+		return fmt.Sprintf("OIHW%do", pointwisePanel)
+	case oihw:
+		return "OIHW"
+	}
+	return ""
 }

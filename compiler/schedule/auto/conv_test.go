@@ -25,6 +25,7 @@ type convCase struct {
 	block             int64 // the kernel in OIHW (OHWI with ohwi) with blocks of this many output channels
 	ohwi              bool
 	epilogue          string // "", "bias_relu", "residual", "relu6", "mean"
+	slice             int64  // the first slice output channels only (a padded kernel)
 	int32             bool   // te.Shape's int32 dimensions
 	opts              Options
 	scheduled, inTile bool // inTile: the epilogue runs on the register tile
@@ -55,9 +56,15 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 		Groups: g, KernelLayout: kl, OutLayout: "NCHW",
 	})
 	check.NoError(t, err)
+	f := cc.f
+	if cc.slice > 0 {
+		y, err = topi.StridedSlice(y, []int64{1}, []int64{0}, []int64{cc.slice}, nil)
+		check.NoError(t, err)
+		f = cc.slice
+	}
 	switch cc.epilogue {
 	case "bias_relu", "residual", "relu6":
-		b := te.Placeholder(dims(1, cc.f, 1, 1), ir.Float32, "b")
+		b := te.Placeholder(dims(1, f, 1, 1), ir.Float32, "b")
 		args = append(args, b)
 		y, err = topi.Add(y, b)
 		check.NoError(t, err)
@@ -78,9 +85,9 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 		y, err = topi.Mean(y, []int64{2, 3}, true)
 		check.NoError(t, err)
 	}
-	f, err := te.CreatePrimFunc(append(args, y))
+	fn, err := te.CreatePrimFunc(append(args, y))
 	check.NoError(t, err)
-	return f
+	return fn
 }
 
 func convCases() []convCase {
@@ -119,6 +126,13 @@ func convCases() []convCase {
 		{name: "pointwise_int32", n: 1, c: 9, h: 4, w: 9, f: 20, kh: 1, kw: 1, stride: 1, oihw: true, int32: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_3x3_rows_of_16", n: 2, c: 3, h: 4, w: 16, f: 7, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_rows_mean_after", n: 1, c: 3, h: 5, w: 8, f: 5, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "mean", scheduled: true},
+		// Pointwise convolutions over a kernel in panels of 8 output
+		// channels (OIHW8o) take the plane too, a tile per panel; only
+		// the channels a slice keeps are computed.
+		{name: "panels_13x13", n: 1, c: 24, h: 13, w: 13, f: 32, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "panels_sliced", n: 1, c: 9, h: 13, w: 13, f: 32, kh: 1, kw: 1, stride: 1, block: 8, slice: 24, epilogue: "bias_relu", scheduled: true, inTile: true},
+		{name: "panels_residual_batch2", n: 2, c: 7, h: 9, w: 15, f: 16, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		{name: "panels_avx2", n: 1, c: 5, h: 3, w: 5, f: 16, kh: 1, kw: 1, stride: 1, block: 8, opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		// Depthwise rows no vector divides, or of stride 2: a plane per
 		// channel (depthwise_plane.go).
 		{name: "depthwise_stride2", n: 1, c: 4, h: 9, w: 16, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, scheduled: true, inTile: true},
@@ -239,7 +253,8 @@ func TestConvReduceOrder(t *testing.T) {
 // flattened plane (pointwise.go) and the tiles it picks.
 func TestPointwise(t *testing.T) {
 	for _, cc := range convCases() {
-		if !cc.oihw || cc.kh != 1 || cc.kw != 1 || cc.stride != 1 || cc.groups > 1 {
+		panels := strings.HasPrefix(cc.name, "panels_")
+		if !panels && (!cc.oihw || cc.kh != 1 || cc.kw != 1 || cc.stride != 1 || cc.groups > 1) {
 			continue
 		}
 		g, ok, err := Func(cc.primFunc(t), cc.opts)
@@ -267,5 +282,13 @@ func TestPointwise(t *testing.T) {
 	} {
 		ft, pv := pointwiseTile(c.f, c.p, c.lanes, c.limit)
 		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
+	}
+	// Panels of 8 channels: squeezenet1_1's 13×13 and 55×55 planes take
+	// three vectors (192 and 3072 positions computed), mobilenet_v2's
+	// 14×14 and squeezenet1_1's 27×27 two; with 12 accumulators one.
+	for _, c := range []struct{ ft, p, lanes, limit, pv int64 }{
+		{8, 169, 16, 24, 3}, {8, 3025, 16, 24, 3}, {8, 196, 16, 24, 2}, {8, 729, 16, 24, 2}, {8, 169, 8, 12, 1},
+	} {
+		check.Equal(t, packedPointwiseTile(c.ft, c.p, c.lanes, c.limit), c.pv, c.ft, "×", c.p)
 	}
 }

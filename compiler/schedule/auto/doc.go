@@ -27,10 +27,12 @@
 //     width, stride 1 or 2) are rewritten into loops of their own: a
 //     padded plane per channel, and tiles of rows in whole vectors, the
 //     extra lanes dropped (depthwise_plane.go); so are pooling windows
-//     after a padding stage. Pointwise convolutions in OIHW (1×1,
-//     stride 1, unpadded) are rewritten into a matrix product over each
-//     channel's flattened plane: tiles of output channels × whole vectors
-//     of positions, whatever the rows' width (pointwise.go). Global
+//     after a padding stage. Pointwise convolutions (1×1, stride 1,
+//     unpadded) with the kernel in OIHW or in panels of output channels
+//     (OIHW8o) are rewritten into a matrix product over each channel's
+//     flattened plane: tiles of output channels (a panel) × whole vectors
+//     of positions, whatever the rows' width, computing only the channels
+//     a slice after them keeps (pointwise.go). Global
 //     pooling (GlobalAveragePool's mean) reads each plane as one run of
 //     vectors (pool.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap

@@ -92,7 +92,7 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 		limit /= 2
 	}
 	ft, pv := pointwiseTile(d.C, P, lanes, limit)
-	return g.WithBody(ir.NewRootBlock(d.pointwiseLoops(lanes, ft, pv, c.reduce[0], opts))), nil
+	return g.WithBody(ir.NewRootBlock(d.pointwiseLoops(lanes, ft, pv, c.reduce[0], 0, opts))), nil
 }
 
 // flatView declares a view of 4-D buffer b as [N, C, Y·X].
@@ -106,7 +106,11 @@ func flatView(b *ir.Buffer, it ir.DType, P int64) *ir.Buffer {
 
 // pointwiseLoops builds the function's new body: tiles of ft output
 // channels × pv vectors of lanes along the plane, K input channels.
-func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K int64, opts Options) ir.Stmt {
+//
+// With panel > 0 the kernel comes in panels of that many output
+// channels (W[f / panel, c, 0, 0, f % panel], ft = panel): a tile's
+// weights at each c are one contiguous run.
+func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K, panel int64, opts Options) ir.Stmt {
 	it := d.c.Type
 	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
 	P := d.Y * d.X
@@ -128,25 +132,33 @@ func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K int64, opts Options) ir
 	p0 := ir.NewVar("p0", it)
 	f0 := ir.Mul(ir.FloorDiv(t, i64(npt)), i64(ft))
 	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(ft * pt)}, "local")
-	// tile runs body over the tile: output channel f, plane position p
-	// and the slot of the tile.
-	tile := func(name string, body func(f, p, slot ir.Expr) ir.Stmt) ir.Stmt {
+	// tile runs body over the tile: the channel fi within the tile,
+	// output channel f, plane position p and the slot of the tile.
+	tile := func(name string, body func(fi, f, p, slot ir.Expr) ir.Stmt) ir.Stmt {
 		v := ir.NewVar(name+"_v", it)
 		fi := ir.NewVar(name+"_f", it)
 		l := ir.NewVar(name+"_l", it)
 		off := ir.Add(ir.Mul(v, i64(lanes)), l)
-		return ir.NewFor(v, i64(0), i64(pv), ir.ForUnrolled,
-			ir.NewFor(fi, i64(0), i64(ft), ir.ForUnrolled,
+		// The channels outside: each step's broadcast weight is used
+		// by its pv multiply-adds at once, pv vectors of A and one
+		// weight live beside the accumulators.
+		return ir.NewFor(fi, i64(0), i64(ft), ir.ForUnrolled,
+			ir.NewFor(v, i64(0), i64(pv), ir.ForUnrolled,
 				ir.NewFor(l, i64(0), i64(lanes), ir.ForVectorized,
-					body(ir.Add(f0, fi), ir.Add(p0, off), ir.Add(ir.Mul(fi, i64(pt)), off)))))
+					body(fi, ir.Add(f0, fi), ir.Add(p0, off), ir.Add(ir.Mul(fi, i64(pt)), off)))))
 	}
-	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, ir.F32(0), slot) })
+	zero := tile("z", func(_, _, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, ir.F32(0), slot) })
 	rc := ir.NewVar("rc", it)
 	wv := ir.SubstituteExpr(d.w, map[*ir.Var]ir.Expr{d.rc: rc, d.ry: i64(0), d.rx: i64(0)})
 	aFlat := view(d.src)
-	step := tile("k", func(f, p, slot ir.Expr) ir.Stmt {
+	step := tile("k", func(fi, f, p, slot ir.Expr) ir.Stmt {
 		a := ir.NewBufferLoad(aFlat, n, rc, p)
-		w := ir.SubstituteExpr(wv, map[*ir.Var]ir.Expr{d.c: f, d.n: n})
+		w := wv
+		if panel > 0 {
+			// The tile is one panel: its index and fi, no division.
+			w = panelIndex(w, d.c, panel, ir.FloorDiv(t, i64(npt)), fi)
+		}
+		w = ir.SubstituteExpr(w, map[*ir.Var]ir.Expr{d.c: f, d.n: n})
 		return ir.NewBufferStore(acc, ir.Add(ir.NewBufferLoad(acc, slot), ir.Mul(a, w)), slot)
 	})
 	red := ir.NewFor(rc, i64(0), i64(K), ir.ForSerial, step)
@@ -183,7 +195,7 @@ func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K int64, opts Options) ir
 		}
 	}
 	oFlat := view(outBuf)
-	save := tile("s", func(f, p, slot ir.Expr) ir.Stmt {
+	save := tile("s", func(_, f, p, slot ir.Expr) ir.Stmt {
 		return ir.NewBufferStore(oFlat, epilogue(f, p, ir.NewBufferLoad(acc, slot)), n, f, p)
 	})
 	// The last tile of a plane that pt does not divide ends at P.
@@ -224,4 +236,180 @@ func replaceFlatX(e ir.Expr, x *ir.Var, p, X ir.Expr, views map[*ir.Buffer]*ir.B
 		return e
 	}}).RewriteExpr(e)
 	return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{x: ir.FloorMod(p, X)})
+}
+
+// Pointwise convolutions with the kernel in panels of output channels
+// (AlterConvLayout's OIHW8o for those reducing many input channels over
+// rows no vector divides: squeezenet1_1's 512→1000 classifier) come as
+// topi.Conv2D's conv2d_hwio stage, the output channels innermost,
+//
+//	C[n, y, x, f] += A[n, c, y, x] · W[f / b, c, 0, 0, f % b]
+//
+// and a layout change back to NCHW (with the elementwise blocks after
+// it). They take the same plane loops, a tile being one panel of b
+// channels: at each c its b weights lie one after the other (one cache
+// line), where an OIHW kernel's rows lie C floats apart — a power of two
+// for 256 or 512 channels, which sends every row to the same few cache
+// sets. Only the channels the last block writes are computed: a kernel
+// padded with zero channels (sliced off after the convolution) costs
+// nothing.
+
+// panelIndex replaces f / panel with blk and f % panel with fi in the
+// indices of load w.
+func panelIndex(w ir.Expr, f *ir.Var, panel int64, blk, fi ir.Expr) ir.Expr {
+	of := func(e ir.Expr, op ir.BinaryOp) bool {
+		b, ok := e.(*ir.Binary)
+		if !ok || b.Op != op || !isVar(b.A, f) {
+			return false
+		}
+		c, ok := ir.IsConstInt(b.B)
+		return ok && c == panel
+	}
+	return (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		switch {
+		case of(e, ir.OpFloorDiv):
+			return blk
+		case of(e, ir.OpFloorMod):
+			return fi
+		}
+		return e
+	}}).RewriteExpr(w)
+}
+
+// packedPointwiseTile picks the vectors pv along a plane of P for tiles
+// of ft channels (at most limit accumulators): the least time in a model
+// where each position computed (the last tile's overlap included) costs
+// a multiply-add plus 0.27 of one per load (ft broadcasts of weights and
+// pv vectors of the input each step), fitted to the 512→1000 classifier
+// over 13×13 (8 channels × 3 vectors beat 20 × 1 by 5%, though they
+// compute 192 positions, not 176).
+func packedPointwiseTile(ft, P, lanes, limit int64) int64 {
+	best, pv := 0.0, int64(0)
+	for v := int64(1); v <= maxPointwiseVectors && v*lanes <= P && ft*v <= limit; v++ {
+		computed := float64(ceilDiv(P, v*lanes) * v * lanes)
+		cost := computed * (1 + 0.27*float64(ft+v)/float64(ft*v))
+		if pv == 0 || cost < best {
+			best, pv = cost, v
+		}
+	}
+	return pv
+}
+
+// schedulePackedPointwise returns f rewritten into the plane loops when
+// block c is a pointwise convolution over a kernel in panels (above),
+// or an error.
+func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if c.fblock <= 0 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
+		return nil, fmt.Errorf("block %q is not a pointwise convolution over panels", c.name)
+	}
+	g, err := inlineAfter(f, c.name)
+	if err != nil {
+		return nil, err
+	}
+	d, err := matchPackedPointwise(g, c)
+	if err != nil {
+		return nil, err
+	}
+	P := d.Y * d.X
+	lanes := opts.VectorBytes / 4
+	// Whole vectors along the plane, overrunning it by at most an
+	// eighth (AlterConvLayout's rule for the plane).
+	if lanes > P || ceilDiv(P, lanes)*lanes*8 > P*9 {
+		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
+	}
+	limit := int64(maxConvAccumulators)
+	if opts.VectorBytes < 64 {
+		limit /= 2
+	}
+	pv := packedPointwiseTile(c.fblock, P, lanes, limit)
+	if pv == 0 {
+		return nil, fmt.Errorf("block %q: panels of %d take no tile", c.name, c.fblock)
+	}
+	return g.WithBody(ir.NewRootBlock(d.pointwiseLoops(lanes, c.fblock, pv, c.reduce[0], c.fblock, opts))), nil
+}
+
+// matchPackedPointwise matches g (the blocks after the convolution
+// inlined into the last) as the convolution over NCHW data, unpadded,
+// stride 1, and one block after it that writes an NCHW parameter of as
+// many positions and at most as many channels (a whole number of
+// panels), reading the convolution at its own (n, y, x, f).
+func matchPackedPointwise(g *ir.PrimFunc, c convBlock) (*depthwisePlane, error) {
+	blocks := topBlocks(g)
+	if len(blocks) != 2 || blocks[0].Block.Name != c.name {
+		return nil, fmt.Errorf("block %q: not a convolution and one block after it", c.name)
+	}
+	conv, ep := blocks[0], blocks[1]
+	st, ok := conv.Block.Body.(*ir.BufferStore)
+	if !ok {
+		return nil, fmt.Errorf("block %q: not a store", c.name)
+	}
+	iv := conv.Block.IterVars
+	for i := range 4 {
+		if !isVar(st.Indices[i], iv[i].Var) {
+			return nil, fmt.Errorf("block %q: output indices", c.name)
+		}
+	}
+	d := &depthwisePlane{conv: conv, epilogue: ep, op: ir.OpAdd, init: ir.F32(0)}
+	d.n, d.y, d.x, d.c = iv[0].Var, iv[1].Var, iv[2].Var, iv[3].Var
+	d.rc, d.ry, d.rx = iv[4].Var, iv[5].Var, iv[6].Var
+	d.N, d.Y, d.X = c.spatial[0], c.spatial[1], c.spatial[2]
+	d.KH, d.KW, d.sy, d.sx = 1, 1, 1, 1
+	a, w, ok := multiplyAccumulate(st)
+	if ok && usesVar(a, d.c) {
+		a, w = w, a
+	}
+	if !ok || usesVar(a, d.c) || len(a.Indices) != 4 || !isParam(g, a.Buffer) || a.Buffer.Strides != nil {
+		return nil, fmt.Errorf("block %q: operands", c.name)
+	}
+	if !isVar(a.Indices[0], d.n) || !isVar(a.Indices[1], d.rc) {
+		return nil, fmt.Errorf("block %q: input channels", c.name)
+	}
+	for i, o := range []*ir.Var{d.y, d.x} {
+		r := []*ir.Var{d.ry, d.rx}[i]
+		if s, off, ok := windowIndex(a.Indices[2+i], o, r); !ok || s != 1 || off != 0 {
+			return nil, fmt.Errorf("block %q: not an unpadded stride-1 window", c.name)
+		}
+	}
+	if len(w.Indices) != 5 || !isVar(w.Indices[1], d.rc) {
+		return nil, fmt.Errorf("block %q: kernel not in panels of output channels", c.name)
+	}
+	d.a, d.w, d.src = a, w, a.Buffer
+	h, ok1 := ir.IsConstInt(a.Buffer.Shape[2])
+	wd, ok2 := ir.IsConstInt(a.Buffer.Shape[3])
+	if !ok1 || !ok2 || h != d.Y || wd != d.X {
+		return nil, fmt.Errorf("block %q: input shape", c.name)
+	}
+	d.srcH, d.srcW = h, wd
+	est, ok := ep.Block.Body.(*ir.BufferStore)
+	if !ok || !isSpatial(ep.Block) || len(est.Indices) != 4 || !isParam(g, est.Buffer) || est.Buffer.Strides != nil {
+		return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+	}
+	ev := ep.Block.IterVars
+	ext := make([]int64, 4)
+	for i, ix := range est.Indices {
+		ext[i], _ = ir.IsConstInt(ev[i].Dom.Extent)
+		if !isVar(ix, ev[i].Var) {
+			return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+		}
+	}
+	F := c.spatial[3]
+	if ext[0] != d.N || ext[2] != d.Y || ext[3] != d.X || ext[1] > F || ext[1]%c.fblock != 0 {
+		return nil, fmt.Errorf("the block after %q: shape", c.name)
+	}
+	d.C = ext[1]
+	// The convolution is read at the block's own position only.
+	want := []*ir.Var{ev[0].Var, ev[2].Var, ev[3].Var, ev[1].Var}
+	bad := false
+	ir.Visit(est.Value, func(n ir.Node) bool {
+		if l, ok := n.(*ir.BufferLoad); ok && l.Buffer == st.Buffer {
+			for i, ix := range l.Indices {
+				bad = bad || !isVar(ix, want[i])
+			}
+		}
+		return !bad
+	})
+	if bad {
+		return nil, fmt.Errorf("the block after %q reads it elsewhere", c.name)
+	}
+	return d, nil
 }

@@ -2,9 +2,10 @@
 # takes its kernel in blocks of 16 output channels (OIHW16o) through a
 # reshape and a permute_dims, which O2 lifts out of the per-call path;
 # its bias and relu fuse after it. The grouped convolution keeps its OIHW
-# kernel, and so does rows' pointwise convolution, whose 16-wide rows of
-# stride 1 the CPU schedule vectorizes as they are; rows3x3's
-# convolution, as wide but 3×3, takes blocks of 8 channels; hwio's 12
+# kernel; rows' pointwise convolution takes its kernel in panels of 8
+# output channels (OIHW8o), which the CPU schedule computes over the
+# flattened plane a panel at a time, and rows3x3's convolution, as wide
+# but 3×3, takes blocks of 8 channels (the blocked tile); hwio's 12
 # output channels take no block of 8 or more, so its kernel goes to HWIO;
 # classes' 260 channels are padded with zeros to 288 (blocks of 32) and
 # the convolution's result sliced back to 260.
