@@ -256,6 +256,9 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 // consumers computed on the register tile when they can be, or nil when
 // the primitives refuse the shape.
 func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if g, err := scheduleStem(f, c, opts); err == nil {
+		return g, nil // a stem: vectors along the row (stem_conv.go)
+	}
 	if g, err := schedulePackedPointwise(f, c, opts); err == nil {
 		return g, nil
 	}

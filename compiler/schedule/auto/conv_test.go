@@ -110,7 +110,7 @@ func convCases() []convCase {
 		{name: "blocks_prime_row", n: 1, c: 4, h: 3, w: 13, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "blocks_avx2", n: 1, c: 4, h: 5, w: 6, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
-		{name: "6_channels", n: 1, c: 4, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
+		{name: "6_channels", n: 1, c: 5, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
 		// No epilogue: the generic rule would inline one (not a convolution schedule).
 		{name: "groups_6_wide", n: 1, c: 8, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2},
 		{name: "depthwise_rows_of_16", n: 1, c: 6, h: 5, w: 16, f: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 6, oihw: true, epilogue: "relu6", scheduled: true, inTile: true},

@@ -209,16 +209,7 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 		}
 	}
 	if d.pad != nil {
-		pst, ok := d.pad.Block.Body.(*ir.BufferStore)
-		if !ok || pst.Buffer != a.Buffer || !isSpatial(d.pad.Block) || len(pst.Indices) != 4 {
-			return nil, fmt.Errorf("the block before %q is not its padding", cb.name)
-		}
-		for i, ix := range pst.Indices {
-			if !isVar(ix, d.pad.Block.IterVars[i].Var) {
-				return nil, fmt.Errorf("padding indices")
-			}
-		}
-		if err := d.matchPad(f, pst); err != nil {
+		if err := d.matchPad(f, a.Buffer); err != nil {
 			return nil, err
 		}
 	} else if !isParam(f, a.Buffer) {
@@ -265,10 +256,19 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 	return d, nil
 }
 
-// matchPad matches a padding stage A[i0, i1, i2, i3] =
-// if_then_else(inside, src[i0, i1, i2 - padY, i3 - padX], value), value
-// a constant, src a parameter.
-func (d *depthwisePlane) matchPad(f *ir.PrimFunc, st *ir.BufferStore) error {
+// matchPad matches block d.pad as a padding stage of a's four
+// dimensions, A[i0, i1, i2, i3] = if_then_else(inside, src[i0, i1, i2 -
+// padY, i3 - padX], value), value a constant, src a parameter.
+func (d *depthwisePlane) matchPad(f *ir.PrimFunc, a *ir.Buffer) error {
+	st, ok := d.pad.Block.Body.(*ir.BufferStore)
+	if !ok || st.Buffer != a || !isSpatial(d.pad.Block) || len(st.Indices) != 4 {
+		return fmt.Errorf("the block before the window is not its padding")
+	}
+	for i, ix := range st.Indices {
+		if !isVar(ix, d.pad.Block.IterVars[i].Var) {
+			return fmt.Errorf("padding indices")
+		}
+	}
 	call, ok := st.Value.(*ir.Call)
 	if !ok || call.Op != ir.OpIfThenElse || len(call.Args) != 3 {
 		return fmt.Errorf("padding: not a conditional")

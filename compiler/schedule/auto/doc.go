@@ -20,7 +20,12 @@
 //     × vectors of channels in registers (conv.go); the elementwise blocks
 //     after one (bias, ReLU, Clip, residual adds, and the layout change
 //     back to NCHW) are inlined into the tile's store, so they run on
-//     registers before anything is written. Depthwise and grouped
+//     registers before anything is written. A network's stem (a
+//     convolution of at most 4 input channels, its output in NCHW) is
+//     vectorized along the output row instead: per output row, the input
+//     rows it reads are copied once, padded and split into phases of the
+//     stride, and a tile of output channels × vectors of positions
+//     accumulates over the whole window (stem_conv.go). Depthwise and grouped
 //     convolutions (and any convolution whose kernel is not in HWIO) with
 //     rows of stride 1 get a run of outputs along the row in vector
 //     registers instead (depthwise.go). Depthwise convolutions (any row

@@ -19,7 +19,6 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/ckernel"
 	"github.com/kiln-ml/kiln/ndarray"
-	"github.com/kiln-ml/kiln/packedfunc"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -263,21 +262,7 @@ func checkCompiled(t *testing.T, src string, funcs map[string]*ir.PrimFunc) {
 	t.Helper()
 	m := ckernel.Load(t, src, "-O1")
 	for name, f := range funcs {
-		t.Run(name, func(t *testing.T) {
-			want := outputOf(t, f)
-			args := randomArgs(t, f, 7)
-			vals := make([]packedfunc.Value, len(args))
-			for i, a := range args {
-				vals[i] = packedfunc.Array(a.(*ndarray.NDArray))
-			}
-			fn, err := m.GetFunction(name)
-			check.NoError(t, err)
-			_, err = fn.Call(vals...)
-			check.NoError(t, err)
-			got, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
-			check.NoError(t, err)
-			nearSlices(t, got, want)
-		})
+		t.Run(name, func(t *testing.T) { nearSlices(t, runCompiled(t, m, name, f), outputOf(t, f)) })
 	}
 }
 
