@@ -41,7 +41,8 @@ import (
 //	y: R.Tensor((1, 128, 55, 55), dtype="float32") = alloc2
 //
 // Storages of concatenations whose lives do not overlap are shared, as
-// StaticPlanBlockMemory shares them. Other call_tirs stay as they are.
+// StaticPlanBlockMemory shares them, and a concatenation PrimFunc no
+// longer called is removed. Other call_tirs stay as they are.
 // A function where this applies becomes impure and its blocks one plain
 // block, as under StaticPlanBlockMemory; other functions are unchanged.
 // StaticPlanBlockMemory does the same for the concatenations it plans,

@@ -44,7 +44,8 @@ const storageMatchRange = 16
 // one tensor, live from its first input's producer to its last use: each
 // producer writes into R.memory.alloc_tensor(storage, byte offset, its
 // shape), and the concatenation's binding becomes the full-size view at
-// offset 0. The inputs are views, never storages or kills of their own.
+// offset 0. The inputs are views, never storages or kills of their own;
+// a concatenation PrimFunc no longer called is removed from the module.
 //
 // The function becomes impure (pure=False) and its dataflow blocks plain
 // blocks, merged into one; the variables keep their names. Bindings other
@@ -63,8 +64,11 @@ func StaticPlanBlockMemory(mod *ir.IRModule) (*ir.IRModule, error) {
 
 // planModule plans the graph functions of mod: all their call_tirs, or
 // only the concatenations written in place (concatOnly, ConcatInPlace).
+// The PrimFuncs of concatenations written in place that nothing calls
+// any more are removed.
 func planModule(mod *ir.IRModule, concatOnly bool) (*ir.IRModule, error) {
 	out := mod
+	dropped := map[string]bool{}
 	for name, f := range mod.Funcs() {
 		fn, ok := f.(*ir.Function)
 		if !ok || isPrimitive(fn) || fn.Body == nil {
@@ -73,12 +77,24 @@ func planModule(mod *ir.IRModule, concatOnly bool) (*ir.IRModule, error) {
 		if !hasTopLevelCallTIR(fn) {
 			continue
 		}
-		g, err := planFunction(mod, fn, concatOnly)
+		g, err := planFunction(mod, fn, concatOnly, dropped)
 		if err != nil {
 			return nil, funcError(name, err)
 		}
 		if g != nil {
 			out = out.With(name, g)
+		}
+	}
+	if len(dropped) > 0 {
+		for name, f := range out.Funcs() {
+			if _, ok := f.(*ir.Function); ok {
+				for _, c := range callees(out, name) {
+					delete(dropped, c)
+				}
+			}
+		}
+		for name := range dropped {
+			out = out.Without(name)
 		}
 	}
 	return out, nil
@@ -128,8 +144,9 @@ type planStorage struct {
 }
 
 // planFunction returns fn with its memory planned, or nil when
-// concatOnly and no concatenation can be written in place.
-func planFunction(mod *ir.IRModule, fn *ir.Function, concatOnly bool) (*ir.Function, error) {
+// concatOnly and no concatenation can be written in place. It adds the
+// PrimFuncs of the concatenations it drops to dropped.
+func planFunction(mod *ir.IRModule, fn *ir.Function, concatOnly bool, dropped map[string]bool) (*ir.Function, error) {
 	var bindings []ir.Binding
 	var blockOf []int
 	for k, b := range fn.Body.Blocks {
@@ -206,6 +223,7 @@ func planFunction(mod *ir.IRModule, fn *ir.Function, concatOnly bool) (*ir.Funct
 	}
 	starts := make([][]*planToken, len(bindings))
 	for _, g := range groups {
+		dropped[bindings[g.concat].BoundValue().(*ir.RCall).Args[0].(*ir.GlobalVar).Name] = true
 		y := produced[g.concat][0]
 		y.concat, y.start = true, g.inputs[0]
 		for k, p := range g.inputs {
