@@ -244,11 +244,10 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 			best, vecs, xi = p, v, x
 		}
 	}
-	// A prime row (13 wide) leaves one vector of channels: two make it
-	// 26 accumulators, beyond limit but within the register file.
-	if vecs == 1 && xi == X && (F/lanes)%2 == 0 && 2*X <= limit+limit/6 {
-		vecs = 2
-	}
+	// A prime row (13 wide) takes the whole row and one vector of
+	// channels: two vectors (26 accumulators, beyond limit but within
+	// the register file) spill accumulators in the loop, and
+	// squeezenet1_1's 13×13 3×3 convolutions ran 1.15× slower so.
 	return lanes, vecs, xi, best > 0
 }
 

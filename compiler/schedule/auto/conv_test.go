@@ -219,8 +219,8 @@ func TestConvTile(t *testing.T) {
 		{56, 32, 16, 24, 16, 2, 8},
 		{28, 32, 16, 24, 16, 2, 7},
 		{7, 32, 16, 24, 16, 2, 7},
-		// squeezenet1_1's prime rows: two vectors of 13 positions.
-		{13, 32, 16, 24, 16, 2, 13},
+		// squeezenet1_1's prime rows: 13 positions of one vector.
+		{13, 32, 16, 24, 16, 1, 13},
 		{13, 16, 16, 24, 16, 1, 13},
 		{13, 8, 16, 24, 8, 1, 13},
 		// With 16 registers (limit 12) 13 positions do not fit: one
