@@ -18,8 +18,10 @@ import (
 //     axis, the matching element of one input: what LegalizeOps makes of
 //     R.concat; a concatenation fused with anything else is not one),
 //   - every dimension of y before the concatenation axis is 1, so each
-//     input is one contiguous range of y's memory, and all shapes are
-//     static with one dtype,
+//     input is one contiguous range of y's memory, each starting at a
+//     multiple of 64 bytes (the alignment of the VM's storage blocks,
+//     which kernels' vector loads and stores may rely on), and all
+//     shapes are static with one dtype,
 //   - each input is bound, in the same block, to a call_tir with one
 //     tensor output, and used by nothing but this concatenation (not
 //     twice, not by the result), and y does not escape (see
@@ -50,6 +52,10 @@ import (
 func ConcatInPlace(mod *ir.IRModule) (*ir.IRModule, error) {
 	return planModule(mod, true)
 }
+
+// concatViewAlign is the byte alignment of the inputs of a
+// concatenation written in place: that of the VM's storage blocks.
+const concatViewAlign = 64
 
 // concatGroup is one concatenation whose inputs are written in place.
 type concatGroup struct {
@@ -326,7 +332,7 @@ func concatGroups(mod *ir.IRModule, fn *ir.Function, bindings []ir.Binding, bloc
 				break
 			}
 			td, _ := t.info.KnownShape()
-			if !slices.Equal(td, bufferDims(pf.ParamBuffer(k))) {
+			if !slices.Equal(td, bufferDims(pf.ParamBuffer(k))) || at%concatViewAlign != 0 {
 				break
 			}
 			g.inputs = append(g.inputs, p)

@@ -52,20 +52,20 @@ func TestConcatInPlace(t *testing.T) {
 		noConcat   bool
 		planStores int // alloc_storage calls under ConcatInPlace
 	}{
-		{name: "channels", x: "(1, 4, 3, 3)", z: "(1, 2, 3, 3)", c: "(1, 6, 3, 3)", axis: 1, noConcat: true, planStores: 1,
-			views: []string{"(storage, R.prim_value(0), R.shape([1, 4, 3, 3])", "(storage, R.prim_value(144), R.shape([1, 2, 3, 3])",
-				"(storage, R.prim_value(0), R.shape([1, 6, 3, 3])"}},
-		{name: "rows of a plane", x: "(1, 1, 2, 5)", z: "(1, 1, 3, 5)", c: "(1, 1, 5, 5)", axis: 2, noConcat: true, planStores: 1,
-			views: []string{"(storage, R.prim_value(40), R.shape([1, 1, 3, 5])"}},
-		{name: "batch axis", x: "(2, 3)", z: "(1, 3)", c: "(3, 3)", axis: 0, noConcat: true, planStores: 1,
-			views: []string{"(storage, R.prim_value(24), R.shape([1, 3])"}},
-		{name: "three inputs", x: "(1, 4, 2)", z: "(1, 2, 2)", c: "(1, 8, 2)", noConcat: true, planStores: 1, body: `            a = R.nn.relu(x)
+		{name: "channels", x: "(1, 4, 4, 4)", z: "(1, 2, 4, 4)", c: "(1, 6, 4, 4)", axis: 1, noConcat: true, planStores: 1,
+			views: []string{"(storage, R.prim_value(0), R.shape([1, 4, 4, 4])", "(storage, R.prim_value(256), R.shape([1, 2, 4, 4])",
+				"(storage, R.prim_value(0), R.shape([1, 6, 4, 4])"}},
+		{name: "rows of a plane", x: "(1, 1, 2, 8)", z: "(1, 1, 3, 8)", c: "(1, 1, 5, 8)", axis: 2, noConcat: true, planStores: 1,
+			views: []string{"(storage, R.prim_value(64), R.shape([1, 1, 3, 8])"}},
+		{name: "batch axis", x: "(2, 16)", z: "(1, 16)", c: "(3, 16)", axis: 0, noConcat: true, planStores: 1,
+			views: []string{"(storage, R.prim_value(128), R.shape([1, 16])"}},
+		{name: "three inputs", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 8, 16)", noConcat: true, planStores: 1, body: `            a = R.nn.relu(x)
             b = R.exp(z)
             e = R.nn.relu(z)
             c = R.concat((a, b, e), axis=1)
             d = R.add(c, c)`,
-			views: []string{"(storage, R.prim_value(32), R.shape([1, 2, 2])", "(storage, R.prim_value(48), R.shape([1, 2, 2])"}},
-		{name: "two concatenations", x: "(1, 4, 2)", z: "(1, 2, 2)", c: "(1, 6, 2)", noConcat: true, planStores: 1, body: `            a = R.nn.relu(x)
+			views: []string{"(storage, R.prim_value(256), R.shape([1, 2, 16])", "(storage, R.prim_value(384), R.shape([1, 2, 16])"}},
+		{name: "two concatenations", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 6, 16)", noConcat: true, planStores: 1, body: `            a = R.nn.relu(x)
             b = R.exp(z)
             c0 = R.concat((a, b), axis=1)
             a1 = R.nn.relu(c0)
@@ -74,25 +74,26 @@ func TestConcatInPlace(t *testing.T) {
             q = R.nn.relu(p)
             c = R.concat((q, b1), axis=1)
             d = R.add(c, c)`,
-			views: []string{"(storage, R.prim_value(32), R.shape([1, 2, 2])"}},
-		{name: "nested", x: "(1, 4, 2)", z: "(1, 2, 2)", c: "(1, 8, 2)", noConcat: false, planStores: 1, body: `            a = R.nn.relu(x)
+			views: []string{"(storage, R.prim_value(256), R.shape([1, 2, 16])"}},
+		{name: "nested", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 8, 16)", noConcat: false, planStores: 1, body: `            a = R.nn.relu(x)
             b = R.exp(z)
             c0 = R.concat((a, b), axis=1)
             e = R.nn.relu(z)
             c = R.concat((c0, e), axis=1)
             d = R.add(c, c)`,
-			views: []string{"(storage, R.prim_value(32), R.shape([1, 2, 2])", "(storage, R.prim_value(0), R.shape([1, 6, 2])"}},
-		{name: "batch 2 before the axis", x: "(2, 4, 3)", z: "(2, 2, 3)", c: "(2, 6, 3)", axis: 1},
-		{name: "an input used twice", x: "(1, 4, 3)", z: "(1, 2, 3)", c: "(1, 6, 3)", body: `            a = R.nn.relu(x)
+			views: []string{"(storage, R.prim_value(256), R.shape([1, 2, 16])", "(storage, R.prim_value(0), R.shape([1, 6, 16])"}},
+		{name: "an offset not a multiple of 64 bytes", x: "(1, 4, 3, 3)", z: "(1, 2, 3, 3)", c: "(1, 6, 3, 3)", axis: 1},
+		{name: "batch 2 before the axis", x: "(2, 4, 16)", z: "(2, 2, 16)", c: "(2, 6, 16)", axis: 1},
+		{name: "an input used twice", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 6, 16)", body: `            a = R.nn.relu(x)
             b = R.exp(z)
             c = R.concat((a, b), axis=1)
             s = R.strided_slice(c, axes=[1], begin=[0], end=[4])
             e = R.add(s, a)
             d = R.concat((e, b), axis=1)`},
-		{name: "an input that is a parameter", x: "(1, 4, 3)", z: "(1, 2, 3)", c: "(1, 6, 3)", body: `            b = R.exp(z)
+		{name: "an input that is a parameter", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 6, 16)", body: `            b = R.exp(z)
             c = R.concat((x, b), axis=1)
             d = R.add(c, c)`},
-		{name: "an input that is the result", x: "(1, 4, 3)", z: "(1, 2, 3)", c: "(1, 4, 3)", body: `            d = R.nn.relu(x)
+		{name: "an input that is the result", x: "(1, 4, 16)", z: "(1, 2, 16)", c: "(1, 4, 16)", body: `            d = R.nn.relu(x)
             b = R.exp(z)
             c = R.concat((d, b), axis=1)`},
 	}
@@ -127,7 +128,7 @@ func TestConcatInPlace(t *testing.T) {
 // TestConcatInPlaceFused checks that a concatenation fused with an
 // elementwise consumer is left alone by O2.
 func TestConcatInPlaceFused(t *testing.T) {
-	in := concatModule(t, "(1, 4, 3)", "(1, 2, 3)", "(1, 6, 3)", 0, `            a = R.nn.relu(x)
+	in := concatModule(t, "(1, 4, 16)", "(1, 2, 16)", "(1, 6, 16)", 0, `            a = R.nn.relu(x)
             b = R.exp(z)
             c = R.concat((a, b), axis=1)
             d = R.nn.relu(c)`)
