@@ -266,6 +266,10 @@ func (r *Renderer) load(e *ir.BufferLoad) string {
 	if isOne(ramp.Stride) {
 		return fmt.Sprintf("kiln_vload_%s(&%s[%s])", r.Type(t), p, r.Expr(ramp.Base))
 	}
+	if s, ok := ir.IsConstInt(ramp.Stride); ok && s == 2 && r.d.VectorDecl == nil {
+		r.vecLoad2[t] = true
+		return fmt.Sprintf("kiln_vload2_%s(&%s[%s])", r.Type(t), p, r.Expr(ramp.Base))
+	}
 	lanes := make([]string, ramp.Lanes)
 	for i := range lanes {
 		lanes[i] = fmt.Sprintf("%s[b_ + %d * s_]", p, i)
@@ -388,4 +392,38 @@ func (r *Renderer) ptxMma(e *ir.Call) string {
 		return fmt.Sprintf("&%s[%s]", r.VarName(v), r.Expr(e.Args[i+1]))
 	}
 	return fmt.Sprintf("kiln_mma_m16n8k16_f32_%s(%s, %s, %s)", ab, frag(10), frag(6), frag(8))
+}
+
+// load2Decl defines kiln_vload2_T, the load of every other element from
+// p (a ramp of stride 2): two loads of consecutive elements, from p and
+// from p+lanes-1 (so that nothing past the last element read is touched),
+// and one shuffle of their lanes; with AVX-512 a vpermt2ps instead of a
+// load per lane.
+func load2Decl(t ir.DType, name, elem string) string {
+	n := int(t.Lanes)
+	idx := make([]string, n)
+	for i := range idx {
+		// Element 2i is lane 2i of the first load or lane 2i-(n-1) of
+		// the second, n+2i-(n-1) = 2i+1 of the pair.
+		if 2*i < n {
+			idx[i] = strconv.Itoa(2 * i)
+		} else {
+			idx[i] = strconv.Itoa(2*i + 1)
+		}
+	}
+	lanes := make([]string, n)
+	for i := range lanes {
+		lanes[i] = fmt.Sprintf("p[%d]", 2*i)
+	}
+	return fmt.Sprintf(`#ifndef __has_builtin
+#define __has_builtin(x) 0
+#endif
+static inline %s kiln_vload2_%s(const %s* p) {
+#if __has_builtin(__builtin_shufflevector)
+  return __builtin_shufflevector(kiln_vload_%s(p), kiln_vload_%s(p + %d), %s);
+#else
+  return (%s){%s};
+#endif
+}
+`, name, name, elem, name, name, n-1, strings.Join(idx, ", "), name, strings.Join(lanes, ", "))
 }

@@ -24,6 +24,7 @@ type Renderer struct {
 	// Module-wide state.
 	vecTypes map[ir.DType]bool // vector types used, with their helpers
 	vecMath  map[string]bool   // vector math helpers used ("exp float32x16")
+	vecLoad2 map[ir.DType]bool // vector types loaded with a stride of 2
 	funcs    strings.Builder
 
 	// Per-function state.
@@ -44,7 +45,7 @@ func NewRenderer(d Dialect) *Renderer {
 	if d.Fail == nil {
 		d.Fail = cFail
 	}
-	return &Renderer{d: d, vecTypes: map[ir.DType]bool{}}
+	return &Renderer{d: d, vecTypes: map[ir.DType]bool{}, vecLoad2: map[ir.DType]bool{}}
 }
 
 // Func renders one lowered function, exported as name. Errors name the
@@ -272,6 +273,9 @@ func (r *Renderer) vectorDecls() string {
 		m := maskType(t).String()
 		fmt.Fprintf(&b, "static inline %s kiln_vmin_%s(%s a, %s b) { %s m = a < b; return (%s)((m & (%s)a) | (~m & (%s)b)); }\n", name, name, name, name, m, name, m, m)
 		fmt.Fprintf(&b, "static inline %s kiln_vmax_%s(%s a, %s b) { %s m = a > b; return (%s)((m & (%s)a) | (~m & (%s)b)); }\n", name, name, name, name, m, name, m, m)
+		if r.vecLoad2[t] {
+			b.WriteString(load2Decl(t, name, elem))
+		}
 	}
 	b.WriteString(r.vectorMathDecls())
 	return b.String()

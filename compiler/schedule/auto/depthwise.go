@@ -102,6 +102,9 @@ func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, e
 	if g, err := scheduleGlobalPool(f, c, opts); err == nil {
 		return g, nil
 	}
+	if g, err := schedulePoolRows(f, c, opts); err == nil {
+		return g, nil
+	}
 	if g, err := schedulePointwise(f, c, opts); err == nil {
 		return g, nil
 	}

@@ -82,6 +82,14 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if err != nil {
 		return nil, err
 	}
+	if d.sx > 2 {
+		return nil, fmt.Errorf("block %q: a stride of %d along the rows", c.name, d.sx)
+	}
+	if d.w == nil && d.pad == nil {
+		// An unpadded pooling window reads its input where it is
+		// (pool.go); a plane would only copy it.
+		return nil, fmt.Errorf("block %q: pooling without padding", c.name)
+	}
 	if ha, ok := ir.IsConstInt(d.a.Buffer.Shape[2]); !ok || d.offY < 0 || (d.Y-1)*d.sy+d.KH-1+d.offY >= ha {
 		return nil, fmt.Errorf("block %q: rows past the input", c.name)
 	}
@@ -198,7 +206,7 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 	if d.sy, d.offY, ok = windowIndex(a.Indices[2], d.y, d.ry); !ok {
 		return nil, fmt.Errorf("block %q: rows of the input", cb.name)
 	}
-	if d.sx, d.offX, ok = windowIndex(a.Indices[3], d.x, d.rx); !ok || d.sx > 2 {
+	if d.sx, d.offX, ok = windowIndex(a.Indices[3], d.x, d.rx); !ok {
 		return nil, fmt.Errorf("block %q: columns of the input", cb.name)
 	}
 	for _, e := range a.Indices[:2] {
@@ -214,10 +222,6 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 		}
 	} else if !isParam(f, a.Buffer) {
 		return nil, fmt.Errorf("block %q reads an intermediate", cb.name)
-	} else if d.w == nil {
-		// An unpadded pooling window reads its input once where it is;
-		// a plane would only copy it (measured slower).
-		return nil, fmt.Errorf("block %q: pooling without padding", cb.name)
 	} else {
 		d.src, d.padValue = a.Buffer, ir.F32(0)
 	}
@@ -474,31 +478,7 @@ func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
 		}))
 	}
 	window := ir.NewFor(ry, i64(0), i64(d.KH), ir.ForSerial, ir.Seq(taps...))
-	// epilogue is the value stored at (y, x) from the sum v.
-	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
-	epilogue := func(y, x, v ir.Expr) ir.Expr { return v }
-	vectorTail := true
-	if d.epilogue != nil {
-		est := d.epilogue.Block.Body.(*ir.BufferStore)
-		ev := d.epilogue.Block.IterVars
-		convOut := outBuf
-		outBuf = est.Buffer
-		ir.Visit(est.Value, func(m ir.Node) bool {
-			if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != convOut && usesVar(l, ev[3].Var) {
-				vectorTail = false
-			}
-			return true
-		})
-		epilogue = func(y, x, v ir.Expr) ir.Expr {
-			e := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
-				if l, ok := e.(*ir.BufferLoad); ok && l.Buffer == convOut {
-					return v
-				}
-				return e
-			}}).RewriteExpr(est.Value)
-			return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
-		}
-	}
+	outBuf, epilogue, vectorTail := d.output(n, c)
 	// When the epilogue reads nothing else along the row (a bias, Clip),
 	// it runs on the tile's whole vectors, extra lanes included, and the
 	// rows are copied out; otherwise it runs on the row's X elements.
@@ -536,4 +516,33 @@ func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
 	}
 	return ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
 		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)}))
+}
+
+// output returns the buffer the function stores for channel (n, c), the
+// value stored at (y, x) from the window's result v, and whether that
+// value reads nothing else along the row (a bias, Clip: it may be
+// computed on lanes past the row's end).
+func (d *depthwisePlane) output(n, c ir.Expr) (*ir.Buffer, func(y, x, v ir.Expr) ir.Expr, bool) {
+	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
+	if d.epilogue == nil {
+		return outBuf, func(_, _, v ir.Expr) ir.Expr { return v }, true
+	}
+	est := d.epilogue.Block.Body.(*ir.BufferStore)
+	ev := d.epilogue.Block.IterVars
+	vectorTail := true
+	ir.Visit(est.Value, func(m ir.Node) bool {
+		if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != outBuf && usesVar(l, ev[3].Var) {
+			vectorTail = false
+		}
+		return true
+	})
+	return est.Buffer, func(y, x, v ir.Expr) ir.Expr {
+		e := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+			if l, ok := e.(*ir.BufferLoad); ok && l.Buffer == outBuf {
+				return v
+			}
+			return e
+		}}).RewriteExpr(est.Value)
+		return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
+	}, vectorTail
 }

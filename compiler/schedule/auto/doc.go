@@ -39,7 +39,9 @@
 //     of positions, whatever the rows' width, computing only the channels
 //     a slice after them keeps (pointwise.go). Global
 //     pooling (GlobalAveragePool's mean) reads each plane as one run of
-//     vectors (pool.go).
+//     vectors (pool.go); pooling windows without padding compute vectors
+//     of outputs along each row from strided vector loads of the input
+//     (pool.go).
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
 //     loop of each elementwise block vectorized, row reductions (softmax's

@@ -132,3 +132,73 @@ func constShape(b *ir.Buffer) ([]int64, bool) {
 	}
 	return out, true
 }
+
+// Pooling windows without padding (squeezenet1_1's 3×3 stride-2 max
+// pools), C[n, c, y, x] op= A[n, c, y·sy+ry, x·sx+rx], read their input
+// where it is: per channel and output row, vectors of positions x combine
+// the window's terms, each a vector load of A's row with a stride of sx
+// (every other element for a stride of 2: two loads and a shuffle,
+// codegen/c). A row no vector divides ends with a vector overlapping the
+// one before it. The elementwise blocks after the window (an average's
+// division) run on the vectors before they are stored.
+
+// schedulePoolRows returns f rewritten by the rule above, or an error
+// when block c is not an unpadded pooling window.
+func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	if c.rows >= 0 || len(c.spatial) != 4 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
+		return nil, fmt.Errorf("block %q is not a pooling window", c.name)
+	}
+	g, d, err := matchPlaneFunc(f, c)
+	if err != nil {
+		return nil, err
+	}
+	if d.w != nil || d.pad != nil {
+		return nil, fmt.Errorf("block %q is not a pooling window without padding", c.name)
+	}
+	if d.offY < 0 || d.offX < 0 || (d.Y-1)*d.sy+d.KH-1+d.offY >= d.srcH || (d.X-1)*d.sx+d.KW-1+d.offX >= d.srcW {
+		return nil, fmt.Errorf("block %q: windows past the input", c.name)
+	}
+	lanes := opts.VectorBytes / 4
+	for lanes > 4 && lanes > d.X {
+		lanes /= 2
+	}
+	if lanes > d.X {
+		return nil, fmt.Errorf("block %q: rows of %d take no vectors", c.name, d.X)
+	}
+
+	it := d.c.Type
+	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
+	n, ch, y, xt := ir.NewVar("n", it), ir.NewVar("c", it), ir.NewVar("y", it), ir.NewVar("xt", it)
+	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(lanes)}, "local")
+	// vector runs body over the lanes: lane l, position x.
+	vector := func(body func(l, x ir.Expr) ir.Stmt) ir.Stmt {
+		l := ir.NewVar("l", it)
+		x := ir.Add(ir.Min(ir.Mul(xt, i64(lanes)), i64(d.X-lanes)), l)
+		return ir.NewFor(l, i64(0), i64(lanes), ir.ForVectorized, body(l, x))
+	}
+	var taps []ir.Stmt
+	for ry := int64(0); ry < d.KH; ry++ {
+		for rx := int64(0); rx < d.KW; rx++ {
+			taps = append(taps, vector(func(l, x ir.Expr) ir.Stmt {
+				term := ir.SubstituteExpr(d.a, map[*ir.Var]ir.Expr{d.n: n, d.c: ch, d.y: y, d.x: x, d.ry: i64(ry), d.rx: i64(rx)})
+				return ir.NewBufferStore(acc, ir.NewBinary(d.op, ir.NewBufferLoad(acc, l), term), l)
+			}))
+		}
+	}
+	out, epilogue, _ := d.output(n, ch)
+	body := ir.Seq(
+		vector(func(l, _ ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, d.init, l) }),
+		ir.Seq(taps...),
+		vector(func(l, x ir.Expr) ir.Stmt {
+			return ir.NewBufferStore(out, epilogue(y, x, ir.NewBufferLoad(acc, l)), n, ch, y, x)
+		}),
+	)
+	kind := ir.ForSerial
+	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
+		kind = ir.ForParallel
+	}
+	loops := ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial, ir.NewFor(ch, i64(0), i64(d.C), kind,
+		ir.NewFor(y, i64(0), i64(d.Y), ir.ForSerial, ir.NewFor(xt, i64(0), i64((d.X+lanes-1)/lanes), ir.ForSerial,
+			&ir.Allocate{Buffer: acc, Body: body}))))
+	return g.WithBody(ir.NewRootBlock(loops)), nil
+}

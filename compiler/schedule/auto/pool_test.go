@@ -17,14 +17,16 @@ type poolCase struct {
 	n, c, h, w      int64
 	k, stride, pad  int64
 	max, includePad bool
+	ceil            bool
 	plane           bool // computed as a plane per channel (depthwise_plane.go)
+	rows            bool // computed on vectors along the input's rows (pool.go)
 }
 
 func (pc poolCase) primFunc(t *testing.T) *ir.PrimFunc {
 	t.Helper()
 	x := te.Placeholder(ir.Dims(pc.n, pc.c, pc.h, pc.w), ir.Float32, "x")
 	a := topi.Pool2DAttrs{PoolSize: [2]int64{pc.k, pc.k}, Strides: [2]int64{pc.stride, pc.stride},
-		Padding: [4]int64{pc.pad, pc.pad, pc.pad, pc.pad}, CountIncludePad: pc.includePad}
+		Padding: [4]int64{pc.pad, pc.pad, pc.pad, pc.pad}, CountIncludePad: pc.includePad, CeilMode: pc.ceil}
 	pool := topi.AvgPool2D
 	if pc.max {
 		pool = topi.MaxPool2D
@@ -43,8 +45,16 @@ func poolCases() []poolCase {
 		{name: "max_3x3_stride2_pad1_odd", n: 2, c: 2, h: 9, w: 11, k: 3, stride: 2, pad: 1, max: true, plane: true},
 		{name: "avg_3x3_pad1_valid_count", n: 1, c: 3, h: 7, w: 14, k: 3, stride: 1, pad: 1, plane: true},
 		{name: "avg_2x2_stride2_pad1_include", n: 1, c: 2, h: 6, w: 6, k: 2, stride: 2, pad: 1, includePad: true, plane: true},
-		// squeezenet's: no padding, left to the generic rule.
-		{name: "max_3x3_stride2_unpadded", n: 1, c: 3, h: 11, w: 11, k: 3, stride: 2, max: true},
+		// squeezenet1_1's: no padding (ceil mode, its sizes exact),
+		// vectors of stride-2 loads along the rows.
+		{name: "max_3x3_stride2_unpadded", n: 1, c: 3, h: 11, w: 11, k: 3, stride: 2, max: true, rows: true},
+		{name: "max_3x3_stride2_ceil_exact", n: 2, c: 3, h: 13, w: 41, k: 3, stride: 2, max: true, ceil: true, rows: true},
+		{name: "max_3x3_stride2_ceil_padded", n: 1, c: 2, h: 12, w: 12, k: 3, stride: 2, max: true, ceil: true, plane: true},
+		{name: "avg_2x2_stride2_unpadded", n: 1, c: 3, h: 8, w: 10, k: 2, stride: 2, rows: true},
+		{name: "max_2x2_stride1_unpadded", n: 1, c: 2, h: 6, w: 9, k: 2, stride: 1, max: true, rows: true},
+		{name: "max_3x3_stride3_unpadded", n: 1, c: 2, h: 9, w: 15, k: 3, stride: 3, max: true, rows: true},
+		// Rows of 3 take no vector.
+		{name: "max_3x3_stride2_rows_of_3", n: 1, c: 2, h: 7, w: 7, k: 3, stride: 2, max: true},
 	}
 }
 
@@ -57,8 +67,9 @@ func TestPool(t *testing.T) {
 			g, _, err := Func(f, Options{})
 			check.NoError(t, err)
 			check.NoError(t, ir.Verify(g))
-			planes := strings.Contains(script.Print(g), "plane")
-			check.Equal(t, planes, pc.plane, "a plane per channel")
+			text := script.Print(g)
+			check.Equal(t, strings.Contains(text, "plane"), pc.plane, "a plane per channel")
+			check.Equal(t, strings.Contains(text, "xt"), pc.rows, "vectors along the rows")
 			nearSlices(t, outputOf(t, g), outputOf(t, f))
 		})
 	}
@@ -73,12 +84,32 @@ func TestPoolCompiled(t *testing.T) {
 	var fs []*ir.PrimFunc
 	var opts []Options
 	for _, pc := range poolCases() {
-		if pc.plane {
+		if pc.plane || pc.rows {
 			fs, opts = append(fs, pc.primFunc(t)), append(opts, Options{ParallelFlops: 1})
 		}
 	}
 	src, funcs := scheduledSource(t, "pool", fs, opts)
 	checkCompiled(t, src, funcs)
+}
+
+// TestPoolModels checks the pooling windows of squeezenet1_1 (after its
+// stem, fire3 and fire5) and resnet18, compiled, against the unscheduled
+// functions compiled alike.
+func TestPoolModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, pc := range []poolCase{
+		{n: 1, c: 64, h: 111, w: 111, k: 3, stride: 2, max: true, ceil: true},
+		{n: 1, c: 128, h: 55, w: 55, k: 3, stride: 2, max: true, ceil: true},
+		{n: 1, c: 256, h: 27, w: 27, k: 3, stride: 2, max: true, ceil: true},
+		{n: 1, c: 64, h: 112, w: 112, k: 3, stride: 2, pad: 1, max: true},
+	} {
+		fs, opts = append(fs, pc.primFunc(t)), append(opts, Options{})
+	}
+	checkAgainstUnscheduled(t, "pool", fs, opts)
 }
 
 // TestGlobalPool checks global average pooling (a mean over each
