@@ -235,7 +235,7 @@ const maxPanelPlane = 64 * 64
 // the tile broadcasts from, where OIHW rows lie as many floats apart as
 // the input channels (for 256 or 512 a power of two that sends every
 // row to the same few cache sets): squeezenet1_1's 1×1 convolutions run
-// 1.1–1.3× faster so (mobilenet_v2's at 56×56 to 14×14 1.1–1.5×), its 512→1000 classifier 1.15× faster than in the
+// 1.1–1.3× faster so (mobilenet_v2's at 56×56 to 14×14 up to 1.8×), its 512→1000 classifier 1.15× faster than in the
 // OIHW32o tile, whose stores scatter 13 positions × 32 channels one float
 // at a time. Planes larger than maxPanelPlane, and output channels no
 // panel divides, keep the kernel in OIHW ("OIHW"), as long as the
