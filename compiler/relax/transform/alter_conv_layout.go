@@ -235,18 +235,19 @@ const maxPanelPlane = 64 * 64
 // the tile broadcasts from, where OIHW rows lie as many floats apart as
 // the input channels (for 256 or 512 a power of two that sends every
 // row to the same few cache sets): squeezenet1_1's 1×1 convolutions run
-// 1.1–1.3× faster so (mobilenet_v2's at 56×56 to 14×14 up to 1.8×), its
-// 512→1000 classifier 1.15× faster than in the OIHW32o tile, whose
-// stores scatter 13 positions × 32 channels one float at a time
-// (mobilenet_v2's 14×14 576→96 projections run as fast as in it). Planes larger than maxPanelPlane, and output channels no
+// 1.1–1.3× faster so (mobilenet_v2's at 56×56 to 14×14 up to 1.8×), its 512→1000 classifier 1.15× faster than in the
+// OIHW32o tile, whose stores scatter 13 positions × 32 channels one float
+// at a time. Planes larger than maxPanelPlane, and output channels no
 // panel divides, keep the kernel in OIHW ("OIHW"), as long as the
 // convolution reduces fewer than 256 input channels or its rows are a
-// multiple of 8 wide (with more, OIHW rows a power of two apart share
-// cache sets). It returns "" for the others, which take the blocked
-// tile, and for planes that whole vectors of 16 positions would overrun
-// by more than an eighth (7×7: 64 for 49) and larger kernels (resnet18's
-// 56-wide 3×3 convolutions run 1.6× faster in the blocked tile than
-// along the rows).
+// multiple of 8 wide. It returns "" for the others, which take the
+// blocked tile: convolutions reducing 256 or more input channels over
+// even rows no vector divides (mobilenet_v2's 14×14 576→96 projections,
+// as fast or 1.06× faster blocked, 7 positions × 2 vectors a tile), planes that
+// whole vectors of 16 positions would overrun by more than an eighth
+// (7×7: 64 for 49), and larger kernels (resnet18's 56-wide 3×3
+// convolutions run 1.6× faster in the blocked tile than along the
+// rows).
 func pointwiseLayout(call *ir.RCall) string {
 	out, ok := call.Info.(*ir.TensorStructInfo)
 	if !ok || len(out.Shape) != 4 {
@@ -282,10 +283,11 @@ func pointwiseLayout(call *ir.RCall) string {
 	if !ok1 || !ok2 {
 		return ""
 	}
+	oihw := in < 256 || wd%8 == 0
 	switch {
-	case o%pointwisePanel == 0 && plane <= maxPanelPlane:
+	case o%pointwisePanel == 0 && plane <= maxPanelPlane && (oihw || wd%2 == 1):
 		return fmt.Sprintf("OIHW%do", pointwisePanel)
-	case in < 256 || wd%8 == 0:
+	case oihw:
 		return "OIHW"
 	}
 	return ""

@@ -177,8 +177,8 @@ class Module:
 // convolutions: stride 1, no padding and a plane whole vectors of 16
 // overrun by at most an eighth take the flattened plane, their kernel in
 // panels of 8 output channels (OIHW8o) up to 64×64 positions when 8
-// divides the output channels, else in OIHW unless they reduce 256 or
-// more input channels over rows no vector divides; the others take
+// divides the output channels, else in OIHW, unless they reduce 256 or
+// more input channels over even rows no vector divides; the others take
 // blocks of 32 channels (OIHW32o).
 func TestAlterConvLayoutPointwise(t *testing.T) {
 	for _, c := range []struct {
@@ -187,9 +187,8 @@ func TestAlterConvLayoutPointwise(t *testing.T) {
 	}{
 		{13, 1, 0, 8, 32, "OIHW8o"}, {55, 1, 0, 8, 32, "OIHW8o"}, {14, 1, 0, 8, 32, "OIHW8o"},
 		{13, 1, 0, 512, 1000, "OIHW8o"}, {27, 1, 0, 256, 32, "OIHW8o"}, {16, 1, 0, 256, 32, "OIHW8o"},
-		{14, 1, 0, 256, 32, "OIHW8o"}, {112, 1, 0, 32, 16, "OIHW"}, {13, 1, 0, 8, 20, "OIHW"},
-		{7, 1, 0, 8, 32, "OIHW32o"}, {13, 2, 0, 8, 32, "OIHW32o"}, {13, 1, 1, 8, 32, "OIHW32o"}, {13, 1, 0, 256, 40, "OIHW8o"},
-		{110, 1, 0, 256, 32, "OIHW32o"},
+		{112, 1, 0, 32, 16, "OIHW"}, {13, 1, 0, 8, 20, "OIHW"},
+		{7, 1, 0, 8, 32, "OIHW32o"}, {13, 2, 0, 8, 32, "OIHW32o"}, {13, 1, 1, 8, 32, "OIHW32o"}, {14, 1, 0, 256, 32, "OIHW32o"},
 	} {
 		o := (c.hw+2*c.pad-1)/c.stride + 1
 		in, err := script.Parse("pointwise.py", fmt.Sprintf(`# from tvm.script import ir as I
