@@ -16,6 +16,18 @@ import kiln
 from conftest import HERE, free_port
 
 
+@pytest.fixture(autouse=True)
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt here and in the scripts these tests
+    start, even when the test run itself was started with SIGINT ignored
+    (as a shell does for a command it starts in the background): a
+    disposition of SIG_IGN would pass on to the children, a handler does
+    not."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_wrong_token(fleet):
     with pytest.raises(kiln.TrackerError, match="authentication failed"):
         kiln.rpc.connect_tracker("127.0.0.1", fleet.tracker_port, token="not-the-token")
