@@ -499,7 +499,7 @@ func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
 		v = epilogue(y, x, v)
 	}
 	store := ir.NewBufferStore(outBuf, v, n, c, y, x)
-	out := ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial, store)
+	out := ir.Stmt(ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial, store))
 	if d.X%lanes == 0 {
 		xo := ir.NewVar("xe_o", it)
 		xi := ir.NewVar("xe_i", it)
@@ -508,14 +508,57 @@ func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
 				ir.Substitute(store, map[*ir.Var]ir.Expr{x: ir.Add(ir.Mul(xo, i64(lanes)), xi)})))
 	}
 	out = ir.NewFor(yi, i64(0), i64(yt), ir.ForSerial, out)
+	var flat *ir.Buffer
+	if vectorTail && d.X%lanes != 0 && xv <= 2*d.X && d.Y > 1 && outBuf.Strides == nil {
+		flat = flatView(outBuf, it, d.Y*d.X)
+		save, out = d.overlappingRows(flat, outBuf, acc, row, n, c, yo, yt, lanes, xv, epilogue)
+	}
 	rows := ir.NewFor(yo, i64(0), i64(d.Y/yt), ir.ForSerial,
 		&ir.Allocate{Buffer: acc, Body: &ir.Allocate{Buffer: row, Body: ir.Seq(zero, window, save, out)}})
 	kind := ir.ForSerial
 	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
 		kind = ir.ForParallel
 	}
-	return ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
-		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)}))
+	body := ir.Stmt(ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
+		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)})))
+	if flat != nil {
+		body = &ir.DeclBuffer{Buffer: flat, Body: body}
+	}
+	return body
+}
+
+// overlappingRows returns the tile's store and the copy after it for
+// rows whose width X no vector divides, when the epilogue reads nothing
+// else along the row: every row but the plane's last is stored as its
+// whole vectors straight into the output plane (flat, a view of outBuf
+// as [N, C, Y·X]), the extra lanes running into the next row, which is
+// stored after it and overwrites them; the last row, whose extra lanes
+// would run past the channel's plane (into a plane another thread may
+// be writing), goes through row and is copied out element by element.
+// Rows of 56, 28, 14 or 7 (mobilenet_v2's) no longer pass through a
+// buffer and a scalar copy each.
+func (d *depthwisePlane) overlappingRows(flat, outBuf, acc, row *ir.Buffer, n, c, yo ir.Expr, yt, lanes, xv int64, epilogue func(y, x, v ir.Expr) ir.Expr) (save, out ir.Stmt) {
+	it := d.c.Type
+	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
+	yi := ir.NewVar("s_y", it)
+	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
+	vectors := func(body func(x, slot ir.Expr) ir.Stmt) ir.Stmt {
+		xo := ir.NewVar("s_o", it)
+		xi := ir.NewVar("s_i", it)
+		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
+		return ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
+			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized, body(x, ir.Add(ir.Mul(yi, i64(xv)), x))))
+	}
+	value := func(x, slot ir.Expr) ir.Expr { return epilogue(y, x, ir.NewBufferLoad(acc, slot)) }
+	direct := vectors(func(x, slot ir.Expr) ir.Stmt {
+		return ir.NewBufferStore(flat, value(x, slot), n, c, ir.Add(ir.Mul(y, i64(d.X)), x))
+	})
+	last := vectors(func(x, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(row, value(x, slot), slot) })
+	save = ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled, &ir.IfThenElse{Cond: ir.LT(y, i64(d.Y-1)), Then: direct, Else: last})
+	x := ir.NewVar("x", it)
+	copyLast := ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial,
+		ir.NewBufferStore(outBuf, ir.NewBufferLoad(row, ir.Add(i64((yt-1)*xv), x)), n, c, i64(d.Y-1), x))
+	return save, &ir.IfThenElse{Cond: ir.EQ(yo, i64(d.Y/yt-1)), Then: copyLast}
 }
 
 // output returns the buffer the function stores for channel (n, c), the
