@@ -122,6 +122,9 @@ func convCases() []convCase {
 		{name: "pointwise_55_plane", n: 1, c: 16, h: 5, w: 11, f: 64, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "pointwise_residual_batch2", n: 2, c: 7, h: 3, w: 13, f: 24, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "pointwise_avx2", n: 1, c: 4, h: 3, w: 5, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		// An input too large to read once per tile of channels: tiles
+		// of positions outside, a last tile of two vectors.
+		{name: "pointwise_streaming_plane", n: 1, c: 64, h: 64, w: 65, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "pointwise_6_positions", n: 1, c: 3, h: 2, w: 3, f: 5, kh: 1, kw: 1, stride: 1, oihw: true, scheduled: true, inTile: true},
 		{name: "pointwise_int32", n: 1, c: 9, h: 4, w: 9, f: 20, kh: 1, kw: 1, stride: 1, oihw: true, int32: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_3x3_rows_of_16", n: 2, c: 3, h: 4, w: 16, f: 7, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
@@ -281,6 +284,14 @@ func TestPointwise(t *testing.T) {
 		{5, 6, 4, 24, 5, 1},
 	} {
 		ft, pv := pointwiseTile(c.f, c.p, c.lanes, c.limit)
+		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
+	}
+	// Tiles of positions outside: three vectors, the most channels
+	// beside them (mobilenet_v2's 112×112 planes).
+	for _, c := range []struct{ f, p, lanes, limit, ft, pv int64 }{
+		{16, 12544, 16, 24, 8, 3}, {96, 12544, 16, 24, 8, 3}, {12, 4160, 16, 24, 6, 3}, {5, 20, 16, 24, 5, 1},
+	} {
+		ft, pv := streamingPointwiseTile(c.f, c.p, c.lanes, c.limit)
 		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
 	}
 	// Panels of 8 channels take three vectors; with 12 accumulators one,
