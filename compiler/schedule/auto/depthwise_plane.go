@@ -63,12 +63,41 @@ type depthwisePlane struct {
 	N, C, Y, X, KH, KW int64
 	sy, sx             int64
 	offY, offX         int64 // A's row and column at y = ry = 0
-	// src is the unpadded input; A[.., i, j] = src[.., i-padY, j-padX]
-	// inside src and padValue outside.
+	planeSource
+}
+
+// planeSource is what a window reads: src is the unpadded input (four
+// axes, its rows srcH and columns srcW); A[.., i, j] = src[.., i-padY,
+// j-padX] inside src and padValue outside.
+type planeSource struct {
 	src        *ir.Buffer
 	padY, padX int64
 	padValue   ir.Expr
 	srcH, srcW int64
+}
+
+// matchSource finds the source of A, the buffer block name's window
+// reads: a parameter when pad is nil, else pad's padding of one.
+func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize) (planeSource, error) {
+	var p planeSource
+	if pad != nil {
+		if err := p.matchPad(f, pad, a); err != nil {
+			return p, err
+		}
+	} else if !isParam(f, a) {
+		return p, fmt.Errorf("block %q reads an intermediate", name)
+	} else {
+		p.src, p.padValue = a, ir.F32(0)
+	}
+	var ok1, ok2 bool
+	if len(p.src.Shape) == 4 {
+		p.srcH, ok1 = ir.IsConstInt(p.src.Shape[2])
+		p.srcW, ok2 = ir.IsConstInt(p.src.Shape[3])
+	}
+	if !ok1 || !ok2 {
+		return p, fmt.Errorf("block %q: input shape", name)
+	}
+	return p, nil
 }
 
 // scheduleDepthwisePlane returns f rewritten by the rule above, or an
@@ -216,21 +245,11 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 			}
 		}
 	}
-	if d.pad != nil {
-		if err := d.matchPad(f, a.Buffer); err != nil {
-			return nil, err
-		}
-	} else if !isParam(f, a.Buffer) {
-		return nil, fmt.Errorf("block %q reads an intermediate", cb.name)
-	} else {
-		d.src, d.padValue = a.Buffer, ir.F32(0)
+	src, err := matchSource(f, cb.name, a.Buffer, d.pad)
+	if err != nil {
+		return nil, err
 	}
-	var ok1, ok2 bool
-	d.srcH, ok1 = ir.IsConstInt(d.src.Shape[2])
-	d.srcW, ok2 = ir.IsConstInt(d.src.Shape[3])
-	if !ok1 || !ok2 || len(d.src.Shape) != 4 {
-		return nil, fmt.Errorf("block %q: input shape", cb.name)
-	}
+	d.planeSource = src
 	if d.epilogue != nil {
 		est, ok := d.epilogue.Block.Body.(*ir.BufferStore)
 		if !ok || !isSpatial(d.epilogue.Block) || len(est.Indices) != 4 || !isParam(f, est.Buffer) {
@@ -263,13 +282,13 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 // matchPad matches block d.pad as a padding stage of a's four
 // dimensions, A[i0, i1, i2, i3] = if_then_else(inside, src[i0, i1, i2 -
 // padY, i3 - padX], value), value a constant, src a parameter.
-func (d *depthwisePlane) matchPad(f *ir.PrimFunc, a *ir.Buffer) error {
-	st, ok := d.pad.Block.Body.(*ir.BufferStore)
-	if !ok || st.Buffer != a || !isSpatial(d.pad.Block) || len(st.Indices) != 4 {
+func (p *planeSource) matchPad(f *ir.PrimFunc, pad *ir.BlockRealize, a *ir.Buffer) error {
+	st, ok := pad.Block.Body.(*ir.BufferStore)
+	if !ok || st.Buffer != a || !isSpatial(pad.Block) || len(st.Indices) != 4 {
 		return fmt.Errorf("the block before the window is not its padding")
 	}
 	for i, ix := range st.Indices {
-		if !isVar(ix, d.pad.Block.IterVars[i].Var) {
+		if !isVar(ix, pad.Block.IterVars[i].Var) {
 			return fmt.Errorf("padding indices")
 		}
 	}
@@ -290,7 +309,7 @@ func (d *depthwisePlane) matchPad(f *ir.PrimFunc, a *ir.Buffer) error {
 	default:
 		return fmt.Errorf("padding value")
 	}
-	iv := d.pad.Block.IterVars
+	iv := pad.Block.IterVars
 	var off [4]int64
 	for i, ix := range src.Indices {
 		env := map[*ir.Var]int64{}
@@ -313,7 +332,7 @@ func (d *depthwisePlane) matchPad(f *ir.PrimFunc, a *ir.Buffer) error {
 	if off[0] != 0 || off[1] != 0 {
 		return fmt.Errorf("padding of batch or channels")
 	}
-	d.src, d.padY, d.padX, d.padValue = src.Buffer, -off[2], -off[3], call.Args[2]
+	p.src, p.padY, p.padX, p.padValue = src.Buffer, -off[2], -off[3], call.Args[2]
 	return nil
 }
 

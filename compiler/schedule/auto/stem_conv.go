@@ -48,12 +48,7 @@ type stemConv struct {
 	n, y, x, f, rc, ry, rx *ir.Var
 	N, Y, X, F, C, KH, KW  int64
 	sy, sx, offY, offX     int64
-	// src is the input before padding: A[.., i, j] = src[.., i-padY,
-	// j-padX] inside src and padValue outside.
-	src        *ir.Buffer
-	padY, padX int64
-	padValue   ir.Expr
-	srcH, srcW int64
+	planeSource            // the input before padding
 	// axis[k] is the convolution variable that the epilogue's k-th
 	// iteration variable stands for.
 	axis []*ir.Var
@@ -199,22 +194,9 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 	if s.C > maxStemChannels {
 		return nil, fmt.Errorf("block %q: %d input channels", cb.name, s.C)
 	}
-	if pad != nil {
-		d := &depthwisePlane{pad: pad}
-		if err := d.matchPad(f, a.Buffer); err != nil {
-			return nil, err
-		}
-		s.src, s.padY, s.padX, s.padValue = d.src, d.padY, d.padX, d.padValue
-	} else if !isParam(f, a.Buffer) {
-		return nil, fmt.Errorf("block %q reads an intermediate", cb.name)
-	} else {
-		s.src, s.padValue = a.Buffer, ir.F32(0)
-	}
-	var ok1, ok2 bool
-	s.srcH, ok1 = ir.IsConstInt(s.src.Shape[2])
-	s.srcW, ok2 = ir.IsConstInt(s.src.Shape[3])
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("block %q: input shape", cb.name)
+	var err error
+	if s.planeSource, err = matchSource(f, cb.name, a.Buffer, pad); err != nil {
+		return nil, err
 	}
 	if ha, ok := ir.IsConstInt(a.Buffer.Shape[2]); !ok || s.offY < 0 || (s.Y-1)*s.sy+s.KH-1+s.offY >= ha {
 		return nil, fmt.Errorf("block %q: rows past the input", cb.name)
