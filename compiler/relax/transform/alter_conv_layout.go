@@ -41,27 +41,14 @@ import (
 // keep it in OIHW (see pointwiseLayout).
 // It plays the part of TVM's AlterOpLayout for conv2d on x86.
 func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
-	out := mod
-	for name, f := range mod.Funcs() {
-		fn, ok := f.(*ir.Function)
-		if !ok || isPrimitive(fn) {
-			continue
-		}
-		var err error
-		m := &ir.RMutator{}
-		m.Binding = func(b ir.Binding) []ir.Binding {
-			vb, ok := b.(*ir.VarBinding)
-			if !ok || err != nil {
-				return []ir.Binding{b}
-			}
-			call, ok := vb.Value.(*ir.RCall)
-			if !ok || !convToAlter(call) {
-				return []ir.Binding{b}
+	return rewriteCalls(mod, func(*ir.Function) callRewrite {
+		return func(vb *ir.VarBinding, call *ir.RCall) ([]ir.Binding, error) {
+			if !convToAlter(call) {
+				return nil, nil
 			}
 			bs, layout, channels, e := convKernel(vb.Var, call.Args[1], pointwiseLayout(call) != "")
 			if e != nil {
-				err = fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
-				return []ir.Binding{b}
+				return nil, fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
 			}
 			attrs := make(map[string]any, len(call.Attrs))
 			for k, v := range call.Attrs {
@@ -70,11 +57,10 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 			attrs["kernel_layout"], attrs["out_layout"] = layout, "NCHW"
 			conv, e := op.Call("relax.nn.conv2d", []ir.RExpr{call.Args[0], bs[len(bs)-1].(*ir.VarBinding).Var}, attrs)
 			if e != nil {
-				err = fmt.Errorf("conv2d %s: kernel in %s: %w", vb.Var.Name, layout, e)
-				return []ir.Binding{b}
+				return nil, fmt.Errorf("conv2d %s: kernel in %s: %w", vb.Var.Name, layout, e)
 			}
 			if channels == 0 {
-				return append(bs, &ir.VarBinding{Var: vb.Var, Value: conv})
+				return append(bs, &ir.VarBinding{Var: vb.Var, Value: conv}), nil
 			}
 			// The kernel was padded with zero channels: the first ones
 			// are the convolution's.
@@ -82,10 +68,48 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 			all.Dataflow = vb.Var.Dataflow
 			slice, e := op.Call("relax.strided_slice", []ir.RExpr{all}, map[string]any{"axes": []any{int64(1)}, "begin": []any{int64(0)}, "end": []any{channels}})
 			if e != nil {
-				err = fmt.Errorf("conv2d %s: its first %d channels: %w", vb.Var.Name, channels, e)
+				return nil, fmt.Errorf("conv2d %s: its first %d channels: %w", vb.Var.Name, channels, e)
+			}
+			return append(bs, &ir.VarBinding{Var: all, Value: conv}, &ir.VarBinding{Var: vb.Var, Value: slice}), nil
+		}
+	})
+}
+
+// callRewrite returns the bindings that replace vb, a binding of call:
+// nil keeps vb as it is.
+type callRewrite func(vb *ir.VarBinding, call *ir.RCall) ([]ir.Binding, error)
+
+// rewriteCalls rewrites the bindings of a variable to a call in every
+// graph function of mod (but Primitive ones) with the rewrite forFunc
+// makes for that function; the first error stops it, named after the
+// function.
+func rewriteCalls(mod *ir.IRModule, forFunc func(fn *ir.Function) callRewrite) (*ir.IRModule, error) {
+	out := mod
+	for name, f := range mod.Funcs() {
+		fn, ok := f.(*ir.Function)
+		if !ok || isPrimitive(fn) || fn.Body == nil {
+			continue
+		}
+		rewrite := forFunc(fn)
+		var err error
+		m := &ir.RMutator{}
+		m.Binding = func(b ir.Binding) []ir.Binding {
+			vb, ok := b.(*ir.VarBinding)
+			if !ok || err != nil {
 				return []ir.Binding{b}
 			}
-			return append(bs, &ir.VarBinding{Var: all, Value: conv}, &ir.VarBinding{Var: vb.Var, Value: slice})
+			call, ok := vb.Value.(*ir.RCall)
+			if !ok {
+				return []ir.Binding{b}
+			}
+			bs, e := rewrite(vb, call)
+			if e != nil {
+				err = e
+			}
+			if bs == nil {
+				return []ir.Binding{b}
+			}
+			return bs
 		}
 		g := m.RewriteFunc(fn)
 		if err != nil {

@@ -29,12 +29,7 @@ import (
 // is for CPU targets with vectors of vectorBytes (compiler.Build runs it
 // before the graph pipeline there).
 func AlterDenseLayout(mod *ir.IRModule, vectorBytes int64) (*ir.IRModule, error) {
-	out := mod
-	for name, f := range mod.Funcs() {
-		fn, ok := f.(*ir.Function)
-		if !ok || isPrimitive(fn) || fn.Body == nil {
-			continue
-		}
+	return rewriteCalls(mod, func(fn *ir.Function) callRewrite {
 		weights := map[*ir.RVar]bool{}
 		if k, ok := numInput(fn.Attrs[AttrNumInput]); ok && k < len(fn.Params) {
 			for _, p := range fn.Params[k:] {
@@ -49,41 +44,22 @@ func AlterDenseLayout(mod *ir.IRModule, vectorBytes int64) (*ir.IRModule, error)
 			}
 			return true
 		}
-		var err error
-		m := &ir.RMutator{}
-		m.Binding = func(b ir.Binding) []ir.Binding {
-			vb, ok := b.(*ir.VarBinding)
-			if !ok || err != nil {
-				return []ir.Binding{b}
-			}
-			call, ok := vb.Value.(*ir.RCall)
-			if !ok {
-				return []ir.Binding{b}
-			}
+		return func(vb *ir.VarBinding, call *ir.RCall) ([]ir.Binding, error) {
 			if ir.IsPureCall(call, mod) && len(ir.FreeRVars(call)) > 0 && isWeight(call) {
 				weights[vb.Var] = true
-				return []ir.Binding{b}
+				return nil, nil
 			}
 			k, n, p := denseToPack(call, vectorBytes)
 			if p == 0 || !isWeight(call.Args[1]) {
-				return []ir.Binding{b}
+				return nil, nil
 			}
 			bs, e := packDense(vb, call, k, n, p)
 			if e != nil {
-				err = fmt.Errorf("matmul %s: pack its weight: %w", vb.Var.Name, e)
-				return []ir.Binding{b}
+				return nil, fmt.Errorf("matmul %s: pack its weight: %w", vb.Var.Name, e)
 			}
-			return bs
+			return bs, nil
 		}
-		g := m.RewriteFunc(fn)
-		if err != nil {
-			return nil, funcError(name, err)
-		}
-		if g != fn {
-			out = out.With(name, g)
-		}
-	}
-	return out, nil
+	})
 }
 
 // denseToPack returns the weight's K and N and the tile width P when call
