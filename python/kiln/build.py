@@ -15,29 +15,63 @@ from .errors import KilnValueError
 from .rpc import TrackerSession, connect_tracker
 
 
-def build(
-    source_or_path: Any,
+def build(source_or_path: Any, *rest: Any, **kwargs: Any) -> Any:
+    """Builds a module: TVMScript or an ONNX model (see build_source) or a
+    program defined in Python (see build_program: a kiln.te schedule, a
+    kiln.tir.Schedule, an IRModule or a PrimFunc, with TVM's tvm.build
+    arguments)."""
+    if _is_program(source_or_path):
+        return build_program(source_or_path, *rest, **kwargs)
+    return build_source(source_or_path, *rest, **kwargs)
+
+
+def build_program(
+    inputs: Any,
+    args: Optional[Sequence[Any]] = None,
+    target: Any = None,
+    target_host: Any = None,
+    name: Optional[str] = None,
+    tracker: Union[TrackerSession, str, None] = None,
+    output: Optional[str] = None,
+    progress: bool = False,
+    token: Optional[str] = None,
+) -> Any:
+    """Builds a program defined in Python, with TVM's tvm.build arguments:
+    a kiln.te schedule and its arguments (``kiln.build(s, [A, B, C],
+    "llvm", name="myadd")``), or a kiln.tir.Schedule, an IRModule (sch.mod)
+    or a PrimFunc (``kiln.build(sch.mod, target="llvm")``). name renames
+    the function; target_host is accepted for TVM's signature.
+
+    Without tracker the module is built here and returned loaded in the
+    local session (kiln.local()), as tvm.build returns a module:
+    ``fadd(a, b, c)`` calls its function, ``fadd.export_library(path)``
+    saves the artifact. With tracker it is built on a compiler node and
+    the artifact's path is returned, to upload to a device."""
+    if target is None and (isinstance(args, str) or type(args).__name__ == "Target"):
+        args, target = None, args
+    text = _program_text(inputs, args, name)
+    tgt = _target_string(target)
+    if tracker is not None:
+        return build_source(text, tgt, tracker, output=output, progress=progress, token=token)
+    path = build_source(text, tgt, output=output, progress=progress)
+    from .rpc import local
+
+    mod = local().load_module(path)
+    mod.artifact = path
+    return mod
+
+
+def build_source(
+    source_or_path: Union[str, "os.PathLike[str]"],
     target: Any = "cpu",
     tracker: Union[TrackerSession, str, None] = None,
     output: Optional[str] = None,
     name: Optional[str] = None,
-    progress: Optional[bool] = None,
+    progress: bool = True,
     token: Optional[str] = None,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-    args: Optional[Sequence[Any]] = None,
-) -> Any:
-    """Builds a module and returns the artifact's path, or for a program
-    defined in Python the module loaded here.
-
-    A program defined in Python is a kiln.te schedule
-    (``kiln.build(s, [A, B, C], "llvm", name="myadd")``, TVM's order: args
-    second, target third), a kiln.tir.Schedule, an IRModule (sch.mod) or a
-    PrimFunc. Without tracker it is built here and returned loaded in the
-    local session (kiln.local()), as TVM's tvm.build returns a module:
-    ``fadd(a, b, c)`` calls its function, ``fadd.export_library(path)``
-    saves the artifact. name renames its function. With tracker it is
-    built on a compiler node and the artifact's path is returned, to
-    upload to a device.
+) -> str:
+    """Builds a module and returns the artifact's path.
 
     source_or_path is TVMScript text (an @I.ir_module class or @T.prim_func
     definitions), the path of a file holding it, or the path of an ONNX
@@ -50,26 +84,6 @@ def build(
     runs in this process. output is the artifact's path (default: the
     file's name with .kiln, or module.kiln in a new temporary directory for
     text). Ctrl-C cancels the build."""
-    if _is_program(source_or_path):
-        if isinstance(target, (list, tuple)):
-            # TVM's positional order: build(s, args, target).
-            if isinstance(tracker, TrackerSession):
-                raise KilnValueError("build(s, args, target, ...): pass tracker= by name after args and target")
-            args, target, tracker = target, (tracker if tracker is not None else "cpu"), None
-        text = _program_text(source_or_path, args, name)
-        target = _target_string(target)
-        if tracker is not None:
-            return build(text, target, tracker, output=output, progress=progress is not False, token=token)
-        path = build(text, target, output=output, progress=bool(progress))
-        from .rpc import local
-
-        mod = local().load_module(path)
-        mod.artifact = path
-        return mod
-    if args is not None:
-        raise KilnValueError("build: args is for te schedules (kiln.te.create_schedule)")
-    if progress is None:
-        progress = True
     target = _target_string(target)
     text = os.fspath(source_or_path)
     is_path = "\n" not in text and (os.path.exists(text) or text.endswith((".py", ".onnx")))

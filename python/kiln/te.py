@@ -375,7 +375,16 @@ class Stage:
         if not isinstance(parent, Stage):
             raise ScheduleError(f"compute_at: parent is a {type(parent).__name__}, want a stage (s[T])")
         t = self.sch._tir
-        t.compute_at(t.get_block(self._block), parent._loop("compute_at", scope))
+        block = t.get_block(self._block)
+        t.compute_at(block, parent._loop("compute_at", scope))
+        # compute_at made new loops for this stage under scope (the
+        # region parent needs); the stage's axes are the innermost ones.
+        ivs = list(self.op.axis) + list(self.op.reduce_axis)
+        loops = t.get_loops(block)
+        own = loops[len(loops) - len(ivs):] if len(loops) >= len(ivs) else []
+        self._loops = {}
+        for iv, l in zip(ivs, own):
+            self._map(iv, l)
 
     def compute_inline(self) -> None:
         t = self.sch._tir

@@ -142,6 +142,8 @@ class Schedule:
         h = _lib.Handle()
         _lib.check(lib.kiln_schedule_new(text.encode(), (func_name or "").encode(), ctypes.byref(h)))
         self._h = h.value
+        # Copies share blocks and loops: the handles number them alike.
+        self._family = object()
         # The primitives applied, to replay them on another function of
         # the same structure (te schedules built with other arguments).
         self._calls: List[Tuple[str, str]] = []
@@ -159,6 +161,7 @@ class Schedule:
         _lib.check(lib.kiln_schedule_copy(self._h, ctypes.byref(h)))
         c = Schedule.__new__(Schedule)
         c._h = h.value
+        c._family = self._family
         c._calls = list(self._calls)
         return c
 
@@ -197,7 +200,7 @@ class Schedule:
 
     def _arg(self, prim: str, i: int, a: Any) -> Any:
         if isinstance(a, (BlockRV, LoopRV)):
-            if a._sch is not self:
+            if a._sch._family is not self._family:
                 raise ScheduleError(f"{prim}: argument {i} ({a!r}) belongs to another schedule")
             return a._ref
         if isinstance(a, (list, tuple)):
