@@ -208,6 +208,30 @@ int kiln_build_file(const char* path, const char* target, KilnHandle tracker, co
                     const char* input_shapes, KilnProgressFn progress, void* user, KilnHandle cancel,
                     char** out_path);
 
+/* Tensor expressions and schedules. Text is TVMScript; the tensor
+ * expression is the JSON graph the Python package's kiln.te writes (see
+ * capi/te.go). Errors in either are KILN_ERR_ARGUMENT with a message that
+ * names the stage, primitive, block or loop. */
+/* The PrimFunc of a tensor-expression graph (TVM's te.create_prim_func), as
+ * the text of a module of one function. */
+int kiln_te_create_prim_func(const char* graph_json, char** out_script);
+/* The PrimFunc name (the only one when NULL or "") of a module's text as a
+ * module of that one function, its global symbol rename unless NULL or "". */
+int kiln_tir_function(const char* script, const char* name, const char* rename, char** out_script);
+/* A tir.Schedule of the PrimFunc name (the only one when NULL or "") of a
+ * module's text, and a fork of one (blocks and loops stay valid in it). */
+int kiln_schedule_new(const char* script, const char* name, KilnHandle* out_schedule);
+int kiln_schedule_copy(KilnHandle schedule, KilnHandle* out_schedule);
+/* Applies the primitive prim ("split", "get_loops", ...) to the JSON list
+ * of its arguments: blocks and loops as {"block": N} / {"loop": N}, the
+ * numbers earlier results gave, split's inferred factor as null. The
+ * result is JSON: null, {"block"|"loop": N, "name": S}, or a list of them. */
+int kiln_schedule_apply(KilnHandle schedule, const char* prim, const char* args_json, char** out_json);
+/* The scheduled function as a module's text, and the trace (a JSON list of
+ * the primitives applied, in TVM's Python syntax). */
+int kiln_schedule_script(KilnHandle schedule, char** out_script);
+int kiln_schedule_trace(KilnHandle schedule, char** out_json);
+
 #endif /* KILN_NO_PROTOTYPES */
 
 #ifdef __cplusplus

@@ -15,14 +15,18 @@ The names follow Apache TVM's, so TVM's RPC code ports by changing imports:
     mod["matrix_multiply"](a, b, c)
     print(mod.time_evaluator("matrix_multiply", dev, number=10, repeat=3)(a, b, c))
 
+Tensor programs are defined in Python as in TVM's tensor-expression
+tutorial (kiln.te.placeholder, te.compute, te.create_schedule or
+te.create_prim_func with kiln.tir.Schedule) and built with kiln.build.
+
 Everything runs in libkiln.so (kiln's Go SDK and compiler behind a C API);
 blocking calls release the GIL and Ctrl-C cancels a waiting request or a
 build.
 """
 
-from . import nd, rpc, runtime
+from . import nd, rpc, runtime, target, te, tir
 from ._lib import live_handles
-from .build import build
+from .build import build, lower
 from .errors import (
     BuildError,
     KilnCancelled,
@@ -32,6 +36,7 @@ from .errors import (
     SessionError,
     TrackerError,
 )
+from .ir import IRModule
 from .nd import Device, NDArray
 from .rpc import local
 from .runtime import BenchmarkResult, Function, Module
@@ -40,6 +45,12 @@ from .runtime import BenchmarkResult, Function, Module
 def cpu(dev_id: int = 0) -> Device:
     """This machine's CPU (the local session's)."""
     return local().cpu(dev_id)
+
+
+def device(dev_type: object, dev_id: int = 0) -> Device:
+    """A device of this machine by name ("cpu", "llvm", "cuda") or type
+    code (TVM's tvm.device)."""
+    return local().device(dev_type, dev_id)
 
 
 def version() -> str:
@@ -54,6 +65,7 @@ __all__ = [
     "BuildError",
     "Device",
     "Function",
+    "IRModule",
     "KilnCancelled",
     "KilnError",
     "KilnValueError",
@@ -64,10 +76,15 @@ __all__ = [
     "TrackerError",
     "build",
     "cpu",
+    "device",
     "live_handles",
     "local",
+    "lower",
     "nd",
     "rpc",
     "runtime",
+    "target",
+    "te",
+    "tir",
     "version",
 ]

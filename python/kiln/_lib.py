@@ -146,6 +146,13 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         c_int,
         [c_char_p, c_char_p, Handle, c_char_p, c_char_p, ProgressFn, c_void_p, Handle, _P(c_void_p)],
     ),
+    "kiln_te_create_prim_func": (c_int, [c_char_p, _P(c_void_p)]),
+    "kiln_tir_function": (c_int, [c_char_p, c_char_p, c_char_p, _P(c_void_p)]),
+    "kiln_schedule_new": (c_int, [c_char_p, c_char_p, _P(Handle)]),
+    "kiln_schedule_copy": (c_int, [Handle, _P(Handle)]),
+    "kiln_schedule_apply": (c_int, [Handle, c_char_p, c_char_p, _P(c_void_p)]),
+    "kiln_schedule_script": (c_int, [Handle, _P(c_void_p)]),
+    "kiln_schedule_trace": (c_int, [Handle, _P(c_void_p)]),
 }
 
 

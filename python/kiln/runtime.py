@@ -79,6 +79,29 @@ class Module(_Object):
     def __contains__(self, name: str) -> bool:
         return name in self.functions
 
+    @property
+    def entry_name(self) -> str:
+        """The function calling the module calls: "main", or the module's
+        only function."""
+        if "main" in self.functions or len(self.functions) != 1:
+            return "main"
+        return self.functions[0]
+
+    def __call__(self, *args: Any) -> Any:
+        """Calls the entry function (entry_name), as TVM's built modules
+        do: ``fadd = kiln.build(...); fadd(a, b, c)``."""
+        return self.get_function(self.entry_name)(*args)
+
+    def export_library(self, file_name: str) -> None:
+        """Saves the artifact the module was loaded from (kiln.build's) as
+        file_name, to load again with load_module or upload to a device."""
+        src = getattr(self, "artifact", None)
+        if not src:
+            raise KilnValueError(f"export_library: module {self.name!r} was not built by kiln.build in this process")
+        import shutil
+
+        shutil.copyfile(src, file_name)
+
     def time_evaluator(
         self,
         func_name: str,
