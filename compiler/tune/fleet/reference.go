@@ -46,7 +46,7 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
 	}
-	art, res, err := r.build(ctx, task, task.Func)
+	art, res, err := r.buildJob(ctx, task, task.Func, 0)
 	if err != nil {
 		return nil, err
 	}

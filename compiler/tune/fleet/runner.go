@@ -35,6 +35,12 @@ type Config struct {
 	TLS   *tls.Config
 	// Target is the target string the candidates are built for.
 	Target string
+	// BuildTimeout bounds each candidate's build on a compiler node
+	// (0: DefaultBuildTimeout); a build past it is killed and the
+	// candidate recorded invalid at the build stage, never tried again.
+	// The reference (the unscheduled function) builds under the
+	// tracker's default limit.
+	BuildTimeout time.Duration
 	// Devices caps how many devices are leased (0: every free device
 	// with the key, at least one).
 	Devices int
@@ -106,6 +112,9 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	if cfg.Redial <= 0 {
 		cfg.Redial = defaultRedials
+	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, refs: map[string]*reference{}, tc: cfg.Tracker}
 	if r.log == nil {
