@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -491,4 +493,66 @@ func countLines(t *testing.T, path string) int {
 	}
 	check.NoError(t, err)
 	return strings.Count(string(b), "\n")
+}
+
+// TestTuneInterrupted: a Ctrl-C (the command's context cancelled) after a
+// few of the first batch's 16 candidates were measured leaves exactly the
+// measured ones in the database, each announced by a trial line on
+// stderr (not a terminal), and says the run was interrupted.
+func TestTuneInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		app := App()
+		app.Writer, app.ErrWriter = &out, &errOut
+		runErr = Run(ctx, app, []string{"kiln", "tune", src, "--trials", "64", "--batch", "16", "--db", db, "--seed", "1", "--json"})
+	}()
+	if waitRecords(t, db, 3, done) {
+		t.Fatalf("kiln tune ended before it was interrupted: %v\n%s", runErr, errOut.String())
+	}
+	cancel()
+	<-done
+	check.Error(t, runErr, "interrupted")
+	s := decodeTuneSummary(t, out.String())
+	check.True(t, s.Interrupted, s)
+	lines := countLines(t, db)
+	check.Equal(t, s.Trials, lines)
+	check.True(t, lines >= 3 && lines < 64, lines)
+	stderr := errOut.String()
+	check.True(t, strings.Contains(stderr, fmt.Sprintf("interrupted after %d trials", lines)), stderr)
+	for i := 1; i <= lines; i++ {
+		check.True(t, strings.Contains(stderr, fmt.Sprintf("tune: mm trial %d/64: ", i)), "no line for trial", i, stderr)
+	}
+	check.True(t, strings.Contains(stderr, "trials/min, ETA "), stderr)
+}
+
+// TestTuneBuildTimeout: candidates whose build passes --build-timeout are
+// killed and recorded invalid at the build stage, saying why.
+func TestTuneBuildTimeout(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+	_, _, err := runApp(t, "tune", src, "--trials", "2", "--db", db, "--build-timeout", "0s")
+	check.Error(t, err, "--build-timeout 0s: want a positive duration")
+	out, errOut, err := runApp(t, "tune", src, "--trials", "2", "--batch", "2", "--db", db, "--seed", "1", "--build-timeout", "1ms", "--json")
+	check.NoError(t, err, errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 2)
+	check.Equal(t, s.Tasks[0].Invalid, 2)
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, db)), "\n") {
+		var r tune.Record
+		check.NoError(t, json.Unmarshal([]byte(line), &r))
+		check.Equal(t, r.Stage, "build")
+		check.True(t, strings.Contains(r.Error, "build timed out") && strings.Contains(r.Error, "--build-timeout"), r.Error)
+	}
+	check.True(t, strings.Contains(errOut, "invalid at build: build timed out"), errOut)
 }
