@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,6 +24,9 @@ import (
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker"
 )
 
 const tuneMatmulPy = `# from tvm.script import tir as T
@@ -555,4 +560,70 @@ func TestTuneBuildTimeout(t *testing.T) {
 		check.True(t, strings.Contains(r.Error, "build timed out") && strings.Contains(r.Error, "--build-timeout"), r.Error)
 	}
 	check.True(t, strings.Contains(errOut, "invalid at build: build timed out"), errOut)
+}
+
+// TestTuneCancelsQueuedBuilds: when the tuning context ends, the build
+// jobs the runner queued and no compiler node took are cancelled at the
+// tracker, not left for the nodes to build for nobody.
+func TestTuneCancelsQueuedBuilds(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "tracker"), Token: "tok", Logger: quiet})
+	check.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { tr.Run(ctx) })
+	topts := client.TrackerOptions{Token: "tok", Logger: quiet}
+	// A compiler node that takes no job, and one device.
+	reg := client.NewRegistrar(tr.Addr(), topts, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}}})
+	wg.Go(func() { reg.Run(ctx) })
+	<-reg.Ready()
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: "tok", Dir: filepath.Join(dir, "sessions"),
+		Version: Version(), Logger: quiet, Worker: rpcserver.WorkerSpec{Path: exe}})
+	check.NoError(t, err)
+	dreg := client.NewRegistrar(tr.Addr(), topts, proto.RegisterArgs{Role: proto.NodeDevice, Key: "cpu", Addr: d.Addr().String(), Attrs: rpcserver.NodeAttrs(Version())})
+	d.SetTracker(dreg)
+	wg.Go(func() { d.Run(ctx) })
+
+	tc, err := client.DialTracker(ctx, tr.Addr(), topts)
+	check.NoError(t, err)
+	defer tc.Close()
+	r, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: "cpu", Token: "tok", Target: "cpu", Time: client.TimeOptions{Number: 1, Repeat: 1}})
+	check.NoError(t, err)
+	defer r.Close()
+	mod, err := script.Parse("mm.py", tuneMatmulPy)
+	check.NoError(t, err)
+	tasks, _, err := tune.Tasks(mod, rules.Target{Kind: "cpu", VectorBytes: 32}, nil)
+	check.NoError(t, err)
+	sctx, scancel := context.WithCancel(ctx)
+	streamed := make(chan error, 1)
+	go func() {
+		streamed <- r.Stream(sctx, tasks[0], []*tune.Candidate{{Func: tasks[0].Func}}, func(int, tune.Result) {})
+	}()
+	queued := func() []proto.BuildJob {
+		s, err := tc.Query(ctx, 0)
+		check.NoError(t, err)
+		return s.BuildQueue
+	}
+	for len(queued()) == 0 {
+		select {
+		case err := <-streamed:
+			t.Fatalf("the stream ended before its build was queued: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	job := queued()[0]
+	check.Equal(t, job.Class, proto.JobBulk)
+	check.True(t, job.CancelOnDisconnect, job)
+	scancel()
+	check.ErrorIs(t, <-streamed, context.Canceled)
+	check.Equal(t, len(queued()), 0)
+	j, err := tc.BuildStatus(ctx, job.ID)
+	check.NoError(t, err)
+	check.Equal(t, j.State, proto.JobCancelled)
 }
