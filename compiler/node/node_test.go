@@ -177,29 +177,8 @@ func freeAddr(t *testing.T) string {
 func TestNodeHidesItsPaths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	check.NoError(t, err)
-	trDone := make(chan error, 1)
-	go func() { trDone <- tr.Run(ctx) }()
-	defer func() { check.NoError(t, tr.Close()); <-trDone }()
-
 	work := t.TempDir()
-	ready := make(chan struct{})
-	nctx, ncancel := context.WithCancel(ctx)
-	nodeDone := make(chan error, 1)
-	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready,
-			Command: []string{"/bin/sh", "-c", `echo "compiling in $0/module.py"; echo "no luck in $0" >&2; exit 1`}})
-	}()
-	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
-	select {
-	case <-ready:
-	case err := <-nodeDone:
-		t.Fatalf("node stopped: %v", err)
-	}
-	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
-	check.NoError(t, err)
-	defer c.Close()
+	c := commandNode(t, ctx, work, "/bin/sh", "-c", `echo "compiling in $0/module.py"; echo "no luck in $0" >&2; exit 1`)
 	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu"})
 	check.NoError(t, err)
 	_, err = c.WaitBuild(ctx, job.ID, nil)
@@ -287,29 +266,8 @@ func TestNodeKillsBuildAtLimit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	check.NoError(t, err)
-	trDone := make(chan error, 1)
-	go func() { trDone <- tr.Run(ctx) }()
-	defer func() { check.NoError(t, tr.Close()); <-trDone }()
-
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	ready := make(chan struct{})
-	nctx, ncancel := context.WithCancel(ctx)
-	nodeDone := make(chan error, 1)
-	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), WorkDir: t.TempDir(), Ready: ready,
-			Command: []string{"/bin/sh", "-c", `sleep 300 & echo $! > "$1.tmp" && mv "$1.tmp" "$1"; wait`, "job", pidFile}})
-	}()
-	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
-	select {
-	case <-ready:
-	case err := <-nodeDone:
-		t.Fatalf("node stopped: %v", err)
-	}
-	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
-	check.NoError(t, err)
-	defer c.Close()
+	c := commandNode(t, ctx, t.TempDir(), "/bin/sh", "-c", `sleep 300 & echo $! > "$1.tmp" && mv "$1.tmp" "$1"; wait`, "job", pidFile)
 	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu", RunTimeout: 300 * time.Millisecond})
 	check.NoError(t, err)
 	_, err = c.WaitBuild(ctx, job.ID, nil)
@@ -345,4 +303,37 @@ func running(pid int) bool {
 	// The state follows the command name, which is in parentheses.
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// commandNode starts a tracker and a compiler node whose job command is
+// command (given the job directory after its arguments), working in
+// work, until the test ends; it returns a client of the tracker.
+func commandNode(t *testing.T, ctx context.Context, work string, command ...string) *client.Tracker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	ready := make(chan struct{})
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- node.Run(ctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready, Command: command})
+	}()
+	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
+	check.NoError(t, err)
+	t.Cleanup(func() {
+		c.Close()
+		cancel()
+		check.NoError(t, <-nodeDone)
+		check.NoError(t, tr.Close())
+		<-trDone
+	})
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		nodeDone <- err
+		t.Fatalf("node stopped: %v", err)
+	}
+	return c
 }
