@@ -282,6 +282,9 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		if j.Message != "" {
 			line += ": " + j.Message
 		}
+		if j.State == proto.JobQueued && j.Position > 0 {
+			line += fmt.Sprintf(" (position %d in the build queue, ETA %s)", j.Position, fmtETA(j.ETA))
+		}
 		fmt.Fprintln(w, line)
 	})
 	if err != nil {

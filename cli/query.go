@@ -25,7 +25,11 @@ func queryCommand() *ucli.Command {
 devices' architecture (amd64, arm64, riscv64), how many devices are free,
 busy, lost or quarantined and how many requests wait; every device and
 compiler node with its state and address; each request queue in order (so a
-waiting client can see its position); and the most recent build jobs. With
+waiting client can see its position); the build queue in the order jobs
+are handed to compiler nodes (interactive jobs such as kiln build --tracker
+before bulk ones such as kiln tune's candidates, then by priority, then
+age), each with its position and an ETA from the recent jobs' build times;
+and the most recent build jobs. With
 --json it prints the summary as one JSON object.
 
 Examples:
@@ -144,6 +148,16 @@ func printSummary(w io.Writer, s proto.TrackerSummary) {
 		}
 		tw.Flush()
 	}
+	if len(s.BuildQueue) > 0 {
+		fmt.Fprintf(w, "\nbuild queue (interactive before bulk, then by priority, then age):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  POSITION\tJOB\tCLASS\tPRIORITY\tNAME\tTARGET\tOWNER\tWAITING FOR\tETA")
+		for _, j := range s.BuildQueue {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.Position, j.ID, jobClass(j.Class), j.Priority, j.Name, j.Target,
+				j.Owner, s.Now.Sub(j.Submitted).Round(time.Second), fmtETA(j.ETA))
+		}
+		tw.Flush()
+	}
 	for _, t := range s.TVMServers {
 		fmt.Fprintf(w, "TVM server %s at %s: %d free, %d pending\n", t.Key, t.Addr, t.Free, t.Pending)
 	}
@@ -174,4 +188,21 @@ func printSummary(w io.Writer, s proto.TrackerSummary) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// jobClass names a job's class (interactive when it has none).
+func jobClass(c proto.JobClass) string {
+	if c == "" {
+		return string(proto.JobInteractive)
+	}
+	return string(c)
+}
+
+// fmtETA shows a queued job's ETA ("-" when the tracker has no estimate:
+// no job built yet, or no compiler node for its target).
+func fmtETA(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return "~" + d.Round(time.Second).String()
 }

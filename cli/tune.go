@@ -36,7 +36,7 @@ func tuneCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "tune",
 		Usage:     "search schedules for a module's kernels on the fleet and record them in a tuning database",
-		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--shape NAME=SIZE] [--tracker HOST:PORT --key KEY] [--devices K] [--resume] [--json]",
+		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--shape NAME=SIZE] [--tracker HOST:PORT --key KEY] [--devices K] [--build-timeout D] [--resume] [--json]",
 		Description: `Searches schedules for every kernel (PrimFunc) of FILE the way TVM's
 MetaSchedule does: schedule rules (multi-level tiling with cache_write and
 cache_read, auto-inline, random compute location, parallel-vectorize-unroll)
@@ -47,11 +47,20 @@ proposes batches of candidates. Each candidate is built as a build job on the
 fleet's compiler nodes, run on a leased device, checked against the
 unscheduled kernel's result and only then timed by the device-side time
 evaluator. Candidates that fail to build, crash, fail or compute a wrong
-result are recorded as invalid and never tried again.
+result are recorded as invalid and never tried again; so is a candidate
+whose build takes longer than --build-timeout (the compiler node kills it).
 
-Every measured candidate is appended to --db as one JSON line (workload hash
-and text, target, device, decisions, trace, times or error) the moment it is
-measured, so Ctrl-C loses nothing. Databases merge by concatenation (cat
+Candidates flow as a pipeline: each is measured as soon as its build is
+done, and a new batch is proposed (the model retrained) whenever half of
+--batch in flight have a result, so no batch waits for its slowest build.
+The candidates are bulk build jobs: a kiln build --tracker goes ahead of
+them in the queue. Every measured candidate is appended to --db as one JSON
+line (workload hash and text, target, device, decisions, trace, times or
+error) the moment it is measured, and a line per trial on stderr says its
+time, the best so far, the pace and the ETA. Ctrl-C loses no measured
+record and cancels the candidates' build jobs still queued at the tracker
+(if kiln tune is killed, the tracker cancels them once its connection has
+been gone for the tracker's --job-orphan-grace). Databases merge by concatenation (cat
 a.jsonl b.jsonl > c.jsonl). Records already in --db are never measured again
 and train the model; with --resume they also count against --trials, so an
 interrupted run continues where it stopped. kiln build --tuning-db applies the
@@ -82,7 +91,8 @@ Examples:
 			&ucli.StringFlag{Name: "key", Value: "cpu", Usage: "device key to lease"},
 			&ucli.IntFlag{Name: "devices", Usage: "measure on at most K devices (default: every free one; 1 in-process)"},
 			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},
-			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates proposed and measured together"},
+			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates in flight at most; half of them are proposed anew whenever half have a result"},
+			&ucli.DurationFlag{Name: "build-timeout", Value: tunefleet.DefaultBuildTimeout, Usage: "longest a candidate's build may take on a compiler node; a slower one is killed and recorded invalid"},
 			&ucli.Uint64Flag{Name: "seed", Usage: "seed of the search's random source (default: from the clock)"},
 			&ucli.StringSliceFlag{Name: "shape", Usage: "NAME=SIZE binds a symbolic size of the kernels for tuning, e.g. N=1024 (repeatable, or comma-separated)"},
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
@@ -136,6 +146,9 @@ func runTune(c *ucli.Context) error {
 	}
 	if c.Int("devices") < 0 {
 		return fmt.Errorf("tune: --devices %d: want at least 1", c.Int("devices"))
+	}
+	if c.Duration("build-timeout") <= 0 {
+		return fmt.Errorf("tune: --build-timeout %s: want a positive duration, e.g. 1m", c.Duration("build-timeout"))
 	}
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
@@ -216,7 +229,7 @@ func runTune(c *ucli.Context) error {
 		topts.Logger = rlog
 	}
 	runner, err := tunefleet.Open(ctx, tunefleet.Config{Dial: dial, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
-		Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
+		BuildTimeout: c.Duration("build-timeout"), Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
 		Time: client.TimeOptions{Number: 1, Repeat: max(c.Int("repeat"), 1), MinRepeatMS: max(c.Int("min-repeat-ms"), 0)}})
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
@@ -325,9 +338,10 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	return nil
 }
 
-// tuneDisplay shows the search's progress: a line redrawn in place on a
-// terminal (trials done/total, each kernel's best time and GFLOPS,
-// candidates in flight per device, ETA), else a line per batch.
+// tuneDisplay shows the search's progress: a line per measured trial
+// (its time, the kernel's best, the pace, the ETA), and on a terminal
+// below them a line redrawn in place (trials done/total, each kernel's
+// best time and GFLOPS, candidates in flight per device, ETA).
 type tuneDisplay struct {
 	c      *ucli.Context
 	spin   *progress
@@ -336,6 +350,8 @@ type tuneDisplay struct {
 	mu     sync.Mutex
 	flight map[string]int
 	last   tune.Progress
+	// finished is set once the search returned: no more trial lines.
+	finished bool
 }
 
 func newTuneDisplay(c *ucli.Context) *tuneDisplay {
@@ -367,10 +383,42 @@ func (d *tuneDisplay) progress(p tune.Progress) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.last = p
-	if d.spin == nil && !d.quiet && p.Done > 0 {
-		fmt.Fprintln(d.w, d.line())
+	if p.Last != nil && !d.finished {
+		if d.spin != nil {
+			d.spin.bar.Clear()
+		}
+		fmt.Fprintln(d.w, trialLine(p))
 	}
 	d.redraw()
+}
+
+// trialLine is the line of the trial p reports: "tune: mm trial 7/64:
+// 1.230ms (best 0.980ms, 5.1 trials/min, ETA 11m0s)".
+func trialLine(p tune.Progress) string {
+	t := p.Last
+	var b strings.Builder
+	fmt.Fprintf(&b, "tune: %s trial %d/%d: ", t.Task, p.Done, p.Total)
+	if t.Error != "" {
+		msg := strings.Join(strings.Fields(t.Error), " ")
+		if len(msg) > 120 {
+			msg = msg[:117] + "..."
+		}
+		fmt.Fprintf(&b, "invalid at %s: %s", t.Stage, msg)
+	} else {
+		b.WriteString(fmtSeconds(t.Seconds))
+	}
+	b.WriteString(" (best ")
+	if t.Best > 0 {
+		b.WriteString(fmtSeconds(t.Best))
+	} else {
+		b.WriteString("none yet")
+	}
+	fmt.Fprintf(&b, ", %.1f trials/min", p.PerMinute())
+	if p.Done < p.Total {
+		fmt.Fprintf(&b, ", ETA %s", p.ETA().Round(time.Second))
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 func (d *tuneDisplay) line() string {
@@ -412,6 +460,7 @@ func (d *tuneDisplay) done() {
 	d.spin.done()
 	d.spin = nil
 	d.quiet = true
+	d.finished = true
 }
 
 // tuneFleet is an in-process fleet for kiln tune: the demo's tracker,

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,6 +24,9 @@ import (
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker"
 )
 
 const tuneMatmulPy = `# from tvm.script import tir as T
@@ -491,4 +498,132 @@ func countLines(t *testing.T, path string) int {
 	}
 	check.NoError(t, err)
 	return strings.Count(string(b), "\n")
+}
+
+// TestTuneInterrupted: a Ctrl-C (the command's context cancelled) after a
+// few of the first batch's 16 candidates were measured leaves exactly the
+// measured ones in the database, each announced by a trial line on
+// stderr (not a terminal), and says the run was interrupted.
+func TestTuneInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		app := App()
+		app.Writer, app.ErrWriter = &out, &errOut
+		runErr = Run(ctx, app, []string{"kiln", "tune", src, "--trials", "64", "--batch", "16", "--db", db, "--seed", "1", "--json"})
+	}()
+	if waitRecords(t, db, 3, done) {
+		t.Fatalf("kiln tune ended before it was interrupted: %v\n%s", runErr, errOut.String())
+	}
+	cancel()
+	<-done
+	check.Error(t, runErr, "interrupted")
+	s := decodeTuneSummary(t, out.String())
+	check.True(t, s.Interrupted, s)
+	lines := countLines(t, db)
+	check.Equal(t, s.Trials, lines)
+	check.True(t, lines >= 3 && lines < 64, lines)
+	stderr := errOut.String()
+	check.True(t, strings.Contains(stderr, fmt.Sprintf("interrupted after %d trials", lines)), stderr)
+	for i := 1; i <= lines; i++ {
+		check.True(t, strings.Contains(stderr, fmt.Sprintf("tune: mm trial %d/64: ", i)), "no line for trial", i, stderr)
+	}
+	check.True(t, strings.Contains(stderr, "trials/min, ETA "), stderr)
+}
+
+// TestTuneBuildTimeout: candidates whose build passes --build-timeout are
+// killed and recorded invalid at the build stage, saying why.
+func TestTuneBuildTimeout(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "mm.py")
+	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
+	db := filepath.Join(dir, "tuning.jsonl")
+	_, _, err := runApp(t, "tune", src, "--trials", "2", "--db", db, "--build-timeout", "0s")
+	check.Error(t, err, "--build-timeout 0s: want a positive duration")
+	out, errOut, err := runApp(t, "tune", src, "--trials", "2", "--batch", "2", "--db", db, "--seed", "1", "--build-timeout", "1ms", "--json")
+	check.NoError(t, err, errOut)
+	s := decodeTuneSummary(t, out)
+	check.Equal(t, s.Trials, 2)
+	check.Equal(t, s.Tasks[0].Invalid, 2)
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, db)), "\n") {
+		var r tune.Record
+		check.NoError(t, json.Unmarshal([]byte(line), &r))
+		check.Equal(t, r.Stage, "build")
+		check.True(t, strings.Contains(r.Error, "build timed out") && strings.Contains(r.Error, "--build-timeout"), r.Error)
+	}
+	check.True(t, strings.Contains(errOut, "invalid at build: build timed out"), errOut)
+}
+
+// TestTuneCancelsQueuedBuilds: when the tuning context ends, the build
+// jobs the runner queued and no compiler node took are cancelled at the
+// tracker, not left for the nodes to build for nobody.
+func TestTuneCancelsQueuedBuilds(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "tracker"), Token: "tok", Logger: quiet})
+	check.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { tr.Run(ctx) })
+	topts := client.TrackerOptions{Token: "tok", Logger: quiet}
+	// A compiler node that takes no job, and one device.
+	reg := client.NewRegistrar(tr.Addr(), topts, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}}})
+	wg.Go(func() { reg.Run(ctx) })
+	<-reg.Ready()
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: "tok", Dir: filepath.Join(dir, "sessions"),
+		Version: Version(), Logger: quiet, Worker: rpcserver.WorkerSpec{Path: exe}})
+	check.NoError(t, err)
+	dreg := client.NewRegistrar(tr.Addr(), topts, proto.RegisterArgs{Role: proto.NodeDevice, Key: "cpu", Addr: d.Addr().String(), Attrs: rpcserver.NodeAttrs(Version())})
+	d.SetTracker(dreg)
+	wg.Go(func() { d.Run(ctx) })
+
+	tc, err := client.DialTracker(ctx, tr.Addr(), topts)
+	check.NoError(t, err)
+	defer tc.Close()
+	r, err := tunefleet.Open(ctx, tunefleet.Config{Tracker: tc, Key: "cpu", Token: "tok", Target: "cpu", Time: client.TimeOptions{Number: 1, Repeat: 1}})
+	check.NoError(t, err)
+	defer r.Close()
+	mod, err := script.Parse("mm.py", tuneMatmulPy)
+	check.NoError(t, err)
+	tasks, _, err := tune.Tasks(mod, rules.Target{Kind: "cpu", VectorBytes: 32}, nil)
+	check.NoError(t, err)
+	sctx, scancel := context.WithCancel(ctx)
+	streamed := make(chan error, 1)
+	go func() {
+		streamed <- r.Stream(sctx, tasks[0], []*tune.Candidate{{Func: tasks[0].Func}}, func(int, tune.Result) {})
+	}()
+	queued := func() []proto.BuildJob {
+		s, err := tc.Query(ctx, 0)
+		check.NoError(t, err)
+		return s.BuildQueue
+	}
+	for len(queued()) == 0 {
+		select {
+		case err := <-streamed:
+			t.Fatalf("the stream ended before its build was queued: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	job := queued()[0]
+	check.Equal(t, job.Class, proto.JobBulk)
+	check.True(t, job.CancelOnDisconnect, job)
+	scancel()
+	check.ErrorIs(t, <-streamed, context.Canceled)
+	check.Equal(t, len(queued()), 0)
+	j, err := tc.BuildStatus(ctx, job.ID)
+	check.NoError(t, err)
+	check.Equal(t, j.State, proto.JobCancelled)
 }

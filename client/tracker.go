@@ -231,21 +231,23 @@ func (t *Tracker) BuildStatus(ctx context.Context, id string) (proto.BuildJob, e
 var ErrBuildFailed = errors.New("build failed")
 
 // WaitBuild waits until the job is final, calling onChange (when set) with
-// each change it sees (state, progress). A job that ended failed or
+// each change it sees (state, progress, and while it is queued its
+// position in the queue). A job that ended failed or
 // cancelled is returned with an error wrapping ErrBuildFailed that carries
 // the compiler's message. When the tracker connection fails it waits on
 // for the same job through the next replica.
 func (t *Tracker) WaitBuild(ctx context.Context, id string, onChange func(proto.BuildJob)) (proto.BuildJob, error) {
 	var seq uint64
+	pos := -1 // the first answer comes at once with the job's position
 	for {
 		var j proto.BuildJob
-		if err := t.call(ctx, proto.MethodBuildWait, proto.BuildWaitArgs{ID: id, Seq: seq}, &j); err != nil {
+		if err := t.call(ctx, proto.MethodBuildWait, proto.BuildWaitArgs{ID: id, Seq: seq, Position: pos}, &j); err != nil {
 			return j, fmt.Errorf("wait for build job %s: %w", id, err)
 		}
-		if j.Seq != seq && onChange != nil {
+		if (j.Seq != seq || j.Position != pos) && onChange != nil {
 			onChange(j)
 		}
-		seq = j.Seq
+		seq, pos = j.Seq, j.Position
 		switch j.State {
 		case proto.JobSucceeded:
 			return j, nil

@@ -65,6 +65,10 @@ type Config struct {
 	// Insecure lets the tracker listen beyond loopback with neither a
 	// token nor mutual TLS (New refuses that otherwise); it then warns.
 	Insecure bool
+	// JobOrphanGrace is how long a queued job submitted with
+	// CancelOnDisconnect outlives the connection it belongs to before it
+	// is cancelled, unless a connection waits for it again (default 30s).
+	JobOrphanGrace time.Duration
 	// JobRetention is how long a finished build job (succeeded, failed or
 	// cancelled) is kept, in memory and in tracker.db, before it is
 	// forgotten (default 168h). Its artifact is not removed with it.
@@ -128,6 +132,7 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxJobQueueTimeout, 24*time.Hour)
 	def(&c.MaxJobRunTimeout, time.Hour)
 	def(&c.JobRetention, 7*24*time.Hour)
+	def(&c.JobOrphanGrace, 30*time.Second)
 	if c.MaxQueuedJobsPerUser <= 0 {
 		c.MaxQueuedJobsPerUser = 64
 	}

@@ -3,7 +3,6 @@ package tracker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +16,10 @@ type job struct {
 	module   string
 	queuedAt time.Time
 	changed  chan struct{} // closed and replaced on every change
+	// conn is the connection a cancel-on-disconnect job belongs to;
+	// orphaned, when set, is when it closed (see orphanJobsLocked).
+	conn     *proto.Conn
+	orphaned time.Time
 }
 
 // jobRecord is a job as stored (the module lives in its own bucket).
@@ -48,21 +51,12 @@ func (s *Server) changeJobLocked(j *job) <-chan error {
 		j.module = ""
 		if !j.Finished.IsZero() && !j.Started.IsZero() {
 			s.m.jobRun.Observe(j.Finished.Sub(j.Started).Seconds())
+			if j.State != proto.JobCancelled {
+				s.builtLocked(j.Finished.Sub(j.Started))
+			}
 		}
 	}
 	return s.persistJobLocked(j)
-}
-
-func (s *Server) queueJobLocked(j *job) {
-	i, _ := slices.BinarySearchFunc(s.queued, j, func(a, b *job) int { return strings.Compare(a.ID, b.ID) })
-	s.queued = slices.Insert(s.queued, i, j)
-	notify(&s.jobAvail)
-}
-
-func (s *Server) unqueueJobLocked(j *job) {
-	if i := slices.Index(s.queued, j); i >= 0 {
-		s.queued = slices.Delete(s.queued, i, i+1)
-	}
 }
 
 // Limits on what a job carries besides its module: they are shown to
@@ -115,6 +109,9 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		return nil, fmt.Errorf("submit build: run timeout %s exceeds the tracker's limit of %s (--max-job-run-timeout): %w", a.RunTimeout, s.cfg.MaxJobRunTimeout, proto.ErrBadRequest)
 	}
 	if err := checkJobLabels(a); err != nil {
+		return nil, fmt.Errorf("submit build: %w", err)
+	}
+	if err := checkJobPlace(a); err != nil {
 		return nil, fmt.Errorf("submit build: %w", err)
 	}
 	if a.QueueTimeout == 0 {
@@ -180,6 +177,8 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		j.State, j.Error, j.Finished, j.module = proto.JobFailed, unbuildable.Error(), now, ""
 	}
 	j.SubmitKey = a.SubmitKey
+	j.Class, j.Priority, j.CancelOnDisconnect = a.Class, a.Priority, a.CancelOnDisconnect
+	adoptLocked(j, c)
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
 	var changes []change
 	if unbuildable == nil {
@@ -196,6 +195,7 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		s.queueJobLocked(j)
 	}
 	out := j.BuildJob
+	s.placeLocked(&out)
 	s.mu.Unlock()
 	if unbuildable != nil {
 		s.log.Info("build job failed at submit", "job", j.ID, "name", a.Name, "err", unbuildable)
@@ -217,6 +217,7 @@ func (s *Server) submittedLocked(ctx context.Context, owner, key string) (*proto
 		for _, j := range s.jobs {
 			if j.SubmitKey == key && j.Owner == owner {
 				out := j.BuildJob
+				s.placeLocked(&out)
 				return &out, nil
 			}
 		}
@@ -250,7 +251,9 @@ func (s *Server) handleBuildStatus(ctx context.Context, c *proto.Conn, a proto.B
 	if err != nil {
 		return nil, err
 	}
-	return jobFor(c, j.BuildJob), nil
+	out := jobFor(c, j.BuildJob)
+	s.placeLocked(&out)
+	return out, nil
 }
 
 // userOf is the named user on c ("" for the fleet token, a node or none).
@@ -288,8 +291,12 @@ func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.Bui
 			s.mu.Unlock()
 			return nil, err
 		}
-		if j.Seq > a.Seq || j.State.Final() {
-			out := jobFor(c, j.BuildJob)
+		if u := userOf(c); u == "" || u == j.Owner {
+			adoptLocked(j, c)
+		}
+		out := jobFor(c, j.BuildJob)
+		s.placeLocked(&out)
+		if j.Seq > a.Seq || j.State.Final() || a.Position != 0 && out.Position > 0 && out.Position != a.Position {
 			s.mu.Unlock()
 			return out, nil
 		}
@@ -409,8 +416,9 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 	}
 }
 
-// pickJobLocked returns the oldest queued job whose target n builds (its
-// kind and, for a -mtriple, its triple: NodeAttrs.CanBuild).
+// pickJobLocked returns the first queued job in hand-out order (see
+// jobOrder) whose target n builds (its kind and, for a -mtriple, its
+// triple: NodeAttrs.CanBuild).
 func (s *Server) pickJobLocked(n *node) *job {
 	if n.lost || n.quarantine {
 		return nil
@@ -533,6 +541,7 @@ func (s *Server) expireJobsLocked(now time.Time) {
 			s.forgetJobLocked(j)
 		}
 	}
+	s.cancelOrphansLocked(now)
 }
 
 // finishedAt is when j ended (when it was queued, for a job stored

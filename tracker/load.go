@@ -1,8 +1,6 @@
 package tracker
 
 import (
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -30,6 +28,11 @@ func (s *Server) load() error {
 		}
 		if j.State == proto.JobQueued {
 			s.queued = append(s.queued, j)
+			if j.CancelOnDisconnect {
+				// Its client waits again through the restarted
+				// tracker, or the job is cancelled after the grace.
+				j.orphaned = now
+			}
 		}
 		s.jobs[j.ID] = j
 	}
@@ -51,8 +54,8 @@ func (s *Server) load() error {
 			s.byRequest[idemKey{l.User, l.RequestKey}] = l
 		}
 	}
-	slices.SortFunc(s.queued, func(a, b *job) int { return strings.Compare(a.ID, b.ID) })
 	s.mu.Lock()
+	s.sortQueueLocked()
 	for _, j := range requeue {
 		s.requeueLocked(j, "the tracker restarted while it ran", now)
 	}

@@ -16,6 +16,9 @@ func (s *Server) handleQuery(ctx context.Context, c *proto.Conn, a proto.QueryAr
 			a.Jobs, proto.MaxQueryJobs, proto.ErrBadRequest)
 	}
 	sum := s.summary(a.Jobs, a.JobsBefore)
+	for i, j := range sum.BuildQueue {
+		sum.BuildQueue[i] = jobFor(c, j)
+	}
 	for i, j := range sum.Jobs {
 		sum.Jobs[i] = jobFor(c, j)
 	}
@@ -90,7 +93,14 @@ func (s *Server) summary(jobs int, before string) proto.TrackerSummary {
 	}
 	slices.SortFunc(all, func(a, b *job) int { return strings.Compare(b.ID, a.ID) })
 	for _, j := range all[:min(jobs, len(all))] {
-		sum.Jobs = append(sum.Jobs, j.BuildJob)
+		out := j.BuildJob
+		s.placeLocked(&out)
+		sum.Jobs = append(sum.Jobs, out)
+	}
+	for i, j := range s.queued[:min(len(s.queued), proto.MaxQueryJobs)] {
+		out := j.BuildJob
+		s.placeAtLocked(&out, i)
+		sum.BuildQueue = append(sum.BuildQueue, out)
 	}
 	if len(all) > jobs {
 		sum.MoreJobsBefore = sum.Jobs[len(sum.Jobs)-1].ID

@@ -44,8 +44,9 @@ type Server struct {
 	jobs      map[string]*job
 	// submitting holds the submissions with a SubmitKey being persisted.
 	submitting map[idemKey]chan struct{}
-	queued     []*job // FIFO of queued jobs
+	queued     []*job // queued jobs in hand-out order (jobOrder)
 	jobAvail   chan struct{}
+	buildTimes []time.Duration // the last recentBuilds jobs' build times
 	nextJob    uint64
 	seq        uint64 // ticket order
 	stopping   bool   // set when shutdown starts: dropped connections no longer mark nodes lost
@@ -412,6 +413,7 @@ func (s *Server) disconnected(c *proto.Conn) {
 			s.dropTicketLocked(t, fmt.Errorf("lease request %s: client connection closed: %w", t.id, proto.ErrCancelled))
 		}
 	}
+	s.orphanJobsLocked(c, time.Now())
 	if id, ok := c.Value(connNodeKey{}).(string); ok && !s.stopping {
 		if n := s.nodes[id]; n != nil && n.conn == c {
 			n.conn = nil

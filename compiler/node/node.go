@@ -373,6 +373,7 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second
+	ownGroup(cmd)
 	runErr := cmd.Run()
 	logText = tail(out.String(), 16<<10)
 	if jctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,29 +177,8 @@ func freeAddr(t *testing.T) string {
 func TestNodeHidesItsPaths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	check.NoError(t, err)
-	trDone := make(chan error, 1)
-	go func() { trDone <- tr.Run(ctx) }()
-	defer func() { check.NoError(t, tr.Close()); <-trDone }()
-
 	work := t.TempDir()
-	ready := make(chan struct{})
-	nctx, ncancel := context.WithCancel(ctx)
-	nodeDone := make(chan error, 1)
-	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready,
-			Command: []string{"/bin/sh", "-c", `echo "compiling in $0/module.py"; echo "no luck in $0" >&2; exit 1`}})
-	}()
-	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
-	select {
-	case <-ready:
-	case err := <-nodeDone:
-		t.Fatalf("node stopped: %v", err)
-	}
-	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
-	check.NoError(t, err)
-	defer c.Close()
+	c := commandNode(t, ctx, work, "/bin/sh", "-c", `echo "compiling in $0/module.py"; echo "no luck in $0" >&2; exit 1`)
 	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu"})
 	check.NoError(t, err)
 	_, err = c.WaitBuild(ctx, job.ID, nil)
@@ -275,4 +256,84 @@ exec cc "$@"
 	check.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\necho 'bad-gcc: no such sysroot /opt/none' >&2\nexit 1\n"), 0o755))
 	err = node.Run(ctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, Toolchains: map[string]string{"aarch64-linux-gnu": bad}})
 	check.Error(t, err, "--toolchain aarch64-linux-gnu="+bad, "bad-gcc: no such sysroot /opt/none")
+}
+
+// TestNodeKillsBuildAtLimit: a job past its run limit fails saying so,
+// and the processes its command started (a C compiler) die with it.
+func TestNodeKillsBuildAtLimit(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see the processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	c := commandNode(t, ctx, t.TempDir(), "/bin/sh", "-c", `sleep 300 & echo $! > "$1.tmp" && mv "$1.tmp" "$1"; wait`, "job", pidFile)
+	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu", RunTimeout: 300 * time.Millisecond})
+	check.NoError(t, err)
+	_, err = c.WaitBuild(ctx, job.ID, nil)
+	check.ErrorIs(t, err, client.ErrBuildFailed)
+	check.Error(t, err, "300ms")
+	var pid int
+	for pid == 0 {
+		b, rerr := os.ReadFile(pidFile)
+		if rerr == nil {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+			check.NoError(t, err)
+		} else if ctx.Err() != nil {
+			t.Fatal("the job command did not start its child")
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for running(pid) {
+		if ctx.Err() != nil {
+			t.Fatalf("the job's child %d outlived the job's limit", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// running reports whether process pid runs (a zombie that no one reaps
+// does not).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// commandNode starts a tracker and a compiler node whose job command is
+// command (given the job directory after its arguments), working in
+// work, until the test ends; it returns a client of the tracker.
+func commandNode(t *testing.T, ctx context.Context, work string, command ...string) *client.Tracker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	ready := make(chan struct{})
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- node.Run(ctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready, Command: command})
+	}()
+	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
+	check.NoError(t, err)
+	t.Cleanup(func() {
+		c.Close()
+		cancel()
+		check.NoError(t, <-nodeDone)
+		check.NoError(t, tr.Close())
+		<-trDone
+	})
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		nodeDone <- err
+		t.Fatalf("node stopped: %v", err)
+	}
+	return c
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -57,18 +58,24 @@ type Result struct {
 	Device map[string]string
 }
 
-// Runner builds and measures candidates. Run returns one result per
-// candidate, in order; an error means the batch could not be measured
-// at all (the context ended, the fleet is gone) and nothing is recorded.
+// Runner builds and measures candidates. Stream measures cands, calling
+// each(i, result) once per candidate the moment its result is known (from
+// any goroutine, possibly several at once), and returns when every
+// candidate has its result; every call of each returns before Stream
+// does. An error means it could not go on (the
+// context ended, the fleet is gone): the results already given stand and
+// are recorded; the candidates without one are not.
 type Runner interface {
-	Run(ctx context.Context, t *Task, cands []*Candidate) ([]Result, error)
+	Stream(ctx context.Context, t *Task, cands []*Candidate, each func(i int, r Result)) error
 }
 
 // Options control Tune.
 type Options struct {
 	// Trials is how many candidates to measure, over all tasks.
 	Trials int
-	// Batch is how many candidates are measured together (default 16).
+	// Batch is how many candidates are in flight at most (default 16):
+	// a batch of them is proposed whenever half of those in flight are
+	// measured, so the devices never wait for a batch's slowest build.
 	Batch int
 	// Seed seeds the random source.
 	Seed uint64
@@ -78,15 +85,37 @@ type Options struct {
 	// Population and Generations shape the evolutionary search (default
 	// 64 and 3).
 	Population, Generations int
-	// Progress, when set, is called after every measured batch.
+	// Progress, when set, is called before the first trial and after
+	// every measured trial (from Tune's goroutine).
 	Progress func(Progress)
 }
 
-// Progress is the state of a tuning run after a batch.
+// Progress is the state of a tuning run after a trial.
 type Progress struct {
 	Done, Total int
 	Elapsed     time.Duration
 	Tasks       []TaskSummary
+	// Last is the trial just measured (nil before the first).
+	Last *Trial
+}
+
+// Trial is one measured candidate as Progress reports it.
+type Trial struct {
+	Task string
+	// Seconds is the candidate's median time (0 when it is invalid);
+	// Error and Stage say why it is invalid.
+	Seconds      float64
+	Error, Stage string
+	// Best is the task's best time after this trial (0: none valid yet).
+	Best float64
+}
+
+// PerMinute is the pace so far in trials a minute.
+func (p Progress) PerMinute() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Done) / p.Elapsed.Minutes()
 }
 
 // ETA estimates the time left from the pace so far.
@@ -121,6 +150,8 @@ var ErrNoTrials = errors.New("the trial budget is 0: nothing to measure")
 type taskState struct {
 	task     *Task
 	measured map[string]bool
+	pending  map[string]bool // in flight
+	dirty    bool            // measured since the model was last fitted
 	feats    [][]float64
 	times    []float64 // +Inf for invalid
 	decs     [][]Decision
@@ -130,11 +161,14 @@ type taskState struct {
 }
 
 // Tune searches every task's space, measuring opts.Trials candidates in
-// all through runner, appending each measured candidate to db, and
-// spending trials where weight × best time is largest. Records already
-// in db for a task's workload count as measured: they train the model
-// and are never measured again (resume). A cancelled ctx stops after the
-// batch in flight is dropped; everything recorded stays.
+// all through runner, appending each measured candidate to db the moment
+// its result comes, and spending trials where weight × best time is
+// largest. Candidates are kept in flight as a pipeline: whenever half of
+// the opts.Batch in flight have a result, the model is retrained and a
+// new batch proposed, so a slow build holds up nothing but itself.
+// Records already in db for a task's workload count as measured: they
+// train the model and are never measured again (resume). A cancelled ctx
+// stops the search; every result that came before it ended is in db.
 func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts Options) ([]TaskSummary, error) {
 	if opts.Trials < 1 {
 		return nil, ErrNoTrials
@@ -157,7 +191,7 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6b696c6e))
 	states := make([]*taskState, len(tasks))
 	for i, t := range tasks {
-		st := &taskState{task: t, measured: map[string]bool{}, best: math.Inf(1), model: NewModel(),
+		st := &taskState{task: t, measured: map[string]bool{}, pending: map[string]bool{}, best: math.Inf(1), model: NewModel(),
 			sum: TaskSummary{Name: t.Name, Workload: t.Workload.Hash, Weight: t.Weight}}
 		for _, r := range db.Records(t.Workload.Hash) {
 			st.learnRecord(r)
@@ -166,62 +200,185 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 		st.fit()
 		states[i] = st
 	}
-	start := time.Now()
-	done := 0
-	report := func() {
-		if opts.Progress == nil {
+	p := pipeline{ctx: ctx, db: db, runner: runner, opts: opts, states: states, start: time.Now(),
+		arrived: make(chan arrival), ended: make(chan batchEnd)}
+	p.run(rng)
+	if err := ctx.Err(); err != nil {
+		return summaries(states), err
+	}
+	return summaries(states), p.err
+}
+
+// pipeline is one Tune call's candidates in flight: batches streamed by
+// the runner in goroutines of their own, their results taken in order of
+// arrival by the loop of run.
+type pipeline struct {
+	ctx    context.Context
+	db     *Database
+	runner Runner
+	opts   Options
+	states []*taskState
+	start  time.Time
+
+	arrived chan arrival
+	ended   chan batchEnd
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	done, inflight, batches int
+	stop                    bool
+	err                     error // the first error that stopped the search
+}
+
+// arrival is one candidate's result.
+type arrival struct {
+	st  *taskState
+	c   *Candidate
+	res Result
+}
+
+// batchEnd is the end of one Stream call: the candidates it left without
+// a result, and its error.
+type batchEnd struct {
+	st   *taskState
+	lost []*Candidate
+	err  error
+}
+
+func (p *pipeline) run(rng *rand.Rand) {
+	rctx, cancel := context.WithCancel(p.ctx)
+	p.cancel = cancel
+	defer func() {
+		cancel()
+		p.wg.Wait()
+	}()
+	p.report(nil)
+	stuck := 0
+	for {
+		for !p.stop && p.ctx.Err() == nil && p.inflight <= p.opts.Batch/2 && p.done+p.inflight < p.opts.Trials {
+			st := pick(p.states)
+			n := min(p.opts.Batch-p.inflight, p.opts.Trials-p.done-p.inflight)
+			st.refit()
+			cands := st.propose(rng, n, p.opts)
+			if len(cands) == 0 {
+				if p.inflight > 0 {
+					break // what is in flight may teach the model more
+				}
+				// This space is exhausted (every candidate measured).
+				if stuck++; stuck >= len(p.states) {
+					p.stop = true
+					break
+				}
+				st.exhausted()
+				continue
+			}
+			stuck = 0
+			p.launch(rctx, st, cands)
+		}
+		if p.batches == 0 {
 			return
 		}
-		p := Progress{Done: done, Total: opts.Trials, Elapsed: time.Since(start)}
-		for _, st := range states {
-			p.Tasks = append(p.Tasks, st.summary())
+		select {
+		case a := <-p.arrived:
+			p.record(a)
+		case e := <-p.ended:
+			p.batches--
+			for _, c := range e.lost {
+				delete(e.st.pending, c.Key())
+				p.inflight--
+			}
+			if e.err != nil {
+				p.fail(e.err)
+			}
 		}
-		opts.Progress(p)
 	}
-	report()
-	stuck := 0
-	for done < opts.Trials {
-		if err := ctx.Err(); err != nil {
-			return summaries(states), err
-		}
-		st := pick(states)
-		n := min(opts.Batch, opts.Trials-done)
-		cands := st.propose(rng, n, opts)
-		if len(cands) == 0 {
-			// This space is exhausted (every candidate measured).
-			stuck++
-			if stuck >= len(states) {
-				break
-			}
-			st.exhausted()
-			continue
-		}
-		stuck = 0
-		res, err := runner.Run(ctx, st.task, cands)
-		if err != nil {
-			return summaries(states), err
-		}
-		if len(res) != len(cands) {
-			return summaries(states), fmt.Errorf("tune: the runner returned %d results for %d candidates", len(res), len(cands))
-		}
-		for i, c := range cands {
-			r := Record{Workload: st.task.Workload, Target: db.Target(), Device: res[i].Device, Decisions: c.Decisions, Schedule: c.Schedule,
-				Trace: c.Trace, Times: res[i].Times, Error: res[i].Error, Stage: res[i].Stage, Unix: time.Now().Unix()}
-			if err := db.Append(r); err != nil {
-				return summaries(states), err
-			}
-			st.learnRecord(r)
-			st.sum.Trials++
-			if !r.Valid() {
-				st.sum.Invalid++
-			}
-			st.sum.History = append(st.sum.History, st.best)
-			done++
-		}
-		st.fit()
-		report()
+}
+
+// launch streams cands of st's task through the runner.
+func (p *pipeline) launch(ctx context.Context, st *taskState, cands []*Candidate) {
+	for _, c := range cands {
+		st.pending[c.Key()] = true
 	}
-	return summaries(states), nil
+	p.inflight += len(cands)
+	p.batches++
+	p.wg.Go(func() {
+		var once sync.Mutex
+		given := make([]bool, len(cands))
+		err := p.runner.Stream(ctx, st.task, cands, func(i int, r Result) {
+			once.Lock()
+			dup := i < 0 || i >= len(cands) || given[i]
+			if !dup {
+				given[i] = true
+			}
+			once.Unlock()
+			if !dup {
+				p.arrived <- arrival{st, cands[i], r}
+			}
+		})
+		// The candidates left without a result are no longer in flight.
+		once.Lock()
+		var lost []*Candidate
+		for i, g := range given {
+			if !g {
+				lost = append(lost, cands[i])
+			}
+		}
+		once.Unlock()
+		if err == nil && len(lost) > 0 {
+			err = fmt.Errorf("tune: the runner gave no result for %d of %d candidates", len(lost), len(cands))
+		}
+		p.ended <- batchEnd{st, lost, err}
+	})
+}
+
+// record appends a's result to the database and teaches it to its task.
+func (p *pipeline) record(a arrival) {
+	st, c, res := a.st, a.c, a.res
+	delete(st.pending, c.Key())
+	p.inflight--
+	r := Record{Workload: st.task.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
+		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix()}
+	if err := p.db.Append(r); err != nil {
+		p.fail(err)
+		return
+	}
+	st.learnRecord(r)
+	st.dirty = true
+	st.sum.Trials++
+	if !r.Valid() {
+		st.sum.Invalid++
+	}
+	st.sum.History = append(st.sum.History, st.best)
+	p.done++
+	tr := &Trial{Task: st.task.Name, Error: r.Error, Stage: r.Stage}
+	if r.Valid() {
+		tr.Seconds = r.Median()
+	}
+	if !math.IsInf(st.best, 1) {
+		tr.Best = st.best
+	}
+	p.report(tr)
+}
+
+// fail stops the search at its first error: no more batches, and those
+// in flight are told to stop (their results still come and are kept).
+func (p *pipeline) fail(err error) {
+	if p.err == nil && p.ctx.Err() == nil {
+		p.err = err
+	}
+	p.stop = true
+	p.cancel()
+}
+
+func (p *pipeline) report(last *Trial) {
+	if p.opts.Progress == nil {
+		return
+	}
+	pr := Progress{Done: p.done, Total: p.opts.Trials, Elapsed: time.Since(p.start), Last: last}
+	for _, st := range p.states {
+		pr.Tasks = append(pr.Tasks, st.summary())
+	}
+	p.opts.Progress(pr)
 }
 
 func summaries(states []*taskState) []TaskSummary {
@@ -297,6 +454,14 @@ func (st *taskState) learnRecord(r Record) {
 	}
 }
 
+// refit retrains the model when the task has data it was not fitted on.
+func (st *taskState) refit() {
+	if st.dirty {
+		st.fit()
+		st.dirty = false
+	}
+}
+
 // fit retrains the task's model on normalized throughput.
 func (st *taskState) fit() {
 	if len(st.feats) == 0 || math.IsInf(st.best, 1) {
@@ -324,7 +489,7 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 	var out []*Candidate
 	take := func(c *Candidate) bool {
 		k := c.Key()
-		if st.measured[k] || seen[k] {
+		if st.measured[k] || st.pending[k] || seen[k] {
 			return false
 		}
 		seen[k] = true

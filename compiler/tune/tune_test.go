@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,8 @@ type localRunner struct {
 	outs []*ndarray.NDArray
 	want [][]float32
 	fail func(c *Candidate) bool // candidates to report as crashed
+	mu   sync.Mutex              // one batch at a time: the arrays are shared
+	n    int                     // modules built
 }
 
 func (r *localRunner) build(f *ir.PrimFunc, name string) (*cpu.Module, *packedfunc.Func, error) {
@@ -50,7 +54,9 @@ func (r *localRunner) build(f *ir.PrimFunc, name string) (*cpu.Module, *packedfu
 	return m, fn, nil
 }
 
-func (r *localRunner) Run(ctx context.Context, task *Task, cands []*Candidate) ([]Result, error) {
+func (r *localRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.args == nil {
 		rng := rand.New(rand.NewPCG(1, 1))
 		f := task.Func
@@ -82,20 +88,27 @@ func (r *localRunner) Run(ctx context.Context, task *Task, cands []*Candidate) (
 			r.want = append(r.want, d)
 		}
 	}
-	out := make([]Result, len(cands))
 	for i, c := range cands {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		if r.fail != nil && r.fail(c) {
-			out[i] = Result{Error: "worker killed by signal SIGSEGV", Stage: "run"}
-			continue
-		}
-		m, fn, err := r.build(c.Func, fmt.Sprintf("cand%d", i))
-		if err != nil {
-			out[i] = Result{Error: err.Error(), Stage: "build"}
-			continue
-		}
+		each(i, r.measure(c))
+	}
+	return nil
+}
+
+// measure builds, runs, checks and times one candidate.
+func (r *localRunner) measure(c *Candidate) Result {
+	if r.fail != nil && r.fail(c) {
+		return Result{Error: "worker killed by signal SIGSEGV", Stage: "run"}
+	}
+	r.n++
+	m, fn, err := r.build(c.Func, fmt.Sprintf("cand%d", r.n))
+	if err != nil {
+		return Result{Error: err.Error(), Stage: "build"}
+	}
+	defer m.Close()
+	{
 		for _, o := range r.outs {
 			nan, err := ndarray.FromSlice(make([]float32, o.NumElements()), o.Shape())
 			check.NoError(r.t, err)
@@ -105,24 +118,18 @@ func (r *localRunner) Run(ctx context.Context, task *Task, cands []*Candidate) (
 			}
 			check.NoError(r.t, o.CopyFrom(nan))
 		}
-		if _, err := fn.Call(r.args...); err != nil {
-			out[i] = Result{Error: err.Error(), Stage: "run"}
-			m.Close()
-			continue
-		}
-		if msg := r.check(); msg != "" {
-			out[i] = Result{Error: msg, Stage: "check"}
-			m.Close()
-			continue
-		}
-		start := time.Now()
-		for range 3 {
-			fn.Call(r.args...)
-		}
-		out[i] = Result{Times: []float64{time.Since(start).Seconds() / 3}, Device: map[string]string{"device": "test"}}
-		m.Close()
 	}
-	return out, nil
+	if _, err := fn.Call(r.args...); err != nil {
+		return Result{Error: err.Error(), Stage: "run"}
+	}
+	if msg := r.check(); msg != "" {
+		return Result{Error: msg, Stage: "check"}
+	}
+	start := time.Now()
+	for range 3 {
+		fn.Call(r.args...)
+	}
+	return Result{Times: []float64{time.Since(start).Seconds() / 3}, Device: map[string]string{"device": "test"}}
 }
 
 func (r *localRunner) check() string {
@@ -158,8 +165,13 @@ func TestTuneLocal(t *testing.T) {
 	check.NoError(t, db.Close())
 	check.Equal(t, sum[0].Trials, 12)
 	check.True(t, sum[0].Best > 0 && sum[0].GFLOPS > 0, sum[0])
-	check.Equal(t, len(progress), 4) // before the first batch, then one per batch
-	check.Equal(t, progress[3].Done, 12)
+	check.Equal(t, len(progress), 13) // before the first trial, then one per trial
+	check.True(t, progress[0].Last == nil, progress[0])
+	for i, p := range progress[1:] {
+		check.Equal(t, p.Done, i+1)
+		check.True(t, p.Last != nil && p.Last.Task == "mm", p)
+		check.True(t, (p.Last.Seconds > 0) == (p.Last.Error == ""), p.Last)
+	}
 
 	db2, notes, err := OpenDatabase(path, "cpu")
 	check.NoError(t, err)
@@ -189,23 +201,32 @@ func TestTuneLocal(t *testing.T) {
 
 // fakeRunner "measures" without building: the time is a function of the
 // candidate's features, and some candidates fail.
-type fakeRunner struct{ runs map[string]int }
+type fakeRunner struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	given int // results given
+}
 
-func (r *fakeRunner) Run(ctx context.Context, task *Task, cands []*Candidate) ([]Result, error) {
-	out := make([]Result, len(cands))
+func (r *fakeRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
 	for i, c := range cands {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		k := c.Key()
+		r.mu.Lock()
 		r.runs[k]++
+		r.given++
+		r.mu.Unlock()
 		h := fnv.New32a()
 		h.Write([]byte(k))
 		if h.Sum32()%4 == 0 {
-			out[i] = Result{Error: "wrong result", Stage: "check"}
+			each(i, Result{Error: "wrong result", Stage: "check"})
 			continue
 		}
 		v := Features(c.Func)
-		out[i] = Result{Times: []float64{1e-3 * (1 + math.Abs(v[3]-3) + math.Abs(v[21]-5) + v[6]/4)}}
+		each(i, Result{Times: []float64{1e-3 * (1 + math.Abs(v[3]-3) + math.Abs(v[21]-5) + v[6]/4)}})
 	}
-	return out, nil
+	return nil
 }
 
 // TestTuneNeverRetries: over 80 trials of a fake runner, no candidate is
@@ -234,21 +255,26 @@ func TestTuneNeverRetries(t *testing.T) {
 // candidate at other.
 type defaultRunner struct {
 	dflt, other float64
+	mu          sync.Mutex
 	batches     [][]string // the candidates' keys, per batch
 }
 
-func (r *defaultRunner) Run(ctx context.Context, task *Task, cands []*Candidate) ([]Result, error) {
-	out := make([]Result, len(cands))
+func (r *defaultRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
 	var keys []string
-	for i, c := range cands {
+	for _, c := range cands {
 		keys = append(keys, c.Key())
-		out[i].Times = []float64{r.other}
-		if c.Schedule == DefaultSchedule {
-			out[i].Times = []float64{r.dflt}
-		}
 	}
+	r.mu.Lock()
 	r.batches = append(r.batches, keys)
-	return out, nil
+	r.mu.Unlock()
+	for i, c := range cands {
+		res := Result{Times: []float64{r.other}}
+		if c.Schedule == DefaultSchedule {
+			res.Times = []float64{r.dflt}
+		}
+		each(i, res)
+	}
+	return nil
 }
 
 // TestTuneSeedsDefault: the default schedule is measured in the first
@@ -303,19 +329,74 @@ func TestTuneBadInput(t *testing.T) {
 	check.Error(t, err, "trial budget is 0")
 }
 
-// TestTuneCancel: a cancelled context stops with the records kept.
+// TestTuneCancel: a context cancelled in the middle of a batch (after 6
+// of its 16 candidates were measured, as a Ctrl-C would) stops the
+// search with every measured candidate on disk, in the database file.
 func TestTuneCancel(t *testing.T) {
 	task, err := NewTask("mm", matmulFunc(t, 16, 16, 16), 1, testTarget)
 	check.NoError(t, err)
-	db := NewDatabase("cpu")
+	path := filepath.Join(t.TempDir(), "db.jsonl")
+	db, _, err := OpenDatabase(path, "cpu")
+	check.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = Tune(ctx, []*Task{task}, db, &fakeRunner{runs: map[string]int{}}, Options{Trials: 64, Batch: 8, Progress: func(p Progress) {
-		if p.Done >= 16 {
+	defer cancel()
+	r := &fakeRunner{runs: map[string]int{}}
+	_, err = Tune(ctx, []*Task{task}, db, r, Options{Trials: 64, Batch: 16, Progress: func(p Progress) {
+		if p.Done == 6 {
 			cancel()
 		}
 	}})
 	check.True(t, errors.Is(err, context.Canceled), err)
-	check.Equal(t, db.Len(), 16)
+	check.NoError(t, db.Close())
+	disk, _, err := OpenDatabase(path, "cpu")
+	check.NoError(t, err)
+	defer disk.Close()
+	check.True(t, r.given >= 6 && r.given < 64, "results given:", r.given)
+	check.Equal(t, disk.Len(), r.given)
+}
+
+// gatedRunner holds back the result of one candidate of its first batch
+// (its "slow build") until release is closed, measuring the rest.
+type gatedRunner struct {
+	fakeRunner
+	release chan struct{}
+	batches atomic.Int32
+}
+
+func (r *gatedRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
+	if r.batches.Add(1) > 1 {
+		return r.fakeRunner.Stream(ctx, task, cands, each)
+	}
+	if err := r.fakeRunner.Stream(ctx, task, cands[1:], func(i int, res Result) { each(i+1, res) }); err != nil {
+		return err
+	}
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.fakeRunner.Stream(ctx, task, cands[:1], each)
+}
+
+// TestTunePipeline: while one candidate of the first batch is held back
+// (a slow build), the search goes on proposing and measuring new batches
+// up to the budget less that candidate; released, it completes the run.
+func TestTunePipeline(t *testing.T) {
+	task, err := NewTask("mm", matmulFunc(t, 64, 64, 64), 1, testTarget)
+	check.NoError(t, err)
+	db := NewDatabase("cpu")
+	r := &gatedRunner{fakeRunner: fakeRunner{runs: map[string]int{}}, release: make(chan struct{})}
+	sum, err := Tune(context.Background(), []*Task{task}, db, r, Options{Trials: 24, Batch: 8, Seed: 1, Progress: func(p Progress) {
+		if p.Done == 23 {
+			close(r.release) // every other candidate came first
+		}
+	}})
+	check.NoError(t, err)
+	check.Equal(t, sum[0].Trials, 24)
+	check.True(t, r.batches.Load() >= 3, "batches:", r.batches.Load())
+	for k, n := range r.runs {
+		check.Equal(t, n, 1, "runs of", k)
+	}
 }
 
 // TestDatabaseReadNotes: lines that do not parse are skipped with a note

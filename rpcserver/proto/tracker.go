@@ -498,6 +498,9 @@ type TrackerSummary struct {
 	MoreJobsBefore string `msgpack:"more_jobs_before,omitempty" json:"more_jobs_before,omitempty"`
 	// JobCounts counts all jobs by state.
 	JobCounts map[JobState]int `msgpack:"job_counts" json:"job_counts"`
+	// BuildQueue lists the queued jobs in the order they are handed to
+	// compiler nodes (at most MaxQueryJobs), with their Position and ETA.
+	BuildQueue []BuildJob `msgpack:"build_queue,omitempty" json:"build_queue,omitempty"`
 	// TVMServers lists servers registered through the TVM tracker protocol.
 	TVMServers []TVMServerSummary `msgpack:"tvm_servers,omitempty" json:"tvm_servers,omitempty"`
 	Leases     int                `msgpack:"leases" json:"leases"`
@@ -572,6 +575,30 @@ func (s JobState) Final() bool {
 	return s == JobSucceeded || s == JobFailed || s == JobCancelled
 }
 
+// JobClass sorts the build queue: interactive jobs (someone waits for
+// them: kiln build --tracker, the C API) are handed to compiler nodes
+// before bulk ones (tuning candidates); within a class, higher Priority
+// first, then the oldest.
+type JobClass string
+
+// The job classes. A job submitted without one is interactive.
+const (
+	JobInteractive JobClass = "interactive"
+	JobBulk        JobClass = "bulk"
+)
+
+// Rank orders the classes: lower is handed out first (an unknown class
+// after every known one).
+func (c JobClass) Rank() int {
+	switch c {
+	case "", JobInteractive:
+		return 0
+	case JobBulk:
+		return 1
+	}
+	return 2
+}
+
 // BuildSubmitArgs submits a build job.
 type BuildSubmitArgs struct {
 	// Name labels the job in query output (a file name).
@@ -597,6 +624,15 @@ type BuildSubmitArgs struct {
 	// connection during a submit sends it again safely. The SDK sets a
 	// random key per SubmitBuild.
 	SubmitKey string `msgpack:"submit_key,omitempty"`
+	// Class and Priority place the job in the queue (see JobClass;
+	// higher priority first).
+	Class    JobClass `msgpack:"class,omitempty"`
+	Priority int      `msgpack:"priority,omitempty"`
+	// CancelOnDisconnect cancels the job while it is still queued once
+	// no connection has submitted it or waited for it for the tracker's
+	// grace period (--job-orphan-grace): a client that was killed leaves
+	// no work behind, one that reconnects and waits again keeps its job.
+	CancelOnDisconnect bool `msgpack:"cancel_on_disconnect,omitempty"`
 }
 
 // BuildJob is a build job as the tracker reports it. Module is only filled
@@ -630,6 +666,16 @@ type BuildJob struct {
 	// SubmitKey is the submission's BuildSubmitArgs.SubmitKey, shown to
 	// its owner only.
 	SubmitKey string `msgpack:"submit_key,omitempty" json:"-"`
+	// Class, Priority and CancelOnDisconnect are the submission's.
+	Class              JobClass `msgpack:"class,omitempty" json:"class,omitempty"`
+	Priority           int      `msgpack:"priority,omitempty" json:"priority,omitempty"`
+	CancelOnDisconnect bool     `msgpack:"cancel_on_disconnect,omitempty" json:"cancel_on_disconnect,omitempty"`
+	// Position (1 = next) and ETA (how long until it is likely built,
+	// from the recent jobs' build times and the compiler nodes that
+	// build its target) are set on a queued job when it is reported;
+	// they are not stored.
+	Position int           `msgpack:"position,omitempty" json:"position,omitempty"`
+	ETA      time.Duration `msgpack:"eta,omitempty" json:"eta,omitempty"`
 }
 
 // BuildJobArgs names a job.
@@ -643,6 +689,10 @@ type BuildWaitArgs struct {
 	ID   string        `msgpack:"id"`
 	Seq  uint64        `msgpack:"seq"`
 	Wait time.Duration `msgpack:"wait,omitempty"`
+	// Position, when set, is the queue position the client last saw (-1:
+	// none yet): the answer also comes once a queued job's position
+	// differs.
+	Position int `msgpack:"position,omitempty"`
 }
 
 // BuildTakeArgs is a compiler node asking for a job matching its targets.

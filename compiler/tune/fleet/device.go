@@ -13,7 +13,7 @@ import (
 )
 
 // device is one leased device and its session. Its fields change only in
-// the goroutine measuring on it (name also under Runner.mu).
+// the goroutine that took it from the pool (name also under Runner.mu).
 type device struct {
 	name  string
 	lease *client.Lease
@@ -23,6 +23,7 @@ type device struct {
 	// arrays of the workload last measured here
 	task   string
 	arrays []*client.Array
+	idle   time.Time // when it went back to the pool
 }
 
 // lease leases a device through the current tracker connection (redialed

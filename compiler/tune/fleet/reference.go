@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -35,6 +34,8 @@ type param struct {
 // reference draws the task's inputs and computes the reference result
 // with the unscheduled function, once per workload.
 func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, error) {
+	r.refMu.Lock()
+	defer r.refMu.Unlock()
 	r.mu.Lock()
 	ref := r.refs[task.Workload.Hash]
 	r.mu.Unlock()
@@ -45,49 +46,48 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
 	}
-	art, res, err := r.build(ctx, task, task.Func)
+	art, res, err := r.buildJob(ctx, task, task.Func, 0)
 	if err != nil {
 		return nil, err
 	}
 	if art == nil {
 		return nil, fmt.Errorf("fleet: %s: the unscheduled function does not build: %s", task.Name, res.Error)
 	}
-	r.mu.Lock()
-	devs := append([]*device(nil), r.devs...)
-	r.mu.Unlock()
-	for _, d := range devs {
-		if err := r.ready(ctx, d); err != nil {
-			return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
-		}
-		fn, err := r.load(ctx, d, task, ref, art)
-		var outs [][]byte
-		if err == nil {
-			outs, err = call(ctx, d, ref, fn)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("fleet: %s: the unscheduled function failed on %s: %w", task.Name, d.name, err)
-		}
-		k := 0
-		for i := range ref.params {
-			if ref.params[i].out {
-				ref.params[i].data = outs[k]
-				k++
-			}
-		}
-		if !r.cfg.NoDefault {
-			if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...); err == nil {
-				ref.dflt = t.Median
-			}
-		}
-		r.mu.Lock()
-		r.refs[task.Workload.Hash] = ref
-		r.mu.Unlock()
-		return ref, nil
+	d, err := r.acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
 	}
-	return nil, errors.New("fleet: no device left in the pool")
+	defer r.release(d)
+	if err := r.ready(ctx, d); err != nil {
+		return nil, fmt.Errorf("fleet: %s: %w", task.Name, err)
+	}
+	fn, err := r.load(ctx, d, task, ref, art)
+	var outs [][]byte
+	if err == nil {
+		outs, err = call(ctx, d, ref, fn)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("fleet: %s: the unscheduled function failed on %s: %w", task.Name, d.name, err)
+	}
+	k := 0
+	for i := range ref.params {
+		if ref.params[i].out {
+			ref.params[i].data = outs[k]
+			k++
+		}
+	}
+	if !r.cfg.NoDefault {
+		if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...); err == nil {
+			ref.dflt = t.Median
+		}
+	}
+	r.mu.Lock()
+	r.refs[task.Workload.Hash] = ref
+	r.mu.Unlock()
+	return ref, nil
 }
 
 // Prepare computes the task's reference result and times its

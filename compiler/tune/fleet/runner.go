@@ -35,6 +35,12 @@ type Config struct {
 	TLS   *tls.Config
 	// Target is the target string the candidates are built for.
 	Target string
+	// BuildTimeout bounds each candidate's build on a compiler node
+	// (0: DefaultBuildTimeout); a build past it is killed and the
+	// candidate recorded invalid at the build stage, never tried again.
+	// The reference (the unscheduled function) builds under the
+	// tracker's default limit.
+	BuildTimeout time.Duration
 	// Devices caps how many devices are leased (0: every free device
 	// with the key, at least one).
 	Devices int
@@ -81,6 +87,11 @@ type Runner struct {
 	replaced []*client.Tracker // earlier connections, closed by Close
 	devs     []*device
 	refs     map[string]*reference
+	refMu    sync.Mutex // one reference computed at a time
+
+	free     chan *device  // the pool's devices not measuring
+	gone     chan struct{} // closed when the last device left the pool
+	goneOnce sync.Once
 
 	redial sync.Mutex // one redial at a time
 	seq    atomic.Int64
@@ -102,6 +113,9 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Redial <= 0 {
 		cfg.Redial = defaultRedials
 	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
+	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, refs: map[string]*reference{}, tc: cfg.Tracker}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -119,6 +133,10 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.devs = devs
+	r.free, r.gone = make(chan *device, len(devs)), make(chan struct{})
+	for _, d := range devs {
+		r.free <- d
+	}
 	return r, nil
 }
 
@@ -218,23 +236,30 @@ func (r *Runner) closeTracker() {
 	}
 }
 
-// built is a candidate after its build job.
-type built struct {
-	i        int
-	artifact []byte
-	tries    int // measurements that lost their session
-}
-
 // maxTries bounds how many times a candidate whose session ended (not a
 // crash) is measured again before its last error is its result.
 const maxTries = 2
 
-// Run builds the candidates as build jobs, all submitted at once, and
-// measures each built one on the next free device.
-func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candidate) ([]tune.Result, error) {
+// Stream builds the candidates as build jobs, all submitted at once, and
+// measures each on the next free device of the pool the moment its build
+// is done, giving each result to each as it comes; it implements
+// tune.Runner. Streams may run at once (the search keeps a pipeline of
+// them): they share the devices, each measuring one candidate at a time.
+// When ctx ends the build jobs still queued are cancelled at the tracker
+// and the measurements under way dropped.
+func (r *Runner) Stream(ctx context.Context, task *tune.Task, cands []*tune.Candidate, each func(int, tune.Result)) error {
 	return r.run(ctx, task, len(cands), 0, func(ctx context.Context, i int) ([]byte, tune.Result, error) {
 		return r.build(ctx, task, cands[i].Func)
-	})
+	}, each)
+}
+
+// Run is Stream with the results in order, once every candidate has one.
+func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candidate) ([]tune.Result, error) {
+	out := make([]tune.Result, len(cands))
+	if err := r.Stream(ctx, task, cands, func(i int, res tune.Result) { out[i] = res }); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Built is a candidate after its build job: its artifact, or (Artifact
@@ -263,127 +288,118 @@ func (r *Runner) Measure(ctx context.Context, task *tune.Task, bs []Built) ([]tu
 	return r.MeasureOn(ctx, task, bs, 0)
 }
 
-// MeasureOn is Measure on the first k devices of the pool alone (all of
-// them when k is 0): the others stay leased and idle, so a caller can
-// compare the throughput of k devices with that of more without leasing
-// again.
+// MeasureOn is Measure on k devices of the pool at once (all of them
+// when k is 0): the others stay leased and idle, so a caller can compare
+// the throughput of k devices with that of more without leasing again.
 func (r *Runner) MeasureOn(ctx context.Context, task *tune.Task, bs []Built, k int) ([]tune.Result, error) {
-	return r.run(ctx, task, len(bs), k, func(_ context.Context, i int) ([]byte, tune.Result, error) {
+	out := make([]tune.Result, len(bs))
+	err := r.run(ctx, task, len(bs), k, func(_ context.Context, i int) ([]byte, tune.Result, error) {
 		return bs[i].Artifact, bs[i].Result, nil
-	})
-}
-
-// run measures n candidates on the first limit devices (all when 0):
-// get(i) gives the artifact of the i-th (or the result of its failed
-// build), called concurrently for all of them.
-func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get func(ctx context.Context, i int) ([]byte, tune.Result, error)) ([]tune.Result, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	ref, err := r.reference(ctx, task)
+	}, func(i int, res tune.Result) { out[i] = res })
 	if err != nil {
 		return nil, err
 	}
-	out := make([]tune.Result, n)
-	queue := make(chan built, n)
-	var wg sync.WaitGroup
-	var pending atomic.Int64
-	pending.Store(int64(n))
-	done := make(chan struct{})
-	finish := func() {
-		if pending.Add(-1) == 0 {
-			close(done)
-		}
+	return out, nil
+}
+
+// run measures n candidates on at most limit devices at once (no bound
+// when 0): get(i) gives the artifact of the i-th (or the result of its
+// failed build), called concurrently for all of them; each gets every
+// result as it comes. The first error (the tracker, the fleet gone, ctx)
+// stops the others; the results given before stand.
+func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get func(ctx context.Context, i int) ([]byte, tune.Result, error), each func(int, tune.Result)) error {
+	if n == 0 {
+		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var buildErr error
-	var buildMu sync.Mutex
+	ref, err := r.reference(ctx, task)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var slots chan struct{}
+	if limit > 0 {
+		slots = make(chan struct{}, limit)
+	}
+	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			art, res, err := get(ctx, i)
-			switch {
-			case err != nil:
-				buildMu.Lock()
-				buildErr = errors.Join(buildErr, err)
-				buildMu.Unlock()
-				cancel()
-			case art == nil:
-				out[i] = res
-				finish()
-			default:
-				queue <- built{i: i, artifact: art}
+			if err == nil && art != nil {
+				res, err = r.measureOnPool(ctx, task, ref, art, slots)
 			}
+			if err != nil {
+				cancel(err)
+				return
+			}
+			each(i, res)
 		})
 	}
-	r.mu.Lock()
-	devs := append([]*device(nil), r.devs...)
-	r.mu.Unlock()
-	if limit > 0 && len(devs) > limit {
-		devs = devs[:limit]
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
-	if len(devs) == 0 {
-		cancel()
-		wg.Wait()
-		return nil, errors.New("fleet: no device left in the pool")
+	return nil
+}
+
+// measureOnPool measures one built candidate on the next free device
+// (another when that one is gone, the same again when its session ended
+// through no fault of the candidate's).
+func (r *Runner) measureOnPool(ctx context.Context, task *tune.Task, ref *reference, art []byte, slots chan struct{}) (tune.Result, error) {
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			return tune.Result{}, ctx.Err()
+		}
 	}
-	var alive atomic.Int64
-	alive.Store(int64(len(devs)))
-	lost := make(chan struct{})
-	for _, d := range devs {
-		wg.Go(func() {
-			for {
-				idle := time.Now()
-				select {
-				case <-ctx.Done():
-					return
-				case <-done:
-					return
-				case b := <-queue:
-					r.clock.add(StageWait, time.Since(idle))
-					r.event(d, 1, "")
-					res, v := r.measure(ctx, d, task, ref, b.artifact)
-					r.event(d, 0, "")
-					if v == measureAgain && b.tries < maxTries {
-						b.tries++
-						queue <- b
-						continue
-					}
-					if v != deviceGone {
-						out[b.i] = res
-						finish()
-						continue
-					}
-					// The device is gone: another measures the candidate.
-					queue <- b
-					r.drop(d, res.Error)
-					if alive.Add(-1) == 0 {
-						close(lost)
-					}
-					return
-				}
-			}
-		})
+	for tries := 0; ; {
+		d, err := r.acquire(ctx)
+		if err != nil {
+			return tune.Result{}, err
+		}
+		r.event(d, 1, "")
+		res, v := r.measure(ctx, d, task, ref, art)
+		r.event(d, 0, "")
+		if ctx.Err() != nil {
+			// Cut short: not the candidate's result.
+			r.release(d)
+			return tune.Result{}, ctx.Err()
+		}
+		switch {
+		case v == deviceGone:
+			// Another device measures the candidate.
+			r.drop(d, res.Error)
+		case v == measureAgain && tries < maxTries:
+			tries++
+			r.release(d)
+		default:
+			r.release(d)
+			return res, nil
+		}
 	}
+}
+
+// acquire takes the next free device of the pool.
+func (r *Runner) acquire(ctx context.Context) (*device, error) {
 	select {
-	case <-done:
+	case d := <-r.free:
+		if !d.idle.IsZero() {
+			r.clock.add(StageWait, time.Since(d.idle))
+		}
+		return d, nil
 	case <-ctx.Done():
-	case <-lost:
-		cancel()
-		wg.Wait()
+		return nil, ctx.Err()
+	case <-r.gone:
 		return nil, errors.New("fleet: every device left the pool")
 	}
-	cancel()
-	wg.Wait()
-	if buildErr != nil {
-		return nil, buildErr
-	}
-	select {
-	case <-done:
-		return out, nil
-	default:
-		return nil, context.Cause(ctx)
-	}
+}
+
+// release puts d back in the pool.
+func (r *Runner) release(d *device) {
+	d.idle = time.Now()
+	r.free <- d
 }
 
 func (r *Runner) event(d *device, n int, dropped string) {
@@ -406,6 +422,9 @@ func (r *Runner) drop(d *device, why string) {
 			r.devs = append(r.devs[:i], r.devs[i+1:]...)
 			break
 		}
+	}
+	if len(r.devs) == 0 {
+		r.goneOnce.Do(func() { close(r.gone) })
 	}
 	r.mu.Unlock()
 	if d.sess != nil {

@@ -24,6 +24,11 @@ const (
 	defaultRedials = 2 * time.Minute
 )
 
+// DefaultBuildTimeout is a candidate's build limit unless Config says
+// otherwise: a candidate that takes longer to compile than this is not
+// worth its compile time (kiln tune --build-timeout).
+const DefaultBuildTimeout = time.Minute
+
 // errJobLost is buildOn's error for a job the tracker does not know (it
 // restarted without its state): the job is submitted again.
 var errJobLost = errors.New("the tracker does not know the job")
@@ -102,10 +107,21 @@ func (r *Runner) reconnect(ctx context.Context, gen int, cause error) error {
 // fails, the tracker is redialed and the job waited for again (the
 // tracker keeps its jobs over a restart), or submitted again if the
 // tracker no longer knows it.
+//
+// Candidates are bulk jobs (a person's kiln build goes first), limited
+// to cfg.BuildTimeout, and cancelled at the tracker when ctx ends or, if
+// this process dies, when its connection has been gone for the tracker's
+// grace period.
 func (r *Runner) build(ctx context.Context, task *tune.Task, f *ir.PrimFunc) ([]byte, tune.Result, error) {
+	return r.buildJob(ctx, task, f, r.cfg.BuildTimeout)
+}
+
+// buildJob is build under the run limit limit (0: the tracker's default).
+func (r *Runner) buildJob(ctx context.Context, task *tune.Task, f *ir.PrimFunc, limit time.Duration) ([]byte, tune.Result, error) {
 	n := r.seq.Add(1)
 	mod := ir.NewIRModule().With(task.Name, f.WithAttr(ir.AttrGlobalSymbol, task.Name))
-	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target}
+	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target,
+		RunTimeout: limit, Class: proto.JobBulk, CancelOnDisconnect: true}
 	id := ""
 	for try := 0; ; try++ {
 		tc, gen := r.tracker()
@@ -136,6 +152,15 @@ func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.Bui
 	start := time.Now()
 	job, err := tc.WaitBuild(ctx, *id, nil)
 	r.log.Debug("build job", "job", *id, "node", job.Node, "state", job.State, "took", time.Since(start))
+	if ctx.Err() != nil {
+		// Nobody wants the artifact: free the compiler nodes of it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if _, cerr := tc.CancelBuild(cctx, *id); cerr != nil {
+			r.log.Debug("cancel build job", "job", *id, "err", cerr)
+		}
+		cancel()
+		return nil, tune.Result{}, ctx.Err()
+	}
 	if errors.Is(err, proto.ErrNotFound) {
 		// A tracker that lost its state: submit the job again.
 		lost := *id
@@ -149,6 +174,9 @@ func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.Bui
 		msg := job.Error
 		if msg == "" {
 			msg = string(job.State)
+		}
+		if args.RunTimeout > 0 && !job.Started.IsZero() && job.Finished.Sub(job.Started) >= args.RunTimeout {
+			msg = fmt.Sprintf("build timed out: over the limit of %s a candidate's build may take (kiln tune --build-timeout): %s", args.RunTimeout, msg)
 		}
 		return nil, tune.Result{Error: msg, Stage: "build"}, nil
 	}

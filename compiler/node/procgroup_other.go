@@ -1,0 +1,9 @@
+//go:build !unix
+
+package node
+
+import "os/exec"
+
+// ownGroup leaves cmd as it is: without process groups only the job
+// process itself is killed at its time limit.
+func ownGroup(cmd *exec.Cmd) {}
