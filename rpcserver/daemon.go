@@ -232,6 +232,14 @@ func New(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(iso.uids) == 0 {
+		// No worker uids after all (the sandbox does not work here): the
+		// session root stays private.
+		if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+			iso.close()
+			return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+		}
+	}
 	sandboxed := iso.bwrap != ""
 	if sandboxed {
 		log.Info("sessions are sandboxed with bubblewrap: each worker in its own user, PID, mount, IPC and network namespaces, with only its session directory writable",
