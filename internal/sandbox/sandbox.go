@@ -34,11 +34,16 @@ import (
 // above the ids distributions and subordinate-id ranges hand out.
 const AutoUIDBase = 1879048192 // 0x70000000
 
-// AutoUIDs returns n uids of the automatic range.
-func AutoUIDs(n int) []int {
+// AutoUIDs returns n uids of the automatic range, from its first.
+func AutoUIDs(n int) []int { return AutoUIDsFrom(0, n) }
+
+// AutoUIDsFrom returns n uids of the automatic range from its offset'th:
+// callers of different kinds on one machine (device daemons, compiler
+// nodes) take different parts of it.
+func AutoUIDsFrom(offset, n int) []int {
 	u := make([]int, max(n, 1))
 	for i := range u {
-		u[i] = AutoUIDBase + i
+		u[i] = AutoUIDBase + offset + i
 	}
 	return u
 }
