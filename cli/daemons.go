@@ -147,6 +147,10 @@ Examples:
 			trackerFlag("HOST:PORT of the tracker", true),
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
+			&ucli.StringFlag{Name: "sandbox", Value: node.SandboxAuto, Usage: "how build jobs are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
+			&ucli.StringSliceFlag{Name: "job-env", Usage: "NAME=VALUE set in each build job's environment (repeatable); jobs inherit only PATH, CC and LD_LIBRARY_PATH of the node's own variables"},
+			&ucli.StringFlag{Name: "max-job-memory", Usage: "address-space cap of a build job's processes, e.g. 16GiB (default: 8GiB; 0: none)"},
+			&ucli.IntFlag{Name: "max-job-procs", Usage: "process cap of a build job, where it runs as a uid of its own (default: 256)"},
 			&ucli.StringSliceFlag{Name: "target", Usage: "target kinds this node builds: cpu, cuda (default: cpu, and cuda where NVRTC is installed)"},
 			&ucli.StringSliceFlag{Name: "toolchain", Usage: "TRIPLE=COMMAND: the C compiler for a target triple (repeatable; COMMAND may carry arguments)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
@@ -185,7 +189,20 @@ func runCompilerNode(c *ucli.Context) error {
 		}
 		toolchains[triple] = cmd
 	}
+	mem := int64(0)
+	if v := c.String("max-job-memory"); v != "" {
+		if mem, err = parseByteSize(v); err != nil {
+			return fmt.Errorf("compiler: --max-job-memory: %w", err)
+		}
+		if mem == 0 {
+			mem = -1
+		}
+	}
 	return node.Run(c.Context, node.Config{
+		Sandbox:       c.String("sandbox"),
+		JobEnv:        c.StringSlice("job-env"),
+		MaxJobMemory:  mem,
+		MaxJobProcs:   c.Int("max-job-procs"),
 		Toolchains:    toolchains,
 		Tracker:       c.String("tracker"),
 		Options:       client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: logger(c), CredentialFile: c.String("credential-file")},
@@ -294,7 +311,7 @@ Examples:
 			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs sandboxed sessions, or --insecure-shared)"},
 			&ucli.BoolFlag{Name: "insecure-shared", Usage: "allow --max-sessions above 1 although sessions are not sandboxed from each other"},
 			&ucli.StringFlag{Name: "sandbox", Value: rpcserver.SandboxAuto, Usage: "how workers are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
-			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them)"},
+			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them; default as root: uids from 1879048192 up)"},
 			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},

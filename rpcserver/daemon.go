@@ -118,6 +118,8 @@ type Config struct {
 	Sandbox string
 	// WorkerUIDs, when the daemon runs as root, are the uids sandboxed
 	// workers run as, one per session at a time (at least MaxSessions).
+	// A root daemon given none takes MaxSessions uids from
+	// sandbox.AutoUIDBase up: its workers never run as root.
 	WorkerUIDs []int
 	// MaxSessionMemory caps the memory of a session's processes in bytes
 	// (a cgroup's memory limit where the daemon can make one, else
@@ -208,8 +210,9 @@ func New(cfg Config) (*Daemon, error) {
 	if err := checkSessionRoot(cfg.Dir); err != nil {
 		return nil, err
 	}
-	if len(cfg.WorkerUIDs) > 0 {
-		// Workers of the pool must pass through to their own session
+	if len(cfg.WorkerUIDs) > 0 || (os.Geteuid() == 0 && cfg.Sandbox != SandboxOff) {
+		// Workers of the pool (a root daemon's sandboxed workers always
+		// have uids of their own) must pass through to their own session
 		// directories (0700, theirs); they cannot list the root.
 		if err := os.Chmod(cfg.Dir, 0o711); err != nil {
 			return nil, fmt.Errorf("rpcserver: session directory: %w", err)
@@ -228,6 +231,14 @@ func New(cfg Config) (*Daemon, error) {
 	iso, err := newIsolation(cfg, func(msg string, args ...any) { log.Info(msg, args...) })
 	if err != nil {
 		return nil, err
+	}
+	if len(iso.uids) == 0 {
+		// No worker uids after all (the sandbox does not work here): the
+		// session root stays private.
+		if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+			iso.close()
+			return nil, fmt.Errorf("rpcserver: session directory: %w", err)
+		}
 	}
 	sandboxed := iso.bwrap != ""
 	if sandboxed {

@@ -73,10 +73,12 @@
 // probes it once), each worker runs under bwrap in new user, PID, mount,
 // IPC, UTS and network namespaces, seeing read-only system directories,
 // its binary, a private /tmp and its session directory, the only writable
-// place (isolate.go, bwrapArgs). Its descriptors pass through bwrap, so the
-// handed-over call connection works without a network. Where the daemon
-// runs as root, Config.WorkerUIDs gives each session a uid of its own
-// (setpriv drops to it before bwrap). Memory and process caps go through a
+// place (isolate.go, over internal/sandbox), with no capabilities,
+// no_new_privs and /proc/sys read-only. Its descriptors pass through bwrap,
+// so the handed-over call connection works without a network. Where the
+// daemon runs as root, each session has a uid of its own, from
+// Config.WorkerUIDs or else the automatic range (sandbox.AutoUIDs); setpriv
+// drops to it before bwrap, so the sandbox's uid 0 is never the host's. Memory and process caps go through a
 // cgroup of the session's own under the daemon's (v2 where delegated,
 // else v1; a shell joins the cgroups and execs the rest, so every process
 // of the session starts inside), or through prlimit's rlimits where no

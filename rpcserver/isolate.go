@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	box "github.com/kiln-ml/kiln/internal/sandbox"
 )
 
 // Sandbox modes (Config.Sandbox).
@@ -82,11 +84,23 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 	case SandboxOff:
 		iso.why = "sandboxing is off (--sandbox off)"
 	case SandboxAuto, SandboxBwrap:
-		path, err := exec.LookPath("bwrap")
+		root := os.Geteuid() == 0
+		uids := cfg.WorkerUIDs
+		if root && len(uids) == 0 {
+			// As root, bubblewrap would map the sandbox's uid 0 to the
+			// host's root: the workers take uids of their own.
+			uids = box.AutoUIDs(max(cfg.MaxSessions, 1))
+		}
+		path, err := box.Find()
+		if err == nil && root {
+			iso.setpriv, err = box.FindSetpriv()
+		}
 		if err == nil {
-			err = probeBwrap(path, cfg, firstUID(cfg.WorkerUIDs))
-		} else {
-			err = errors.New("bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap")
+			uid := -1
+			if root {
+				uid = uids[0]
+			}
+			err = box.Probe(context.Background(), path, iso.setpriv, cfg.Dir, uid)
 		}
 		if err != nil {
 			if mode == SandboxBwrap {
@@ -95,6 +109,9 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 			iso.why = err.Error()
 		} else {
 			iso.bwrap = path
+			if root {
+				iso.uids = uids
+			}
 		}
 	default:
 		return nil, fmt.Errorf("rpcserver: --sandbox %q: want auto, bwrap or off", mode)
@@ -114,12 +131,6 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 		if len(cfg.WorkerUIDs) < max(cfg.MaxSessions, 1) {
 			return nil, fmt.Errorf("rpcserver: --worker-uids gives %d uids for --max-sessions %d: each session needs one", len(cfg.WorkerUIDs), cfg.MaxSessions)
 		}
-		iso.uids = cfg.WorkerUIDs
-		p, err := exec.LookPath("setpriv")
-		if err != nil {
-			return nil, errors.New("rpcserver: --worker-uids needs the setpriv command (util-linux)")
-		}
-		iso.setpriv = p
 	}
 	if iso.bwrap != "" && iso.procs == 0 {
 		iso.procs = DefaultMaxSessionProcs
@@ -149,111 +160,15 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 	return iso, nil
 }
 
-func firstUID(uids []int) int {
-	if len(uids) > 0 {
-		return uids[0]
-	}
-	return -1
-}
-
-// probeBwrap runs the sandbox a worker would get, around /bin/true, to
-// see that bubblewrap works here (user namespaces allowed, and so on).
-func probeBwrap(bwrap string, cfg Config, uid int) error {
-	tru, err := exec.LookPath("true")
-	if err != nil {
-		return fmt.Errorf("probe bubblewrap: %w", err)
-	}
-	dir, err := os.MkdirTemp(cfg.Dir, "probe-")
-	if err != nil {
-		return fmt.Errorf("probe bubblewrap: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	if uid > 0 {
-		os.Chown(dir, uid, uid)
-	}
-	args := append(bwrapArgs(dir, tru, nil), tru)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bwrap, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if uid > 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
-			msg = msg[i+1:]
+// wrapperProgram is the program of a worker wrapper to bind into the
+// sandbox: its first absolute path (its arguments are not bound).
+func wrapperProgram(wrapper []string) []string {
+	for _, p := range wrapper {
+		if filepath.IsAbs(p) && !strings.HasPrefix(p, "/usr/") {
+			return []string{p}
 		}
-		return fmt.Errorf("bubblewrap cannot sandbox workers here: %v: %.200s", err, msg)
 	}
 	return nil
-}
-
-// bwrapArgs are bubblewrap's arguments for a worker of session directory
-// dir running exe: new user, PID, mount, IPC, network, UTS and cgroup
-// namespaces; read-only binds of the system's programs and libraries and
-// of exe (and of wrapper's program, when outside them); the session
-// directory the only writable place beside a private /tmp; CUDA device
-// nodes where there are some. The worker's descriptors pass through.
-func bwrapArgs(dir, exe string, wrapper []string) []string {
-	args := []string{"--die-with-parent"}
-	if hasControllingTTY() {
-		// A kernel must not push input into the terminal the daemon was
-		// started from (TIOCSTI): the worker gets a session of its own.
-		// Only then, because a new session is a new scheduling autogroup
-		// on most kernels, which costs each call's wakeups tens of
-		// microseconds on a busy machine.
-		args = append(args, "--new-session")
-	}
-	args = append(args,
-		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-		"--hostname", "kiln-worker",
-		"--ro-bind", "/usr", "/usr",
-	)
-	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		default:
-			args = append(args, "--ro-bind", d, d)
-		}
-	}
-	// What the dynamic loader, OpenMP and BLAS alternatives read in /etc;
-	// nothing else of it (keys, tokens, configuration).
-	for _, f := range []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-		"/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group"} {
-		args = append(args, "--ro-bind-try", f, f)
-	}
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
-	if nodes, _ := filepath.Glob("/dev/nvidia*"); len(nodes) > 0 {
-		// A CUDA board: the driver's device nodes, and /sys (read-only),
-		// where the driver library looks the GPUs up.
-		for _, n := range nodes {
-			args = append(args, "--dev-bind-try", n, n)
-		}
-		args = append(args, "--ro-bind-try", "/sys", "/sys")
-	}
-	bound := map[string]bool{}
-	for _, p := range append([]string{exe}, wrapper...) {
-		if !filepath.IsAbs(p) || bound[p] || strings.HasPrefix(p, "/usr/") {
-			continue
-		}
-		if _, err := os.Stat(p); err == nil {
-			args = append(args, "--ro-bind", p, p)
-			bound[p] = true
-		}
-		if p != exe { // only the wrapper's program, not its arguments
-			break
-		}
-	}
-	args = append(args, "--bind", dir, dir, "--chdir", dir,
-		"--setenv", "HOME", dir, "--setenv", "TMPDIR", "/tmp", "--")
-	return args
 }
 
 // takeUID gives a session a uid of the pool (-1 when there is no pool).
@@ -288,11 +203,10 @@ func (iso *isolation) giveUID(u int) {
 func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string, path string, args []string) []string {
 	argv := append(append(append([]string{}, wrapper...), path), args...)
 	if iso.bwrap != "" {
-		argv = append(append([]string{iso.bwrap}, bwrapArgs(dir, path, wrapper)...), argv...)
+		argv = append(append([]string{iso.bwrap}, box.Args(dir, path, wrapperProgram(wrapper))...), argv...)
 	}
 	if uid > 0 {
-		u := strconv.Itoa(uid)
-		argv = append([]string{iso.setpriv, "--reuid=" + u, "--regid=" + u, "--clear-groups", "--"}, argv...)
+		argv = append(box.DropArgs(iso.setpriv, uid), argv...)
 	}
 	if iso.prlimit != "" {
 		pre := []string{iso.prlimit}
@@ -514,21 +428,3 @@ func elfMachine(path string) (elf.Machine, error) {
 	defer f.Close()
 	return f.Machine, nil
 }
-
-// hasControllingTTY reports whether the daemon has a controlling terminal,
-// which its workers would share.
-func hasControllingTTY() bool {
-	ttyOnce.Do(func() {
-		f, err := os.OpenFile("/dev/tty", os.O_RDONLY|syscall.O_NOCTTY, 0)
-		if err == nil {
-			f.Close()
-			hasTTY = true
-		}
-	})
-	return hasTTY
-}
-
-var (
-	ttyOnce sync.Once
-	hasTTY  bool
-)

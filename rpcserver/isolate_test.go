@@ -26,10 +26,11 @@ func TestIsolationCommand(t *testing.T) {
 	argv := iso.command("/srv/s1", []string{"/cg/mem/s1/cgroup.procs", "/cg/pids/s1/cgroup.procs"}, 61001, wrapper, path, args)
 	check.Equal(t, argv[0], "/bin/sh")
 	check.True(t, slices.Equal(argv[3:7], []string{"kiln-worker", "2", "/cg/mem/s1/cgroup.procs", "/cg/pids/s1/cgroup.procs"}), argv[3:7])
-	check.True(t, slices.Equal(argv[7:12], []string{"/usr/bin/setpriv", "--reuid=61001", "--regid=61001", "--clear-groups", "--"}), argv[7:12])
-	check.Equal(t, argv[12], "/usr/bin/bwrap")
-	rest := strings.Join(argv[13:], " ")
+	check.True(t, slices.Equal(argv[7:13], []string{"/usr/bin/setpriv", "--reuid=61001", "--regid=61001", "--clear-groups", "--no-new-privs", "--"}), argv[7:13])
+	check.Equal(t, argv[13], "/usr/bin/bwrap")
+	rest := strings.Join(argv[14:], " ")
 	for _, want := range []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent",
+		"--cap-drop ALL", "--ro-bind /proc/sys /proc/sys",
 		"--bind /srv/s1 /srv/s1", "--chdir /srv/s1", "--ro-bind " + path + " " + path, "--proc /proc", "--tmpfs /tmp",
 		"-- taskset -c 1 " + path + " rpcserver-worker"} {
 		check.True(t, strings.Contains(rest, want), "bubblewrap's arguments lack", want, rest)

@@ -285,8 +285,10 @@ func (v *verifier) expr(e Expr) {
 		if e.Op == OpCallExtern {
 			if len(e.Args) == 0 {
 				v.errorf("call_extern without a function name")
-			} else if _, ok := e.Args[0].(*StringImm); !ok {
+			} else if name, ok := e.Args[0].(*StringImm); !ok {
 				v.errorf("call_extern's first argument %s is not a string", e.Args[0])
+			} else if !IsCIdentifier(name.Value) {
+				v.errorf("call_extern of %q: a function name must be a C identifier (letters, digits, _)", name.Value)
 			}
 		}
 	case *Ramp:

@@ -64,6 +64,24 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, when set, is closed once the node is registered.
 	Ready chan<- struct{}
+	// Sandbox is how build jobs are confined: SandboxAuto (when empty),
+	// SandboxBwrap or SandboxOff. In the sandbox (internal/sandbox) a job
+	// sees the system's programs and libraries, the job command and the
+	// configured toolchains read-only and its job directory, the one
+	// writable place; it has no network, no capabilities and, on a node
+	// run as root, a uid of its own (never root).
+	Sandbox string
+	// JobEnv are NAME=VALUE variables added to a build job's environment,
+	// which holds otherwise only PATH, HOME, TMPDIR, CC and
+	// LD_LIBRARY_PATH: never put a secret there.
+	JobEnv []string
+	// MaxJobMemory caps a build job's address space in bytes
+	// (DefaultMaxJobMemory when 0; no cap when negative). MaxJobProcs caps
+	// its processes where it runs as a uid of its own (DefaultMaxJobProcs
+	// when 0; no cap when negative). A job's CPU time is capped at its
+	// timeout.
+	MaxJobMemory int64
+	MaxJobProcs  int
 	// MetricsListen, when set, is the HTTP address serving Prometheus
 	// /metrics: builds by outcome, build durations, builds running, and
 	// the Go runtime's and the process's series.
@@ -130,7 +148,22 @@ func Run(ctx context.Context, cfg Config) error {
 		defer os.RemoveAll(d)
 		work = d
 	}
-	n := &node{cfg: cfg, log: log, work: work, m: newNodeMetrics()}
+	for _, kv := range cfg.JobEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("compiler node: --job-env %q: want NAME=VALUE", kv)
+		}
+	}
+	jl, err := newJail(ctx, cfg, work)
+	if err != nil {
+		return err
+	}
+	if jl.bwrap != "" {
+		log.Info("build jobs are sandboxed with bubblewrap: no network, no capabilities, only the job directory writable",
+			"own_uids", jl.uids != nil, "max_job_memory", jl.memory, "max_job_procs", jl.procs)
+	} else {
+		log.Warn("build jobs are not sandboxed: they run as the node's user, in its namespaces", "why", jl.why)
+	}
+	n := &node{cfg: cfg, log: log, work: work, m: newNodeMetrics(), jail: jl}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -206,6 +239,7 @@ type node struct {
 	work      string
 	m         nodeMetrics
 	disc      toolchain.Discovery
+	jail      *jail
 }
 
 // nodeMetrics are the compiler node's Prometheus metrics.
@@ -368,8 +402,17 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 	_ = n.reg.JobProgress(ctx, job.ID, 0.1, "compiling")
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := append(append([]string(nil), n.cfg.Command[1:]...), dir)
-	cmd := exec.CommandContext(jctx, n.cfg.Command[0], args...)
+	uid, err := n.jail.take(jctx)
+	if err != nil {
+		return "", "", err
+	}
+	defer n.jail.give(uid)
+	argv, err := n.jail.command(dir, uid, int64(timeout/time.Second)+1, n.cfg.Command)
+	if err != nil {
+		return "", "", err
+	}
+	cmd := exec.CommandContext(jctx, argv[0], argv[1:]...)
+	cmd.Env = jobEnv(n.cfg, dir, n.jail.bwrap != "")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second

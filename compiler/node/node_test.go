@@ -64,7 +64,7 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	nodeDone := make(chan error, 1)
 	metricsAddr := freeAddr(t)
 	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
 			MetricsListen: metricsAddr})
 	}()
 	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
@@ -219,7 +219,7 @@ exec cc "$@"
 	nctx, ncancel := context.WithCancel(ctx)
 	nodeDone := make(chan error, 1)
 	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
 			Toolchains: map[string]string{"mips-linux-gnu": cc}})
 	}()
 	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()

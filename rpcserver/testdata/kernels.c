@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -133,6 +135,52 @@ KILN_EXPORT int32_t hog(KilnValue* args, int32_t* codes, int32_t n) {
   return 0;
 }
 
+// privs reports what the worker may do to the machine: out (int64[4])
+// gets its effective capabilities (CapEff), its NoNewPrivs flag, the
+// result of writing kernel.printk_ratelimit_burst's own value back (the
+// bytes written, or -errno: the host is unchanged either way) and the
+// host uid its uid 0 maps to (-1 when none does).
+KILN_EXPORT int32_t privs(KilnValue* args, int32_t* codes, int32_t n) {
+  DLTensor* o = (DLTensor*)args[0].v_handle;
+  int64_t* out = (int64_t*)((char*)o->data + o->byte_offset);
+  char buf[4096];
+  out[0] = out[1] = out[2] = out[3] = -1;
+  int fd = open("/proc/self/status", O_RDONLY);
+  if (fd >= 0) {
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[r > 0 ? r : 0] = 0;
+    char* p = strstr(buf, "CapEff:");
+    if (p) out[0] = strtoll(p + 7, NULL, 16);
+    p = strstr(buf, "NoNewPrivs:");
+    if (p) out[1] = strtoll(p + 11, NULL, 10);
+  }
+  const char* sysctl = "/proc/sys/kernel/printk_ratelimit_burst";
+  fd = open(sysctl, O_RDONLY);
+  ssize_t len = -1;
+  if (fd >= 0) {
+    len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+  }
+  fd = open(sysctl, O_WRONLY);
+  if (fd < 0) {
+    out[2] = -errno;
+  } else {
+    ssize_t w = len > 0 ? write(fd, buf, (size_t)len) : 0;
+    out[2] = w < 0 ? -errno : w;
+    close(fd);
+  }
+  fd = open("/proc/self/uid_map", O_RDONLY);
+  if (fd >= 0) {
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[r > 0 ? r : 0] = 0;
+    long long in, outside, count;
+    if (sscanf(buf, "%lld %lld %lld", &in, &outside, &count) == 3 && in == 0) out[3] = outside;
+  }
+  return 0;
+}
+
 KILN_EXPORT const char* kiln_module_metadata(void) {
   return "{\"format_version\":1,\"target\":\"c\",\"functions\":["
          "{\"name\":\"vadd\",\"params\":["
@@ -151,6 +199,8 @@ KILN_EXPORT const char* kiln_module_metadata(void) {
          "{\"name\":\"path\",\"kind\":\"tensor\",\"dtype\":\"uint8\",\"shape\":[\"n\"]},"
          "{\"name\":\"pid\",\"kind\":\"int\"},"
          "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[3]}]},"
-         "{\"name\":\"hog\",\"params\":[{\"name\":\"mb\",\"kind\":\"int\"}]}"
+         "{\"name\":\"hog\",\"params\":[{\"name\":\"mb\",\"kind\":\"int\"}]},"
+         "{\"name\":\"privs\",\"params\":["
+         "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[4]}]}"
          "]}";
 }

@@ -39,6 +39,10 @@ type Dialect struct {
 	// memory), or handled=false for the default (C: registers, stack or
 	// heap).
 	Allocate func(r *Renderer, b *ir.Buffer) (decl string, handled bool, err error)
+	// Externs are the functions of the dialect's prelude that lowered code
+	// may call (call_extern) beside the C math library and the module's
+	// own functions; no other name is printed as a call.
+	Externs map[string]bool
 	// Return is the statement that ends a function; "" is "return 0;".
 	Return string
 	// VectorDecl, when set, returns the declaration of vector type t (of
@@ -69,7 +73,20 @@ const bfloat16Type = "kiln_bf16"
 
 // C returns the dialect for host C compiled by GCC or Clang.
 func C() Dialect {
-	return Dialect{Name: "c", Prelude: cPrelude, Restrict: "restrict"}
+	return Dialect{Name: "c", Prelude: cPrelude, Restrict: "restrict", Externs: PackedHelpers()}
+}
+
+// PackedHelpers are the helpers of the packed API (transform's Helper*
+// names) that cPrelude defines, as Dialect.Externs.
+func PackedHelpers() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range []string{transform.HelperArgType, transform.HelperArgInt, transform.HelperArgFloat,
+		transform.HelperArgHandle, transform.HelperIsNull, transform.HelperNDim, transform.HelperShape,
+		transform.HelperStride, transform.HelperCompact, transform.HelperDTypeCode, transform.HelperDTypeBits,
+		transform.HelperDTypeLanes, transform.HelperDeviceType, transform.HelperData} {
+		m[n] = true
+	}
+	return m
 }
 
 func cFail(msg string, inParallel bool) string {

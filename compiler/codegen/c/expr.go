@@ -291,6 +291,10 @@ func (r *Renderer) call(e *ir.Call) string {
 			r.fail("call_extern's first argument %s is not a string", e.Args[0])
 			return "0"
 		}
+		if err := r.checkExtern(name.Value); err != nil {
+			r.fail("%v", err)
+			return "0"
+		}
 		rest := make([]string, 0, len(e.Args)-1)
 		for _, a := range e.Args[1:] {
 			rest = append(rest, r.Expr(a))

@@ -39,6 +39,7 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 	r := NewRenderer(d)
 	meta := &abi.Metadata{FormatVersion: abi.Version, Target: target, Functions: []abi.FuncInfo{}}
 	seen := map[string]bool{}
+	cSyms := map[string]string{}
 	for name, f := range m.PrimFuncs() {
 		sym, _ := f.Attrs[ir.AttrGlobalSymbol].(string)
 		if sym == "" {
@@ -57,6 +58,15 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 			// under a name the C library does not own.
 			cSym = "kiln_fn_" + sym
 		}
+		cSyms[name] = cSym
+		r.AllowExterns(cSym)
+	}
+	for name, f := range m.PrimFuncs() {
+		sym, _ := f.Attrs[ir.AttrGlobalSymbol].(string)
+		if sym == "" {
+			sym = name
+		}
+		cSym := cSyms[name]
 		if err := r.Func(cSym, f); err != nil {
 			return "", nil, err
 		}

@@ -26,6 +26,7 @@ type Renderer struct {
 	vecMath  map[string]bool   // vector math helpers used ("exp float32x16")
 	vecLoad2 map[ir.DType]bool // vector types loaded with a stride of 2
 	funcs    strings.Builder
+	externs  map[string]bool // the module's own functions, which call_extern may call
 
 	// Per-function state.
 	fn         string

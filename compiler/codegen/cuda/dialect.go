@@ -6,6 +6,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
@@ -26,6 +27,7 @@ func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 			}
 			return allocate(r, b, aligned[b.Data])
 		},
+		Externs:    map[string]bool{transform.SyncThreads: true},
 		Return:     "return;",
 		VectorDecl: vectorDecl,
 		BFloat16:   true,
@@ -65,6 +67,10 @@ func signature(r *c.Renderer, name string, f *ir.PrimFunc) (string, error) {
 func loop(r *c.Renderer, f *ir.For) ([]string, bool, error) {
 	switch f.Kind {
 	case ir.ForThreadBinding:
+		if _, ok := axes[f.ThreadTag]; !ok {
+			// verify refuses it first; the tag is printed as code.
+			return nil, false, fmt.Errorf("loop %q is bound to %q, which is not a CUDA thread axis", f.Var.Name, f.ThreadTag)
+		}
 		return []string{"{", fmt.Sprintf("  %s %s = (%s)%s;", r.Type(f.Var.Type), r.VarName(f.Var), r.Type(f.Var.Type), f.ThreadTag)}, true, nil
 	case ir.ForUnrolled:
 		return []string{"#pragma unroll", r.ForHeader(f)}, true, nil

@@ -81,6 +81,10 @@ static int32_t kiln_launch(int32_t kernel, const char* name, const int64_t* dims
 		fmt.Fprintf(&b, "  const int64_t dims[6] = {gx, gy, gz, bx, by, bz};\n  return kiln_launch(%d, %q, dims, %d, %s);\n}\n", i, k.Name, k.DynSharedBytes, args)
 	}
 	d.Prelude = b.String()
+	d.Externs = c.PackedHelpers()
+	for _, k := range kernels {
+		d.Externs[transform.LaunchPrefix+k.Name] = true
+	}
 	return d, nil
 }
 
