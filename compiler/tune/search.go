@@ -55,6 +55,8 @@ type Result struct {
 	Error, Stage string
 	// Device describes the board that measured it.
 	Device map[string]string
+	// Validity is the time evaluator's verdict on Times.
+	Validity
 }
 
 // Runner builds and measures candidates. Run returns one result per
@@ -207,6 +209,7 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 		for i, c := range cands {
 			r := Record{Workload: st.task.Workload, Target: db.Target(), Device: res[i].Device, Decisions: c.Decisions, Schedule: c.Schedule,
 				Trace: c.Trace, Times: res[i].Times, Error: res[i].Error, Stage: res[i].Stage, Unix: time.Now().Unix()}
+			r.Validity = res[i].Validity
 			if err := db.Append(r); err != nil {
 				return summaries(states), err
 			}
