@@ -230,7 +230,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	noDefault := opt.part == "scaling"
 	open := func(devices int) (*tunefleet.Runner, error) {
 		return tunefleet.Open(ctx, tunefleet.Config{Tracker: fl.client, Key: "cpu", Token: fl.tok, Target: target.String(),
-			Devices: devices, User: "bench tune", NoDefault: noDefault, Time: client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}})
+			Devices: devices, User: "bench tune", NoDefault: noDefault, Time: client.TimeOptions{Number: 1, Repeat: 6, MinRepeatMS: 10}})
 	}
 
 	// The search, on both daemons; then the other kernels.

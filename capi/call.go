@@ -406,12 +406,11 @@ func timeLocal(ctx context.Context, f *packedfunc.Func, args []packedfunc.Value,
 		_, err := f.Call(args...)
 		return err
 	}}
-	r, err := ev.Evaluate(ctx, timer.Options{Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS})
+	r, err := ev.Evaluate(ctx, timer.OptionsOf(o))
 	if err != nil {
 		return proto.TimeResult{}, err
 	}
-	return proto.TimeResult{Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max,
-		Std: r.Std, Number: r.Number, Device: devices.CPUDevice.String()}, nil
+	return r.Wire(devices.CPUDevice.String()), nil
 }
 
 // offThread runs a blocking remote operation on a goroutine of its own and

@@ -189,7 +189,9 @@ int kiln_tuple_get(KilnHandle tuple, int32_t i, KilnArg* ret, int32_t* ret_code)
 /* TVM's time_evaluator: one warm-up call, then repeat measurements of
  * number calls each (number grown until a measurement lasts min_repeat_ms).
  * The result is JSON: results, mean, median, min, max, std (seconds per
- * call), number, device. */
+ * call), number, device, and report: the validity report (verdict
+ * "stable" or "noisy", reason, n, cv, the median's 95% interval, the
+ * device host's state; docs/timing.md). */
 int kiln_time_evaluator(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs, int32_t number,
                         int32_t repeat, int32_t min_repeat_ms, KilnHandle cancel, char** out_json);
 

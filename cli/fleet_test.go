@@ -58,6 +58,9 @@ func TestRemoteCommands(t *testing.T) {
 	check.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	check.Equal(t, len(res.Results), 3)
 	check.True(t, res.Min > 0 && res.Min <= res.Median && res.Median <= res.Max, "stats:", out)
+	// The device's validity report comes back with the figures.
+	check.True(t, res.Report != nil && res.Report.N == 3 && res.Report.Machine.CPUs > 0, "report:", out)
+	check.True(t, strings.HasPrefix(res.Report.Reason, "too few samples (n=3) for a 95% interval"), out)
 
 	out, _, err = runApp(t, "query", "--tracker", addr, "--token-file", tokFile)
 	check.NoError(t, err)

@@ -155,16 +155,11 @@ func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.Time
 		_, err := r.f.Call(call.args...)
 		return err
 	}}
-	res, err := ev.Evaluate(ctx, timer.Options{
-		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
-		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
-		RepeatsToCooldown: o.RepeatsToCooldown, CacheFlushBytes: o.CacheFlushBytes,
-	})
+	res, err := ev.Evaluate(ctx, timer.OptionsOf(o))
 	if err != nil {
 		return proto.TimeResult{}, err
 	}
-	return proto.TimeResult{Results: res.Results, Mean: res.Mean, Median: res.Median, Min: res.Min, Max: res.Max,
-		Std: res.Std, Number: res.Number, Device: devices.CPUDevice.String()}, nil
+	return res.Wire(devices.CPUDevice.String()), nil
 }
 
 func (r *localRunner) where() string { return "this machine (" + devices.CPUDevice.String() + ")" }

@@ -234,16 +234,11 @@ func (r *cudaRunner) time(ctx context.Context, call *preparedCall, o proto.TimeO
 		Sync:  func() error { return api.StreamSync(r.dev, 0) },
 		Timer: tm,
 	}
-	res, err := ev.Evaluate(ctx, timer.Options{
-		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
-		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
-		RepeatsToCooldown: o.RepeatsToCooldown,
-	})
+	res, err := ev.Evaluate(ctx, timer.OptionsOf(o))
 	if err != nil {
 		return proto.TimeResult{}, err
 	}
-	return proto.TimeResult{Results: res.Results, Mean: res.Mean, Median: res.Median, Min: res.Min, Max: res.Max,
-		Std: res.Std, Number: res.Number, Device: r.dev.String()}, nil
+	return res.Wire(r.dev.String()), nil
 }
 
 // vmOutputs copies the tensors of a graph function's result back from the

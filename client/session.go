@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
 
 // Wire types the session API uses as they are.
@@ -490,7 +491,12 @@ func (s *Session) Call(ctx context.Context, f *Func, args ...any) (any, error) {
 
 // TimeEvaluator times f called with args on the device, following TVM's
 // time_evaluator (one warm-up call; Number grows until a measurement lasts
-// MinRepeatMS; Repeat results in seconds per call).
+// MinRepeatMS; Repeat results in seconds per call). The result's Report
+// says whether the figures can be trusted: the spread, the device's state
+// while they were measured, and the verdict ("stable" when the median's
+// 95% confidence interval is within o.StableWithin, ±2% by default, else
+// "noisy" and why); at least timer.MinSamples repeats are needed for
+// "stable".
 func (s *Session) TimeEvaluator(ctx context.Context, f *Func, o TimeOptions, args ...any) (TimeResult, error) {
 	wargs, err := toWire(args)
 	if err != nil {
@@ -499,6 +505,12 @@ func (s *Session) TimeEvaluator(ctx context.Context, f *Func, o TimeOptions, arg
 	var r TimeResult
 	if err := s.call(ctx, proto.FuncTime, proto.TimeArgs{Func: f.Handle, Args: wargs, Options: o}, &r); err != nil {
 		return TimeResult{}, fmt.Errorf("time %q: %w", f.Name, err)
+	}
+	if r.Report == nil {
+		// A daemon that predates the validity report: the results are
+		// assessed here, without the machine's state.
+		rep := timer.Assess(r.Results, proto.MachineState{Emulated: r.Emulated, Unread: []string{"machine state (the device's daemon does not report it)"}}, o.StableWithin)
+		r.Report = &rep
 	}
 	return r, nil
 }

@@ -20,8 +20,12 @@ import (
 // client's call connection goes straight to the worker, can still say
 // which function crashed.
 //
+// The daemon writes on it too, at peersAt, how many other sessions it
+// serves, for the time evaluator's validity report.
+//
 // Layout: counters of the calls served on the call connection, one
-// uint64 per (method, code) pair, then boardSlots slots of slotSize bytes:
+// uint64 per (method, code) pair, the uint32 of other sessions at peersAt,
+// then boardSlots slots of slotSize bytes:
 // a uint32 state, a uint32 meta (method index, a flag for the call
 // connection, the text's length) and the text that describes the request.
 const (
@@ -32,6 +36,7 @@ const (
 	slotSize     = 128
 	slotText     = slotSize - 8
 	boardSlots   = (boardSize - slotsAt) / slotSize
+	peersAt      = boardMethods * boardCodes * 8
 )
 
 // Slot states.
@@ -143,6 +148,31 @@ func (b *board) release(i int, err error) {
 		b.counter(int(m&0xff), boardCode(err)).Add(1)
 	}
 	b.state(i).CompareAndSwap(slotRunning, slotFree)
+}
+
+// setPeers posts, from the daemon, how many other sessions it serves.
+func (b *board) setPeers(n int) {
+	if b == nil {
+		return
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if !b.gone {
+		b.peerCount().Store(uint32(max(n, 0)))
+	}
+}
+
+// peers returns, in the worker, how many other sessions the daemon serves
+// (0 without a board).
+func (b *board) peers() int {
+	if b == nil {
+		return 0
+	}
+	return int(b.peerCount().Load())
+}
+
+func (b *board) peerCount() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&b.mem[peersAt]))
 }
 
 // overran marks slot i as past its deadline; false when it had finished.

@@ -352,6 +352,20 @@ func (d *Daemon) openSessions() []*session {
 	return open
 }
 
+// postPeers writes on each open session's call board how many other
+// sessions the daemon serves, which their time evaluators report.
+func (d *Daemon) postPeers() {
+	open := d.openSessions()
+	for _, s := range open {
+		s.mu.Lock()
+		w := s.worker
+		s.mu.Unlock()
+		if w != nil {
+			w.board.setPeers(len(open) - 1)
+		}
+	}
+}
+
 // refreshMetrics reads the sessions' call boards: calls in flight, and
 // the calls their workers served on the clients' call connections.
 func (d *Daemon) refreshMetrics() {
@@ -522,6 +536,7 @@ func (d *Daemon) take(s *session) error {
 
 // release gives s's slot back (idempotent).
 func (d *Daemon) release(s *session) {
+	defer d.postPeers()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.sessions[s] {

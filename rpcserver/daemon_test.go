@@ -337,6 +337,40 @@ func TestTimeEvaluatorRemote(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrBadRequest)
 }
 
+func TestTimeEvaluatorReport(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{MaxSessions: 2, InsecureShared: true})
+	s := td.connect(t, client.SessionOptions{})
+	other := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	nop, err := s.GetGlobal(ctx, rpcserver.GlobalNop)
+	check.NoError(t, err)
+
+	r, err := s.TimeEvaluator(ctx, nop, client.TimeOptions{Repeat: 6, StableWithin: 0.5})
+	check.NoError(t, err)
+	rep := r.Report
+	check.True(t, rep != nil, "the daemon sends a validity report")
+	check.Equal(t, rep.N, 6)
+	check.Equal(t, rep.StableWithin, 0.5)
+	check.True(t, rep.Verdict == proto.VerdictStable || rep.Verdict == proto.VerdictNoisy && rep.Reason != "", rep)
+	check.True(t, rep.CILow <= rep.Median && rep.Median <= rep.CIHigh, rep)
+	check.True(t, rep.Machine.CPUs > 0, rep.Machine)
+	check.Equal(t, rep.Machine.OtherSessions, 1, "the other session, read from the call board")
+
+	other.Close()
+	eventually(t, "the other session's end reaches the worker", func() bool {
+		r, err := s.TimeEvaluator(ctx, nop, client.TimeOptions{Repeat: 1})
+		check.NoError(t, err)
+		return r.Report.Machine.OtherSessions == 0
+	})
+	r, err = s.TimeEvaluator(ctx, nop, client.TimeOptions{Repeat: 2})
+	check.NoError(t, err)
+	check.Equal(t, r.Report.Verdict, proto.VerdictNoisy)
+	check.True(t, strings.HasPrefix(r.Report.Reason, "too few samples (n=2) for a 95% interval"), r.Report.Reason)
+
+	_, err = s.TimeEvaluator(ctx, nop, client.TimeOptions{StableWithin: 1.5})
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+}
+
 func TestGlobalsAndAttrs(t *testing.T) {
 	td := startDaemon(t, rpcserver.Config{})
 	s := td.connect(t, client.SessionOptions{})

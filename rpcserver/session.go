@@ -290,6 +290,7 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		s.callTicket = ticket
 	}
 	s.mu.Unlock()
+	d.postPeers()
 	s.log.Info("session open", "worker", w.pid(), "dir", dir, "direct_calls", ticket != "")
 	return proto.SessionInfo{ID: s.id, Key: d.cfg.Key, WorkerPID: w.pid(), Version: d.cfg.Version, CallTicket: ticket}, nil
 }

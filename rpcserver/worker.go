@@ -683,7 +683,7 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 	e := &timer.Evaluator{Call: func() error {
 		_, err := cs.fn.fn.Call(cs.args...)
 		return err
-	}}
+	}, Probe: &timer.Probe{Emulated: os.Getenv(EnvEmulated), OtherSessions: w.board.peers}}
 	o := a.Options
 	if cs.dev.Type != devices.CPU {
 		api, err := devices.For(cs.dev)
@@ -706,21 +706,14 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		defer tm.Close()
 		e.Timer = tm
 	}
-	r, err := e.Evaluate(ctx, timer.Options{
-		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
-		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
-		RepeatsToCooldown: o.RepeatsToCooldown, CacheFlushBytes: o.CacheFlushBytes,
-	})
+	r, err := e.Evaluate(ctx, timer.OptionsOf(o))
 	if err != nil {
 		if errors.Is(err, timer.ErrOptions) {
 			err = fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
 		}
 		return nil, fmt.Errorf("time %q: %w", cs.fn.name, callError(err))
 	}
-	return proto.TimeResult{
-		Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max, Std: r.Std,
-		Number: r.Number, Device: cs.dev.String(), Emulated: os.Getenv(EnvEmulated),
-	}, nil
+	return r.Wire(cs.dev.String()), nil
 }
 
 // empty allocates an array.

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   args[1].v_handle = b;
   CHECK(kiln_time_evaluator(f, args, codes, 2, 3, 2, 0, 0, &json) == 0, "time evaluator");
   CHECK(strstr(json, "\"results\"") != NULL && strstr(json, "\"median\"") != NULL, "timing JSON");
+  CHECK(strstr(json, "\"verdict\":\"noisy\",\"reason\":\"too few samples (n=2)") != NULL, "its validity report");
   kiln_string_free(json);
 
   /* Export a: the tensor keeps the memory alive after the handle is freed. */

@@ -62,6 +62,23 @@ type Record struct {
 	Stage string `json:"stage,omitempty"`
 	// Unix is when it was measured (seconds).
 	Unix int64 `json:"unix,omitempty"`
+	// Validity is the time evaluator's verdict on Times (records written
+	// before it have none).
+	Validity
+}
+
+// Validity is what the time evaluator said of a candidate's timing.
+type Validity struct {
+	// Verdict is "stable" (the median's 95% confidence interval within
+	// the threshold) or "noisy"; Noise says why a timing is noisy.
+	Verdict string `json:"verdict,omitempty"`
+	Noise   string `json:"noise,omitempty"`
+	// CV is the coefficient of variation of the times.
+	CV float64 `json:"cv,omitempty"`
+	// Remeasured is true when the first timing was noisy and the
+	// candidate was timed once more before it was ranked: Times then
+	// holds both timings' results and the verdict is theirs together.
+	Remeasured bool `json:"remeasured,omitempty"`
 }
 
 // Valid reports whether the record measured a correct candidate.

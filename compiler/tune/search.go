@@ -56,6 +56,8 @@ type Result struct {
 	Error, Stage string
 	// Device describes the board that measured it.
 	Device map[string]string
+	// Validity is the time evaluator's verdict on Times.
+	Validity
 }
 
 // Runner builds and measures candidates. Stream measures cands, calling
@@ -338,6 +340,7 @@ func (p *pipeline) record(a arrival) {
 	p.inflight--
 	r := Record{Workload: st.task.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
 		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix()}
+	r.Validity = res.Validity
 	if err := p.db.Append(r); err != nil {
 		p.fail(err)
 		return

@@ -39,7 +39,7 @@ from .errors import (
 from .ir import IRModule
 from .nd import Device, NDArray
 from .rpc import local
-from .runtime import BenchmarkResult, Function, Module
+from .runtime import BenchmarkResult, Function, Module, TimeReport
 
 
 def cpu(dev_id: int = 0) -> Device:
@@ -73,6 +73,7 @@ __all__ = [
     "NDArray",
     "RPCError",
     "SessionError",
+    "TimeReport",
     "TrackerError",
     "build",
     "cpu",

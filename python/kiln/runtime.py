@@ -275,10 +275,47 @@ class Function(_Object):
         return f"<kiln.runtime.Function {self.name!r} of {mod!r}>"
 
 
+class TimeReport:
+    """The validity report of a timing, computed on the device next to the
+    figures: verdict ("stable" when the median's 95% confidence interval
+    is within stable_within of the median, else "noisy") and reason; the
+    spread (n samples, cv, min, median, max, the interval ci_low..ci_high
+    and its half-width ci_half relative to the median); and machine, the
+    device host's state while it ran (a dict: cpus, load_avg,
+    freq_min_mhz, freq_max_mhz, governors, temps_c, other_sessions,
+    emulated, unread)."""
+
+    def __init__(self, d: dict) -> None:
+        self.verdict: str = d.get("verdict", "")
+        self.reason: str = d.get("reason", "")
+        self.n: int = d.get("n", 0)
+        self.cv: float = d.get("cv", math.nan)
+        self.min: float = d.get("min", math.nan)
+        self.median: float = d.get("median", math.nan)
+        self.max: float = d.get("max", math.nan)
+        self.ci_low: float = d.get("ci_low", 0.0)
+        self.ci_high: float = d.get("ci_high", 0.0)
+        self.ci_half: float = d.get("ci_half", 0.0)
+        self.stable_within: float = d.get("stable_within", 0.02)
+        self.machine: dict = dict(d.get("machine") or {})
+
+    @property
+    def stable(self) -> bool:
+        """True when the verdict is "stable"."""
+        return self.verdict == "stable"
+
+    def __repr__(self) -> str:
+        if self.stable:
+            return f"stable (median's 95% CI ±{self.ci_half * 100:.1f}% within ±{self.stable_within * 100:g}%, n={self.n}, cv {self.cv * 100:.1f}%)"
+        return f"{self.verdict}: {self.reason} (n={self.n}, cv {self.cv * 100:.1f}%)"
+
+
 class BenchmarkResult:
     """What the time evaluator measured, in seconds per call (TVM's
     BenchmarkResult): results (one per repeat), mean, median, min, max,
-    std, and number (calls per measurement)."""
+    std, and number (calls per measurement); report is the timing's
+    TimeReport (None from a device daemon that predates it), with verdict,
+    reason and cv also here."""
 
     def __init__(self, d: dict) -> None:
         self.results: List[float] = list(d.get("results") or [])
@@ -289,17 +326,39 @@ class BenchmarkResult:
         self.std: float = d.get("std", 0.0)
         self.number: int = d.get("number", 0)
         self.device: str = d.get("device", "")
+        self.emulated: str = d.get("emulated", "")
+        self.report: Optional[TimeReport] = TimeReport(d["report"]) if d.get("report") else None
+
+    @property
+    def verdict(self) -> str:
+        """The report's verdict: "stable" or "noisy" ("" without a report)."""
+        return self.report.verdict if self.report else ""
+
+    @property
+    def reason(self) -> str:
+        """Why the timing is noisy ("" when stable)."""
+        return self.report.reason if self.report else ""
+
+    @property
+    def cv(self) -> float:
+        """The coefficient of variation of the results (std / mean)."""
+        if self.report:
+            return self.report.cv
+        return self.std / self.mean if self.mean else math.nan
 
     def __repr__(self) -> str:
         def ms(s: float) -> str:
             return f"{s * 1e3:.4f}"
 
-        return (
+        text = (
             "Execution time summary:\n"
             f" mean (ms)   median (ms)    max (ms)     min (ms)     std (ms)\n"
             f"  {ms(self.mean):>9}    {ms(self.median):>9}    {ms(self.max):>9}    {ms(self.min):>9}    {ms(self.std):>9}\n"
             f" ({len(self.results)} repeats of {self.number} calls on {self.device})"
         )
+        if self.report:
+            text += f"\n verdict: {self.report!r}"
+        return text
 
 
 class TimeEvaluator:

@@ -266,6 +266,11 @@ type TimeOptions struct {
 	// CacheFlushBytes, when positive, is the size of a buffer copied before
 	// each measurement to flush the caches.
 	CacheFlushBytes int64 `msgpack:"cache_flush_bytes" json:"cache_flush_bytes"`
+	// StableWithin is the largest half-width of the median's 95%
+	// confidence interval, relative to the median, for which the validity
+	// report says "stable" (0.02 for ±2% when 0). Daemons that predate
+	// the report ignore it.
+	StableWithin float64 `msgpack:"stable_within,omitempty" json:"stable_within,omitempty"`
 }
 
 // TimeArgs times the function Func called with Args.
@@ -298,6 +303,76 @@ type TimeResult struct {
 	// where its daemon says it runs under one: the times are then the
 	// emulator's, not the board's, and mean nothing as performance.
 	Emulated string `msgpack:"emulated,omitempty" json:"emulated,omitempty"`
+	// Report says whether the figures can be trusted: their spread, the
+	// machine's state while they were measured and a verdict. Daemons
+	// that predate it send none (the client SDK then assesses Results
+	// alone).
+	Report *TimeReport `msgpack:"report,omitempty" json:"report,omitempty"`
+}
+
+// Verdicts of a TimeReport.
+const (
+	// VerdictStable: the median's 95% confidence interval is within
+	// TimeReport.StableWithin of the median.
+	VerdictStable = "stable"
+	// VerdictNoisy: it is not, or there are too few results to say;
+	// TimeReport.Reason says which and why.
+	VerdictNoisy = "noisy"
+)
+
+// TimeReport is the validity report of a timing, computed on the device
+// next to the results.
+type TimeReport struct {
+	// Verdict is VerdictStable or VerdictNoisy; Reason says why a timing
+	// is noisy ("median's 95% CI ±4.1% > ±2%; load average 3.2 on 2 CPUs").
+	Verdict string `msgpack:"verdict" json:"verdict"`
+	Reason  string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// N is the number of results (samples) assessed.
+	N int `msgpack:"n" json:"n"`
+	// CV is the coefficient of variation of the results (std / mean).
+	CV     float64 `msgpack:"cv" json:"cv"`
+	Min    float64 `msgpack:"min" json:"min"`
+	Median float64 `msgpack:"median" json:"median"`
+	Max    float64 `msgpack:"max" json:"max"`
+	// CILow and CIHigh bound the median's distribution-free 95%
+	// confidence interval (order statistics; 0 when N is too small for
+	// one), and CIHalf is its larger half relative to the median (0.041
+	// for ±4.1%).
+	CILow  float64 `msgpack:"ci_low" json:"ci_low"`
+	CIHigh float64 `msgpack:"ci_high" json:"ci_high"`
+	CIHalf float64 `msgpack:"ci_half" json:"ci_half"`
+	// StableWithin is the threshold the verdict applied (0.02 for ±2%).
+	StableWithin float64 `msgpack:"stable_within" json:"stable_within"`
+	// Machine is the state of the device's host while the timing ran.
+	Machine MachineState `msgpack:"machine" json:"machine"`
+}
+
+// MachineState is what a host said of itself around a timing: read before
+// and after it, the worse of the two readings is kept (the higher load
+// and temperatures, the range of frequencies, the most sessions).
+type MachineState struct {
+	// CPUs is the number of the host's CPUs (what the load compares to).
+	CPUs int `msgpack:"cpus" json:"cpus"`
+	// LoadAvg is the 1-minute load average.
+	LoadAvg float64 `msgpack:"load_avg" json:"load_avg"`
+	// FreqMinMHz and FreqMaxMHz are the lowest and highest current CPU
+	// frequencies read (cpufreq's scaling_cur_freq), 0 where the board
+	// does not expose them; Governors are the cpufreq governors in use.
+	FreqMinMHz float64  `msgpack:"freq_min_mhz,omitempty" json:"freq_min_mhz,omitempty"`
+	FreqMaxMHz float64  `msgpack:"freq_max_mhz,omitempty" json:"freq_max_mhz,omitempty"`
+	Governors  []string `msgpack:"governors,omitempty" json:"governors,omitempty"`
+	// TempsC are the readable thermal zones' temperatures in °C, by zone
+	// type ("x86_pkg_temp", or "thermal_zone3" when the type is unknown).
+	TempsC map[string]float64 `msgpack:"temps_c,omitempty" json:"temps_c,omitempty"`
+	// OtherSessions is how many other sessions the device's daemon served
+	// meanwhile.
+	OtherSessions int `msgpack:"other_sessions" json:"other_sessions"`
+	// Emulated names the emulator the timing ran under ("qemu-aarch64"),
+	// "" when it ran on the hardware.
+	Emulated string `msgpack:"emulated,omitempty" json:"emulated,omitempty"`
+	// Unread names what could not be read ("cpufreq", "thermal zones",
+	// "load average").
+	Unread []string `msgpack:"unread,omitempty" json:"unread,omitempty"`
 }
 
 // DeviceAttrsResult describes the daemon's host and devices.

@@ -44,3 +44,43 @@ func TestTimeResultJSON(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, string(b), `{"results":[0.5],"mean":0.5,"median":0.5,"min":0.5,"max":0.5,"std":0,"number":1}`)
 }
+
+func TestTimeResultReportCompatible(t *testing.T) {
+	// A daemon that predates the report, and a client that does: each
+	// decodes what the other sends.
+	type oldResult struct {
+		Results []float64 `msgpack:"results"`
+		Mean    float64   `msgpack:"mean"`
+		Median  float64   `msgpack:"median"`
+		Number  int       `msgpack:"number"`
+	}
+	rep := &TimeReport{Verdict: VerdictNoisy, Reason: "too few samples (n=1) for a 95% interval", N: 1, CV: 0.1,
+		Machine: MachineState{CPUs: 2, LoadAvg: 1.5, TempsC: map[string]float64{"acpitz": 40}, OtherSessions: 1}}
+	b, err := msgpack.Marshal(TimeResult{Results: []float64{1}, Mean: 1, Median: 1, Number: 3, Report: rep})
+	check.NoError(t, err)
+	var old oldResult
+	check.NoError(t, msgpack.Unmarshal(b, &old))
+	check.Equal(t, old.Number, 3)
+	var back TimeResult
+	check.NoError(t, msgpack.Unmarshal(b, &back))
+	check.Equal(t, back.Report.Reason, rep.Reason)
+	check.Equal(t, back.Report.Machine.TempsC["acpitz"], 40.0)
+	check.Equal(t, back.Report.Machine.OtherSessions, 1)
+
+	b, err = msgpack.Marshal(old)
+	check.NoError(t, err)
+	back = TimeResult{}
+	check.NoError(t, msgpack.Unmarshal(b, &back))
+	check.True(t, back.Report == nil, "no report from an old daemon")
+
+	// An old daemon ignores the threshold it does not know.
+	b, err = msgpack.Marshal(TimeArgs{Func: 1, Options: TimeOptions{Repeat: 6, StableWithin: 0.01}})
+	check.NoError(t, err)
+	var oldArgs struct {
+		Options struct {
+			Repeat int `msgpack:"repeat"`
+		} `msgpack:"options"`
+	}
+	check.NoError(t, msgpack.Unmarshal(b, &oldArgs))
+	check.Equal(t, oldArgs.Options.Repeat, 6)
+}

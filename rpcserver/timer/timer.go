@@ -2,13 +2,16 @@
 // timing contract, with Apache TVM's semantics (one untimed warm-up call; per
 // repeat, the calls per measurement grow by 1.618×, or to what should reach
 // min_repeat_ms, until a measurement lasts at least min_repeat_ms; each
-// result is the mean seconds per call of its measurement), and the
-// statistics of its results.
+// result is the mean seconds per call of its measurement), the statistics
+// of its results, and their validity report: the spread, the median's
+// confidence interval, the machine's state around the measurements and a
+// verdict (stable or noisy, and why).
 //
 // The device daemon's worker runs it next to the kernel, so no round trip is
-// in the figures; `kiln bench` runs it in-process. timer knows nothing of
-// devices or the wire: callers hand it the call, a device synchronization
-// and a cache flush as Go functions. It imports nothing from kiln.
+// in the figures and the machine read is the device's; `kiln bench` runs it
+// in-process. timer knows nothing of devices: callers hand it the call, a
+// device synchronization and a cache flush as Go functions. It imports
+// nothing from kiln but rpcserver/proto, whose wire types it fills.
 package timer
 
 import (
@@ -18,6 +21,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // GoldenRatio is the factor by which the calls per measurement grow.
@@ -66,6 +71,18 @@ type Options struct {
 	// CacheFlushBytes, when positive, asks for a cache flush before each
 	// measurement (see Evaluator.Flush).
 	CacheFlushBytes int64
+	// StableWithin is the validity report's threshold (see Assess;
+	// DefaultStableWithin when 0).
+	StableWithin float64
+}
+
+// OptionsOf returns the evaluator's options for the wire's.
+func OptionsOf(o proto.TimeOptions) Options {
+	return Options{
+		Number: o.Number, Repeat: o.Repeat, MinRepeatMS: o.MinRepeatMS,
+		LimitZeroTimeIterations: o.LimitZeroTimeIterations, CooldownIntervalMS: o.CooldownIntervalMS,
+		RepeatsToCooldown: o.RepeatsToCooldown, CacheFlushBytes: o.CacheFlushBytes, StableWithin: o.StableWithin,
+	}
 }
 
 // Result is what an evaluation measured; times are seconds per call.
@@ -80,6 +97,18 @@ type Result struct {
 	Std float64
 	// Number is the calls per measurement of the last repeat.
 	Number int
+	// Report is the validity report of Results (Evaluate's; zero from
+	// Summarize).
+	Report proto.TimeReport
+}
+
+// Wire returns r as the wire's result, for a timing on device ("cpu:0").
+func (r Result) Wire(device string) proto.TimeResult {
+	rep := r.Report
+	return proto.TimeResult{
+		Results: r.Results, Mean: r.Mean, Median: r.Median, Min: r.Min, Max: r.Max, Std: r.Std,
+		Number: r.Number, Device: device, Emulated: rep.Machine.Emulated, Report: &rep,
+	}
 }
 
 // Timer measures one measurement: Start just before the first call, Stop
@@ -106,6 +135,9 @@ type Evaluator struct {
 	// Sleep pauses for the cooldown; nil sleeps on the wall clock until ctx
 	// ends.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Probe reads the machine's state before and after the measurements,
+	// for the report; nil reads this host's.
+	Probe *Probe
 }
 
 // Evaluate runs the evaluation of o: one untimed warm-up call, then
@@ -136,6 +168,11 @@ func (e *Evaluator) Evaluate(ctx context.Context, o Options) (Result, error) {
 		flush = (&cpuFlusher{}).flush
 	}
 
+	probe := e.Probe
+	if probe == nil {
+		probe = &Probe{}
+	}
+	before := probe.Read()
 	if err := e.Call(); err != nil {
 		return Result{}, fmt.Errorf("time evaluator: warm-up call: %w", err)
 	}
@@ -196,6 +233,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, o Options) (Result, error) {
 	}
 	r := Summarize(results)
 	r.Number = number
+	r.Report = Assess(results, MergeState(before, probe.Read()), o.StableWithin)
 	return r, nil
 }
 
@@ -218,6 +256,8 @@ func (o Options) normalize() (Options, error) {
 		return o, fmt.Errorf("time evaluator: min_repeat_ms %d is negative: %w", o.MinRepeatMS, ErrOptions)
 	case o.CooldownIntervalMS < 0:
 		return o, fmt.Errorf("time evaluator: cooldown_interval_ms %d is negative: %w", o.CooldownIntervalMS, ErrOptions)
+	case o.StableWithin < 0 || math.IsNaN(o.StableWithin) || o.StableWithin >= 1:
+		return o, fmt.Errorf("time evaluator: stable_within %g is not a fraction in [0, 1): %w", o.StableWithin, ErrOptions)
 	case o.CacheFlushBytes > MaxCacheFlushBytes:
 		return o, fmt.Errorf("time evaluator: cache_flush_bytes %d exceeds %d: %w", o.CacheFlushBytes, MaxCacheFlushBytes, ErrOptions)
 	case o.Number > MaxNumber:

@@ -10,6 +10,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/tune"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
 
 // device is one leased device and its session. Its fields change only in
@@ -264,8 +265,21 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
+	if tr.Report != nil && tr.Report.Verdict == proto.VerdictNoisy {
+		// A noisy timing is not ranked as it is: the candidate is timed
+		// once more and ranked on both timings' results together.
+		again, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
+		if err != nil {
+			return r.failed(ctx, d, res, err)
+		}
+		tr = timer.Pool(r.cfg.Time.StableWithin, tr, again)
+		res.Remeasured = true
+	}
 	r.clock.since(StageTime, &t)
 	res.Times = tr.Results
+	if tr.Report != nil {
+		res.Verdict, res.Noise, res.CV = tr.Report.Verdict, tr.Report.Reason, tr.Report.CV
+	}
 	return res, resultStands
 }
 

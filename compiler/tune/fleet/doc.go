@@ -5,7 +5,9 @@
 // artifact is uploaded to one of the leased devices, run once on inputs
 // drawn for its workload, checked against the reference result (the
 // unscheduled function's, computed once on the fleet) and only then timed
-// by the device-side time evaluator.
+// by the device-side time evaluator. A timing whose validity report says
+// noisy is taken once more and the candidate ranked on both together; the
+// verdict goes into the tuning database with the record.
 //
 // A candidate that fails to build, fails or crashes when it runs, or
 // computes a wrong result is reported invalid with the stage and the
@@ -20,6 +22,6 @@
 // restart; a job it lost is submitted again) and leases its devices
 // again through the new connection before their next measurement.
 //
-// It imports the client SDK and compiler/tune; nothing in compiler
-// imports it.
+// It imports the client SDK, rpcserver/timer (to pool timings) and
+// compiler/tune; nothing in compiler imports it.
 package fleet

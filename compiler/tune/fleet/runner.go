@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, errors.New("fleet: no device key")
 	}
 	if cfg.Time.Repeat == 0 {
-		cfg.Time = client.TimeOptions{Number: 1, Repeat: 3, MinRepeatMS: 20}
+		cfg.Time = client.TimeOptions{Number: 1, Repeat: 6, MinRepeatMS: 10}
 	}
 	if cfg.Redial <= 0 {
 		cfg.Redial = defaultRedials
