@@ -32,7 +32,6 @@ import (
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
-	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
 	"github.com/kiln-ml/kiln/compiler/transform"
@@ -77,9 +76,12 @@ type BuildOptions struct {
 	// graph functions ("" means DefaultPipeline; "none" runs nothing; see
 	// compiler/relax/transform.PipelineNames).
 	Pipeline string
-	// NoDefaultSchedule skips the default CPU schedules
-	// (compiler/schedule/auto) that Build gives the tensor programs of a
-	// graph module after its pipeline.
+	// NoDefaultSchedule skips the default schedules
+	// (compiler/schedule/auto) that Build gives every PrimFunc not
+	// already scheduled (auto.Scheduled): the tensor programs of a graph
+	// module after its pipeline and the kernels of a module of PrimFuncs
+	// alike. On CUDA a function without loops bound to threads cannot
+	// run: it gets the GPU rules all the same.
 	NoDefaultSchedule bool
 	// Params, when set, is a safetensors file bundled into the artifact
 	// as params.safetensors (a graph function's weights).
@@ -107,6 +109,9 @@ type Result struct {
 	Lower, Compile time.Duration
 	// Key is the build cache key.
 	Key string
+	// Schedules says, per PrimFunc in module order, which schedule it
+	// was built with (also when Cached).
+	Schedules []FuncSchedule
 }
 
 // Build compiles every PrimFunc of mod for target into a .kiln artifact.
@@ -156,29 +161,17 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}
-		if opts.Schedule != nil {
-			if mod, err = opts.Schedule(mod); err != nil {
-				return nil, fmt.Errorf("build: %w", err)
-			}
-		}
-		if !opts.NoDefaultSchedule && target.Kind == "cpu" {
-			// A target without vectors is tiled as for 128-bit ones; its
-			// vectorized loops stay serial (Vectorize).
-			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: max(target.VectorBytes(), 16)}); err != nil {
-				return nil, fmt.Errorf("build: %w", err)
-			}
-		}
-	} else if opts.Schedule != nil {
+	}
+	before := mod
+	if opts.Schedule != nil {
 		var err error
 		if mod, err = opts.Schedule(mod); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
-	if target.Kind == "cuda" && !opts.NoDefaultSchedule {
-		var err error
-		if mod, err = gpuSchedule(mod); err != nil {
-			return nil, fmt.Errorf("build: %w", err)
-		}
+	mod, schedules, err := defaultSchedules(before, mod, target, opts)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
 	}
 	n := 0
 	for range mod.PrimFuncs() {
@@ -229,7 +222,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if opts.Params != nil {
 		key = toolchain.Key(key, "params", string(opts.Params))
 	}
-	res := &Result{Key: key}
+	res := &Result{Key: key, Schedules: schedules}
 	if cache != nil && len(opts.DumpIR) == 0 && opts.KeepSource == "" {
 		if data, ok := cache.Get(key); ok {
 			if a, err := artifact.Read(bytes.NewReader(data), int64(len(data))); err == nil {

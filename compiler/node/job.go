@@ -89,12 +89,17 @@ func runJob(ctx context.Context, dir string) error {
 			}
 		case "pipeline":
 			opts.Pipeline = v
+		case "default-schedule":
+			if v != "none" {
+				return fmt.Errorf("job %s: build option default-schedule=%q: want none (or leave it out for the default schedules)", job.ID, v)
+			}
+			opts.NoDefaultSchedule = true
 		case "input-shape":
 			if job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
 				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
 			}
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, input-shape)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, default-schedule, input-shape)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)

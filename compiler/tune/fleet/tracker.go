@@ -105,7 +105,10 @@ func (r *Runner) reconnect(ctx context.Context, gen int, cause error) error {
 func (r *Runner) build(ctx context.Context, task *tune.Task, f *ir.PrimFunc) ([]byte, tune.Result, error) {
 	n := r.seq.Add(1)
 	mod := ir.NewIRModule().With(task.Name, f.WithAttr(ir.AttrGlobalSymbol, task.Name))
-	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target}
+	// The node builds the candidate as it is: a default schedule on top
+	// would measure another function than the record says.
+	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target,
+		Options: map[string]string{"default-schedule": "none"}}
 	id := ""
 	for try := 0; ; try++ {
 		tc, gen := r.tracker()
