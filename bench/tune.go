@@ -40,7 +40,7 @@ func init() {
 			if len(os.Args) != 3 {
 				os.Exit(2)
 			}
-			if err := node.RunJob(context.Background(), os.Args[2]); err != nil {
+			if err := node.RunJob(context.Background(), os.Args[2], os.Stdout); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}

@@ -163,12 +163,16 @@ func runBuild(c *ucli.Context) error {
 		}
 		return buildRemote(c, path, src, out, shapes)
 	}
+	st := startStages(c, "build", fmt.Sprintf("building %s for %s", path, target))
+	defer st.done()
 	var mod *ir.IRModule
 	var weights []byte
 	if isModel {
+		end := st.start("import " + filepath.Base(path))
 		if mod, weights, err = onnx.ImportFile(path, onnx.Options{InputShapes: shapes}); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
+		end()
 	} else if mod, err = script.Parse(path, string(src)); err != nil {
 		return err
 	}
@@ -178,6 +182,7 @@ func runBuild(c *ucli.Context) error {
 		NoCache:           c.Bool("no-cache"),
 		NoDefaultSchedule: c.Bool("no-default-schedule"),
 		Dump:              c.App.Writer,
+		Progress:          st.stage,
 	}
 	if f := c.String("cflags"); f != "" {
 		opts.CFlags = strings.Fields(f)
@@ -201,9 +206,8 @@ func runBuild(c *ucli.Context) error {
 			return fmt.Errorf("build: %w", err)
 		}
 	}
-	spin := startProgress(c, fmt.Sprintf("building %s for %s", path, target))
 	res, err := compiler.BuildWithResult(c.Context, mod, target, opts)
-	spin.done()
+	st.done()
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
@@ -282,14 +286,22 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
 		}
 	}
+	// Each change of the job is a line with the time since it was
+	// submitted: queued, claimed by a node, its stages, done.
+	st := startStages(c, "build", fmt.Sprintf("building %s on the fleet", path))
+	defer st.done()
 	job, err := tr.SubmitBuild(ctx, args)
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	w := c.App.ErrWriter
-	fmt.Fprintf(w, "build job %s queued\n", job.ID)
+	st.event(fmt.Sprintf("job %s queued at %s", job.ID, c.String("tracker")))
+	node := ""
 	job, err = tr.WaitBuild(ctx, job.ID, func(j proto.BuildJob) {
-		line := fmt.Sprintf("build job %s: %s", j.ID, j.State)
+		if j.Node != "" && j.Node != node {
+			node = j.Node
+			st.event(fmt.Sprintf("job %s claimed by compiler node %s", j.ID, j.Node))
+		}
+		line := fmt.Sprintf("job %s: %s", j.ID, j.State)
 		if j.Node != "" {
 			line += " on " + j.Node
 		}
@@ -299,15 +311,19 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		if j.Message != "" {
 			line += ": " + j.Message
 		}
-		fmt.Fprintln(w, line)
+		st.event(line)
 	})
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
 	var buf bytes.Buffer
+	end := st.start(fmt.Sprintf("download the artifact (%s)", humanBytes(job.ArtifactSize)))
 	if _, err := tr.DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
 		return fmt.Errorf("build: download artifact: %w", err)
 	}
+	end()
+	st.done()
+	w := c.App.ErrWriter
 	sum := sha256.Sum256(buf.Bytes())
 	if hex.EncodeToString(sum[:]) != job.Artifact {
 		return fmt.Errorf("build: downloaded artifact does not match its sha256 %s", job.Artifact)
@@ -419,6 +435,10 @@ func reportSchedules(w io.Writer, scheds []compiler.FuncSchedule, notes map[stri
 	}
 	for _, how := range groups {
 		names := byHow[how]
+		if len(names) == 1 {
+			fmt.Fprintf(w, "build: %s: %s\n", names[0], how)
+			continue
+		}
 		list := strings.Join(names[:min(len(names), 3)], ", ")
 		if len(names) > 3 {
 			list += fmt.Sprintf(" and %d more", len(names)-3)

@@ -95,6 +95,30 @@ type BuildOptions struct {
 	// functions it scheduled alone. kiln build --tuning-db applies a
 	// tuning database's best records through it.
 	Schedule func(*ir.IRModule) (*ir.IRModule, error)
+	// Progress, when set, hears each phase of the build start and end
+	// (see Stage), on the goroutine that called Build.
+	Progress func(Stage)
+}
+
+// Stage is a phase of a build as BuildOptions.Progress hears it: Name
+// ("graph pipeline O2", "schedule", "lower and generate code", "C
+// compile of 3 function(s)", "pack the artifact"), once with Done false as it starts
+// and once with Done true and Took as it ends.
+type Stage struct {
+	Name string
+	Done bool
+	Took time.Duration
+}
+
+// stage reports the start of a phase to progress and returns the func
+// that reports its end.
+func stage(progress func(Stage), name string) func() {
+	if progress == nil {
+		return func() {}
+	}
+	start := time.Now()
+	progress(Stage{Name: name})
+	return func() { progress(Stage{Name: name, Done: true, Took: time.Since(start)}) }
 }
 
 // Result is a build's artifact and how it was made.
@@ -150,6 +174,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			p = DefaultPipeline
 		}
 		var err error
+		end := stage(opts.Progress, "graph pipeline "+p)
 		if target.Kind == "cpu" && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
 			// Dense layers' weights packed in the default schedule's
 			// column panels (not under a tuning database, whose records
@@ -161,7 +186,9 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}
+		end()
 	}
+	end := stage(opts.Progress, "schedule")
 	before := mod
 	if opts.Schedule != nil {
 		var err error
@@ -173,6 +200,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
+	end()
 	n := 0
 	for range mod.PrimFuncs() {
 		n++
@@ -233,6 +261,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 
 	start := time.Now()
+	end = stage(opts.Progress, "lower and generate code")
 	if opts.VerifyIR {
 		if err := ir.VerifyModule(mod); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
@@ -283,8 +312,10 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 	res.Source = src
 	res.Lower = time.Since(start)
+	end()
 
 	start = time.Now()
+	end = stage(opts.Progress, fmt.Sprintf("C compile of %d function(s)", n))
 	dir, err := os.MkdirTemp("", "kiln-build-")
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -295,6 +326,12 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	res.Compile = time.Since(start)
+	end()
+	what := "pack the artifact"
+	if opts.Params != nil {
+		what = fmt.Sprintf("bundle %.1f MB of weights into the artifact", float64(len(opts.Params))/1e6)
+	}
+	end = stage(opts.Progress, what)
 	lib, err := os.ReadFile(so)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -329,6 +366,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
+	end()
 	return res, nil
 }
 
