@@ -110,7 +110,8 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer sched.close()
-	def, err := buildKernel(ctx, f, "matmul_default", dir, compiler.BuildOptions{})
+	// The unscheduled function, built as it is.
+	def, err := buildKernel(ctx, f, "matmul_default", dir, compiler.BuildOptions{NoDefaultSchedule: true})
 	if err != nil {
 		return nil, err
 	}

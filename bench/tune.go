@@ -40,7 +40,7 @@ func init() {
 			if len(os.Args) != 3 {
 				os.Exit(2)
 			}
-			if err := node.RunJob(context.Background(), os.Args[2]); err != nil {
+			if err := node.RunJob(context.Background(), os.Args[2], os.Stdout); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
@@ -299,7 +299,8 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		name string
 		fn   *ir.PrimFunc
 	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", hand}, {"matmul_default", f}, {"matmul_tutorial", tutorial}} {
-		kern, err := buildKernel(ctx, k.fn, k.name, kdir, compiler.BuildOptions{})
+		// The default is the unscheduled function: built as it is.
+		kern, err := buildKernel(ctx, k.fn, k.name, kdir, compiler.BuildOptions{NoDefaultSchedule: k.fn == f})
 		if err != nil {
 			return nil, err
 		}

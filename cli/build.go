@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/compiler/tune"
@@ -41,6 +44,13 @@ Builds are cached by the IR's structural hash, the target, the C compiler's
 identity and the flags (in $XDG_CACHE_HOME/kiln); --no-cache skips the cache.
 --dump-ir prints the IR after the named passes: it lowers again instead of
 reading the cache, and writes an artifact only when -o is given.
+
+Every function not already scheduled (a parallel, vectorized or unrolled
+loop, a thread binding, split or reordered loops, a cache stage: see
+docs/first-kernel.md) gets kiln's default schedule, the one a graph's kernels
+get; --no-default-schedule builds the functions as written. The build says
+which schedule each function got: "default schedule (RULE)",
+"unscheduled", "already scheduled (SIGN)", or with --tuning-db the record.
 
 With --tracker the build goes through the fleet: the module is queued at the
 tracker, a compiler node builds it, and the artifact is downloaded to -o,
@@ -88,6 +98,7 @@ Records of several shapes need --shape NAME=SIZE to pick one.`,
 			&ucli.StringFlag{Name: "params", Usage: "safetensors file of weights to bundle into the artifact (params.safetensors)"},
 			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims (repeatable)"},
 			trackerFlag("HOST:PORT of a tracker: build remotely on a compiler node", false),
+			&ucli.BoolFlag{Name: "no-default-schedule", Usage: "build the functions as written: no default schedule for those not already scheduled (CPU)"},
 			&ucli.StringFlag{Name: "tuning-db", Usage: "tuning database (JSON lines, from kiln tune): give each kernel its best record's schedule"},
 			&ucli.StringSliceFlag{Name: "shape", Usage: "with --tuning-db: NAME=SIZE picks the shape a symbolic kernel is specialized to (repeatable, or comma-separated)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on a remote build after this long"},
@@ -126,8 +137,9 @@ func runBuild(c *ucli.Context) error {
 		return fmt.Errorf("build: --shape picks the tuned shape of a symbolic kernel; it needs --tuning-db")
 	}
 	var applyDB func(*ir.IRModule) (*ir.IRModule, error)
+	notes := map[string]string{}
 	if p := c.String("tuning-db"); p != "" {
-		if applyDB, err = tuningDBSchedule(c, p, target); err != nil {
+		if applyDB, err = tuningDBSchedule(c, p, target, notes); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
 	}
@@ -151,20 +163,26 @@ func runBuild(c *ucli.Context) error {
 		}
 		return buildRemote(c, path, src, out, shapes)
 	}
+	st := startStages(c, "build", fmt.Sprintf("building %s for %s", path, target))
+	defer st.done()
 	var mod *ir.IRModule
 	var weights []byte
 	if isModel {
+		end := st.start("import " + filepath.Base(path))
 		if mod, weights, err = onnx.ImportFile(path, onnx.Options{InputShapes: shapes}); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
+		end()
 	} else if mod, err = script.Parse(path, string(src)); err != nil {
 		return err
 	}
 	opts := compiler.BuildOptions{
-		CC:         c.String("cc"),
-		KeepSource: c.String("keep-source"),
-		NoCache:    c.Bool("no-cache"),
-		Dump:       c.App.Writer,
+		CC:                c.String("cc"),
+		KeepSource:        c.String("keep-source"),
+		NoCache:           c.Bool("no-cache"),
+		NoDefaultSchedule: c.Bool("no-default-schedule"),
+		Dump:              c.App.Writer,
+		Progress:          st.stage,
 	}
 	if f := c.String("cflags"); f != "" {
 		opts.CFlags = strings.Fields(f)
@@ -188,9 +206,8 @@ func runBuild(c *ucli.Context) error {
 			return fmt.Errorf("build: %w", err)
 		}
 	}
-	spin := startProgress(c, fmt.Sprintf("building %s for %s", path, target))
 	res, err := compiler.BuildWithResult(c.Context, mod, target, opts)
-	spin.done()
+	st.done()
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
@@ -211,6 +228,7 @@ func runBuild(c *ucli.Context) error {
 	if res.Cached {
 		how = "from the build cache"
 	}
+	reportSchedules(c.App.ErrWriter, res.Schedules, notes)
 	fmt.Fprintf(c.App.ErrWriter, "built %s: %d function(s) for %s, %s\n", out, len(res.Artifact.Manifest.Functions), target, how)
 	return nil
 }
@@ -243,6 +261,9 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 			opts[k] = v
 		}
 	}
+	if c.Bool("no-default-schedule") {
+		opts["default-schedule"] = "none"
+	}
 	args := proto.BuildSubmitArgs{
 		Name: filepath.Base(path), Module: string(src), Target: c.String("target"), Options: opts,
 		RunTimeout: c.Duration("timeout"),
@@ -265,14 +286,22 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
 		}
 	}
+	// Each change of the job is a line with the time since it was
+	// submitted: queued, claimed by a node, its stages, done.
+	st := startStages(c, "build", fmt.Sprintf("building %s on the fleet", path))
+	defer st.done()
 	job, err := tr.SubmitBuild(ctx, args)
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	w := c.App.ErrWriter
-	fmt.Fprintf(w, "build job %s queued\n", job.ID)
+	st.event(fmt.Sprintf("job %s queued at %s", job.ID, c.String("tracker")))
+	node := ""
 	job, err = tr.WaitBuild(ctx, job.ID, func(j proto.BuildJob) {
-		line := fmt.Sprintf("build job %s: %s", j.ID, j.State)
+		if j.Node != "" && j.Node != node {
+			node = j.Node
+			st.event(fmt.Sprintf("job %s claimed by compiler node %s", j.ID, j.Node))
+		}
+		line := fmt.Sprintf("job %s: %s", j.ID, j.State)
 		if j.Node != "" {
 			line += " on " + j.Node
 		}
@@ -285,15 +314,19 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		if j.State == proto.JobQueued && j.Position > 0 {
 			line += fmt.Sprintf(" (position %d in the build queue, ETA %s)", j.Position, fmtETA(j.ETA))
 		}
-		fmt.Fprintln(w, line)
+		st.event(line)
 	})
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
 	var buf bytes.Buffer
+	end := st.start(fmt.Sprintf("download the artifact (%s)", humanBytes(job.ArtifactSize)))
 	if _, err := tr.DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
 		return fmt.Errorf("build: download artifact: %w", err)
 	}
+	end()
+	st.done()
+	w := c.App.ErrWriter
 	sum := sha256.Sum256(buf.Bytes())
 	if hex.EncodeToString(sum[:]) != job.Artifact {
 		return fmt.Errorf("build: downloaded artifact does not match its sha256 %s", job.Artifact)
@@ -309,16 +342,18 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 }
 
 // tuningDBSchedule reads a tuning database for target and returns the
-// build hook that applies its best records, reporting on the error
-// writer which kernels got a record and which had none.
-func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target) (func(*ir.IRModule) (*ir.IRModule, error), error) {
+// build hook that applies its best records. It warns on the error writer
+// of what it could not use, and notes per kernel where its schedule came
+// from (a tuned record, the default schedule as the best record, or no
+// record) for reportSchedules.
+func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, notes map[string]string) (func(*ir.IRModule) (*ir.IRModule, error), error) {
 	db := tune.NewDatabase(target.String())
-	notes, err := db.Load(path)
+	warnings, err := db.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("--tuning-db: %w", err)
 	}
 	w := c.App.ErrWriter
-	for _, n := range notes {
+	for _, n := range warnings {
 		fmt.Fprintf(w, "build: warning: %s\n", n)
 	}
 	shape, err := tune.ParseShape(c.StringSlice("shape"))
@@ -331,22 +366,88 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target) (fun
 		if err != nil {
 			return nil, err
 		}
-		names := make([]string, 0, len(applied.Tuned))
-		for n := range applied.Tuned {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(applied.Records)) {
+			r := applied.Records[n]
 			if sh := applied.Specialized[n]; sh != "" {
 				fmt.Fprintf(w, "build: %s: specialized to %s, the shape it was tuned for (it takes those sizes only)\n", n, sh)
 			}
-			fmt.Fprintf(w, "build: %s: tuned schedule from %s (%s a call when measured)\n", n, path, fmtSeconds(applied.Tuned[n]))
+			measured := fmt.Sprintf("%s a call when measured", fmtSeconds(r.Median()))
+			if r.Schedule == tune.DefaultSchedule {
+				// The search found nothing faster than the default
+				// schedule: that is what the kernel has.
+				notes[n] = fmt.Sprintf("default schedule%s, the best record in %s (%s)", defaultRule(mod.PrimFunc(n), applied.Specialized[n], rt), path, measured)
+			} else {
+				notes[n] = fmt.Sprintf("tuned, the best record in %s (workload %s, %d decisions, %s)", path, r.Workload.Hash, len(r.Decisions), measured)
+			}
 		}
 		for _, n := range applied.Missing {
-			fmt.Fprintf(w, "build: %s: no record in %s for target %q: default schedule\n", n, path, target.String())
+			notes[n] = fmt.Sprintf("no record in %s for target %q:", path, target.String())
 		}
 		return out, nil
 	}, nil
+}
+
+// defaultRule is " (RULE)", the default rule that schedules f bound to
+// shape (as tune.Apply binds it), or "" when none applies.
+func defaultRule(f *ir.PrimFunc, shape string, rt rules.Target) string {
+	if shape != "" {
+		bind, err := tune.ParseShape([]string{shape})
+		if err != nil {
+			return ""
+		}
+		if f, err = tune.Bind(f, bind); err != nil {
+			return ""
+		}
+	}
+	if _, rule, err := auto.FuncRule(f, auto.Options{VectorBytes: max(rt.VectorBytes, 16)}); err == nil && rule != "" {
+		return " (" + rule + ")"
+	}
+	return ""
+}
+
+// maxScheduleLines bounds the per-function schedule lines of a build; a
+// module with more functions (an ONNX model's fused kernels) gets one
+// line per kind of schedule instead.
+const maxScheduleLines = 8
+
+// reportSchedules says on w which schedule each function was built with.
+// notes, from tuningDBSchedule, replace the line of a function the
+// tuning database gave its schedule (a note ending in ":" is followed
+// by the schedule).
+func reportSchedules(w io.Writer, scheds []compiler.FuncSchedule, notes map[string]string) {
+	var groups []string
+	byHow := map[string][]string{}
+	for _, s := range scheds {
+		how := s.String()
+		if n, ok := notes[s.Name]; ok {
+			if !strings.HasSuffix(n, ":") {
+				fmt.Fprintf(w, "build: %s: %s\n", s.Name, n)
+				continue
+			}
+			fmt.Fprintf(w, "build: %s: %s %s\n", s.Name, n, how)
+			continue
+		}
+		if len(scheds) <= maxScheduleLines {
+			fmt.Fprintf(w, "build: %s: %s\n", s.Name, how)
+			continue
+		}
+		if byHow[how] == nil {
+			groups = append(groups, how)
+		}
+		byHow[how] = append(byHow[how], s.Name)
+	}
+	for _, how := range groups {
+		names := byHow[how]
+		if len(names) == 1 {
+			fmt.Fprintf(w, "build: %s: %s\n", names[0], how)
+			continue
+		}
+		list := strings.Join(names[:min(len(names), 3)], ", ")
+		if len(names) > 3 {
+			list += fmt.Sprintf(" and %d more", len(names)-3)
+		}
+		fmt.Fprintf(w, "build: %d functions: %s (%s)\n", len(names), how, list)
+	}
 }
 
 // writeFileAtomic writes through a temporary file and a rename, so a crash

@@ -246,7 +246,7 @@ func compilerJobCommand() *ucli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("compiler-job: want one job directory")
 			}
-			return node.RunJob(c.Context, c.Args().First())
+			return node.RunJob(c.Context, c.Args().First(), os.Stdout)
 		},
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,6 +34,11 @@ func TestRemoteCommands(t *testing.T) {
 	_, errOut, err := runApp(t, "build", "testdata/vadd.py", "--tracker", addr, "--token-file", tokFile, "-o", art)
 	check.NoError(t, err)
 	check.True(t, strings.Contains(errOut, "succeeded"), "build progress:", errOut)
+	// Not a terminal: a line per step of the job, with the time since it
+	// was submitted.
+	for _, re := range []string{`job \S+ queued at \S+`, `job \S+ claimed by compiler node \S+`, `job \S+: succeeded on \S+.*`, `download the artifact \(.*\)`} {
+		check.True(t, regexp.MustCompile(`(?m)^build: `+re+` \([0-9]+\.[0-9]+ s\)$`).MatchString(errOut), "no line", re, "in", errOut)
+	}
 
 	x := make([]float32, 1024)
 	for i := range x {

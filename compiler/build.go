@@ -32,7 +32,6 @@ import (
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
-	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
 	"github.com/kiln-ml/kiln/compiler/transform"
@@ -77,9 +76,12 @@ type BuildOptions struct {
 	// graph functions ("" means DefaultPipeline; "none" runs nothing; see
 	// compiler/relax/transform.PipelineNames).
 	Pipeline string
-	// NoDefaultSchedule skips the default CPU schedules
-	// (compiler/schedule/auto) that Build gives the tensor programs of a
-	// graph module after its pipeline.
+	// NoDefaultSchedule skips the default schedules
+	// (compiler/schedule/auto) that Build gives every PrimFunc not
+	// already scheduled (auto.Scheduled): the tensor programs of a graph
+	// module after its pipeline and the kernels of a module of PrimFuncs
+	// alike. On CUDA a function without loops bound to threads cannot
+	// run: it gets the GPU rules all the same.
 	NoDefaultSchedule bool
 	// Params, when set, is a safetensors file bundled into the artifact
 	// as params.safetensors (a graph function's weights).
@@ -93,6 +95,30 @@ type BuildOptions struct {
 	// functions it scheduled alone. kiln build --tuning-db applies a
 	// tuning database's best records through it.
 	Schedule func(*ir.IRModule) (*ir.IRModule, error)
+	// Progress, when set, hears each phase of the build start and end
+	// (see Stage), on the goroutine that called Build.
+	Progress func(Stage)
+}
+
+// Stage is a phase of a build as BuildOptions.Progress hears it: Name
+// ("graph pipeline O2", "schedule", "lower and generate code", "C
+// compile of 3 function(s)", "pack the artifact"), once with Done false as it starts
+// and once with Done true and Took as it ends.
+type Stage struct {
+	Name string
+	Done bool
+	Took time.Duration
+}
+
+// stage reports the start of a phase to progress and returns the func
+// that reports its end.
+func stage(progress func(Stage), name string) func() {
+	if progress == nil {
+		return func() {}
+	}
+	start := time.Now()
+	progress(Stage{Name: name})
+	return func() { progress(Stage{Name: name, Done: true, Took: time.Since(start)}) }
 }
 
 // Result is a build's artifact and how it was made.
@@ -107,6 +133,9 @@ type Result struct {
 	Lower, Compile time.Duration
 	// Key is the build cache key.
 	Key string
+	// Schedules says, per PrimFunc in module order, which schedule it
+	// was built with (also when Cached).
+	Schedules []FuncSchedule
 }
 
 // Build compiles every PrimFunc of mod for target into a .kiln artifact.
@@ -145,6 +174,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			p = DefaultPipeline
 		}
 		var err error
+		end := stage(opts.Progress, "graph pipeline "+p)
 		if target.Kind == "cpu" && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
 			// Dense layers' weights packed in the default schedule's
 			// column panels (not under a tuning database, whose records
@@ -156,30 +186,21 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
 			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
 		}
-		if opts.Schedule != nil {
-			if mod, err = opts.Schedule(mod); err != nil {
-				return nil, fmt.Errorf("build: %w", err)
-			}
-		}
-		if !opts.NoDefaultSchedule && target.Kind == "cpu" {
-			// A target without vectors is tiled as for 128-bit ones; its
-			// vectorized loops stay serial (Vectorize).
-			if mod, _, err = auto.Module(mod, auto.Options{VectorBytes: max(target.VectorBytes(), 16)}); err != nil {
-				return nil, fmt.Errorf("build: %w", err)
-			}
-		}
-	} else if opts.Schedule != nil {
+		end()
+	}
+	end := stage(opts.Progress, "schedule")
+	before := mod
+	if opts.Schedule != nil {
 		var err error
 		if mod, err = opts.Schedule(mod); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
-	if target.Kind == "cuda" && !opts.NoDefaultSchedule {
-		var err error
-		if mod, err = gpuSchedule(mod); err != nil {
-			return nil, fmt.Errorf("build: %w", err)
-		}
+	mod, schedules, err := defaultSchedules(before, mod, target, opts)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
 	}
+	end()
 	n := 0
 	for range mod.PrimFuncs() {
 		n++
@@ -229,7 +250,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if opts.Params != nil {
 		key = toolchain.Key(key, "params", string(opts.Params))
 	}
-	res := &Result{Key: key}
+	res := &Result{Key: key, Schedules: schedules}
 	if cache != nil && len(opts.DumpIR) == 0 && opts.KeepSource == "" {
 		if data, ok := cache.Get(key); ok {
 			if a, err := artifact.Read(bytes.NewReader(data), int64(len(data))); err == nil {
@@ -240,6 +261,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 
 	start := time.Now()
+	end = stage(opts.Progress, "lower and generate code")
 	if opts.VerifyIR {
 		if err := ir.VerifyModule(mod); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
@@ -290,8 +312,10 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	}
 	res.Source = src
 	res.Lower = time.Since(start)
+	end()
 
 	start = time.Now()
+	end = stage(opts.Progress, fmt.Sprintf("C compile of %d function(s)", n))
 	dir, err := os.MkdirTemp("", "kiln-build-")
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -302,6 +326,12 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	res.Compile = time.Since(start)
+	end()
+	what := "pack the artifact"
+	if opts.Params != nil {
+		what = fmt.Sprintf("bundle %.1f MB of weights into the artifact", float64(len(opts.Params))/1e6)
+	}
+	end = stage(opts.Progress, what)
 	lib, err := os.ReadFile(so)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -336,6 +366,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
+	end()
 	return res, nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 	"github.com/kiln-ml/kiln/compiler/transform"
 )
 
@@ -63,22 +62,6 @@ func cudaCompiler(opts BuildOptions) (CUDACompiler, error) {
 		return nil, fmt.Errorf("building for cuda needs NVRTC: %w", err)
 	}
 	return cc, nil
-}
-
-// gpuSchedule gives every PrimFunc of mod without a thread-bound loop the
-// default GPU schedule.
-func gpuSchedule(mod *ir.IRModule) (*ir.IRModule, error) {
-	for name, f := range mod.PrimFuncs() {
-		if hasThreadBinding(f) {
-			continue
-		}
-		g, err := auto.GPUFunc(f, auto.GPUOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("function %q: no default GPU schedule applies (%w); schedule it by hand (bind its loops to blockIdx/threadIdx)", name, err)
-		}
-		mod = mod.With(name, g)
-	}
-	return mod, nil
 }
 
 func hasThreadBinding(f *ir.PrimFunc) bool {

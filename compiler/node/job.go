@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,16 +20,21 @@ import (
 // RunJob builds the job in dir (JobFile and ModuleFile) into ArtifactFile.
 // On failure it also writes the error's text to ErrorFile, which the node
 // reports to the tracker as the job's message. It is what the job
-// subprocess runs.
-func RunJob(ctx context.Context, dir string) error {
-	err := runJob(ctx, dir)
+// subprocess runs; it writes a line StagePrefix+NAME to stages as each
+// phase of the build starts (the node reports them as the job's
+// progress).
+func RunJob(ctx context.Context, dir string, stages io.Writer) error {
+	err := runJob(ctx, dir, stages)
 	if err != nil {
 		_ = os.WriteFile(filepath.Join(dir, ErrorFile), []byte(err.Error()), 0o644)
 	}
 	return err
 }
 
-func runJob(ctx context.Context, dir string) error {
+// StagePrefix starts the lines of RunJob's stages.
+const StagePrefix = "kiln build stage: "
+
+func runJob(ctx context.Context, dir string, stages io.Writer) error {
 	b, err := os.ReadFile(filepath.Join(dir, JobFile))
 	if err != nil {
 		return fmt.Errorf("read job: %w", err)
@@ -52,7 +58,11 @@ func runJob(ctx context.Context, dir string) error {
 	if name == "" {
 		name = "module.py"
 	}
-	opts := compiler.BuildOptions{CC: job.CC}
+	opts := compiler.BuildOptions{CC: job.CC, Progress: func(st compiler.Stage) {
+		if !st.Done {
+			fmt.Fprintf(stages, "%s%s\n", StagePrefix, st.Name)
+		}
+	}}
 	var mod *ir.IRModule
 	if job.Format == "onnx-base64" || job.Format == "onnx-artifact" {
 		// An ONNX model: imported here, its weights bundled. The node
@@ -89,12 +99,17 @@ func runJob(ctx context.Context, dir string) error {
 			}
 		case "pipeline":
 			opts.Pipeline = v
+		case "default-schedule":
+			if v != "none" {
+				return fmt.Errorf("job %s: build option default-schedule=%q: want none (or leave it out for the default schedules)", job.ID, v)
+			}
+			opts.NoDefaultSchedule = true
 		case "input-shape":
 			if job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
 				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
 			}
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, input-shape)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, default-schedule, input-shape)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)

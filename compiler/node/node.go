@@ -414,7 +414,14 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 	cmd := exec.CommandContext(jctx, argv[0], argv[1:]...)
 	cmd.Env = jobEnv(n.cfg, dir, n.jail.bwrap != "")
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// The job's stages become its progress, between "compiling" (0.1)
+	// and "uploading" (0.9).
+	seen := 0
+	so := &stageScanner{out: &out, stage: func(name string) {
+		seen++
+		_ = n.reg.JobProgress(ctx, job.ID, 0.1+0.8*float64(min(seen, 7))/8, name)
+	}}
+	cmd.Stdout, cmd.Stderr = so, so
 	cmd.WaitDelay = 5 * time.Second
 	ownGroup(cmd)
 	runErr := cmd.Run()
@@ -444,6 +451,33 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 		return "", logText, fmt.Errorf("upload artifact: %w", err)
 	}
 	return sha, logText, nil
+}
+
+// stageScanner keeps a job subprocess's output and calls stage with the
+// name of each stage line (StagePrefix) it writes.
+type stageScanner struct {
+	out     *bytes.Buffer
+	partial []byte
+	stage   func(name string)
+}
+
+func (s *stageScanner) Write(p []byte) (int, error) {
+	s.out.Write(p)
+	s.partial = append(s.partial, p...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if name, ok := strings.CutPrefix(string(s.partial[:i]), StagePrefix); ok {
+			s.stage(name)
+		}
+		s.partial = s.partial[i+1:]
+	}
+	if len(s.partial) > 1<<16 {
+		s.partial = nil // a long line without a newline is not a stage
+	}
+	return len(p), nil
 }
 
 func tail(s string, n int) string {

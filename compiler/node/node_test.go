@@ -28,7 +28,7 @@ import (
 // The test binary doubles as the job subprocess.
 func TestMain(m *testing.M) {
 	if os.Getenv("KILN_TEST_NODE_JOB") == "1" {
-		if err := node.RunJob(context.Background(), os.Args[len(os.Args)-1]); err != nil {
+		if err := node.RunJob(context.Background(), os.Args[len(os.Args)-1], os.Stdout); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -90,6 +90,9 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	check.NoError(t, err)
 	_, ok := a.Function("vadd")
 	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+	// The job's stages are in its log (and were its progress messages);
+	// "schedule" comes before the build cache answers.
+	check.True(t, strings.Contains(job.Log, node.StagePrefix+"schedule\n"), job.Log)
 
 	// A module with a syntax error fails with the parser's message.
 	bad, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "bad.py", Module: "@T.prim_func\ndef f(:\n", Target: "cpu"})

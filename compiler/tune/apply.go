@@ -15,6 +15,9 @@ type Applied struct {
 	// Tuned are the functions that got their best record's schedule,
 	// with that record's median time.
 	Tuned map[string]float64
+	// Records are the records the Tuned functions got (a record of
+	// Schedule DefaultSchedule gave the default schedule).
+	Records map[string]Record
 	// Specialized are the functions with symbolic sizes that were bound
 	// to a shape (as "N=1024,M=1024") to take a record tuned for it.
 	Specialized map[string]string
@@ -36,7 +39,7 @@ type Applied struct {
 // only.
 func Apply(mod *ir.IRModule, db *Database, target rules.Target, shape map[string]int64) (*ir.IRModule, Applied, error) {
 	out := mod
-	res := Applied{Tuned: map[string]float64{}, Specialized: map[string]string{}}
+	res := Applied{Tuned: map[string]float64{}, Records: map[string]Record{}, Specialized: map[string]string{}}
 	used := map[string]bool{}
 	for _, name := range mod.Names() {
 		f := mod.PrimFunc(name)
@@ -78,6 +81,7 @@ func Apply(mod *ir.IRModule, db *Database, target rules.Target, shape map[string
 		}
 		out = out.With(name, c.Func)
 		res.Tuned[name] = best.Median()
+		res.Records[name] = best
 		if len(bind) > 0 {
 			res.Specialized[name] = FormatShape(bind)
 		}

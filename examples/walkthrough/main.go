@@ -91,7 +91,9 @@ func run(ctx context.Context, w io.Writer, n int) error {
 
 	p.section("4. Code generation (compiler.Build: codegen/c, toolchain, artifact)")
 	mod := ir.NewIRModule().With("vecadd", s.Func())
-	res, err := compiler.BuildWithResult(ctx, mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})
+	// The loops as section 2 left them: kiln's default schedule would
+	// vectorize them, and the C would no longer follow section 3.
+	res, err := compiler.BuildWithResult(ctx, mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true, NoDefaultSchedule: true})
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}

@@ -254,14 +254,15 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 // scheduleConv returns f with block c scheduled, its elementwise
 // consumers computed on the register tile when they can be, or nil when
 // the primitives refuse the shape.
-func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, string, error) {
 	if g, err := scheduleStem(f, c, opts); err == nil {
-		return g, nil // a stem: vectors along the row (stem_conv.go)
+		return g, RuleConvStem, nil // a stem: vectors along the row (stem_conv.go)
 	}
 	if g, err := schedulePackedPointwise(f, c, opts); err == nil {
-		return g, nil
+		return g, RulePointwise, nil
 	}
-	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return convSchedule(s, c, opts, epilogue) })
+	g, err := withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return convSchedule(s, c, opts, epilogue) })
+	return g, RuleConv, err
 }
 
 // withEpilogue applies sched to a schedule of f, first with the epilogue

@@ -98,22 +98,23 @@ func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
 
 // scheduleRowConv returns f with block c scheduled, or nil when the
 // primitives refuse the shape.
-func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, string, error) {
 	if g, err := scheduleGlobalPool(f, c, opts); err == nil {
-		return g, nil
+		return g, RuleGlobalPool, nil
 	}
 	if g, err := schedulePoolRows(f, c, opts); err == nil {
-		return g, nil
+		return g, RulePoolRows, nil
 	}
 	if g, err := schedulePointwise(f, c, opts); err == nil {
-		return g, nil
+		return g, RulePointwise, nil
 	}
 	// A depthwise convolution computes a plane per channel; when it
 	// cannot, rows of stride 1 keep the register tile along the row.
 	if g, err := scheduleDepthwisePlane(f, c, opts); err == nil || !unitRows(f, c) {
-		return g, err
+		return g, RuleDepthwisePlane, err
 	}
-	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
+	g, err := withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
+	return g, RuleRowConv, err
 }
 
 // unitRows reports whether block c of f reads its input with a stride of

@@ -50,29 +50,31 @@ func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool
 	return lanes, mr, largestDivisor(N/lanes, limit) * lanes, true
 }
 
-// Module applies Func to every PrimFunc of mod and returns the new module
-// and the names of the functions it scheduled.
-func Module(mod *ir.IRModule, opts Options) (*ir.IRModule, []string, error) {
-	out := mod
-	var done []string
-	for name, f := range mod.PrimFuncs() {
-		g, ok, err := Func(f, opts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("default schedule of %q: %w", name, err)
-		}
-		if ok {
-			out = out.With(name, g)
-			done = append(done, name)
-		}
-	}
-	return out, done, nil
-}
+// The rules FuncRule names, in the order it tries them.
+const (
+	RuleMatmul         = "matmul"
+	RuleConvStem       = "conv2d stem"
+	RulePointwise      = "pointwise conv2d"
+	RuleConv           = "conv2d"
+	RuleGlobalPool     = "global pool"
+	RulePoolRows       = "pool"
+	RuleDepthwisePlane = "depthwise conv2d"
+	RuleRowConv        = "conv2d rows"
+	RuleGeneric        = "elementwise and reductions"
+)
 
 // Func schedules the first unscheduled matmul-shaped block of f (see the
 // package doc) and reports whether it did; f itself is never modified.
 // A function with no such block, or one whose loops were already
 // transformed, comes back unchanged with false.
 func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
+	g, rule, err := FuncRule(f, opts)
+	return g, rule != "", err
+}
+
+// FuncRule is Func, naming the rule that scheduled f (one of the Rule
+// constants), or "" when none applies.
+func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
 	if opts.VectorBytes <= 0 {
 		opts.VectorBytes = 64
 	}
@@ -86,7 +88,7 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 		for _, epilogue := range []bool{true, false} {
 			s, err := schedule.New(f)
 			if err != nil {
-				return f, false, nil
+				return f, "", nil
 			}
 			ok, err := scheduleMatmul(s, m, opts, epilogue)
 			if err != nil {
@@ -95,25 +97,25 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 				continue
 			}
 			if ok {
-				return s.Func(), true, nil
+				return s.Func(), RuleMatmul, nil
 			}
 			break
 		}
 	}
 	for _, c := range findConvs(f) {
-		if g, err := scheduleConv(f, c, opts); err == nil && g != nil {
-			return g, true, nil
+		if g, rule, err := scheduleConv(f, c, opts); err == nil && g != nil {
+			return g, rule, nil
 		}
 	}
 	for _, c := range findRowConvs(f) {
-		if g, err := scheduleRowConv(f, c, opts); err == nil && g != nil {
-			return g, true, nil
+		if g, rule, err := scheduleRowConv(f, c, opts); err == nil && g != nil {
+			return g, rule, nil
 		}
 	}
 	if g, ok := scheduleGeneric(f, opts); ok {
-		return g, true, nil
+		return g, RuleGeneric, nil
 	}
-	return f, false, nil
+	return f, "", nil
 }
 
 // matmulBlock is a block C[.., i, j] += A[.., i, k] * B[.., k, j].

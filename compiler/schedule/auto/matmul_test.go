@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -346,15 +345,18 @@ func TestMatmulCompiled(t *testing.T) {
 	checkCompiled(t, src, funcs)
 }
 
-func TestModule(t *testing.T) {
+// TestFuncRule: FuncRule names the rule that scheduled a function.
+func TestFuncRule(t *testing.T) {
 	mod, err := script.Parse("test.py", "@I.ir_module\nclass Module:"+indent(fusedDense(1, 32, 8, false))+indent(strings.ReplaceAll(fusedDense(1, 32, 8, true), "def dense", "def dense_t")))
 	check.NoError(t, err)
-	out, done, err := Module(mod, Options{})
+	g, rule, err := FuncRule(mod.PrimFunc("dense"), Options{})
 	check.NoError(t, err)
-	slices.Sort(done)
-	check.Equal(t, strings.Join(done, ","), "dense,dense_t")
-	check.True(t, out.PrimFunc("dense") != mod.PrimFunc("dense"), "dense scheduled")
-	par, vec := loopKinds(out.PrimFunc("dense_t"))
+	check.Equal(t, rule, RuleMatmul)
+	check.True(t, g != mod.PrimFunc("dense"), "dense scheduled")
+	g, rule, err = FuncRule(mod.PrimFunc("dense_t"), Options{})
+	check.NoError(t, err)
+	check.Equal(t, rule, RuleGeneric)
+	par, vec := loopKinds(g)
 	check.Equal(t, [2]int{par, vec}, [2]int{0, 1}, "dense_t: the generic rule vectorized its epilogue")
 }
 

@@ -120,8 +120,10 @@ func (r *Runner) build(ctx context.Context, task *tune.Task, f *ir.PrimFunc) ([]
 func (r *Runner) buildJob(ctx context.Context, task *tune.Task, f *ir.PrimFunc, limit time.Duration) ([]byte, tune.Result, error) {
 	n := r.seq.Add(1)
 	mod := ir.NewIRModule().With(task.Name, f.WithAttr(ir.AttrGlobalSymbol, task.Name))
+	// The node builds the candidate as it is: a default schedule on top
+	// would measure another function than the record says.
 	args := proto.BuildSubmitArgs{Name: fmt.Sprintf("tune-%s-%d", task.Name, n), Module: script.Print(mod), Target: r.cfg.Target,
-		RunTimeout: limit, Class: proto.JobBulk, CancelOnDisconnect: true}
+		Options: map[string]string{"default-schedule": "none"}, RunTimeout: limit, Class: proto.JobBulk, CancelOnDisconnect: true}
 	id := ""
 	for try := 0; ; try++ {
 		tc, gen := r.tracker()

@@ -1,0 +1,106 @@
+package compiler
+
+import (
+	"fmt"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
+)
+
+// ScheduleKind is where the schedule a PrimFunc was built with came from.
+type ScheduleKind uint8
+
+const (
+	// Unscheduled: the function as written (no default rule applies, or
+	// BuildOptions.NoDefaultSchedule).
+	Unscheduled ScheduleKind = iota
+	// DefaultSchedule: a rule of compiler/schedule/auto (FuncSchedule.Rule).
+	DefaultSchedule
+	// AlreadyScheduled: the function came scheduled (auto.Scheduled;
+	// FuncSchedule.Rule says what shows it) and was kept as it is.
+	AlreadyScheduled
+	// OptionSchedule: BuildOptions.Schedule rewrote it (kiln build
+	// --tuning-db: a tuning database's record).
+	OptionSchedule
+)
+
+// FuncSchedule is the schedule one PrimFunc of a build got.
+type FuncSchedule struct {
+	Name string
+	Kind ScheduleKind
+	// Rule is the default rule (DefaultSchedule) or the sign of the
+	// function's own schedule (AlreadyScheduled).
+	Rule string
+}
+
+// String says it as kiln build does: "unscheduled", "default schedule
+// (matmul)", "already scheduled (loop i is parallel)", "scheduled by
+// the build's schedule option".
+func (s FuncSchedule) String() string {
+	switch s.Kind {
+	case DefaultSchedule:
+		return fmt.Sprintf("default schedule (%s)", s.Rule)
+	case AlreadyScheduled:
+		return fmt.Sprintf("already scheduled (%s)", s.Rule)
+	case OptionSchedule:
+		return "scheduled by the build's schedule option"
+	}
+	return "unscheduled"
+}
+
+// defaultSchedules gives every PrimFunc of mod that needs one its default
+// schedule and says, per function, which schedule it has. before is mod
+// as it was before BuildOptions.Schedule ran: the functions that hook
+// changed are its own. Other functions that are already scheduled keep
+// their schedule: on CPUs as auto.Scheduled says, on GPUs when a loop is
+// bound to a thread axis (a GPU kernel needs nothing else, and one
+// without gets the GPU rules whatever the options say).
+func defaultSchedules(before, mod *ir.IRModule, target Target, opts BuildOptions) (*ir.IRModule, []FuncSchedule, error) {
+	var out []FuncSchedule
+	for name, f := range mod.PrimFuncs() {
+		s := FuncSchedule{Name: name}
+		hooked := opts.Schedule != nil && before.PrimFunc(name) != f
+		if hooked {
+			s.Kind = OptionSchedule
+		}
+		switch {
+		case target.Kind == "cuda" && hasThreadBinding(f):
+			if !hooked {
+				s.Kind, s.Rule = AlreadyScheduled, "loops bound to threads"
+			}
+		case target.Kind == "cuda":
+			// A GPU kernel runs only with its loops bound to threads: it
+			// gets the GPU rules even with NoDefaultSchedule.
+			g, err := auto.GPUFunc(f, auto.GPUOptions{})
+			if err != nil {
+				return nil, nil, fmt.Errorf("function %q: no default GPU schedule applies (%w); schedule it by hand (bind its loops to blockIdx/threadIdx)", name, err)
+			}
+			mod = mod.With(name, g)
+			s.Kind, s.Rule = DefaultSchedule, "gpu"
+		case opts.NoDefaultSchedule:
+			if !hooked {
+				if ok, sign := auto.Scheduled(f); ok {
+					s.Kind, s.Rule = AlreadyScheduled, sign
+				}
+			}
+		case hooked:
+		default:
+			if ok, sign := auto.Scheduled(f); ok {
+				s.Kind, s.Rule = AlreadyScheduled, sign
+				break
+			}
+			// A target without vectors is tiled as for 128-bit ones; its
+			// vectorized loops stay serial (Vectorize).
+			g, rule, err := auto.FuncRule(f, auto.Options{VectorBytes: max(target.VectorBytes(), 16)})
+			if err != nil {
+				return nil, nil, fmt.Errorf("default schedule of %q: %w", name, err)
+			}
+			if rule != "" {
+				mod = mod.With(name, g)
+				s.Kind, s.Rule = DefaultSchedule, rule
+			}
+		}
+		out = append(out, s)
+	}
+	return mod, out, nil
+}
