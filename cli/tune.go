@@ -120,9 +120,29 @@ type tuneSummary struct {
 	Notes        []string           `json:"notes,omitempty"`
 	Skipped      []string           `json:"skipped,omitempty"`
 	Tasks        []tune.TaskSummary `json:"tasks"`
-	// Default is each kernel's unscheduled time on the fleet (seconds),
-	// measured once with the reference result.
-	Default map[string]float64 `json:"default_seconds,omitempty"`
+	// Unscheduled is each kernel's time as written, without any schedule
+	// (seconds), measured once on the fleet with the reference result.
+	Unscheduled map[string]float64 `json:"unscheduled_seconds,omitempty"`
+	// DefaultSchedule is each kernel's best time under kiln's default
+	// schedule (the search's first candidate), from the database.
+	DefaultSchedule map[string]float64 `json:"default_schedule_seconds,omitempty"`
+}
+
+// defaultScheduleTimes returns each task's best valid time under the
+// default schedule among db's records.
+func defaultScheduleTimes(tasks []*tune.Task, db *tune.Database) map[string]float64 {
+	out := map[string]float64{}
+	for _, t := range tasks {
+		for _, r := range db.Records(t.Workload.Hash) {
+			if r.Schedule != tune.DefaultSchedule || !r.Valid() {
+				continue
+			}
+			if m := r.Median(); out[t.Name] == 0 || m < out[t.Name] {
+				out[t.Name] = m
+			}
+		}
+	}
+	return out
 }
 
 func runTune(c *ucli.Context) error {
@@ -198,6 +218,7 @@ func runTune(c *ucli.Context) error {
 	res := tuneSummary{File: path, Target: target.String(), DB: dbPath, Notes: notes, Skipped: skipped}
 	if trials <= 0 {
 		res.Tasks = tuneSummaries(tasks, db)
+		res.DefaultSchedule = defaultScheduleTimes(tasks, db)
 		return printTuneSummary(c, res)
 	}
 	tok, tlsCfg, err := clientAuth(c)
@@ -247,12 +268,13 @@ func runTune(c *ucli.Context) error {
 	res.Tasks = sum
 	for _, t := range tasks {
 		if d, ok := runner.Default(t); ok {
-			if res.Default == nil {
-				res.Default = map[string]float64{}
+			if res.Unscheduled == nil {
+				res.Unscheduled = map[string]float64{}
 			}
-			res.Default[t.Name] = d
+			res.Unscheduled[t.Name] = d
 		}
 	}
+	res.DefaultSchedule = defaultScheduleTimes(tasks, db)
 	for _, t := range sum {
 		res.Trials += t.Trials
 	}
@@ -313,20 +335,28 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 		return json.NewEncoder(c.App.Writer).Encode(r)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KERNEL\tWEIGHT\tTRIALS\tINVALID\tEARLIER\tDEFAULT\tBEST\tGFLOPS\tSPEEDUP")
+	// SPEEDUP is the best time's against the default schedule's (what a
+	// build without the database gets), else against the unscheduled time.
+	fmt.Fprintln(tw, "KERNEL\tWEIGHT\tTRIALS\tINVALID\tEARLIER\tUNSCHEDULED\tDEFAULT SCHEDULE\tBEST\tGFLOPS\tSPEEDUP")
 	for _, t := range r.Tasks {
-		dflt, best, gf, up := "-", "-", "-", "-"
-		d := r.Default[t.Name]
+		unsched, dflt, best, gf, up := "-", "-", "-", "-", "-"
+		u, d := r.Unscheduled[t.Name], r.DefaultSchedule[t.Name]
+		if u > 0 {
+			unsched = fmtSeconds(u)
+		}
 		if d > 0 {
 			dflt = fmtSeconds(d)
 		}
 		if t.Best > 0 {
 			best, gf = fmtSeconds(t.Best), fmt.Sprintf("%.2f", t.GFLOPS)
-			if d > 0 {
-				up = fmt.Sprintf("%.1f×", d/t.Best)
+			switch {
+			case d > 0:
+				up = fmt.Sprintf("%.2f× default", d/t.Best)
+			case u > 0:
+				up = fmt.Sprintf("%.1f× unscheduled", u/t.Best)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.Weight, t.Trials, t.Invalid, t.Previous, dflt, best, gf, up)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Weight, t.Trials, t.Invalid, t.Previous, unsched, dflt, best, gf, up)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
