@@ -50,6 +50,10 @@ type isolation struct {
 	cgroups []cgroupDir
 	prlimit string // the prlimit executable, when the caps are rlimits
 	setpriv string // the setpriv executable, to drop to a pool uid
+	// exe is the daemon's own executable as a pool uid can run it (a
+	// copy when the daemon's binary lies where other uids cannot reach
+	// it); "" when the workers run as the daemon's uid.
+	exe string
 }
 
 // cgroupDir is a directory the daemon made for its sessions' cgroups, and
@@ -107,11 +111,23 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 				return nil, fmt.Errorf("rpcserver: --sandbox bwrap: %w", err)
 			}
 			iso.why = err.Error()
+		} else if root {
+			// The workers' uids must be able to run the daemon's
+			// binary, wherever it was installed.
+			exe, eerr := os.Executable()
+			if eerr == nil {
+				exe, eerr = box.Executable(exe)
+			}
+			if eerr != nil {
+				if mode == SandboxBwrap {
+					return nil, fmt.Errorf("rpcserver: --sandbox bwrap: %w", eerr)
+				}
+				iso.why = eerr.Error()
+			} else {
+				iso.bwrap, iso.uids, iso.exe = path, uids, exe
+			}
 		} else {
 			iso.bwrap = path
-			if root {
-				iso.uids = uids
-			}
 		}
 	default:
 		return nil, fmt.Errorf("rpcserver: --sandbox %q: want auto, bwrap or off", mode)

@@ -143,6 +143,9 @@ func (w *workerProc) reason() (string, bool) {
 // owned by wg) once the process has ended and been waited for.
 func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jailing, id, dir string, quota int64, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
 	path := spec.Path
+	if path == "" && iso != nil && iso.exe != "" {
+		path = iso.exe
+	}
 	if path == "" {
 		exe, err := os.Executable()
 		if err != nil {

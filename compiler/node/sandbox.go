@@ -43,6 +43,10 @@ type jail struct {
 	prlimit string
 	uids    chan int // free job uids (root only)
 	ro      []string // toolchain directories bound read-only
+	// exe is the job command's program as a job uid can run it (a copy
+	// when the node's binary lies where other uids cannot reach it); ""
+	// unless the node is root and sandboxes its jobs.
+	exe string
 	memory  int64
 	procs   int
 }
@@ -83,8 +87,16 @@ func newJail(ctx context.Context, cfg Config, work string) (*jail, error) {
 			}
 			err = sandbox.Probe(ctx, path, j.setpriv, work, uid)
 		}
+		program := cfg.Command[0]
+		if err == nil && root {
+			// The jobs' uids must be able to run the node's binary,
+			// wherever it was installed.
+			if program, err = exec.LookPath(program); err == nil {
+				program, err = sandbox.Executable(program)
+			}
+		}
 		if err == nil {
-			err = j.checkCommand(ctx, path, work, cfg.Command[0], uids[0], root)
+			err = j.checkCommand(ctx, path, work, program, uids[0], root)
 		}
 		if err != nil {
 			if mode == SandboxBwrap {
@@ -98,6 +110,7 @@ func newJail(ctx context.Context, cfg Config, work string) (*jail, error) {
 		}
 		j.bwrap = path
 		if root {
+			j.exe = program
 			j.uids = make(chan int, len(uids))
 			for _, u := range uids {
 				j.uids <- u
@@ -232,9 +245,12 @@ func (j *jail) command(dir string, uid int, timeoutSec int64, command []string) 
 	if j.bwrap == "" {
 		return j.capped(argv, timeoutSec), nil
 	}
-	path, err := exec.LookPath(command[0])
-	if err != nil {
-		return nil, fmt.Errorf("job command: %w", err)
+	path := j.exe
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath(command[0]); err != nil {
+			return nil, fmt.Errorf("job command: %w", err)
+		}
 	}
 	argv[0] = path
 	argv = append(append([]string{j.bwrap}, sandbox.Args(dir, path, j.ro)...), argv...)
