@@ -52,6 +52,7 @@ Examples:
 			buildCommand(),
 			tuneCommand(),
 			benchCommand(),
+			resultsCommand(),
 			demoCommand(),
 			queryCommand(),
 			tokenCommand(),

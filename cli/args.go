@@ -35,7 +35,17 @@ func Intersperse(app *ucli.App, args []string) []string {
 	if len(args) < 3 {
 		return args
 	}
-	cmd := app.Command(args[1])
+	cmd, prefix := app.Command(args[1]), 2
+	if cmd != nil && len(cmd.Subcommands) > 0 {
+		// A subcommand's flags move in front of its arguments too.
+		var sub *ucli.Command
+		for _, sc := range cmd.Subcommands {
+			if sc.HasName(args[2]) {
+				sub = sc
+			}
+		}
+		cmd, prefix = sub, 3
+	}
 	if cmd == nil || len(cmd.Subcommands) > 0 {
 		return args
 	}
@@ -47,7 +57,7 @@ func Intersperse(app *ucli.App, args []string) []string {
 		}
 	}
 	var flags, pos []string
-	rest := args[2:]
+	rest := args[prefix:]
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
@@ -65,7 +75,7 @@ func Intersperse(app *ucli.App, args []string) []string {
 			i++
 		}
 	}
-	out := append([]string{args[0], args[1]}, flags...)
+	out := append(append([]string{}, args[:prefix]...), flags...)
 	if len(pos) > 0 {
 		out = append(out, "--")
 		out = append(out, pos...)

@@ -21,7 +21,7 @@ func benchCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "bench",
 		Usage:     "time one function of a .kiln artifact with the time evaluator, here or on a leased device",
-		UsageText: "kiln bench ARTIFACT --func NAME [--input NAME=FILE.npy]... [--number N --repeat R --min-repeat-ms M --cooldown-ms C --cache-flush-bytes B] [--stable-within P%] [--until-stable [--max-time D]] [--json] [--tracker HOST:PORT --key KEY]",
+		UsageText: "kiln bench ARTIFACT --func NAME [--input NAME=FILE.npy]... [--number N --repeat R --min-repeat-ms M --cooldown-ms C --cache-flush-bytes B] [--stable-within P%] [--until-stable [--max-time D]] [--json] [--tracker HOST:PORT --key KEY [--label L] [--share] [--record=false]]",
 		Description: `Runs TVM's time evaluator on the function: one untimed warm-up call, then
 --repeat measurements; in each, the number of calls grows (x1.618, or to reach
 --min-repeat-ms) until the batch lasts at least --min-repeat-ms, and the
@@ -51,6 +51,13 @@ there. A device whose daemon runs under an emulator
 "emulated": "qemu-aarch64" to the object, and a note to the table: such
 times are the emulator's, not the board's.
 
+With --tracker the timing is recorded in the tracker's results store (turn
+that off with --record=false): the artifact's sha256, the function, target,
+device key, node and attributes, kiln's version, the inputs' shapes, every
+figure and the validity report, under --label; the output says its id and
+--json adds "recorded": ID. It is yours: other users see it with --share.
+kiln results lists, shows, compares and exports recorded results.
+
 Examples:
    kiln bench matmul.kiln --func matmul --repeat 10 --min-repeat-ms 100
    kiln bench matmul.kiln --func matmul --repeat 10 --until-stable --max-time 30s --stable-within 1%
@@ -66,13 +73,16 @@ Examples:
 			&ucli.BoolFlag{Name: "until-stable", Usage: "repeat batches of --repeat repeats, pooling them, until the verdict is stable or --max-time"},
 			&ucli.DurationFlag{Name: "max-time", Value: 30 * time.Second, Usage: "with --until-stable: the time the batches may take"},
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of the table"},
-		}, remoteFlags()...)...),
+		}, append(remoteFlags(), recordFlags()...)...)...),
 		OnUsageError: usageError,
 		Action:       runBench,
 	}
 }
 
 func runBench(c *ucli.Context) error {
+	if err := checkRecordFlags(c); err != nil {
+		return err
+	}
 	path, a, fi, call, err := loadCall(c, "bench")
 	if err != nil {
 		return err
@@ -102,12 +112,25 @@ func runBench(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", path, err)
 	}
+	recorded, recErr := recordBench(c, path, a, call, r, res)
+	if recErr != nil {
+		recErr = fmt.Errorf("bench %s: timed, but not recorded: %w", path, recErr)
+	}
 	if c.Bool("json") {
-		return json.NewEncoder(c.App.Writer).Encode(struct {
+		if err := json.NewEncoder(c.App.Writer).Encode(struct {
 			proto.TimeResult
 			UntilStable *untilStable `json:"until_stable,omitempty"`
-		}{res, until})
+			Recorded    string       `json:"recorded,omitempty"`
+		}{res, until, recorded}); err != nil {
+			return err
+		}
+		return recErr
 	}
+	defer func() {
+		if recorded != "" {
+			fmt.Fprintf(c.App.Writer, "recorded as %s (kiln results show %s)\n", recorded, recorded)
+		}
+	}()
 	w := c.App.Writer
 	fmt.Fprintf(w, "%s on %s: %d repeats of %d calls\n", fi.Name, r.where(), len(res.Results), res.Number)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -135,7 +158,7 @@ func runBench(c *ucli.Context) error {
 	if res.Emulated != "" {
 		fmt.Fprintf(w, "note: the device runs under %s: these are emulated times, not the board's performance\n", res.Emulated)
 	}
-	return nil
+	return recErr
 }
 
 // untilStable says how kiln bench --until-stable ended.

@@ -59,6 +59,9 @@ type Config struct {
 	// UsersFile; default 64).
 	MaxQueuedJobsPerUser int
 	MaxQueuedBytes       int64
+	// MaxResultsPerUser bounds the results store per owner: recording
+	// past it evicts the owner's oldest (default 10000).
+	MaxResultsPerUser int
 	// MaxJobQueueTimeout and MaxJobRunTimeout are the longest queue and
 	// run limits a job may ask for (defaults 24h and 1h).
 	MaxJobQueueTimeout, MaxJobRunTimeout time.Duration
@@ -135,6 +138,9 @@ func (c *Config) setDefaults() error {
 	def(&c.JobOrphanGrace, 30*time.Second)
 	if c.MaxQueuedJobsPerUser <= 0 {
 		c.MaxQueuedJobsPerUser = 64
+	}
+	if c.MaxResultsPerUser <= 0 {
+		c.MaxResultsPerUser = 10000
 	}
 	if c.MaxQueuedJobs <= 0 {
 		c.MaxQueuedJobs = 256

@@ -39,6 +39,7 @@ func (s *Server) load() error {
 	for sha, rec := range snap.artifacts {
 		s.arti.add(sha, rec)
 	}
+	s.results.load(snap.results)
 	for i := range snap.creds {
 		s.creds.add(&snap.creds[i])
 	}
@@ -63,6 +64,13 @@ func (s *Server) load() error {
 		s.deleteLeaseLocked(id)
 	}
 	s.evictLocked("") // the limit may have been lowered since the last run
+	var capped []change
+	for owner := range s.results.byOwner {
+		capped = append(capped, s.capResultsLocked(owner)...)
+	}
+	if len(capped) > 0 {
+		s.st.apply(capped...)
+	}
 	s.mu.Unlock()
 	if len(s.jobs) > 0 || len(s.leases) > 0 {
 		s.log.Info("tracker state restored", "jobs", len(s.jobs), "queued", len(s.queued), "requeued", len(requeue), "leases", len(s.leases))

@@ -52,6 +52,7 @@ type Server struct {
 	stopping   bool   // set when shutdown starts: dropped connections no longer mark nodes lost
 	m          trackerMetrics
 	arti       artIndex // artifact store accounting
+	results    resultIndex
 
 	users     *users                   // nil without a users file
 	userConns map[*proto.Conn]struct{} // connections admitted with a user or join token or a node credential
@@ -386,6 +387,9 @@ func (s *Server) routes() {
 	handle(s, proto.MethodBuildComplete, s.handleBuildComplete)
 	handle(s, proto.MethodBuildFail, s.handleBuildFail)
 	handle(s, proto.MethodTrackerJoin, s.handleJoin)
+	handle(s, proto.MethodResultRecord, s.handleResultRecord)
+	handle(s, proto.MethodResultList, s.handleResultList)
+	handle(s, proto.MethodResultGet, s.handleResultGet)
 	handleBulk(s, proto.BulkArtifactUpload, s.handleArtifactUpload)
 	handleBulk(s, proto.BulkArtifactDownload, s.handleArtifactDownload)
 }

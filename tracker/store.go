@@ -1,5 +1,7 @@
 package tracker
 
+import "github.com/kiln-ml/kiln/rpcserver/proto"
+
 // stateStore is where a tracker keeps what must survive it: build jobs and
 // their modules, the next job number, the artifact index, outstanding
 // leases and node credentials. The tracker holds its working state in
@@ -36,6 +38,7 @@ const (
 	tableLeases                     // lease id → leaseRecord
 	tableCreds                      // node id → credential
 	tableMeta                       // metaNextJob → uint64
+	tableResults                    // result id → proto.Result
 )
 
 func (t table) String() string {
@@ -52,6 +55,8 @@ func (t table) String() string {
 		return "credentials"
 	case tableMeta:
 		return "meta"
+	case tableResults:
+		return "results"
 	}
 	return "unknown"
 }
@@ -76,6 +81,7 @@ type snapshot struct {
 	artifacts map[string]artifactRecord
 	leases    []leaseRecord
 	creds     []credential
+	results   []proto.Result // in key order
 }
 
 // storedJob is a job's record and, until it is final, its module.

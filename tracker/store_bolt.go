@@ -7,6 +7,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // boltStore keeps the tracker's state in one bbolt file, a bucket a table,
@@ -47,7 +49,7 @@ const ckptInterval = 50 * time.Millisecond
 // metaWALSeq is the meta record of the last logged batch tracker.db holds.
 const metaWALSeq = "wal_seq"
 
-var boltTables = []table{tableJobs, tableModules, tableArtifacts, tableLeases, tableCreds, tableMeta}
+var boltTables = []table{tableJobs, tableModules, tableArtifacts, tableLeases, tableCreds, tableMeta, tableResults}
 
 func bucketName(t table) []byte { return []byte(t.String()) }
 
@@ -346,6 +348,17 @@ func (st *boltStore) load() (snapshot, error) {
 				return fmt.Errorf("credential of node %s: %w", k, err)
 			}
 			snap.creds = append(snap.creds, c)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.Bucket(bucketName(tableResults)).ForEach(func(k, v []byte) error {
+			var r proto.Result
+			if err := msgpack.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("result %s: %w", k, err)
+			}
+			snap.results = append(snap.results, r)
 			return nil
 		})
 		if err != nil {

@@ -309,6 +309,10 @@ func (st *etcdStore) load() (snapshot, error) {
 			var rec leaseRecord
 			err = msgpack.Unmarshal(kv.Value, &rec)
 			snap.leases = append(snap.leases, rec)
+		case tableResults.String():
+			var r proto.Result
+			err = msgpack.Unmarshal(kv.Value, &r)
+			snap.results = append(snap.results, r)
 		}
 		if err != nil {
 			return snap, fmt.Errorf("etcd: record %s: %w", kv.Key, err)
