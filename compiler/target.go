@@ -168,24 +168,25 @@ func (t Target) arch() string {
 
 // hasAttr reports whether the target enables feature name with -mattr.
 func (t Target) hasAttr(name string) bool {
-	on := false
-	for _, a := range t.Attrs {
-		if a[1:] == name {
-			on = a[0] == '+'
-		}
-	}
+	on, _ := t.attr(name)
 	return on
 }
 
 // turnsOff reports whether the target disables feature name with -mattr.
 func (t Target) turnsOff(name string) bool {
-	off := false
+	_, off := t.attr(name)
+	return off
+}
+
+// attr is what the target's last -mattr of feature name does: turn it on,
+// off, or neither when no -mattr names it.
+func (t Target) attr(name string) (on, off bool) {
 	for _, a := range t.Attrs {
 		if a[1:] == name {
-			off = a[0] == '-'
+			on, off = a[0] == '+', a[0] == '-'
 		}
 	}
-	return off
+	return on, off
 }
 
 // VectorBytes is the width of the target's native vector registers, which
