@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/exectest"
 )
 
 // runnableInfo is the info string of a fenced block that the README test
@@ -152,6 +152,9 @@ func freeLoopbackPorts(t *testing.T, blocks []docBlock) map[string]string {
 	return ports
 }
 
+// docBlockLimit bounds one documentation block.
+const docBlockLimit = 3 * time.Minute
+
 // runDocBlocks runs one file's blocks in order in a fresh directory, with
 // the loopback ports they name replaced by free ones.
 func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
@@ -177,23 +180,19 @@ func runDocBlocks(t *testing.T, bin string, blocks []docBlock) {
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	for i, b := range blocks {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		out, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("block%d.out", i)))
 		check.NoError(t, err)
 		text := loopbackRE.ReplaceAllStringFunc(b.text, func(a string) string { return ports[a] })
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", text)
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", text)
 		cmd.Dir, cmd.Env = dir, env
 		// Output goes to a file, not a pipe: a daemon started in the
 		// background keeps its descriptors, and Wait must not wait for it.
 		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		err = cmd.Start()
-		if err == nil {
+		err = exectest.Run(t, docBlockLimit, cmd)
+		if cmd.Process != nil {
+			// The block's process group: what it left running.
 			groups = append(groups, cmd.Process.Pid)
-			err = cmd.Wait()
 		}
-		cancel()
 		out.Close()
 		output, _ := os.ReadFile(out.Name())
 		if err != nil {

@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/cpu"
@@ -167,13 +168,25 @@ func (t Target) arch() string {
 
 // hasAttr reports whether the target enables feature name with -mattr.
 func (t Target) hasAttr(name string) bool {
-	on := false
+	on, _ := t.attr(name)
+	return on
+}
+
+// turnsOff reports whether the target disables feature name with -mattr.
+func (t Target) turnsOff(name string) bool {
+	_, off := t.attr(name)
+	return off
+}
+
+// attr is what the target's last -mattr of feature name does: turn it on,
+// off, or neither when no -mattr names it.
+func (t Target) attr(name string) (on, off bool) {
 	for _, a := range t.Attrs {
 		if a[1:] == name {
-			on = a[0] == '+'
+			on, off = a[0] == '+', a[0] == '-'
 		}
 	}
-	return on
+	return on, off
 }
 
 // VectorBytes is the width of the target's native vector registers, which
@@ -181,8 +194,10 @@ func (t Target) hasAttr(name string) bool {
 // loops stay scalar).
 //
 // On x86: the host's (64 with AVX-512, 32 with AVX2, else 16) for a native
-// build, 64 for a -mcpu that names an AVX-512 core or -mattr=+avx512f, 32
-// for another -mcpu or -mattr=+avx2, 16 for another x86 triple.
+// build, 64 for a -mcpu that names an AVX-512 core or level (x86-64-v4)
+// or -mattr=+avx512f, 32 for another -mcpu or -mattr=+avx2 (16 for the
+// x86-64 and x86-64-v2 levels), 16 for another x86 triple; -mattr=-avx512f
+// keeps an AVX-512 core or host to 32.
 //
 // On ARM64: 16, NEON's 128-bit registers. With -mattr=+sve also 16: SVE's
 // length is the hardware's choice (128 to 2048 bits), every SVE core runs
@@ -205,21 +220,34 @@ func (t Target) VectorBytes() int64 {
 	default:
 		return 16
 	}
+	off512 := t.turnsOff("avx512f")
 	switch {
 	case t.hasAttr("avx512f"):
 		return 64
 	case t.hasAttr("avx2"):
 		return 32
 	case t.MCPU != "":
+		feats, known := x86Levels[t.MCPU]
+		if !known {
+			feats, known = x86Cores[t.MCPU]
+		}
+		switch {
+		case known && slices.Contains(feats, "avx512f") && !off512:
+			return 64
+		case known && !slices.Contains(feats, "avx2"):
+			return 16
+		case known:
+			return 32
+		}
 		for _, p := range []string{"avx512", "skylake-avx512", "cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "graniterapids", "znver4", "znver5"} {
-			if strings.Contains(t.MCPU, p) {
+			if strings.Contains(t.MCPU, p) && !off512 {
 				return 64
 			}
 		}
 		return 32
 	case t.Triple != "":
 		return 16
-	case cpu.X86.HasAVX512F:
+	case cpu.X86.HasAVX512F && !off512:
 		return 64
 	case cpu.X86.HasAVX2:
 		return 32

@@ -45,7 +45,14 @@ func TestTargetVectorWidths(t *testing.T) {
 		{"cpu -mtriple=riscv64-linux-gnu -mattr=+v,-v", 0, "-O3 -march=rv64gc"},
 		{"cpu -mtriple=x86_64-linux-gnu", 16, "-O3"},
 		{"cpu -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma", 32, "-O3 -mavx2 -mfma"},
-		{"cpu -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f", 64, "-O3 -march=znver4 -mno-avx512f"},
+		{"cpu -mtriple=x86_64-linux-gnu -mcpu=znver4", 64, "-O3 -march=znver4"},
+		{"cpu -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f", 32, "-O3 -march=znver4 -mno-avx512f"},
+		{"cpu -mcpu=x86-64-v4", 64, "-O3 -march=x86-64-v4"},
+		{"cpu -mcpu=x86-64-v3", 32, "-O3 -march=x86-64-v3"},
+		{"cpu -mcpu=x86-64-v2", 16, "-O3 -march=x86-64-v2"},
+		{"cpu -mcpu=skylake-avx512", 64, "-O3 -march=skylake-avx512"},
+		{"cpu -mcpu=haswell", 32, "-O3 -march=haswell"},
+		{"cpu -mcpu=haswell -mattr=+avx512f", 64, "-O3 -march=haswell -mavx512f"},
 	} {
 		tg := MustParseTarget(tc.target)
 		check.Equal(t, tg.VectorBytes(), tc.bytes, tc.target)
@@ -89,4 +96,52 @@ func TestCrossVectorTypes(t *testing.T) {
 			check.True(t, !strings.Contains(res.Source, "float32x8") && !strings.Contains(res.Source, "float32x16"), tc.target, "has wider vectors")
 		}
 	}
+}
+
+// TestTargetRunsOnHost: whether code built for a target runs on a CPU is
+// decided by the features its -mcpu and -mattr enable, against an
+// AVX2-only and an AVX-512 x86 CPU and an ARM64 one with and without SVE
+// (not this machine's: the answers must not depend on where the test runs).
+func TestTargetRunsOnHost(t *testing.T) {
+	avx2 := hostFeatures{arch: "amd64", has: map[string]bool{}}
+	for _, f := range x86Levels["x86-64-v3"] {
+		avx2.has[f] = true
+	}
+	avx512 := hostFeatures{arch: "amd64", has: map[string]bool{"avx512vnni": true}}
+	for _, f := range x86Levels["x86-64-v4"] {
+		avx512.has[f] = true
+	}
+	neon := hostFeatures{arch: "arm64", has: map[string]bool{"neon": true}}
+	sve := hostFeatures{arch: "arm64", has: map[string]bool{"neon": true, "sve": true}}
+	for _, tc := range []struct {
+		target string
+		host   hostFeatures
+		err    string // "" when it runs
+	}{
+		{"cpu -mcpu=haswell", avx2, ""},
+		{"cpu -mcpu=x86-64-v3", avx512, ""},
+		{"cpu -mcpu=skylake-avx512", avx512, ""},
+		{"cpu -mcpu=cascadelake", avx512, ""},
+		{"cpu -mcpu=skylake-avx512", avx2, "its CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl"},
+		{"cpu -mcpu=skylake-avx512 -mattr=-avx512f", avx2, ""},
+		{"cpu -mattr=+avx512f", avx2, "its CPU lacks avx512f"},
+		{"cpu -mattr=+avx2,+fma", avx2, ""},
+		{"cpu -mcpu=icelake-server", avx512, "its CPU lacks avx512ifma, avx512vbmi"},
+		{"cpu -mcpu=pentium4x", avx512, "cannot tell whether this host runs code for -mcpu=pentium4x"},
+		{"cpu -mtriple=x86_64-linux-gnu", avx2, ""},
+		{"cpu -mtriple=aarch64-linux-gnu", avx512, "is for arm64; this host is amd64"},
+		{"cpu -mtriple=aarch64-linux-gnu -mattr=+sve", sve, ""},
+		{"cpu -mtriple=aarch64-linux-gnu -mattr=+sve", neon, "its CPU lacks sve"},
+		{"cpu -mtriple=aarch64-linux-gnu -mcpu=cortex-a72", neon, "cannot tell"},
+		{"cuda", avx512, "does not run on the host CPU"},
+	} {
+		err := MustParseTarget(tc.target).runsOn(tc.host)
+		if tc.err == "" {
+			check.NoError(t, err, tc.target)
+		} else {
+			check.Error(t, err, tc.err)
+		}
+	}
+	check.NoError(t, MustParseTarget("cpu").RunsOnHost(), "the host runs what is built for it")
+	check.NoError(t, MustParseTarget("cpu -mcpu=native").RunsOnHost(), "the host runs what is built for it")
 }

@@ -5,11 +5,12 @@
 package docker
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/kiln-ml/kiln/internal/exectest"
 )
 
 // TestImages builds the tracker, compiler and device-cpu images from
@@ -36,18 +37,16 @@ func TestImages(t *testing.T) {
 			need(tool + " is not installed (Debian: apt-get install buildah mmdebstrap umoci)")
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
+	end := time.Now().Add(25 * time.Minute)
 	run := func(name string, args ...string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
+		cmd := exec.Command(name, args...)
 		cmd.Dir = ".."
-		cmd.WaitDelay = 10 * time.Second
 		start := time.Now()
-		out, err := cmd.CombinedOutput()
+		out, err := exectest.CombinedOutput(t, time.Until(end), cmd)
 		t.Logf("%s (%s):\n%s", name, time.Since(start).Round(time.Second), out)
 		if err != nil {
-			t.Fatalf("%s %v: %v", name, args, err)
+			t.Fatal(err)
 		}
 	}
 	run("docker/build.sh", "--local-base", "--go-cache", "tracker", "compiler", "device-cpu")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -101,14 +102,28 @@ type builtKernel struct {
 	source string
 }
 
+// buildKernel builds f for the host and loads it.
 func buildKernel(t testing.TB, f *ir.PrimFunc, name string) *builtKernel {
 	t.Helper()
+	return loadKernel(t, buildFor(t, f, name, compiler.Target{Kind: "cpu"}), name)
+}
+
+// buildFor compiles f for target with the system C compiler, whether or
+// not this host can run the result.
+func buildFor(t testing.TB, f *ir.PrimFunc, name string, target compiler.Target) *compiler.Result {
+	t.Helper()
 	mod := ir.NewIRModule().With(name, f.WithAttr(ir.AttrGlobalSymbol, name))
-	res, err := compiler.BuildWithResult(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})
-	check.NoError(t, err)
+	res, err := compiler.BuildWithResult(context.Background(), mod, target, compiler.BuildOptions{NoCache: true})
+	check.NoError(t, err, target)
 	if d := os.Getenv("KILN_KEEP_SOURCE"); d != "" {
 		check.NoError(t, os.WriteFile(filepath.Join(d, name+".c"), []byte(res.Source), 0o644))
 	}
+	return res
+}
+
+// loadKernel loads a built artifact into this process.
+func loadKernel(t testing.TB, res *compiler.Result, name string) *builtKernel {
+	t.Helper()
 	dir := t.TempDir()
 	m, err := cpu.LoadArtifact(res.Artifact, dir)
 	check.NoError(t, err)
@@ -169,14 +184,30 @@ var matmulCases = []struct {
 	{"tile6x32", 6, 32, false},
 }
 
+// x86Targets are the x86 vector widths the C generator's register tiles
+// are checked for, each with its vector type: an AVX-512 core's 64-byte
+// registers and an AVX2 core's 32-byte ones. Each is built with the system
+// C compiler wherever the tests run and executed where the host can.
+var x86Targets = []struct {
+	name, target string
+	lanes        int // float32 lanes of one register
+}{
+	{"avx512", "cpu -mcpu=skylake-avx512", 16},
+	{"avx2", "cpu -mcpu=haswell", 8},
+}
+
 // TestMatmulRegisterBlocked builds the register-blocked matmul (the 8×32
 // accumulator compacted by transform's compact_buffers, rows unrolled,
-// columns split into native vectors), checks every entry of a product
-// against float64 (also with a packed panel of B, and at a ragged size
-// where guards cut the edge tiles), and checks the generated C: the
-// accumulator tile is 16 vector variables, never an array, so the k loop
-// neither reloads nor stores it.
+// columns split into native vectors) for an AVX-512 and an AVX2 target,
+// checks the generated C: the accumulator tile is 8×32/lanes vector
+// variables of the target's width, never an array, so the k loop neither
+// reloads nor stores it; and, where this host runs the target's code,
+// checks every entry of a product against float64 (also with a packed
+// panel of B, and at a ragged size where guards cut the edge tiles).
 func TestMatmulRegisterBlocked(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("builds for x86 targets with the system C compiler, which targets " + runtime.GOARCH)
+	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	tests := []struct {
 		name    string
@@ -190,24 +221,32 @@ func TestMatmulRegisterBlocked(t *testing.T) {
 		// body is an if on j): correct, slower code.
 		{"ragged", 37, 80, 13, false, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := registerBlocked(t, matmulFunc(t, tt.n, tt.m, tt.k), 8, 32, tt.pack)
-			kern := buildKernel(t, f, "mm")
-			a, b := randomMatrix(t, rng, tt.n, tt.k), randomMatrix(t, rng, tt.k, tt.m)
-			c := randomMatrix(t, rng, tt.n, tt.m)
-			_, err := kern.fn.Call(packedfunc.Array(a), packedfunc.Array(b), packedfunc.Array(c))
-			check.NoError(t, err)
-			checkMatmul(t, a, b, c, tt.n, tt.m, tt.k, int(tt.n*tt.m), rng)
-			if !tt.regs {
-				return
-			}
-			for i := 0; i < 16; i++ {
-				check.True(t, strings.Contains(kern.source, fmt.Sprintf("float32x16 C_local_%d = {0};", 16*i)), "accumulator variable", i, "missing:\n", kern.source)
-			}
-			check.True(t, !strings.Contains(kern.source, "C_local["), "C_local is still an array:\n", kern.source)
-			check.True(t, !strings.Contains(kern.source, "float32x32"), "vectors wider than the native 64 bytes:\n", kern.source)
-		})
+	for _, x := range x86Targets {
+		target := compiler.MustParseTarget(x.target)
+		check.Equal(t, target.VectorBytes(), int64(4*x.lanes), x.target)
+		for _, tt := range tests {
+			t.Run(x.name+"/"+tt.name, func(t *testing.T) {
+				f := registerBlocked(t, matmulFunc(t, tt.n, tt.m, tt.k), 8, 32, tt.pack)
+				res := buildFor(t, f, "mm", target)
+				if tt.regs {
+					vec := fmt.Sprintf("float32x%d", x.lanes)
+					for i := 0; i < 8*32/x.lanes; i++ {
+						check.True(t, strings.Contains(res.Source, fmt.Sprintf("%s C_local_%d = {0};", vec, x.lanes*i)), "accumulator variable", i, "missing:\n", res.Source)
+					}
+					check.True(t, !strings.Contains(res.Source, "C_local["), "C_local is still an array:\n", res.Source)
+					check.True(t, !strings.Contains(res.Source, fmt.Sprintf("float32x%d", 2*x.lanes)), "vectors wider than the target's", 4*x.lanes, "bytes:\n", res.Source)
+				}
+				if err := target.RunsOnHost(); err != nil {
+					t.Skipf("built and checked, not run: %v", err)
+				}
+				kern := loadKernel(t, res, "mm")
+				a, b := randomMatrix(t, rng, tt.n, tt.k), randomMatrix(t, rng, tt.k, tt.m)
+				c := randomMatrix(t, rng, tt.n, tt.m)
+				_, err := kern.fn.Call(packedfunc.Array(a), packedfunc.Array(b), packedfunc.Array(c))
+				check.NoError(t, err)
+				checkMatmul(t, a, b, c, tt.n, tt.m, tt.k, int(tt.n*tt.m), rng)
+			})
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -20,6 +19,7 @@ import (
 	"github.com/kiln-ml/kiln/devices"
 	_ "github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/exectest"
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
@@ -210,10 +210,8 @@ int main(int argc, char** argv) {
 `
 	mainPath := filepath.Join(dir, "main.cpp")
 	check.NoError(t, os.WriteFile(mainPath, []byte(main), 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	bin = filepath.Join(dir, "main")
-	out, err := exec.CommandContext(ctx, cxx, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-I", dir, "-o", bin, mainPath).CombinedOutput()
+	out, err := exectest.CombinedOutput(t, 3*time.Minute, exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-I", dir, "-o", bin, mainPath))
 	check.NoError(t, err, string(out))
 	return bin
 }
@@ -229,9 +227,7 @@ func emulateKernel(t *testing.T, bin string, k Kernel, bufs [][]byte) [][]byte {
 		files[i] = filepath.Join(kdir, fmt.Sprintf("p%d.bin", i))
 		check.NoError(t, os.WriteFile(files[i], b, 0o644))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, append([]string{k.Name}, files...)...).CombinedOutput()
+	out, err := exectest.CombinedOutput(t, 3*time.Minute, exec.Command(bin, append([]string{k.Name}, files...)...))
 	check.NoError(t, err, string(out))
 	outs := make([][]byte, len(files))
 	for i, file := range files {

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/exectest"
 )
 
 // TestEmulationHeader checks the host emulation of CUDA's built-ins with a
@@ -53,12 +53,10 @@ int main() {
 	dir := t.TempDir()
 	check.NoError(t, os.WriteFile(filepath.Join(dir, "kiln_cuda_emulate.h"), header, 0o644))
 	check.NoError(t, os.WriteFile(filepath.Join(dir, "main.cpp"), []byte(src), 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	bin := filepath.Join(dir, "main")
-	out, err := exec.CommandContext(ctx, cxx, "-std=c++20", "-O1", "-pthread", "-I", dir, "-o", bin, filepath.Join(dir, "main.cpp")).CombinedOutput()
+	out, err := exectest.CombinedOutput(t, 3*time.Minute, exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-I", dir, "-o", bin, filepath.Join(dir, "main.cpp")))
 	check.NoError(t, err, string(out))
-	out, err = exec.CommandContext(ctx, bin).CombinedOutput()
+	out, err = exectest.CombinedOutput(t, 3*time.Minute, exec.Command(bin))
 	check.NoError(t, err, string(out))
 	f := strings.Fields(string(out))
 	check.Equal(t, len(f), 3, string(out))

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/internal/check"
@@ -124,7 +125,8 @@ func convCases() []convCase {
 		{name: "pointwise_avx2", n: 1, c: 4, h: 3, w: 5, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
 		// An input too large to read once per tile of channels: tiles
 		// of positions outside, a last tile of two vectors.
-		{name: "pointwise_streaming_plane", n: 1, c: 64, h: 64, w: 65, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
+		// (16 channels × 8 vectors of 16 = 8 KiB, over an L2 of 4 KiB).
+		{name: "pointwise_streaming_plane", n: 1, c: 16, h: 8, w: 16, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1, L2Bytes: 4 << 10}, scheduled: true, inTile: true},
 		{name: "pointwise_6_positions", n: 1, c: 3, h: 2, w: 3, f: 5, kh: 1, kw: 1, stride: 1, oihw: true, scheduled: true, inTile: true},
 		{name: "pointwise_int32", n: 1, c: 9, h: 4, w: 9, f: 20, kh: 1, kw: 1, stride: 1, oihw: true, int32: true, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "oihw_3x3_rows_of_16", n: 2, c: 3, h: 4, w: 16, f: 7, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
@@ -271,6 +273,15 @@ func TestPointwise(t *testing.T) {
 			return !flat
 		})
 		check.True(t, flat, cc.name, "reads a flat view of its planes")
+		if cc.opts.L2Bytes > 0 {
+			// Only an input larger than the L2 runs its tiles of
+			// positions outside.
+			o := cc.opts
+			o.L2Bytes = 0
+			d, _, err := Func(cc.primFunc(t), o)
+			check.NoError(t, err)
+			check.True(t, script.Print(d) != script.Print(g), cc.name, "is scheduled as with the default L2:", script.Print(g))
+		}
 	}
 	for _, c := range []struct{ f, p, lanes, limit, ft, pv int64 }{
 		// squeezenet1_1: 55×55, 27×27 and 13×13 planes.

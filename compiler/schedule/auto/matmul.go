@@ -16,7 +16,14 @@ type Options struct {
 	// loop runs in parallel (OpenMP's fork/join costs microseconds); 0
 	// means DefaultParallelFlops, negative never.
 	ParallelFlops int64
+	// L2Bytes is one core's L2 cache: a pointwise convolution whose input
+	// is larger reads it once, in tiles of positions outside tiles of
+	// channels; 0 means DefaultL2Bytes.
+	L2Bytes int64
 }
+
+// DefaultL2Bytes is Options.L2Bytes when it is zero.
+const DefaultL2Bytes = 1 << 20
 
 // DefaultParallelFlops is Options.ParallelFlops when it is zero: below
 // about a million multiply-adds one thread is faster than a fork/join

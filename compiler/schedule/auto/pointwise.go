@@ -57,15 +57,14 @@ func pointwiseTile(F, P, lanes, limit int64) (ft, pv int64) {
 	return ft, pv
 }
 
-// maxPointwiseInputBytes bounds the input of a pointwise convolution
-// whose tiles of channels each read all of it: a larger one (more than
-// a core's L2; mobilenet_v2's 112×112 32→16 projection, 1.6 MB) runs its
-// tiles of positions outside, 8 channels × 3 vectors (streamingPointwiseTile):
-// 1.15× faster in the model than 16 channels × 1 vector. Its 16→96
-// expansion (0.8 MB of input) ran 1.5× slower with the tiles of
-// positions outside: each tile of positions then stores to as many
-// planes as there are channels.
-const maxPointwiseInputBytes = 1 << 20
+// A pointwise convolution whose tiles of channels each read all of its
+// input needs that input to stay in L2 between them: one with a larger
+// input (Options.L2Bytes; mobilenet_v2's 112×112 32→16 projection, 1.6 MB)
+// runs its tiles of positions outside, 8 channels × 3 vectors
+// (streamingPointwiseTile): 1.15× faster in the model than 16 channels × 1
+// vector. Its 16→96 expansion (0.8 MB of input) ran 1.5× slower with the
+// tiles of positions outside: each tile of positions then stores to as
+// many planes as there are channels.
 
 // streamingPointwiseTile picks the tile for positions outside channels:
 // the most vectors along the plane (up to maxPointwiseVectors), then the
@@ -116,7 +115,11 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 		limit /= 2
 	}
 	ft, pv := pointwiseTile(d.C, P, lanes, limit)
-	posOuter := c.reduce[0]*P*4 > maxPointwiseInputBytes
+	l2 := opts.L2Bytes
+	if l2 <= 0 {
+		l2 = DefaultL2Bytes
+	}
+	posOuter := c.reduce[0]*P*4 > l2
 	if posOuter {
 		ft, pv = streamingPointwiseTile(d.C, P, lanes, limit)
 	}

@@ -20,11 +20,11 @@ func stemCases() []convCase {
 	return []convCase{
 		// squeezenet1_1's (3×3/2, no padding), rows of 18: a tile
 		// overlapping the one before it.
-		{name: "squeezenet_like", n: 1, c: 3, h: 23, w: 37, f: 64, kh: 3, kw: 3, stride: 2, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
+		{name: "squeezenet_like", n: 1, c: 3, h: 9, w: 37, f: 64, kh: 3, kw: 3, stride: 2, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
 		// mobilenet_v2's (3×3/2, padding 1, Clip).
-		{name: "mobilenet_like", n: 1, c: 3, h: 19, w: 41, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 32, epilogue: "relu6"},
+		{name: "mobilenet_like", n: 1, c: 3, h: 9, w: 41, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 32, epilogue: "relu6"},
 		// resnet18's (7×7/2, padding 3), an odd height.
-		{name: "resnet_like", n: 1, c: 3, h: 21, w: 45, f: 64, kh: 7, kw: 7, stride: 2, pad: 3, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
+		{name: "resnet_like", n: 1, c: 3, h: 9, w: 45, f: 64, kh: 7, kw: 7, stride: 2, pad: 3, block: 32, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
 		{name: "hwio_residual_batch2", n: 2, c: 2, h: 9, w: 20, f: 24, kh: 3, kw: 3, stride: 2, pad: 1, epilogue: "residual"},
 		{name: "stride1_rows_of_5", n: 1, c: 4, h: 6, w: 7, f: 16, kh: 3, kw: 3, stride: 1, epilogue: "bias_relu"},
 		{name: "kernel_2x3_stride2", n: 1, c: 1, h: 8, w: 26, f: 8, kh: 2, kw: 3, stride: 2, pad: 1, block: 8},
