@@ -96,7 +96,7 @@ func Connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
 	c, err := proto.Dial(ctx, addr, proto.DialOptions{
 		Role: proto.RoleClient, Token: opts.helloToken(), TLS: opts.TLS,
-		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger,
+		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger, Expect: proto.ListenerDevice,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to device %s: %w", addr, err)

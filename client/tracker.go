@@ -41,6 +41,7 @@ type TrackerOptions struct {
 func (o TrackerOptions) dial(ctx context.Context, addr string, role proto.Role) (*proto.Client, error) {
 	return proto.Dial(ctx, addr, proto.DialOptions{
 		Role: role, Token: o.Token, TLS: o.TLS, HandshakeTimeout: o.HandshakeTimeout, Logger: o.logger(),
+		Expect: proto.ListenerTracker,
 	})
 }
 

@@ -35,6 +35,10 @@ type DialOptions struct {
 	KeepAlive time.Duration
 	// Logger receives the client's debug logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// Expect, when set, is the kind of listener the dialer means to reach
+	// (ListenerTracker, ListenerDevice): a listener that names another kind in
+	// its hello reply is refused with a *PeerKindError.
+	Expect string
 }
 
 // Client is the dialing end of the kiln protocol: one connection on which
@@ -67,6 +71,10 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Client, error) {
 		return nil, err
 	}
 	c, err := NewClient(ctx, nc, opts)
+	if pk := (*PeerKindError)(nil); errors.As(err, &pk) {
+		pk.Addr = addr // as the caller wrote it; the error names it
+		return nil, pk
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -241,6 +249,9 @@ func clientHello(ctx context.Context, nc net.Conn, opts DialOptions) error {
 			return newError(CodeUnauthorized, "authentication failed: no token was given and the server requires one")
 		}
 		return err
+	}
+	if opts.Expect != "" && rep.Message != "" && rep.Message != opts.Expect {
+		return &PeerKindError{Addr: nc.RemoteAddr().String(), Got: rep.Message, Want: opts.Expect}
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fmt.Errorf("hello: %w", err)
