@@ -26,6 +26,11 @@ type TrackerOptions struct {
 	// token was exchanged for; when it exists, its credential is used
 	// instead of Token. Required with a join token.
 	CredentialFile string
+	// NodeIDFile, for a Registrar, is where it keeps the node id the
+	// tracker gave it, so that a restarted node registers under the same
+	// id (its leases, failures and quarantine stay its own). Not used
+	// with a CredentialFile: the credential names the node.
+	NodeIDFile string
 	// TLS, when set, dials over TLS (see proto.TLSConfig.Client).
 	TLS *tls.Config
 	// HandshakeTimeout bounds the dial and hello (proto's default when 0).
