@@ -266,6 +266,20 @@ func handshakeTimeout(d time.Duration) time.Duration {
 	return d
 }
 
+// CallError is the error Client.Call returns as it is (wrapped in nothing)
+// when the peer answered the call with an error: "call METHOD: MESSAGE".
+// A caller that names what it called in its own words (a function rather
+// than the method that calls functions) says Err instead.
+type CallError struct {
+	Method string
+	Err    *WireError
+}
+
+func (e *CallError) Error() string { return fmt.Sprintf("call %q: %s", e.Method, e.Err) }
+
+// Unwrap returns the peer's error, which unwraps to its code's sentinel.
+func (e *CallError) Unwrap() error { return e.Err }
+
 // Call runs method on the peer with args and decodes its result into result
 // (a pointer, or nil to discard; a *msgpack.RawMessage receives the raw
 // encoding). ctx's deadline travels with the request, so the peer stops
@@ -326,7 +340,7 @@ func (c *Client) Call(ctx context.Context, method string, args, result any) erro
 		}
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("call %q: %w", method, resp.Error)
+		return &CallError{Method: method, Err: resp.Error}
 	}
 	switch r := result.(type) {
 	case nil:
