@@ -155,23 +155,7 @@ func TestNodeIDKept(t *testing.T) {
 		r := client.NewRegistrar(tr.Addr(), client.TrackerOptions{Logger: quietLogger(), NodeIDFile: file}, proto.RegisterArgs{
 			Role: proto.NodeDevice, Key: "cpu", Addr: "127.0.0.1:1",
 		})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r.Run(ctx)
-		}()
-		stop := func() {
-			cancel()
-			<-done
-		}
-		t.Cleanup(stop)
-		select {
-		case <-r.Ready():
-		case <-time.After(guard):
-			t.Fatal("device did not register")
-		}
-		return r, stop
+		return r, runRegistrar(t, r)
 	}
 	first, stop := start()
 	id := first.NodeID()
