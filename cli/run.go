@@ -23,7 +23,7 @@ func runCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "run",
 		Usage:     "run one function of a .kiln artifact on .npy inputs",
-		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--output DIR] [--tracker HOST:PORT --key KEY]",
+		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--allow-missing] [--output DIR] [--tracker HOST:PORT --key KEY]",
 		Description: `Loads the artifact on this machine's CPU, reads each --input from a .npy file
 and passes it as the parameter of that name, passes each --arg as a scalar
 parameter, allocates the function's outputs (the tensors it writes; their
