@@ -108,6 +108,31 @@ type ParamInfo struct {
 	Kind  string `json:"kind"`
 	DType string `json:"dtype,omitempty"`
 	Shape []Dim  `json:"shape,omitempty"`
+	// Output says the function writes the tensor (a result, or an
+	// argument it updates in place), so a caller need not supply it and
+	// reads it back after the call. Every other tensor is only read.
+	Output bool `json:"output,omitempty"`
+}
+
+// Outputs names the tensor parameters the function writes. Metadata
+// written before parameters were marked marks none; for it Outputs falls
+// back to TVM's convention, the last tensor parameter.
+func (f FuncInfo) Outputs() []string {
+	var out []string
+	last := ""
+	for _, p := range f.Params {
+		if p.Kind != ParamTensor {
+			continue
+		}
+		last = p.Name
+		if p.Output {
+			out = append(out, p.Name)
+		}
+	}
+	if out == nil && last != "" {
+		out = []string{last}
+	}
+	return out
 }
 
 // Dim is one dimension in metadata: static (Name empty) or symbolic.

@@ -25,8 +25,9 @@ func benchCommand() *ucli.Command {
 		Description: `Runs TVM's time evaluator on the function: one untimed warm-up call, then
 --repeat measurements; in each, the number of calls grows (x1.618, or to reach
 --min-repeat-ms) until the batch lasts at least --min-repeat-ms, and the
-figure is the batch's mean seconds per call. Inputs not given are allocated
-zero-filled, as kiln run does. Prints every repeat and the statistics (mean,
+figure is the batch's mean seconds per call. Tensors not given with --input
+are allocated zero-filled (kiln run wants the inputs, or --allow-missing).
+Prints every repeat and the statistics (mean,
 median, min, max, std, number); with --json one object:
    {"results": [s, ...], "mean": s, "median": s, "min": s, "max": s, "std": s, "number": n, "device": "cpu:0", "report": {...}}
 

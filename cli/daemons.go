@@ -316,7 +316,7 @@ Examples:
 			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them; default as root: uids from 1879048192 up)"},
 			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
-			&ucli.StringFlag{Name: "dir", Usage: "directory for session files (default: a temporary directory)"},
+			&ucli.StringFlag{Name: "dir", Usage: "directory for session files, and for the node id the tracker gave the daemon (file " + nodeIDFile + "), kept across restarts (default: a directory in the system's temporary directory, shared by the daemons that have none, which keeps no node id); one daemon per --dir"},
 			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; of the daemon's own variables workers inherit only those the C runtime, OpenMP, CUDA and Go need (PATH, HOME, the locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, OMP_*, ...)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
@@ -405,7 +405,12 @@ func runRPCServer(c *ucli.Context) error {
 		attrs := rpcserver.NodeAttrs(Version())
 		attrs.Emulated = emulator
 		maxSessions, sandboxed := d.Capacity()
-		reg := client.NewRegistrar(addr, client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log, CredentialFile: c.String("credential-file")}, proto.RegisterArgs{
+		opts := client.TrackerOptions{Token: trTok, TLS: trTLS, Logger: log, CredentialFile: c.String("credential-file")}
+		if dir := c.String("dir"); dir != "" {
+			// A daemon of its own --dir keeps its node id there.
+			opts.NodeIDFile = filepath.Join(dir, nodeIDFile)
+		}
+		reg := client.NewRegistrar(addr, opts, proto.RegisterArgs{
 			Role: proto.NodeDevice, Key: cfg.Key, Addr: adv, Attrs: attrs, MaxSessions: maxSessions, Sandboxed: sandboxed,
 		})
 		reg.OnHealthCheck = deviceHealthCheck
@@ -414,6 +419,9 @@ func runRPCServer(c *ucli.Context) error {
 	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
 	return d.Run(c.Context)
 }
+
+// nodeIDFile is the file in a device daemon's --dir that keeps its node id.
+const nodeIDFile = "node-id"
 
 // credentialFlag is where a node keeps the credential its join token was
 // exchanged for.

@@ -63,6 +63,9 @@ func TestONNXModel(t *testing.T) {
 	// A wrong input shape is named.
 	_, _, err = runApp(t, "run", art, "--input", "x="+filepath.Join(onnxTestdata, "smallcnn_y.npy"))
 	check.Error(t, err, `"x"`, "(2, 5)")
+	// So is an input the model does not have, with the ones it has.
+	_, _, err = runApp(t, "run", art, "--input", "x="+x, "--input", "y="+x)
+	check.Error(t, err, `--input y: main has no input "y" (its inputs: "x")`)
 
 	// Through the fleet: the model travels to a compiler node, which
 	// imports and builds it; the artifact runs on the remote device.

@@ -23,13 +23,16 @@ func runCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "run",
 		Usage:     "run one function of a .kiln artifact on .npy inputs",
-		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--output DIR] [--tracker HOST:PORT --key KEY]",
+		UsageText: "kiln run ARTIFACT --func NAME [--input NAME=FILE.npy]... [--arg NAME=VALUE]... [--allow-missing] [--output DIR] [--tracker HOST:PORT --key KEY]",
 		Description: `Loads the artifact on this machine's CPU, reads each --input from a .npy file
 and passes it as the parameter of that name, passes each --arg as a scalar
-parameter, allocates every other tensor parameter (its shape from the
-function's signature, symbolic dimensions taken from the inputs) zero-filled,
-calls the function once, and writes every parameter that was not an input to
-DIR/NAME.npy.
+parameter, allocates the function's outputs (the tensors it writes; their
+shapes from the function's signature, symbolic dimensions taken from the
+inputs) zero-filled, calls the function once, and writes every output to
+DIR/NAME.npy (an output given as an --input too starts from that file's
+values). A tensor the function only reads must be given with --input: one
+left out is an error naming it, unless --allow-missing passes zeros for it
+(such a tensor is not written out).
 
 With --tracker the call runs on a device leased from the tracker (by --key
 or --selector): the artifact is uploaded to the device daemon, the inputs are
@@ -53,6 +56,7 @@ Examples:
 		Flags: append(callFlags(),
 			append([]ucli.Flag{
 				&ucli.StringFlag{Name: "output", Value: ".", Usage: "directory for the outputs (created if missing)"},
+				&ucli.BoolFlag{Name: "allow-missing", Usage: "pass zeros for tensor inputs not given with --input (they are not written out)"},
 			}, remoteFlags()...)...),
 		OnUsageError: usageError,
 		Action:       runRun,
@@ -103,7 +107,10 @@ func loadCall(c *ucli.Context, cmd string) (string, *artifact.Artifact, abi.Func
 	if err != nil {
 		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
 	}
-	call, err := prepareCall(fi, c.StringSlice("input"), c.StringSlice("arg"))
+	// Timing does not depend on the values: bench passes zeros for the
+	// inputs left out; run wants them all, or --allow-missing.
+	allowMissing := cmd == "bench" || c.Bool("allow-missing")
+	call, err := prepareCall(fi, c.StringSlice("input"), c.StringSlice("arg"), allowMissing)
 	if err != nil {
 		return "", nil, abi.FuncInfo{}, nil, fmt.Errorf("%s %s: %w", cmd, path, err)
 	}
@@ -169,7 +176,7 @@ func pickFunction(a *artifact.Artifact, name string) (abi.FuncInfo, error) {
 }
 
 // preparedCall is a call's arguments, in parameter order, and which tensor
-// parameters are outputs (not given as inputs).
+// parameters are outputs (those the function writes).
 type preparedCall struct {
 	fn abi.FuncInfo
 	// vm says the function is a graph function run by the VM: every
@@ -180,8 +187,10 @@ type preparedCall struct {
 	outputs []string
 }
 
-// prepareCall reads the inputs, binds shapes and allocates the rest.
-func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, error) {
+// prepareCall reads the inputs, binds shapes and allocates the outputs
+// not given. A tensor the function only reads must be an input, unless
+// allowMissing: then it is zero-filled, and not an output.
+func prepareCall(fi abi.FuncInfo, inputs, scalars []string, allowMissing bool) (*preparedCall, error) {
 	arrays := map[string]*ndarray.NDArray{}
 	shapes := map[string][]int64{}
 	for _, in := range inputs {
@@ -227,6 +236,26 @@ func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, erro
 			return nil, fmt.Errorf("--arg %s: parameter %s is a %s; pass tensors with --input", name, name, kinds[name])
 		}
 	}
+	outputs := fi.Outputs()
+	var missing, flags []string
+	for _, p := range fi.Params {
+		if _, given := arrays[p.Name]; p.Kind == abi.ParamTensor && !given && !slices.Contains(outputs, p.Name) {
+			missing = append(missing, strconv.Quote(p.Name))
+			flags = append(flags, "--input "+p.Name+"=FILE.npy")
+		}
+	}
+	if len(missing) > 0 && !allowMissing {
+		for name := range arrays {
+			if kinds[name] == "" {
+				return nil, fmt.Errorf("--input %s: %s has no parameter of that name (parameters: %s)", name, fi.Name, paramNames(fi))
+			}
+		}
+		what, it := "tensor parameter "+missing[0]+" is", "it"
+		if len(missing) > 1 {
+			what, it = "tensor parameters "+strings.Join(missing, ", ")+" are", "them"
+		}
+		return nil, fmt.Errorf("%s: %s not given and the function only reads %s: pass %s (or --allow-missing to pass zeros)", fi.Name, what, it, strings.Join(flags, " "))
+	}
 	all, err := fi.Bind(shapes, ints)
 	if err != nil {
 		return nil, err
@@ -239,6 +268,9 @@ func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, erro
 			if given {
 				if p.DType != "" && arr.DType().String() != p.DType {
 					return nil, fmt.Errorf("input %s: dtype %s, %s wants %s", p.Name, arr.DType(), fi.Name, p.DType)
+				}
+				if slices.Contains(outputs, p.Name) {
+					call.outputs = append(call.outputs, p.Name)
 				}
 			} else {
 				if p.DType == "" {
@@ -253,7 +285,9 @@ func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, erro
 					return nil, fmt.Errorf("allocate %s: %w", p.Name, err)
 				}
 				arrays[p.Name] = arr
-				call.outputs = append(call.outputs, p.Name)
+				if slices.Contains(outputs, p.Name) {
+					call.outputs = append(call.outputs, p.Name)
+				}
 			}
 			call.args = append(call.args, packedfunc.Array(arr))
 		case abi.ParamInt:
@@ -275,6 +309,15 @@ func prepareCall(fi abi.FuncInfo, inputs, scalars []string) (*preparedCall, erro
 	return call, nil
 }
 
+// paramNames lists fi's parameters, comma-separated.
+func paramNames(fi abi.FuncInfo) string {
+	var names []string
+	for _, p := range fi.Params {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // setOutputs records a graph function's results: one tensor is "output",
 // the tensors of a tuple (flattened in order) are "out_0", "out_1", ….
 func (call *preparedCall) setOutputs(outs []*ndarray.NDArray) {
@@ -293,7 +336,7 @@ func (call *preparedCall) setOutputs(outs []*ndarray.NDArray) {
 // writeOutputs saves every output array as DIR/NAME.npy and lists them.
 func writeOutputs(c *ucli.Context, dir string, call *preparedCall) error {
 	if len(call.outputs) == 0 {
-		fmt.Fprintf(c.App.Writer, "%s: no outputs (every tensor parameter was an input)\n", call.fn.Name)
+		fmt.Fprintf(c.App.Writer, "%s: no outputs (the function writes none of its tensors)\n", call.fn.Name)
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

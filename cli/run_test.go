@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/abi"
@@ -39,6 +40,11 @@ func kernelArtifact(t *testing.T) string {
 		{Name: "fill_index", Params: []abi.ParamInfo{
 			{Name: "X", Kind: abi.ParamTensor, DType: "int32", Shape: []abi.Dim{{Value: 4}}},
 			{Name: "offset", Kind: abi.ParamInt},
+		}},
+		// Marked as the compiler marks it: X is updated in place.
+		{Name: "scale", Params: []abi.ParamInfo{
+			{Name: "X", Kind: abi.ParamTensor, DType: "float64", Shape: []abi.Dim{{Name: "m"}, {Value: 4}}, Output: true},
+			{Name: "alpha", Kind: abi.ParamFloat},
 		}},
 	}
 	p := filepath.Join(dir, "k.kiln")
@@ -93,11 +99,14 @@ func TestRunErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no func", []string{"run", art}, "name the function with --func (the artifact has vadd, fill_index)"},
+		{"no func", []string{"run", art}, "name the function with --func (the artifact has vadd, fill_index, scale)"},
 		{"unknown func", []string{"run", art, "--func", "nope"}, `no function "nope"`},
 		{"shape", []string{"run", art, "--func", "vadd", "--input", "A=" + npy("a"), "--input", "B=" + npy("b")}, `parameter "B": dimension 0 is 2, but n is 3 from parameter A`},
 		{"dtype", []string{"run", art, "--func", "vadd", "--input", "A=" + npy("i"), "--input", "B=" + npy("a")}, "input A: dtype int32, vadd wants float32"},
 		{"missing file", []string{"run", art, "--func", "vadd", "--input", "A=" + npy("zz")}, "input A:"},
+		{"missing input", []string{"run", art, "--func", "vadd", "--input", "A=" + npy("a")}, `vadd: tensor parameter "B" is not given and the function only reads it: pass --input B=FILE.npy (or --allow-missing to pass zeros)`},
+		{"unknown input", []string{"run", art, "--func", "vadd", "--input", "Z=" + npy("a")}, "--input Z: vadd has no parameter of that name (parameters: A, B, C)"},
+		{"missing inputs", []string{"run", art, "--func", "vadd"}, `tensor parameters "A", "B" are not given`},
 		{"bad input flag", []string{"run", art, "--func", "vadd", "--input", "A"}, "want NAME=FILE.npy"},
 		{"missing scalar", []string{"run", art, "--func", "fill_index"}, "parameter offset (int) not given"},
 		{"bad scalar", []string{"run", art, "--func", "fill_index", "--arg", "offset=x"}, `"x" is not an integer`},
@@ -111,4 +120,40 @@ func TestRunErrors(t *testing.T) {
 			check.Error(t, err, tc.want)
 		})
 	}
+}
+
+// TestRunMissingInputs: the tensors a function only reads are inputs, so
+// one left out is refused (TestRunErrors) or, with --allow-missing, passed
+// as zeros and not written out; an output given as an input starts from
+// the file's values and is written out.
+func TestRunMissingInputs(t *testing.T) {
+	art := kernelArtifact(t)
+	dir := t.TempDir()
+	a, err := ndarray.FromSlice([]float32{1, 2, 3}, ndarray.Shape{3})
+	check.NoError(t, err)
+	x, err := ndarray.FromSlice([]float64{1, 2, 3, 4, 5, 6, 7, 8}, ndarray.Shape{2, 4})
+	check.NoError(t, err)
+	check.NoError(t, ndarray.SaveNPY(filepath.Join(dir, "a.npy"), a))
+	check.NoError(t, ndarray.SaveNPY(filepath.Join(dir, "x.npy"), x))
+
+	out := filepath.Join(dir, "zeros")
+	stdout, _, err := runApp(t, "run", art, "--func", "vadd", "--input", "A="+filepath.Join(dir, "a.npy"), "--allow-missing", "--output", out)
+	check.NoError(t, err)
+	c, err := ndarray.LoadNPY(filepath.Join(out, "C.npy"))
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](c)
+	check.NoError(t, err)
+	check.Equal(t, got, []float32{1, 2, 3})
+	_, err = os.Stat(filepath.Join(out, "B.npy"))
+	check.True(t, os.IsNotExist(err), "the zero-filled input B was written out:", err)
+	check.True(t, !strings.Contains(stdout, "B.npy"), stdout)
+
+	out = filepath.Join(dir, "inplace")
+	_, _, err = runApp(t, "run", art, "--func", "scale", "--input", "X="+filepath.Join(dir, "x.npy"), "--arg", "alpha=2", "--output", out)
+	check.NoError(t, err)
+	y, err := ndarray.LoadNPY(filepath.Join(out, "X.npy"))
+	check.NoError(t, err)
+	ys, err := ndarray.ToSlice[float64](y)
+	check.NoError(t, err)
+	check.Equal(t, ys, []float64{2, 4, 6, 8, 10, 12, 14, 16})
 }

@@ -46,7 +46,7 @@ func remoteFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "key", Usage: "with --tracker: the device key to lease"},
 		&ucli.StringFlag{Name: "selector", Usage: "with --tracker: attribute selector, e.g. \"cpu.avx512=true\""},
 		&ucli.IntFlag{Name: "priority", Usage: "with --tracker: queue priority (higher first)"},
-		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a device (without it, a key no device is registered under fails at once)"},
+		&ucli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "with --tracker: longest to wait in the queue for a busy device; given, the request also waits for a device to register when none matches --key and --selector (not given, that fails at once)"},
 		&ucli.DurationFlag{Name: "session-timeout", Value: 10 * time.Minute, Usage: "with --tracker: longest the remote session may last"},
 		&ucli.DurationFlag{Name: "timeout", Usage: "with --tracker: longest the call (run) or the timing (bench) may take; past it the daemon kills the kernel's worker and frees the device (0: no limit)"},
 	}, connFlags()...)
@@ -260,8 +260,14 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 		OnPosition: func(pos int, queue string) {
 			fmt.Fprintf(w, "waiting for a device: position %d in queue %q\n", pos, queue)
 		},
+		// Without --wait, a request no registered device could serve
+		// fails now rather than waiting in a queue nobody serves.
+		Arch: cpu.ArtifactArch(a), FailUnserved: !c.IsSet("wait"),
 	})
 	if err != nil {
+		if errors.Is(err, proto.ErrNotFound) && !c.IsSet("wait") {
+			return nil, fmt.Errorf("%w (pass --wait DURATION to wait for one to register)", err)
+		}
 		return nil, err
 	}
 	r.s, err = client.Connect(ctx, r.lease.Addr, client.SessionOptions{TLS: tlsCfg, LeaseToken: r.lease.Token})

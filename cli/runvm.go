@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kiln-ml/kiln/abi"
@@ -50,6 +51,10 @@ func prepareVMCall(a *artifact.Artifact, name string, inputs []string, paramsFil
 		}
 		addParams(ps)
 	}
+	weights := map[string]bool{}
+	for k := range given {
+		weights[k] = true
+	}
 	var inputNames []string
 	for _, in := range inputs {
 		n, file, ok := strings.Cut(in, "=")
@@ -63,11 +68,27 @@ func prepareVMCall(a *artifact.Artifact, name string, inputs []string, paramsFil
 		given[n] = arr
 		inputNames = append(inputNames, n)
 	}
-	fi := abi.FuncInfo{Name: name}
-	call := &preparedCall{vm: true, arrays: map[string]*ndarray.NDArray{}}
-	var names []string
+	// A name the function has no input of is named first: a model's
+	// inputs are its parameters that no weights supply.
+	var names, free []string
 	for _, p := range f.Params {
 		names = append(names, p.Name)
+		if !weights[p.Name] {
+			free = append(free, strconv.Quote(p.Name))
+		}
+	}
+	for _, k := range inputNames {
+		if !slices.Contains(names, k) {
+			have := "none: the weights supply every parameter"
+			if len(free) > 0 {
+				have = strings.Join(free, ", ")
+			}
+			return abi.FuncInfo{}, nil, fmt.Errorf("--input %s: %s has no input %q (its inputs: %s)", k, name, k, have)
+		}
+	}
+	fi := abi.FuncInfo{Name: name}
+	call := &preparedCall{vm: true, arrays: map[string]*ndarray.NDArray{}}
+	for _, p := range f.Params {
 		arr, ok := given[p.Name]
 		if !ok {
 			return abi.FuncInfo{}, nil, fmt.Errorf("%s: parameter %q not given: pass --input %s=FILE.npy or a --params file that has it", name, p.Name, p.Name)
@@ -79,11 +100,6 @@ func prepareVMCall(a *artifact.Artifact, name string, inputs []string, paramsFil
 		fi.Params = append(fi.Params, pi)
 		call.arrays[p.Name] = arr
 		call.args = append(call.args, packedfunc.Array(arr))
-	}
-	for _, k := range inputNames {
-		if !slices.Contains(names, k) {
-			return abi.FuncInfo{}, nil, fmt.Errorf("%s has no parameter %q (parameters: %s)", name, k, strings.Join(names, ", "))
-		}
 	}
 	call.fn = fi
 	return fi, call, nil

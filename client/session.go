@@ -97,7 +97,7 @@ func Connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, error) {
 	c, err := proto.Dial(ctx, addr, proto.DialOptions{
 		Role: proto.RoleClient, Token: opts.helloToken(), TLS: opts.TLS,
-		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger,
+		HandshakeTimeout: opts.HandshakeTimeout, Logger: opts.Logger, Expect: proto.ListenerDevice,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to device %s: %w", addr, err)
@@ -484,9 +484,20 @@ func (s *Session) Call(ctx context.Context, f *Func, args ...any) (any, error) {
 	}
 	var out proto.Value
 	if err := s.call(ctx, proto.FuncCall, proto.CallArgs{Func: f.Handle, Args: wargs}, &out); err != nil {
-		return nil, fmt.Errorf("call %q: %w", f.Name, err)
+		return nil, fmt.Errorf("call %q: %w", f.Name, remoteError(err, proto.FuncCall))
 	}
 	return s.fromWire(out)
+}
+
+// remoteError is the device's own answer when err is one to a call of
+// method (which runs a function): the device says what went wrong in the
+// function, and the caller names the function once, not the method too.
+// Any other error is err.
+func remoteError(err error, method string) error {
+	if ce, ok := err.(*proto.CallError); ok && ce.Method == method {
+		return ce.Err
+	}
+	return err
 }
 
 // TimeEvaluator times f called with args on the device, following TVM's
@@ -504,7 +515,7 @@ func (s *Session) TimeEvaluator(ctx context.Context, f *Func, o TimeOptions, arg
 	}
 	var r TimeResult
 	if err := s.call(ctx, proto.FuncTime, proto.TimeArgs{Func: f.Handle, Args: wargs, Options: o}, &r); err != nil {
-		return TimeResult{}, fmt.Errorf("time %q: %w", f.Name, err)
+		return TimeResult{}, fmt.Errorf("time %q: %w", f.Name, remoteError(err, proto.FuncTime))
 	}
 	if r.Report == nil {
 		// A daemon that predates the validity report: the results are

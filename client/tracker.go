@@ -26,6 +26,11 @@ type TrackerOptions struct {
 	// token was exchanged for; when it exists, its credential is used
 	// instead of Token. Required with a join token.
 	CredentialFile string
+	// NodeIDFile, for a Registrar, is where it keeps the node id the
+	// tracker gave it, so that a restarted node registers under the same
+	// id (its leases, failures and quarantine stay its own). Not used
+	// with a CredentialFile: the credential names the node.
+	NodeIDFile string
 	// TLS, when set, dials over TLS (see proto.TLSConfig.Client).
 	TLS *tls.Config
 	// HandshakeTimeout bounds the dial and hello (proto's default when 0).
@@ -41,6 +46,7 @@ type TrackerOptions struct {
 func (o TrackerOptions) dial(ctx context.Context, addr string, role proto.Role) (*proto.Client, error) {
 	return proto.Dial(ctx, addr, proto.DialOptions{
 		Role: role, Token: o.Token, TLS: o.TLS, HandshakeTimeout: o.HandshakeTimeout, Logger: o.logger(),
+		Expect: proto.ListenerTracker,
 	})
 }
 

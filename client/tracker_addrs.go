@@ -133,6 +133,9 @@ func (o TrackerOptions) dialAny(ctx context.Context, addrs *trackerAddrs, role p
 		if err == nil {
 			return c, t.addr, nil
 		}
+		if pk := (*proto.PeerKindError)(nil); errors.As(err, &pk) {
+			return nil, t.addr, err // it names the address
+		}
 		if !errors.Is(err, proto.ErrUnavailable) || ctx.Err() != nil {
 			return nil, t.addr, fmt.Errorf("tracker %s: %w", t.addr, err)
 		}

@@ -125,17 +125,23 @@ func writeCredential(path string, cred nodeCredential) error {
 	if err != nil {
 		return err
 	}
+	return writeFileAtomic(path, append(b, '\n'), "credential file")
+}
+
+// writeFileAtomic writes data to path (0600) so that a crash leaves either
+// the old file or the whole new one; errors start with what.
+func writeFileAtomic(path string, data []byte, what string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("credential file: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	f, err := os.CreateTemp(dir, ".credential-*")
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
 	if err != nil {
-		return fmt.Errorf("credential file: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
-	_, err = f.Write(append(b, '\n'))
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(0o600)
 	}
@@ -149,7 +155,7 @@ func writeCredential(path string, cred nodeCredential) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		return fmt.Errorf("credential file: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()

@@ -29,6 +29,14 @@ type LeaseRequest struct {
 	OnPosition func(position int, queue string)
 	// NoRenew turns off the Lease's automatic renewal.
 	NoRenew bool
+	// Arch is the architecture the artifact to run is built for ("arm64",
+	// as the selector key "arch" names it): the tracker grants only a
+	// device of it, and refuses at once when the key and selector match
+	// only devices of others.
+	Arch string
+	// FailUnserved refuses the request at once when no registered device
+	// matches the key and selector, instead of waiting for one.
+	FailUnserved bool
 }
 
 // Lease is a granted lease. Unless NoRenew was set it renews itself at a
@@ -54,7 +62,7 @@ func (t *Tracker) RequestLease(ctx context.Context, req LeaseRequest) (*Lease, e
 	args := proto.LeaseRequestArgs{
 		Key: req.Key, Selector: req.Selector, Priority: req.Priority,
 		SessionTimeout: req.SessionTimeout, TTL: req.TTL, User: req.User,
-		RequestKey: randomKey(),
+		RequestKey: randomKey(), Arch: req.Arch, FailUnserved: req.FailUnserved,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		args.Deadline = d

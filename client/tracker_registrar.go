@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -42,6 +46,7 @@ type Registrar struct {
 	state       proto.NodeState
 
 	onLeaseEnded func(id string)
+	saved        string // the node id in NodeIDFile
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -58,10 +63,33 @@ func NewRegistrar(addrs string, opts TrackerOptions, args proto.RegisterArgs) *R
 	if args.Role == proto.NodeCompiler {
 		role = proto.RoleCompiler
 	}
-	return &Registrar{
+	r := &Registrar{
 		addrs: newTrackerAddrs(addrs), opts: opts, role: role, log: opts.logger(),
 		args: args, ready: make(chan struct{}), kick: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
+	if args.NodeID == "" && opts.NodeIDFile != "" && opts.CredentialFile == "" {
+		r.args.NodeID = r.savedNodeID()
+		r.saved = r.args.NodeID
+	}
+	return r
+}
+
+// savedNodeID reads the node id a previous run kept in NodeIDFile ("" when
+// there is none, or it does not hold an id).
+func (r *Registrar) savedNodeID() string {
+	b, err := os.ReadFile(r.opts.NodeIDFile)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.log.Warn("node id file unreadable; the tracker chooses a new id", "file", r.opts.NodeIDFile, "err", err)
+		}
+		return ""
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || len(id) > 128 || strings.ContainsFunc(id, unicode.IsSpace) {
+		r.log.Warn("node id file holds no node id; the tracker chooses a new id", "file", r.opts.NodeIDFile)
+		return ""
+	}
+	return id
 }
 
 // Ready is closed once the first registration succeeded and the methods
@@ -235,7 +263,17 @@ func (r *Registrar) register(ctx context.Context, c *proto.Client) error {
 	r.mu.Lock()
 	r.args.NodeID = rep.NodeID
 	r.interval = max(rep.HeartbeatInterval, 10*time.Millisecond)
+	save := r.opts.NodeIDFile != "" && r.opts.CredentialFile == "" && rep.NodeID != r.saved
 	r.mu.Unlock()
+	if save {
+		if err := writeFileAtomic(r.opts.NodeIDFile, []byte(rep.NodeID+"\n"), "node id file"); err != nil {
+			r.log.Warn("node id not kept: a restart registers under a new one", "err", err)
+		} else {
+			r.mu.Lock()
+			r.saved = rep.NodeID
+			r.mu.Unlock()
+		}
+	}
 	r.log.Debug("registered with tracker", "node", rep.NodeID, "addr", rep.Addr, "heartbeat", rep.HeartbeatInterval)
 	return nil
 }

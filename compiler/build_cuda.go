@@ -100,6 +100,9 @@ func generateCUDA(mod *ir.IRModule, target Target, nv CUDACompiler, topts transf
 		if err != nil {
 			return "", nil, nil, err
 		}
+		// The host only launches the kernels: what the function writes
+		// is read from it before the split.
+		host = host.WithAttr(transform.AttrOutputs, transform.WrittenParams(f))
 		packed, err := transform.MakePackedAPI(host)
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("function %q: make_packed_api: %w", name, err)

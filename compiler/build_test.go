@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -359,7 +360,25 @@ func TestDifferential(t *testing.T) {
 				arrays[p.Name] = a
 				args = append(args, packedfunc.Array(a))
 			}
+			before := map[string][]float64{}
+			for n, d := range data {
+				before[n] = slices.Clone(d)
+			}
 			tc.ref(data, tc.scalars)
+			// The signature marks as outputs the tensors the function
+			// writes: every other one keeps its values.
+			outputs := 0
+			for _, p := range sig.Params {
+				if p.Kind != abi.ParamTensor {
+					continue
+				}
+				if p.Output {
+					outputs++
+					continue
+				}
+				check.True(t, slices.Equal(data[p.Name], before[p.Name]), tc.fn, "writes", p.Name, "which its signature does not mark as an output")
+			}
+			check.True(t, outputs > 0, tc.fn, "has no parameter marked as an output")
 
 			// The same inputs through three engines: the interpreter on the
 			// IR as written, the interpreter on the lowered IR (before the

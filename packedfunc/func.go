@@ -27,11 +27,31 @@ func (f *Func) Name() string { return f.name }
 // allocate.
 func (f *Func) Call(args ...Value) (Value, error) { return f.impl(args) }
 
-// ArgError builds the error for a bad argument: it names the function, the
-// argument's position and what was wrong; format may use %w.
+// ArgError builds the error for a bad argument, an *ArgumentError: it
+// names the function, the argument's position and what was wrong; format
+// may use %w.
 func ArgError(fn string, i int, format string, a ...any) error {
-	return fmt.Errorf("%s: argument %d: "+format, append([]any{fn, i}, a...)...)
+	return &ArgumentError{Func: fn, Index: i, Err: fmt.Errorf(format, a...)}
 }
+
+// ArgumentError is a function's refusal of one of its arguments (a wrong
+// shape, dtype or device): "fn: argument i: what was wrong". It matches
+// ErrArgument.
+type ArgumentError struct {
+	Func  string
+	Index int
+	Err   error // what was wrong with the argument
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("%s: argument %d: %v", e.Func, e.Index, e.Err)
+}
+
+// Unwrap returns what was wrong.
+func (e *ArgumentError) Unwrap() error { return e.Err }
+
+// Is makes the error match ErrArgument.
+func (e *ArgumentError) Is(target error) bool { return target == ErrArgument }
 
 // Sentinel errors of the registry and modules.
 var (
@@ -41,6 +61,9 @@ var (
 	ErrNotFound = errors.New("function not found")
 	// ErrArity: a call with the wrong number of arguments.
 	ErrArity = errors.New("wrong number of arguments")
+	// ErrArgument: a call with an argument the function refuses
+	// (ArgumentError).
+	ErrArgument = errors.New("bad argument")
 )
 
 var globals struct {

@@ -292,6 +292,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.srv = proto.NewServer(proto.ServerConfig{
 		Authenticate: d.authenticate,
 		Roles:        []proto.Role{proto.RoleClient, proto.RoleBulk, proto.RoleCall},
+		Kind:         proto.ListenerDevice,
 		MaxFrameSize: cfg.MaxFrameSize,
 		Logger:       d.log,
 		OnConnect:    d.admit,

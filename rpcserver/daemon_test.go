@@ -86,6 +86,13 @@ func TestUploadLoadCall(t *testing.T) {
 	check.Error(t, err, "this kernel always fails")
 	_, err = vadd.Call(ctx, arrs[0], 3)
 	check.ErrorIs(t, err, proto.ErrBadRequest)
+	short10, err := s.Empty(ctx, ndarray.Shape{10}, ndarray.Float32, devices.CPUDevice)
+	check.NoError(t, err)
+	// A wrong shape is a bad request that names the function once, as a
+	// local call's error does.
+	_, err = vadd.Call(ctx, arrs[0], short10, arrs[2])
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	check.Equal(t, err.Error(), `call "vadd": argument 1: "B": dimension 0 is 10 but n is already 1000 from an earlier argument: bad request`)
 	_, err = mod.GetFunction(ctx, "nope")
 	check.ErrorIs(t, err, proto.ErrNotFound)
 

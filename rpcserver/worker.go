@@ -619,7 +619,7 @@ func (w *worker) setup(handle uint64, in []proto.Value) (*callSetup, error) {
 		pv, o, err := w.toPacked(v)
 		if err != nil {
 			w.done(cs)
-			return nil, fmt.Errorf("argument %d of %q: %w", i, fn.name, err)
+			return nil, fmt.Errorf("argument %d: %w", i, err)
 		}
 		if o != nil {
 			cs.held = append(cs.held, o)
@@ -642,31 +642,34 @@ func (w *worker) done(cs *callSetup) {
 func (w *worker) call(ctx context.Context, a proto.CallArgs) (any, error) {
 	cs, err := w.setup(a.Func, a.Args)
 	if err != nil {
-		return nil, fmt.Errorf("call: %w", err)
+		return nil, err
 	}
 	w.board.label(slotOf(ctx), "function \"", cs.fn.name, "\" (", proto.FuncCall, ")")
 	defer w.done(cs)
 	out, err := cs.fn.fn.Call(cs.args...)
 	if err != nil {
-		return nil, fmt.Errorf("call %q: %w", cs.fn.name, callError(err))
+		return nil, callError(err)
 	}
 	return w.fromPacked(out, cs), nil
 }
 
 // callError classes a function's failure for the wire: argument errors are
-// bad requests, the rest keep their text under ErrInternal.
+// bad requests, the rest keep their text under ErrInternal. The caller
+// names the function (proto.FuncCall), so an error that names it itself
+// (a refused argument, a kernel's failure) is said without its name.
 func callError(err error) error {
+	var ae *packedfunc.ArgumentError
+	var ke *cpu.KernelError
 	switch {
+	case errors.As(err, &ae):
+		return fmt.Errorf("argument %d: %v: %w", ae.Index, ae.Err, proto.ErrBadRequest)
 	case errors.Is(err, packedfunc.ErrType), errors.Is(err, packedfunc.ErrArity):
 		return fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
 	case errors.Is(err, packedfunc.ErrNotFound):
 		return fmt.Errorf("%v: %w", err, proto.ErrNotFound)
-	}
-	var ke *cpu.KernelError
-	if errors.As(err, &ke) {
-		return fmt.Errorf("%v: %w", err, proto.ErrInternal)
-	}
-	if errors.Is(err, cpu.ErrClosed) {
+	case errors.As(err, &ke):
+		return fmt.Errorf("kernel returned %d: %s: %w", ke.Code, ke.Msg, proto.ErrInternal)
+	case errors.Is(err, cpu.ErrClosed):
 		return fmt.Errorf("%v: %w", err, proto.ErrNotFound)
 	}
 	return err
@@ -676,7 +679,7 @@ func callError(err error) error {
 func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, error) {
 	cs, err := w.setup(a.Func, a.Args)
 	if err != nil {
-		return nil, fmt.Errorf("time evaluator: %w", err)
+		return nil, err
 	}
 	defer w.done(cs)
 	w.board.label(slotOf(ctx), "function \"", cs.fn.name, "\" (", proto.FuncTime, ")")
@@ -697,11 +700,11 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		// Kernels are timed on the GPU, between events on the default
 		// stream they are launched on.
 		if o.CacheFlushBytes > 0 {
-			return nil, fmt.Errorf("time %q: the cache flush (cache_flush_bytes) flushes the CPU's caches and is not supported on %s: %w", cs.fn.name, cs.dev, proto.ErrBadRequest)
+			return nil, fmt.Errorf("the cache flush (cache_flush_bytes) flushes the CPU's caches and is not supported on %s: %w", cs.dev, proto.ErrBadRequest)
 		}
 		tm, err := cuda.NewEventTimer(cs.dev)
 		if err != nil {
-			return nil, fmt.Errorf("time %q: %w", cs.fn.name, err)
+			return nil, err
 		}
 		defer tm.Close()
 		e.Timer = tm
@@ -711,7 +714,7 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		if errors.Is(err, timer.ErrOptions) {
 			err = fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
 		}
-		return nil, fmt.Errorf("time %q: %w", cs.fn.name, callError(err))
+		return nil, callError(err)
 	}
 	return r.Wire(cs.dev.String()), nil
 }

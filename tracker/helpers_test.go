@@ -92,6 +92,13 @@ func device(t testing.TB, addr, key string, attrs proto.NodeAttrs, setup ...func
 	for _, f := range setup {
 		f(r)
 	}
+	return r, runRegistrar(t, r)
+}
+
+// runRegistrar runs r until the returned stop is called or the test ends,
+// and waits for its first registration.
+func runRegistrar(t testing.TB, r *client.Registrar) func() {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -108,7 +115,7 @@ func device(t testing.TB, addr, key string, attrs proto.NodeAttrs, setup ...func
 	case <-time.After(guard):
 		t.Fatal("device did not register")
 	}
-	return r, stop
+	return stop
 }
 
 // eventually polls cond every 10ms until it holds or guard passes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -34,6 +35,7 @@ type ticket struct {
 	deadline       time.Time
 	ttl            time.Duration
 	sessionTimeout time.Duration
+	arch           string      // the artifact's architecture; "" for any
 	conn           *proto.Conn // nil for in-process requests
 
 	lease *lease        // set when granted
@@ -115,7 +117,7 @@ func (s *Server) enqueueLocked(a proto.LeaseRequestArgs, sel *Selector, conn *pr
 	t := &ticket{
 		id: randomID("t-", 8), key: a.Key, sel: sel, priority: a.Priority, seq: s.seq,
 		user: a.User, requestKey: a.RequestKey, since: now, deadline: a.Deadline, ttl: ttl, sessionTimeout: a.SessionTimeout,
-		conn: conn, done: make(chan struct{}),
+		arch: a.Arch, conn: conn, done: make(chan struct{}),
 	}
 	s.m.leaseRequests.Inc()
 	s.tickets[t.id] = t
@@ -135,11 +137,65 @@ func (s *Server) enqueueLocked(a proto.LeaseRequestArgs, sel *Selector, conn *pr
 	return t
 }
 
+// matches reports whether device n serves t: its attributes satisfy t's
+// selector, and it runs t's architecture (or names none).
+func (t *ticket) matches(n *node) bool {
+	return t.sel.Match(n.flat) && archServes(n, t.arch)
+}
+
+// archServes reports whether device n runs artifacts built for arch.
+func archServes(n *node, arch string) bool {
+	have := n.flat["arch"]
+	return arch == "" || have == "" || have == arch
+}
+
+// unservedLocked refuses a request that no registered device can serve:
+// every device its key and selector match is of another architecture than
+// its artifact, or (with FailUnserved) none matches at all.
+func (s *Server) unservedLocked(a proto.LeaseRequestArgs, sel *Selector) error {
+	m := s.nodes
+	if a.Key != "" {
+		m = s.byKey[a.Key]
+	}
+	var matched int
+	var arches []string
+	for _, n := range m {
+		if n.role != proto.NodeDevice || !sel.Match(n.flat) {
+			continue
+		}
+		if archServes(n, a.Arch) {
+			return nil
+		}
+		matched++
+		if !slices.Contains(arches, n.flat["arch"]) {
+			arches = append(arches, n.flat["arch"])
+		}
+	}
+	which := "registered device"
+	switch {
+	case a.Key != "" && !sel.Empty():
+		which = fmt.Sprintf("device registered under key %q that matches selector %q", a.Key, sel)
+	case a.Key != "":
+		which = fmt.Sprintf("device registered under key %q", a.Key)
+	case !sel.Empty():
+		which = fmt.Sprintf("registered device that matches selector %q", sel)
+	}
+	if matched > 0 {
+		slices.Sort(arches)
+		return fmt.Errorf("the artifact is built for %s, but every %s is %s: build it for their architecture, or ask for a device of its own: %w",
+			a.Arch, which, strings.Join(arches, " or "), proto.ErrBadRequest)
+	}
+	if a.FailUnserved {
+		return fmt.Errorf("no %s: %w", which, proto.ErrNotFound)
+	}
+	return nil
+}
+
 // findDeviceLocked returns a free device for t, or nil.
 func (s *Server) findDeviceLocked(t *ticket) *node {
 	pick := func(m map[string]*node) *node {
 		for _, n := range m {
-			if n.free() && t.sel.Match(n.flat) {
+			if n.free() && t.matches(n) {
 				return n
 			}
 		}
@@ -159,7 +215,7 @@ func (s *Server) offerLocked(n *node) {
 			continue
 		}
 		for _, t := range q.tickets {
-			if t.sel.Match(n.flat) {
+			if t.matches(n) {
 				if best == nil || t.priority > best.priority || (t.priority == best.priority && t.seq < best.seq) {
 					best = t
 				}
@@ -385,6 +441,10 @@ func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.
 	s.mu.Lock()
 	if l := s.retriedLocked(a); l != nil {
 		return s.deliverLocked("", l)
+	}
+	if err := s.unservedLocked(a, sel); err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("lease request: %w", err)
 	}
 	t := s.enqueueLocked(a, sel, c, time.Now())
 	s.mu.Unlock()

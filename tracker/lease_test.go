@@ -99,6 +99,61 @@ func TestLeaseSelector(t *testing.T) {
 	})
 }
 
+// TestLeaseUnserved: a request no registered device could serve is
+// refused at once, naming what it asked for: with FailUnserved when no
+// device matches its key and selector, and always when every one that
+// does is of another architecture than its artifact. A device of the
+// artifact's architecture, or of none registered, is granted.
+func TestLeaseUnserved(t *testing.T) {
+	tr := startTracker(t, fastConfig(t))
+	ctx := testCtx(t)
+	x86, _ := device(t, tr.Addr(), "cpu", proto.NodeAttrs{Triple: "x86_64-linux-gnu", CPUCores: 4})
+	board, _ := device(t, tr.Addr(), "rpi", proto.NodeAttrs{Triple: "aarch64-linux-gnu", CPUCores: 4})
+	anon, _ := device(t, tr.Addr(), "anon", proto.NodeAttrs{CPUCores: 2})
+	tc := dialTracker(t, tr.Addr())
+	for _, tt := range []struct {
+		name string
+		req  client.LeaseRequest
+		want []string
+		is   error
+	}{
+		{"selector", client.LeaseRequest{Selector: "cores>=64", FailUnserved: true},
+			[]string{`no registered device that matches selector "cores>=64"`}, proto.ErrNotFound},
+		{"key and selector", client.LeaseRequest{Key: "cpu", Selector: "cpu.avx512", FailUnserved: true},
+			[]string{`no device registered under key "cpu" that matches selector "cpu.avx512"`}, proto.ErrNotFound},
+		{"key", client.LeaseRequest{Key: "tpu", FailUnserved: true},
+			[]string{`no device registered under key "tpu"`}, proto.ErrNotFound},
+		{"arch", client.LeaseRequest{Key: "cpu", Arch: "arm64"},
+			[]string{"the artifact is built for arm64", `every device registered under key "cpu" is amd64`}, proto.ErrBadRequest},
+		{"arch and selector", client.LeaseRequest{Selector: "cores>=4", Arch: "riscv64", FailUnserved: true},
+			[]string{"the artifact is built for riscv64", `every registered device that matches selector "cores>=4" is amd64 or arm64`}, proto.ErrBadRequest},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The test's context has no short deadline: only an
+			// answer at once passes.
+			_, err := tc.RequestLease(ctx, tt.req)
+			check.ErrorIs(t, err, tt.is)
+			check.Error(t, err, tt.want...)
+		})
+	}
+	for _, tt := range []struct {
+		name string
+		req  client.LeaseRequest
+		want string
+	}{
+		{"arch of the device", client.LeaseRequest{Selector: "cores>=4", Arch: "arm64", FailUnserved: true}, board.NodeID()},
+		{"no arch registered", client.LeaseRequest{Key: "anon", Arch: "arm64", FailUnserved: true}, anon.NodeID()},
+		{"no arch asked", client.LeaseRequest{Key: "cpu", FailUnserved: true}, x86.NodeID()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := tc.RequestLease(ctx, tt.req)
+			check.NoError(t, err)
+			check.Equal(t, l.NodeID, tt.want)
+			check.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
 func TestLeaseExpiry(t *testing.T) {
 	tr := startTracker(t, fastConfig(t))
 	ctx := testCtx(t)

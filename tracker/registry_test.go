@@ -2,6 +2,9 @@ package tracker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +144,35 @@ func TestQuarantine(t *testing.T) {
 	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "q"})
 	check.NoError(t, err)
 	check.NoError(t, l.Release(ctx))
+}
+
+// TestNodeIDKept: a Registrar with a NodeIDFile keeps the id the tracker
+// gave it there, and a restarted node registers under the same id.
+func TestNodeIDKept(t *testing.T) {
+	tr := startTracker(t, fastConfig(t))
+	file := filepath.Join(t.TempDir(), "node-id")
+	start := func() (*client.Registrar, func()) {
+		r := client.NewRegistrar(tr.Addr(), client.TrackerOptions{Logger: quietLogger(), NodeIDFile: file}, proto.RegisterArgs{
+			Role: proto.NodeDevice, Key: "cpu", Addr: "127.0.0.1:1",
+		})
+		return r, runRegistrar(t, r)
+	}
+	first, stop := start()
+	id := first.NodeID()
+	check.True(t, id != "", "no node id")
+	b, err := os.ReadFile(file)
+	check.NoError(t, err)
+	check.Equal(t, strings.TrimSpace(string(b)), id)
+	stop()
+	eventually(t, "deregistration", func() bool { return nodeState(tr.Server, id) == "" })
+
+	again, _ := start()
+	check.Equal(t, again.NodeID(), id)
+	check.Equal(t, nodeState(tr.Server, id), proto.StateFree)
+	check.Equal(t, len(tr.Summary(0).Devices), 1)
+
+	// A file that holds no id is passed over: the tracker chooses one.
+	check.NoError(t, os.WriteFile(file, []byte("two words\n"), 0o600))
+	r := client.NewRegistrar(tr.Addr(), client.TrackerOptions{Logger: quietLogger(), NodeIDFile: file}, proto.RegisterArgs{Role: proto.NodeDevice, Key: "cpu", Addr: "127.0.0.1:1"})
+	check.Equal(t, r.NodeID(), "")
 }

@@ -153,6 +153,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 	scfg := proto.ServerConfig{
 		Token:        cfg.Token,
 		Roles:        []proto.Role{proto.RoleClient, proto.RoleDevice, proto.RoleCompiler},
+		Kind:         proto.ListenerTracker,
 		Logger:       s.log,
 		OnDisconnect: s.disconnected,
 	}

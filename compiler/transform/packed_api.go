@@ -54,9 +54,14 @@ const (
 // Symbolic dimensions are named by their variables (renamed n_1… when two
 // distinct variables share a name); a parameter with a dimension that is
 // neither a constant nor a variable gets no shape (any shape is accepted
-// by the loader; the generated checks still apply).
+// by the loader; the generated checks still apply). The tensors f writes
+// (WrittenParams) are marked as outputs.
 func Signature(f *ir.PrimFunc) abi.FuncInfo {
 	fi := abi.FuncInfo{Name: FuncName(f), Params: []abi.ParamInfo{}}
+	written := map[string]bool{}
+	for _, n := range WrittenParams(f) {
+		written[n] = true
+	}
 	names := map[*ir.Var]string{}
 	used := map[string]bool{}
 	dimName := func(v *ir.Var) string {
@@ -84,7 +89,7 @@ func Signature(f *ir.PrimFunc) abi.FuncInfo {
 			fi.Params = append(fi.Params, abi.ParamInfo{Name: p.Name, Kind: kind})
 			continue
 		}
-		pi := abi.ParamInfo{Name: b.Name, Kind: abi.ParamTensor, DType: b.DType.String(), Shape: []abi.Dim{}}
+		pi := abi.ParamInfo{Name: b.Name, Kind: abi.ParamTensor, DType: b.DType.String(), Shape: []abi.Dim{}, Output: written[b.Name]}
 		for _, s := range b.Shape {
 			switch s := s.(type) {
 			case *ir.IntImm:
@@ -221,6 +226,7 @@ func MakePackedAPI(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 	}
 	attrs[AttrCallingConv] = CallingConvPacked
 	attrs[AttrSignature] = string(sigJSON)
+	delete(attrs, AttrOutputs) // now in the signature
 	attrs[ir.AttrGlobalSymbol] = name
 	return &ir.PrimFunc{
 		Params:    []*ir.Var{args, codes, numArgs},

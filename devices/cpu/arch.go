@@ -1,9 +1,12 @@
 package cpu
 
 import (
+	"bytes"
 	"debug/elf"
 	"fmt"
 	"runtime"
+
+	"github.com/kiln-ml/kiln/artifact"
 )
 
 // elfMachines maps Go's architecture names to the ELF machine of their
@@ -46,4 +49,25 @@ func checkArch(path string) error {
 	}
 	return fmt.Errorf("it is built for %s, but this machine is %s: build it for this machine's target (or run it on a board of its architecture)",
 		archName(f.Machine), archName(want))
+}
+
+// ArtifactArch names the architecture a's host library is built for as Go
+// does ("arm64"), the selector key "arch" of devices; "" when a has no
+// host library or it is not an ELF file of a machine listed here.
+func ArtifactArch(a *artifact.Artifact) string {
+	lib, ok := a.Files[artifact.HostLib]
+	if !ok {
+		return ""
+	}
+	f, err := elf.NewFile(bytes.NewReader(lib))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for goarch, em := range elfMachines {
+		if em == f.Machine {
+			return goarch
+		}
+	}
+	return ""
 }

@@ -35,6 +35,10 @@ type DialOptions struct {
 	KeepAlive time.Duration
 	// Logger receives the client's debug logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// Expect, when set, is the kind of listener the dialer means to reach
+	// (ListenerTracker, ListenerDevice): a listener that names another kind in
+	// its hello reply is refused with a *PeerKindError.
+	Expect string
 }
 
 // Client is the dialing end of the kiln protocol: one connection on which
@@ -67,6 +71,10 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (*Client, error) {
 		return nil, err
 	}
 	c, err := NewClient(ctx, nc, opts)
+	if pk := (*PeerKindError)(nil); errors.As(err, &pk) {
+		pk.Addr = addr // as the caller wrote it; the error names it
+		return nil, pk
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -242,6 +250,9 @@ func clientHello(ctx context.Context, nc net.Conn, opts DialOptions) error {
 		}
 		return err
 	}
+	if opts.Expect != "" && rep.Message != "" && rep.Message != opts.Expect {
+		return &PeerKindError{Addr: nc.RemoteAddr().String(), Got: rep.Message, Want: opts.Expect}
+	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fmt.Errorf("hello: %w", err)
 	}
@@ -254,6 +265,20 @@ func handshakeTimeout(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// CallError is the error Client.Call returns as it is (wrapped in nothing)
+// when the peer answered the call with an error: "call METHOD: MESSAGE".
+// A caller that names what it called in its own words (a function rather
+// than the method that calls functions) says Err instead.
+type CallError struct {
+	Method string
+	Err    *WireError
+}
+
+func (e *CallError) Error() string { return fmt.Sprintf("call %q: %s", e.Method, e.Err) }
+
+// Unwrap returns the peer's error, which unwraps to its code's sentinel.
+func (e *CallError) Unwrap() error { return e.Err }
 
 // Call runs method on the peer with args and decodes its result into result
 // (a pointer, or nil to discard; a *msgpack.RawMessage receives the raw
@@ -315,7 +340,7 @@ func (c *Client) Call(ctx context.Context, method string, args, result any) erro
 		}
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("call %q: %w", method, resp.Error)
+		return &CallError{Method: method, Err: resp.Error}
 	}
 	switch r := result.(type) {
 	case nil:

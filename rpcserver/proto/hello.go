@@ -128,11 +128,45 @@ type Hello struct {
 //	4       2     the listener's protocol version, big-endian uint16
 //	6       1     status (uint8)
 //	7       2     message length M, big-endian uint16, M ≤ MaxHelloMessage
-//	9       M     message bytes (UTF-8; empty when the status is ok)
+//	9       M     message bytes (UTF-8): why the hello was refused, or
+//	              for ok the listener's kind (ServerConfig.Kind; may be empty)
 type HelloReply struct {
 	Version uint16
 	Status  Status
 	Message string
+}
+
+// The listener kinds an accepted hello's reply names in its message
+// (ServerConfig.Kind). An empty message names none.
+const (
+	ListenerTracker = "tracker"
+	ListenerDevice  = "rpcserver"
+)
+
+// PeerKindError is the dial error when the listener is another kind than
+// the dialer meant to reach: a device daemon's address given as a
+// tracker's, or the other way round. It wraps ErrBadRequest.
+type PeerKindError struct {
+	Addr      string
+	Got, Want string // kinds: ListenerTracker, ListenerDevice
+}
+
+func (e *PeerKindError) Error() string {
+	return fmt.Sprintf("%s is %s, not %s: pass the address of %s", e.Addr, kindName(e.Got), kindName(e.Want), kindName(e.Want))
+}
+
+// Unwrap makes the error match ErrBadRequest.
+func (e *PeerKindError) Unwrap() error { return ErrBadRequest }
+
+// kindName describes a listener kind in words.
+func kindName(kind string) string {
+	switch kind {
+	case ListenerTracker:
+		return "a kiln tracker"
+	case ListenerDevice:
+		return "a kiln device daemon (kiln rpcserver)"
+	}
+	return fmt.Sprintf("a kiln %q listener", kind)
 }
 
 // errBadMagic marks a connection whose first bytes are not Magic: the

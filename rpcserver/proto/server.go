@@ -64,6 +64,10 @@ type ServerConfig struct {
 	Authenticate func(token string, role Role) (user string, err error)
 	// Roles lists the roles this listener serves; empty means all.
 	Roles []Role
+	// Kind names what the listener is (ListenerTracker, ListenerDevice) in the
+	// message of every accepted hello's reply, so that a dialer that
+	// meant to reach another kind can say so (DialOptions.Expect).
+	Kind string
 	// HandshakeTimeout bounds the hello and the opening of the control
 	// stream (DefaultHandshakeTimeout when 0).
 	HandshakeTimeout time.Duration
@@ -356,7 +360,7 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	h, err := ReadHello(nc)
-	rep := HelloReply{Version: ProtocolVersion, Status: StatusOK}
+	rep := HelloReply{Version: ProtocolVersion, Status: StatusOK, Message: s.cfg.Kind}
 	var user string
 	var authErr error
 	if err == nil && s.cfg.Authenticate != nil {

@@ -235,6 +235,27 @@ func TestRoles(t *testing.T) {
 	check.Equal(t, role, "device")
 }
 
+// TestListenerKind: a listener names its kind in the hello reply, and a
+// dialer that expected another kind is refused, naming both; one that
+// expects nothing, or the kind it reaches, connects.
+func TestListenerKind(t *testing.T) {
+	ts := startServer(t, ServerConfig{Kind: ListenerDevice}, basicHandlers)
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	_, err := Dial(ctx, ts.addr, DialOptions{Expect: ListenerTracker})
+	check.ErrorIs(t, err, ErrBadRequest)
+	var pk *PeerKindError
+	check.True(t, errors.As(err, &pk), "want a *PeerKindError, got", err)
+	check.Equal(t, err.Error(), ts.addr+" is a kiln device daemon (kiln rpcserver), not a kiln tracker: pass the address of a kiln tracker")
+	ts.dial(t, DialOptions{Expect: ListenerDevice})
+	ts.dial(t, DialOptions{})
+
+	// A listener that names no kind (an older one) is taken for what the
+	// dialer expects.
+	anon := startServer(t, ServerConfig{}, basicHandlers)
+	anon.dial(t, DialOptions{Expect: ListenerTracker})
+}
+
 func TestWrongVersion(t *testing.T) {
 	ts := startServer(t, ServerConfig{Token: "t"}, basicHandlers)
 

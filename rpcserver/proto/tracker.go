@@ -416,6 +416,16 @@ type LeaseRequestArgs struct {
 	// asks again with the key and gets the lease it was granted. The SDK
 	// sets a random key per RequestLease.
 	RequestKey string `msgpack:"request_key,omitempty"`
+	// Arch is the architecture the artifact to run is built for, as the
+	// selector key "arch" names it ("arm64"): only devices of that
+	// architecture (or of none registered) are granted, and when every
+	// device the key and selector match is of another one the request is
+	// refused at once with ErrBadRequest, naming both.
+	Arch string `msgpack:"arch,omitempty"`
+	// FailUnserved refuses the request at once with ErrNotFound when no
+	// registered device (free, busy, quarantined or lost) matches the key
+	// and selector, instead of waiting for one to register.
+	FailUnserved bool `msgpack:"fail_unserved,omitempty"`
 }
 
 // LeaseWaitArgs names a queued request (tracker.lease.wait, tracker.lease.cancel).
