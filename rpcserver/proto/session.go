@@ -266,6 +266,11 @@ type TimeOptions struct {
 	// CacheFlushBytes, when positive, is the size of a buffer copied before
 	// each measurement to flush the caches.
 	CacheFlushBytes int64 `msgpack:"cache_flush_bytes" json:"cache_flush_bytes"`
+	// Preproc, when set, names a global function of the session called
+	// with the timed function's arguments before each repeat (TVM's
+	// f_preproc, e.g. "cache_flush_cpu_non_first_arg"); its time is not
+	// counted.
+	Preproc string `msgpack:"f_preproc,omitempty" json:"f_preproc,omitempty"`
 }
 
 // TimeArgs times the function Func called with Args.
