@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/globals"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/vm"
 )
@@ -353,7 +354,7 @@ func (l *localSession) loadModule(_ context.Context, name string) (object, error
 			path = filepath.Join(l.dir, name)
 		}
 	}
-	a, err := artifact.Load(path)
+	a, err := loadExport(path)
 	if err != nil {
 		return nil, fmt.Errorf("load module %q: %w", name, err)
 	}
@@ -423,6 +424,7 @@ func kiln_local(out *C.KilnHandle) C.int {
 	if err != nil {
 		return fail(err, errSession)
 	}
+	globals.Register()
 	*out = newHandle(&localSession{dir: dir})
 	return 0
 }
@@ -506,7 +508,7 @@ func kiln_session_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) 
 		}
 		f, err := packedfunc.Get(n)
 		if err != nil {
-			return fail(&argError{err.Error()}, errArgument)
+			return fail(&argError{msg: err.Error(), cause: err}, errArgument)
 		}
 		*out = newHandle(&localFunc{l: s, f: f})
 	}
@@ -662,7 +664,7 @@ func kiln_module_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) C
 // withNames adds the module's function names to a not-found error.
 func withNames(err error, names []string) error {
 	if errors.Is(err, proto.ErrNotFound) || errors.Is(err, packedfunc.ErrNotFound) {
-		return &argError{fmt.Sprintf("%v (the module has %s)", err, strings.Join(names, ", "))}
+		return &argError{msg: fmt.Sprintf("%v (the module has %s)", err, strings.Join(names, ", ")), cause: err}
 	}
 	return err
 }

@@ -441,9 +441,20 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	if _, err := f.ReadAt(magic[:], 0); err != nil {
 		return nil, fmt.Errorf("load module %q: too short to be a module: %w", a.Name, proto.ErrBadRequest)
 	}
+	var head [512]byte
+	n, _ := f.ReadAt(head[:], 0)
 	var lib, exeBytes []byte
 	var art *artifact.Artifact
 	switch {
+	case artifact.IsTar(head[:n]):
+		// A tar export (export_library's .tar): the artifact inside.
+		if art, err = artifact.ReadTar(io.NewSectionReader(f, 0, size)); err != nil {
+			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		}
+		lib, exeBytes = art.Files[artifact.HostLib], art.Files[artifact.VMExec]
+		if lib == nil {
+			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
+		}
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
 		art, err = artifact.Read(f, size)
 		if err != nil {
