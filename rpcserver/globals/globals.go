@@ -42,6 +42,7 @@ const (
 	RandomFill      = "tvm.contrib.random.random_fill"
 	RandomFillMeas  = "tvm.contrib.random.random_fill_for_measure"
 	CacheFlushNonFA = "cache_flush_cpu_non_first_arg"
+	DeviceSync      = "runtime.DeviceSync"
 )
 
 // ErrRaised is the error testing.test_raise_error and rpc.test.except
@@ -151,6 +152,7 @@ func table() map[string]packedfunc.Impl {
 		RandomFill:      fillFunc(RandomFill),
 		RandomFillMeas:  fillFunc(RandomFillMeas),
 		CacheFlushNonFA: cacheFlush,
+		DeviceSync:      deviceSync,
 	}
 }
 
@@ -436,6 +438,31 @@ var (
 	flushMu  sync.Mutex
 	flushBuf []byte
 )
+
+// deviceSync(device_type, device_id) waits for the work queued on the
+// device's default stream (TVM's Device.sync).
+func deviceSync(args []packedfunc.Value) (packedfunc.Value, error) {
+	if err := arity(DeviceSync, args, 2); err != nil {
+		return packedfunc.Nil, err
+	}
+	t, err := args[0].AsInt()
+	if err != nil {
+		return packedfunc.Nil, packedfunc.ArgError(DeviceSync, 0, "%w", err)
+	}
+	id, err := args[1].AsInt()
+	if err != nil {
+		return packedfunc.Nil, packedfunc.ArgError(DeviceSync, 1, "%w", err)
+	}
+	dev := devices.Device{Type: devices.Type(t), ID: int32(id)}
+	api, err := devices.For(dev)
+	if err != nil {
+		return packedfunc.Nil, fmt.Errorf("%s: %w", DeviceSync, err)
+	}
+	if err := api.StreamSync(dev, 0); err != nil {
+		return packedfunc.Nil, fmt.Errorf("%s: %s: %w", DeviceSync, dev, err)
+	}
+	return packedfunc.Nil, nil
+}
 
 // LoadPlugin loads a shared object of kiln's packed ABI (one that exports
 // kiln_module_metadata, as every kiln module does) and registers each of
