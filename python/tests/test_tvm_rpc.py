@@ -42,6 +42,11 @@ class utils:
 @pytest.fixture(autouse=True)
 def _kiln_binary(kiln_binary, monkeypatch):
     monkeypatch.setenv("KILN_BINARY", kiln_binary)
+    yield
+    # A TVM test whose assertion fails leaves its forked clients spinning.
+    for p in multiprocessing.active_children():
+        p.terminate()
+        p.join(30)
 
 
 def test_bigendian_rpc():
