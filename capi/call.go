@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/kiln-ml/kiln/client"
@@ -70,6 +71,16 @@ func remoteArgs(r *remoteSession, args *C.KilnArg, codes *C.int32_t, n int) ([]a
 			out[i] = nil
 		case codeStr:
 			out[i] = gostr(*(**C.char)(slot))
+		case codeBytes:
+			out[i] = spanBytes(slot)
+		case codeShape:
+			out[i] = spanShape(slot)
+		case codeFunc:
+			f, err := lookup[*remoteFunc](C.KilnHandle(*(*uint64)(slot)), "function")
+			if err != nil || f.r != r {
+				return nil, badArg("argument %d: not a function of this session", i)
+			}
+			out[i] = f.f
 		case codeArray:
 			h := C.KilnHandle(*(*uint64)(slot))
 			o, err := arrayOf(h)
@@ -106,6 +117,16 @@ func localArgs(args *C.KilnArg, codes *C.int32_t, n int) ([]packedfunc.Value, er
 			out[i] = packedfunc.Nil
 		case codeStr:
 			out[i] = packedfunc.String(gostr(*(**C.char)(slot)))
+		case codeBytes:
+			out[i] = packedfunc.Bytes(spanBytes(slot))
+		case codeShape:
+			out[i] = packedfunc.ShapeValue(spanShape(slot))
+		case codeFunc:
+			f, err := lookup[*localFunc](C.KilnHandle(*(*uint64)(slot)), "function")
+			if err != nil {
+				return nil, badArg("argument %d: not a function of this session", i)
+			}
+			out[i] = packedfunc.FuncValue(f.f)
 		case codeArray:
 			h := C.KilnHandle(*(*uint64)(slot))
 			o, err := arrayOf(h)
@@ -163,7 +184,7 @@ func kiln_call(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, c
 			if errors.As(err, &ke) {
 				return fail(err, errSession)
 			}
-			return fail(&argError{err.Error()}, errArgument)
+			return fail(&argError{msg: err.Error(), cause: err}, errArgument)
 		}
 		if res, err = fromLocal(f.l, v); err != nil {
 			return fail(err, errSession)
@@ -206,6 +227,12 @@ func fromLocal(l *localSession, v packedfunc.Value) (any, error) {
 		return v.AsFloat()
 	case packedfunc.KindString:
 		return v.AsString()
+	case packedfunc.KindBytes:
+		b, _ := v.AsBytes()
+		return newBytesBlob(b), nil
+	case packedfunc.KindShape:
+		s, _ := v.AsShape()
+		return newShapeBlob(s), nil
 	case packedfunc.KindNDArray:
 		a, _ := v.AsArray()
 		return &localArray{l: l, a: a, refs: 1}, nil
@@ -243,10 +270,12 @@ func fromRemote(r *remoteSession, v any) any {
 			t.fields = append(t.fields, fromRemote(r, f))
 		}
 		return t
-	case ndarray.Shape, ndarray.DType, devices.Device:
+	case ndarray.Shape:
+		return newShapeBlob(x)
+	case ndarray.DType, devices.Device:
 		return fmt.Sprint(x)
 	case []byte:
-		return string(x)
+		return newBytesBlob(x)
 	}
 	return v
 }
@@ -285,6 +314,12 @@ func putResult(v any, ret *C.KilnArg, code *C.int32_t) C.int {
 	case *remoteFunc, *localFunc:
 		*code = codeFunc
 		*(*uint64)(slot) = uint64(newHandle(x.(object)))
+	case *blob:
+		*code = codeBytes
+		if x.isShp {
+			*code = codeShape
+		}
+		*(*uint64)(slot) = uint64(newHandle(x))
 	case object:
 		x.free()
 		return fail(fmt.Errorf("a %s result cannot be passed through the C API", x.kind()), errSession)
@@ -344,6 +379,34 @@ func (b *borrowed) free()        {}
 
 //export kiln_time_evaluator
 func kiln_time_evaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, number, repeat, minRepeatMS C.int32_t, cancel C.KilnHandle, out **C.char) C.int {
+	if number < 0 || repeat < 0 || minRepeatMS < 0 {
+		return fail(badArg("time evaluator: number %d, repeat %d, min_repeat_ms %d: none may be negative", number, repeat, minRepeatMS), errArgument)
+	}
+	o := proto.TimeOptions{Number: int(number), Repeat: int(repeat), MinRepeatMS: int(minRepeatMS)}
+	return timeEvaluator(h, args, codes, n, o, cancel, out)
+}
+
+// kiln_time_evaluator_options is kiln_time_evaluator with every option of
+// TVM's time_evaluator, as JSON: number, repeat, min_repeat_ms,
+// limit_zero_time_iterations, cooldown_interval_ms, repeats_to_cooldown,
+// cache_flush_bytes and f_preproc (the name of a global function of the
+// session run before each repeat).
+//
+//export kiln_time_evaluator_options
+func kiln_time_evaluator_options(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, options *C.char, cancel C.KilnHandle, out **C.char) C.int {
+	var o proto.TimeOptions
+	dec := json.NewDecoder(strings.NewReader(gostr(options)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return fail(badArg("time evaluator options: %v", err), errArgument)
+	}
+	if o.Number < 0 || o.Repeat < 0 || o.MinRepeatMS < 0 || o.LimitZeroTimeIterations < 0 || o.CooldownIntervalMS < 0 || o.RepeatsToCooldown < 0 || o.CacheFlushBytes < 0 {
+		return fail(badArg("time evaluator options %s: none may be negative", gostr(options)), errArgument)
+	}
+	return timeEvaluator(h, args, codes, n, o, cancel, out)
+}
+
+func timeEvaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, o proto.TimeOptions, cancel C.KilnHandle, out **C.char) C.int {
 	ctx, err := contextOf(cancel)
 	if err != nil {
 		return fail(err, errArgument)
@@ -351,10 +414,6 @@ func kiln_time_evaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.
 	if out == nil {
 		return fail(badArg("no place for the result (NULL)"), errArgument)
 	}
-	if number < 0 || repeat < 0 || minRepeatMS < 0 {
-		return fail(badArg("time evaluator: number %d, repeat %d, min_repeat_ms %d: none may be negative", number, repeat, minRepeatMS), errArgument)
-	}
-	o := proto.TimeOptions{Number: int(number), Repeat: int(repeat), MinRepeatMS: int(minRepeatMS)}
 	handles.RLock()
 	obj := handles.m[uint64(h)]
 	handles.RUnlock()
@@ -373,7 +432,7 @@ func kiln_time_evaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.
 			if errors.As(err, &ke) || errors.Is(err, context.Canceled) {
 				return fail(err, errSession)
 			}
-			return fail(&argError{err.Error()}, errArgument)
+			return fail(&argError{msg: err.Error(), cause: err}, errArgument)
 		}
 	case *remoteFunc:
 		if err := f.r.check(); err != nil {
@@ -406,6 +465,16 @@ func timeLocal(ctx context.Context, f *packedfunc.Func, args []packedfunc.Value,
 		_, err := f.Call(args...)
 		return err
 	}}
+	if o.Preproc != "" {
+		pre, err := packedfunc.Get(o.Preproc)
+		if err != nil {
+			return proto.TimeResult{}, fmt.Errorf("time evaluator: f_preproc: %w", err)
+		}
+		ev.Preproc = func() error {
+			_, err := pre.Call(args...)
+			return err
+		}
+	}
 	r, err := ev.Evaluate(ctx, timer.OptionsOf(o))
 	if err != nil {
 		return proto.TimeResult{}, err

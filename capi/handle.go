@@ -58,11 +58,15 @@ func newHandle(o object) C.KilnHandle {
 }
 
 // argError is an error in what the caller passed.
-type argError struct{ msg string }
+type argError struct {
+	msg   string
+	cause error // what it wraps (for kiln_last_error_code), or nil
+}
 
 func (e *argError) Error() string { return e.msg }
+func (e *argError) Unwrap() error { return e.cause }
 
-func badArg(format string, a ...any) error { return &argError{fmt.Sprintf(format, a...)} }
+func badArg(format string, a ...any) error { return &argError{msg: fmt.Sprintf(format, a...)} }
 
 // lookup returns the object behind h as a T, or an error naming what was
 // wrong (0, freed, unknown, another kind).
@@ -130,6 +134,7 @@ func fail(err error, kind int) C.int {
 		kind = errCancelled
 	}
 	C.kiln_set_error(C.CString(err.Error()), C.int(kind))
+	C.kiln_set_error_code(C.int(errorCode(err)))
 	return -1
 }
 

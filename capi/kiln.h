@@ -91,6 +91,16 @@ enum {
   KILN_ERR_INTERNAL = 6,
 };
 
+/* Causes of errors (kiln_last_error_code), for bindings whose languages
+ * raise them as their own exceptions. */
+enum {
+  KILN_CODE_NONE = 0,
+  KILN_CODE_NOT_FOUND = 1,       /* no such function, file or module */
+  KILN_CODE_SESSION_EXPIRED = 2, /* the session passed its timeout */
+  KILN_CODE_DEADLINE = 3,        /* a call passed its deadline */
+  KILN_CODE_CRASHED = 4,         /* the session's worker died */
+};
+
 /* Value type codes of call arguments and results. */
 enum {
   KILN_INT = 0,
@@ -98,8 +108,10 @@ enum {
   KILN_NULL = 4,
   KILN_ARRAY = 7, /* v_handle: an array handle */
   KILN_STR = 11,  /* v_str: a NUL-terminated string (results: malloc'd) */
+  KILN_BYTES = 12, /* v_handle: a KilnSpan* of bytes; results: a blob handle */
   KILN_TUPLE = 20, /* v_handle: a tuple handle (results only) */
   KILN_FUNC = 21,  /* v_handle: a function handle (results only) */
+  KILN_SHAPE = 22, /* v_handle: a KilnSpan* of int64 dimensions; results: a blob handle */
 };
 
 typedef union {
@@ -108,6 +120,13 @@ typedef union {
   KilnHandle v_handle;
   const char* v_str;
 } KilnArg;
+
+/* Bytes or a shape passed as an argument (KILN_BYTES, KILN_SHAPE): len
+ * is in bytes, or in dimensions of int64. */
+typedef struct {
+  const void* data;
+  int64_t len;
+} KilnSpan;
 
 /* Called with each progress line of a waiting request or a build. */
 typedef void (*KilnProgressFn)(const char* line, void* user);
@@ -120,6 +139,8 @@ typedef void (*KilnProgressFn)(const char* line, void* user);
 /* Errors and handles. */
 const char* kiln_last_error(void);
 int kiln_last_error_kind(void);
+/* What the thread's last error says beyond its class (KILN_CODE_*). */
+int kiln_last_error_code(void);
 int64_t kiln_live_handles(void);
 int kiln_free(KilnHandle h);
 void kiln_string_free(char* s);
@@ -162,6 +183,24 @@ int kiln_session_get_function(KilnHandle session, const char* name, KilnHandle* 
 int kiln_module_functions(KilnHandle module, char** out_json);
 int kiln_module_get_function(KilnHandle module, const char* name, KilnHandle* out_func);
 
+/* The file API of a session (TVM's upload, download, listdir, remove):
+ * files of the session's directory, whose sandbox refuses names that
+ * leave it. download's buffer is malloc'd (kiln_string_free); listdir's
+ * JSON is a list of {"name", "size"}. */
+int kiln_session_upload_bytes(KilnHandle session, const void* data, int64_t size, const char* name, KilnHandle cancel);
+int kiln_session_download(KilnHandle session, const char* name, KilnHandle cancel, void** out_data, int64_t* out_size);
+int kiln_session_listdir(KilnHandle session, KilnHandle cancel, char** out_json);
+int kiln_session_remove(KilnHandle session, const char* name, KilnHandle cancel);
+/* Writes the artifact at src as dst (TVM's export_library): FILE.so the
+ * linked host library, FILE.tar the tar export (the library and the
+ * artifact, what load_module and download_linked_module take), else a copy. */
+int kiln_artifact_export(const char* src, const char* dst);
+/* The linked library of a tar export held in memory (malloc'd). */
+int kiln_tar_linked(const void* data, int64_t size, void** out_data, int64_t* out_size);
+/* Fork support: new handles start above floor; the last handle issued. */
+int kiln_handle_floor(uint64_t floor);
+uint64_t kiln_handle_next(void);
+
 /* Arrays. */
 int kiln_array_empty(KilnHandle session, int32_t ndim, const int64_t* shape, DLDataType dtype, DLDevice device,
                      KilnHandle* out_array);
@@ -185,6 +224,9 @@ int kiln_array_to_dlpack(KilnHandle array, DLManagedTensor** out);
 int kiln_call(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs, KilnHandle cancel,
               KilnArg* ret, int32_t* ret_code);
 int kiln_tuple_size(KilnHandle tuple, int32_t* out);
+/* A bytes or shape result's memory (len in bytes, or dimensions of int64),
+ * valid until the handle is freed. */
+int kiln_blob_get(KilnHandle blob, const void** data, int64_t* len);
 int kiln_tuple_get(KilnHandle tuple, int32_t i, KilnArg* ret, int32_t* ret_code);
 /* TVM's time_evaluator: one warm-up call, then repeat measurements of
  * number calls each (number grown until a measurement lasts min_repeat_ms).
@@ -194,6 +236,13 @@ int kiln_tuple_get(KilnHandle tuple, int32_t i, KilnArg* ret, int32_t* ret_code)
  * device host's state; docs/timing.md). */
 int kiln_time_evaluator(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs, int32_t number,
                         int32_t repeat, int32_t min_repeat_ms, KilnHandle cancel, char** out_json);
+
+/* kiln_time_evaluator with all of TVM's options as JSON: number, repeat,
+ * min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
+ * repeats_to_cooldown, cache_flush_bytes, f_preproc (a global function's
+ * name, called with the arguments before each repeat). */
+int kiln_time_evaluator_options(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs,
+                                const char* options_json, KilnHandle cancel, char** out_json);
 
 /* Builds TVMScript source (name names it in messages) for target into the
  * artifact output, here (tracker == 0) or on a compiler node of the fleet,

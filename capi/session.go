@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/globals"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/vm"
 )
@@ -152,25 +153,53 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 		wctx, stop = context.WithTimeout(ctx, seconds(wait))
 	}
 	defer stop()
-	lease, err := t.client().RequestLease(wctx, client.LeaseRequest{
+	req := client.LeaseRequest{
 		Key: k, Selector: sel, Priority: int(priority), SessionTimeout: seconds(sessionTimeout), User: "kiln python",
 		OnPosition: func(pos int, queue string) {
 			say(progress, user, fmt.Sprintf("waiting for a device: position %d in queue %q", pos, queue))
 		},
-	})
+	}
+	lease, err := t.client().RequestLease(wctx, req)
 	if err != nil {
 		return fail(err, errTracker)
 	}
-	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{LeaseToken: lease.Token})
-	if err != nil {
+	// A device that cannot be reached (an address it advertises that
+	// does not answer) is skipped: its lease is held while another device
+	// is asked for, briefly, so the tracker does not grant it again.
+	var unreachable []*client.Lease
+	defer func() {
 		rctx, cancelR := context.WithTimeout(context.Background(), freeTimeout)
-		lease.Release(rctx)
+		for _, l := range unreachable {
+			l.Release(rctx)
+		}
 		cancelR()
-		return fail(err, errSession)
+	}()
+	for {
+		s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{LeaseToken: lease.Token})
+		if err == nil {
+			*out = newHandle(&remoteSession{s: s, lease: lease, addr: lease.Addr, key: lease.Key})
+			return 0
+		}
+		unreachable = append(unreachable, lease)
+		if len(unreachable) >= maxUnreachable || ctx.Err() != nil {
+			return fail(err, errSession)
+		}
+		nctx, stopN := context.WithTimeout(wctx, otherDeviceWait)
+		next, nerr := t.client().RequestLease(nctx, req)
+		stopN()
+		if nerr != nil {
+			return fail(err, errSession)
+		}
+		lease = next
 	}
-	*out = newHandle(&remoteSession{s: s, lease: lease, addr: lease.Addr, key: lease.Key})
-	return 0
 }
+
+// How many unreachable devices a request skips, and how long it waits for
+// another device after one.
+const (
+	maxUnreachable  = 5
+	otherDeviceWait = 5 * time.Second
+)
 
 func seconds(s C.double) time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
 
@@ -353,7 +382,7 @@ func (l *localSession) loadModule(_ context.Context, name string) (object, error
 			path = filepath.Join(l.dir, name)
 		}
 	}
-	a, err := artifact.Load(path)
+	a, err := loadExport(path)
 	if err != nil {
 		return nil, fmt.Errorf("load module %q: %w", name, err)
 	}
@@ -423,6 +452,7 @@ func kiln_local(out *C.KilnHandle) C.int {
 	if err != nil {
 		return fail(err, errSession)
 	}
+	globals.Register()
 	*out = newHandle(&localSession{dir: dir})
 	return 0
 }
@@ -506,7 +536,7 @@ func kiln_session_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) 
 		}
 		f, err := packedfunc.Get(n)
 		if err != nil {
-			return fail(&argError{err.Error()}, errArgument)
+			return fail(&argError{msg: err.Error(), cause: err}, errArgument)
 		}
 		*out = newHandle(&localFunc{l: s, f: f})
 	}
@@ -662,7 +692,7 @@ func kiln_module_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) C
 // withNames adds the module's function names to a not-found error.
 func withNames(err error, names []string) error {
 	if errors.Is(err, proto.ErrNotFound) || errors.Is(err, packedfunc.ErrNotFound) {
-		return &argError{fmt.Sprintf("%v (the module has %s)", err, strings.Join(names, ", "))}
+		return &argError{msg: fmt.Sprintf("%v (the module has %s)", err, strings.Join(names, ", ")), cause: err}
 	}
 	return err
 }

@@ -9,12 +9,18 @@
 
 static __thread char* kiln_err_msg;
 static __thread int kiln_err_kind;
+static __thread int kiln_err_code;
 
 void kiln_set_error(char* msg, int kind) {
 	free(kiln_err_msg);
 	kiln_err_msg = msg;
 	kiln_err_kind = kind;
+	kiln_err_code = 0;
 }
+
+void kiln_set_error_code(int code) { kiln_err_code = code; }
+
+int kiln_last_error_code(void) { return kiln_err_code; }
 
 const char* kiln_last_error(void) { return kiln_err_msg ? kiln_err_msg : ""; }
 

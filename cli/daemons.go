@@ -315,6 +315,7 @@ Examples:
 			&ucli.StringFlag{Name: "sandbox", Value: rpcserver.SandboxAuto, Usage: "how workers are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
 			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them; default as root: uids from 1879048192 up)"},
 			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
+			&ucli.StringSliceFlag{Name: "plugin", Usage: "a shared object of kiln's packed ABI (exporting kiln_module_metadata) whose functions every session serves as globals; repeat for several"},
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files, and for the node id the tracker gave the daemon (file " + nodeIDFile + "), kept across restarts (default: a directory in the system's temporary directory, shared by the daemons that have none, which keeps no node id); one daemon per --dir"},
 			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; of the daemon's own variables workers inherit only those the C runtime, OpenMP, CUDA and Go need (PATH, HOME, the locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, OMP_*, ...)"},
@@ -361,7 +362,8 @@ func runRPCServer(c *ucli.Context) error {
 		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"), InsecureShared: c.Bool("insecure-shared"),
 		SessionQuota: c.Int64("max-session-bytes"),
 		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
-		Worker: rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
+		Plugins: c.StringSlice("plugin"),
+		Worker:  rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}
 	for _, kv := range c.StringSlice("worker-env") {
 		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsAny(name, " \t") {

@@ -130,6 +130,12 @@ type Config struct {
 	// otherwise (and none where the cap would be an rlimit shared with the
 	// daemon's user, with neither a cgroup nor WorkerUIDs); negative: none.
 	MaxSessionProcs int
+	// Plugins are shared objects of kiln's packed ABI (each exports
+	// kiln_module_metadata, as every kiln module does) whose functions
+	// every session serves as globals (`kiln rpcserver --plugin`): the
+	// board operator's extensions of the registry. New opens them; a
+	// name that clashes with a built-in global fails the session's start.
+	Plugins []string
 	// Logger receives the daemon's logs (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -147,6 +153,8 @@ type Daemon struct {
 	// gpus are the GPUs sessions get one each (see sessionGPUs); nil
 	// with fewer than two.
 	gpus []string
+	// plugins are Config.Plugins, open read-only for the workers.
+	plugins []*os.File
 
 	wg sync.WaitGroup // worker waiters, stderr readers, download pipes
 
@@ -261,16 +269,22 @@ func New(cfg Config) (*Daemon, error) {
 		}
 		log.Warn("INSECURE: the device daemon accepts anyone who can reach it, and will run the native code they upload", "listen", cfg.Listen)
 	}
+	plugins, err := openPlugins(cfg.Plugins)
+	if err != nil {
+		iso.close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		iso.close()
+		closePlugins(plugins)
 		return nil, fmt.Errorf("rpcserver: listen: %w", err)
 	}
 	if cfg.TLS != nil {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(), iso: iso,
-		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs()}
+		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs(), plugins: plugins}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
 		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
@@ -436,6 +450,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	parts.Wait()
 	d.wg.Wait()
 	d.iso.close()
+	closePlugins(d.plugins)
 	d.log.Info("device daemon stopped")
 	if serveErr != nil && ctx.Err() == nil {
 		return fmt.Errorf("rpcserver: %w", serveErr)

@@ -256,6 +256,7 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
 	spec := d.cfg.Worker
+	spec.plugins = d.plugins
 	if d.cfg.MaxFrameSize > 0 {
 		spec.Env = append(slices.Clone(spec.Env), EnvWorkerMaxFrame+"="+strconv.Itoa(d.cfg.MaxFrameSize))
 	}

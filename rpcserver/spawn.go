@@ -42,6 +42,12 @@ type WorkerSpec struct {
 	// several daemons in one process whose workers are pinned to cores
 	// of their own (the tune benchmark's fleet).
 	OwnSession bool
+
+	// plugins are the board's plugin libraries (Config.Plugins), open
+	// read-only in the daemon; each worker gets them as descriptors 7 on
+	// and loads them through /proc/self/fd, so the sandbox need not show
+	// their directories.
+	plugins []*os.File
 }
 
 // EnvEmulated, in a worker's environment (WorkerSpec.Env), names the
@@ -223,6 +229,14 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 		cmd.Env = append(cmd.Env, EnvWorkerLogLevel+"=debug")
 	}
 	cmd.ExtraFiles = []*os.File{theirs, ctheirs, htheirs, bfile}
+	if len(spec.plugins) > 0 {
+		fds := make([]string, len(spec.plugins))
+		for i, f := range spec.plugins {
+			fds[i] = strconv.Itoa(3 + len(cmd.ExtraFiles))
+			cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		}
+		cmd.Env = append(cmd.Env, EnvWorkerPluginFDs+"="+strings.Join(fds, ","))
+	}
 	cmd.Stdout, cmd.Stderr = errW, errW
 	cmd.SysProcAttr = workerSysProcAttr()
 	if spec.OwnSession {

@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/globals"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
 	"github.com/kiln-ml/kiln/vm"
@@ -150,6 +151,12 @@ func WorkerMain() int {
 		log.Error("the handoff connection is not a Unix socket", "type", fmt.Sprintf("%T", hand))
 		return 2
 	}
+	if names, err := loadPlugins(os.Getenv(EnvWorkerPluginFDs)); err != nil {
+		log.Error("load the board's plugins", "err", err)
+		return 2
+	} else if len(names) > 0 {
+		log.Debug("plugins loaded", "functions", names)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var quota int64
@@ -184,6 +191,7 @@ func RunWorker(ctx context.Context, conn net.Conn, cfg WorkerConfig) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	globals.Register()
 	registerGlobals.Do(func() {
 		packedfunc.MustRegister(GlobalNop, func() {})
 		packedfunc.Register(GlobalEcho, packedfunc.New(GlobalEcho, func(args []packedfunc.Value) (packedfunc.Value, error) {
@@ -433,9 +441,20 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	if _, err := f.ReadAt(magic[:], 0); err != nil {
 		return nil, fmt.Errorf("load module %q: too short to be a module: %w", a.Name, proto.ErrBadRequest)
 	}
+	var head [512]byte
+	n, _ := f.ReadAt(head[:], 0)
 	var lib, exeBytes []byte
 	var art *artifact.Artifact
 	switch {
+	case artifact.IsTar(head[:n]):
+		// A tar export (export_library's .tar): the artifact inside.
+		if art, err = artifact.ReadTar(io.NewSectionReader(f, 0, size)); err != nil {
+			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
+		}
+		lib, exeBytes = art.Files[artifact.HostLib], art.Files[artifact.VMExec]
+		if lib == nil {
+			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
+		}
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
 		art, err = artifact.Read(f, size)
 		if err != nil {
@@ -688,6 +707,16 @@ func (w *worker) timeEvaluator(ctx context.Context, a proto.TimeArgs) (any, erro
 		return err
 	}, Probe: &timer.Probe{Emulated: os.Getenv(EnvEmulated), OtherSessions: w.board.peers}}
 	o := a.Options
+	if o.Preproc != "" {
+		pre, err := packedfunc.Get(o.Preproc)
+		if err != nil {
+			return nil, fmt.Errorf("time %q: f_preproc: %v: %w", cs.fn.name, err, proto.ErrNotFound)
+		}
+		e.Preproc = func() error {
+			_, err := pre.Call(cs.args...)
+			return err
+		}
+	}
 	if cs.dev.Type != devices.CPU {
 		api, err := devices.For(cs.dev)
 		if err != nil {

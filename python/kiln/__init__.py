@@ -24,11 +24,14 @@ blocking calls release the GIL and Ctrl-C cancels a waiting request or a
 build.
 """
 
+from . import errors as error
 from . import nd, rpc, runtime, target, te, tir
 from ._lib import live_handles
 from .build import build, lower
 from .errors import (
     BuildError,
+    RPCSessionTimeoutError,
+    TVMError,
     KilnCancelled,
     KilnError,
     KilnValueError,
@@ -72,12 +75,15 @@ __all__ = [
     "Module",
     "NDArray",
     "RPCError",
+    "RPCSessionTimeoutError",
     "SessionError",
+    "TVMError",
     "TimeReport",
     "TrackerError",
     "build",
     "cpu",
     "device",
+    "error",
     "live_handles",
     "local",
     "lower",

@@ -48,8 +48,14 @@ CODE_FLOAT = 2
 CODE_NULL = 4
 CODE_ARRAY = 7
 CODE_STR = 11
+CODE_BYTES = 12
 CODE_TUPLE = 20
 CODE_FUNC = 21
+CODE_SHAPE = 22
+
+# Causes of errors (kiln_last_error_code).
+CAUSE_NOT_FOUND = 1
+CAUSE_SESSION_EXPIRED = 2
 
 Handle = c_uint64
 
@@ -94,12 +100,30 @@ class KilnArg(Union):
     ]
 
 
+class KilnSpan(Structure):
+    _fields_ = [("data", c_void_p), ("len", c_int64)]
+
+
 ProgressFn = CFUNCTYPE(None, c_char_p, c_void_p)
 
 _P = POINTER
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "kiln_last_error": (c_char_p, []),
     "kiln_last_error_kind": (c_int, []),
+    "kiln_last_error_code": (c_int, []),
+    "kiln_session_upload_bytes": (c_int, [Handle, c_void_p, c_int64, c_char_p, Handle]),
+    "kiln_session_download": (c_int, [Handle, c_char_p, Handle, _P(c_void_p), _P(c_int64)]),
+    "kiln_session_listdir": (c_int, [Handle, Handle, _P(c_void_p)]),
+    "kiln_session_remove": (c_int, [Handle, c_char_p, Handle]),
+    "kiln_artifact_export": (c_int, [c_char_p, c_char_p]),
+    "kiln_tar_linked": (c_int, [c_void_p, c_int64, _P(c_void_p), _P(c_int64)]),
+    "kiln_handle_floor": (c_int, [c_uint64]),
+    "kiln_handle_next": (c_uint64, []),
+    "kiln_blob_get": (c_int, [Handle, _P(c_void_p), _P(c_int64)]),
+    "kiln_time_evaluator_options": (
+        c_int,
+        [Handle, _P(KilnArg), _P(c_int32), c_int32, c_char_p, Handle, _P(c_void_p)],
+    ),
     "kiln_live_handles": (c_int64, []),
     "kiln_free": (c_int, [Handle]),
     "kiln_string_free": (None, [c_void_p]),
@@ -170,20 +194,81 @@ def _find_library() -> str:
     )
 
 
-def _load() -> ctypes.CDLL:
-    path = _find_library()
+def _open(path: str) -> ctypes.CDLL:
     try:
-        lib = ctypes.CDLL(path)
+        cdll = ctypes.CDLL(path)
     except OSError as e:
         raise ImportError(f"kiln: cannot load {path}: {e}") from e
     for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(lib, name)
+        fn = getattr(cdll, name)
         fn.restype = restype
         fn.argtypes = argtypes
-    return lib
+    return cdll
 
 
-lib = _load()
+class _Library:
+    """libkiln's functions, looked up once each (the instance's dict caches
+    them). A process forked from one that used libkiln cannot use the
+    parent's copy: the Go runtime inside it lost its threads in the fork,
+    and its first call would wait for them forever. So a forked child loads
+    a fresh copy of the library (a copy of the file, which the dynamic
+    loader maps anew, with a Go runtime of its own) at its first call, and
+    handles the parent's objects still hold are never issued again (they
+    name nothing in the child: using one fails as a freed handle does)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._cdll = _open(path)
+        self._floor = 0
+        self._stale = False
+        self._copy: Optional[str] = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._stale:
+            self._reload()
+        fn = getattr(self._cdll, name)
+        self.__dict__[name] = fn
+        return fn
+
+    def _before_fork(self) -> None:
+        # The parent's handles so far; the child's start above them.
+        try:
+            self._floor = int(self._cdll.kiln_handle_next())
+        except Exception:
+            self._floor = 0
+
+    def _after_fork_in_child(self) -> None:
+        for k in [k for k in self.__dict__ if not k.startswith("_")]:
+            del self.__dict__[k]
+        self._stale = True
+        for fn in _fork_hooks:
+            fn()
+
+    def _reload(self) -> None:
+        import shutil
+        import tempfile
+
+        self._stale = False
+        fd, copy = tempfile.mkstemp(prefix="libkiln-fork-", suffix=".so")
+        os.close(fd)
+        try:
+            shutil.copyfile(self._path, copy)
+            self._cdll = _open(copy)
+        finally:
+            # Mapped now; the name is no longer needed.
+            os.unlink(copy)
+        self._cdll.kiln_handle_floor(self._floor + (1 << 20))
+
+
+# Called in a forked child before its first call (to drop state of the
+# parent's library copy: the local session, cached functions).
+_fork_hooks: list = []
+
+lib = _Library(_find_library())
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lib._before_fork, after_in_child=lib._after_fork_in_child)
 
 _CLASSES: dict[int, type] = {
     ERR_ARGUMENT: KilnValueError,
@@ -193,13 +278,34 @@ _CLASSES: dict[int, type] = {
 }
 
 
+_NOT_FOUND: dict = {}
+
+
+def _not_found_class(base: type) -> type:
+    """base, also an AttributeError: TVM raises AttributeError for a
+    function a module or session does not have."""
+    cls = _NOT_FOUND.get(base)
+    if cls is None:
+        cls = type(base.__name__, (base, AttributeError), {"__module__": base.__module__, "__doc__": base.__doc__})
+        _NOT_FOUND[base] = cls
+    return cls
+
+
 def last_error() -> KilnError:
     """The calling thread's last error from libkiln as an exception."""
     msg = (lib.kiln_last_error() or b"").decode("utf-8", "replace")
     kind = lib.kiln_last_error_kind()
     if kind == ERR_CANCELLED:
         return KilnCancelled(msg)
-    return _CLASSES.get(kind, KilnError)(msg)
+    cls = _CLASSES.get(kind, KilnError)
+    cause = lib.kiln_last_error_code()
+    if cause == CAUSE_SESSION_EXPIRED:
+        from .errors import RPCSessionTimeoutError
+
+        cls = RPCSessionTimeoutError
+    elif cause == CAUSE_NOT_FOUND:
+        cls = _not_found_class(cls)
+    return cls(msg)
 
 
 def check(rc: int) -> None:
@@ -223,7 +329,7 @@ def encode(s: Optional[str]) -> Optional[bytes]:
 
 def free(h: int) -> None:
     """Frees a handle, ignoring one already gone (at interpreter exit)."""
-    if lib is not None and h:
+    if lib is not None and h and not lib._stale:
         lib.kiln_free(h)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-class KilnError(Exception):
-    """Base class of every error kiln raises."""
+class KilnError(RuntimeError):
+    """Base class of every error kiln raises (a RuntimeError, as TVM's
+    TVMError is)."""
 
 
 class KilnValueError(KilnError, ValueError):
@@ -33,3 +34,12 @@ class KilnCancelled(KilnError):
 
 # TVM's name for RPC errors, so ported code that catches it keeps working.
 RPCError = SessionError
+
+
+class RPCSessionTimeoutError(SessionError):
+    """The session passed its session_timeout: the daemon ended it and freed
+    the device (TVM's tvm.error.RPCSessionTimeoutError)."""
+
+
+# TVM's base error name (tvm.error.TVMError).
+TVMError = KilnError

@@ -76,6 +76,18 @@ class Device:
         name = _DEVICE_NAMES.get(self.device_type, f"type{self.device_type}")
         return f"{name}({self.device_id}) on {self.session._where()}"
 
+    def __str__(self) -> str:
+        # TVM's form: "remote[N]:cpu(0)" for a device of a remote session.
+        name = _DEVICE_NAMES.get(self.device_type, f"type{self.device_type}")
+        if self.session.is_local:
+            return f"{name}({self.device_id})"
+        return f"remote[{self.session.info.get('id', '')}]:{name}({self.device_id})"
+
+    def sync(self) -> None:
+        """Waits until the work queued on the device has finished (TVM's
+        Device.sync); the device's session runs the wait."""
+        self.session.get_function("runtime.DeviceSync")(self.device_type, self.device_id)
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, Device)

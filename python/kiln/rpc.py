@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from . import _lib
 from ._lib import lib
-from .errors import KilnValueError, SessionError
+from .errors import KilnValueError, RPCError, SessionError, TrackerError
 from .nd import Device
 from .runtime import Function, Module
 
@@ -79,13 +79,66 @@ class RPCSession:
         return where
 
     def upload(self, data: Any, target: Optional[str] = None) -> None:
-        """Copies the local file data (a path) into the session's directory,
-        named target (default: the file's base name)."""
-        if isinstance(data, (bytes, bytearray)):
-            raise KilnValueError("upload: give a file path; bytes are not supported")
+        """Copies data into the session's directory as the file target:
+        data is a local file's path (target defaults to its base name) or
+        bytes (target required), as TVM's upload takes."""
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            if not target:
+                raise KilnValueError("upload: bytes need a target file name")
+            b = bytes(data)
+            buf = ctypes.create_string_buffer(b, len(b) or 1)
+            _lib.blocking(lib.kiln_session_upload_bytes, self._live(), ctypes.cast(buf, ctypes.c_void_p), len(b),
+                          target.encode(), 0, cancel_at=4)
+            return
         path = os.fspath(data)
         name = target if target is not None else os.path.basename(path)
         _lib.blocking(lib.kiln_session_upload, self._live(), path.encode(), name.encode(), 0, cancel_at=3)
+
+    def download(self, path: str) -> bytearray:
+        """The contents of the session's file path (TVM's download)."""
+        p, n = ctypes.c_void_p(), ctypes.c_int64()
+        _lib.blocking(lib.kiln_session_download, self._live(), os.fspath(path).encode(), 0, ctypes.byref(p), ctypes.byref(n),
+                      cancel_at=2)
+        try:
+            return bytearray(ctypes.string_at(p.value, n.value)) if n.value else bytearray()
+        finally:
+            lib.kiln_string_free(p)
+
+    def listdir(self, path: str = ".") -> list:
+        """The names of the session's files (TVM's listdir): under path, a
+        directory of the session ("." or "" for all)."""
+        out = ctypes.c_void_p()
+        _lib.blocking(lib.kiln_session_listdir, self._live(), 0, ctypes.byref(out), cancel_at=1)
+        names = [e["name"] for e in json.loads(_lib.take_string(out))]
+        prefix = os.fspath(path).strip("/")
+        if prefix in ("", "."):
+            return names
+        return [n[len(prefix) + 1:] for n in names if n.startswith(prefix + "/")]
+
+    def remove(self, path: str) -> None:
+        """Removes the session's file path (TVM's remove)."""
+        _lib.blocking(lib.kiln_session_remove, self._live(), os.fspath(path).encode(), 0, cancel_at=2)
+
+    def download_linked_module(self, path: str) -> bytearray:
+        """The shared library of the tar export path in the session's
+        directory (TVM's download_linked_module). TVM links the tar's
+        objects on the device; kiln's tar export carries the library it
+        linked when it built the module, which this returns."""
+        tar = bytes(self.download(path))
+        p, n = ctypes.c_void_p(), ctypes.c_int64()
+        _lib.check(lib.kiln_tar_linked(tar, len(tar), ctypes.byref(p), ctypes.byref(n)))
+        try:
+            return bytearray(ctypes.string_at(p.value, n.value))
+        finally:
+            lib.kiln_string_free(p)
+
+    def system_lib(self) -> Any:
+        """TVM's system library: kiln links no modules into its servers, so
+        it is the view of the session's global functions (see
+        kiln.runtime.SystemLib)."""
+        from .runtime import SystemLib
+
+        return SystemLib(self)
 
     def load_module(self, path: str) -> Module:
         """Loads an uploaded file (a .kiln artifact) and returns the module.
@@ -125,7 +178,19 @@ class RPCSession:
             if self._closed:
                 return
             self._closed = True
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
         _lib.free(self._h)
+
+    def _expire_after(self, seconds: float) -> None:
+        """Ends the session once seconds have passed (a direct connection's
+        session_timeout), freeing the device then even while this object
+        lives."""
+        t = threading.Timer(seconds, self.close)
+        t.daemon = True
+        self._timer = t
+        t.start()
 
     def __enter__(self) -> "RPCSession":
         return self
@@ -153,6 +218,16 @@ _local: Optional[RPCSession] = None
 _local_lock = threading.Lock()
 
 
+def _forget_local() -> None:
+    # A forked child's local session belongs to the parent's library copy.
+    global _local, _local_lock
+    _local = None
+    _local_lock = threading.Lock()
+
+
+_lib._fork_hooks.append(_forget_local)
+
+
 def local() -> RPCSession:
     """The session on this machine (one per process): the same API as a
     remote session, arrays in this process's memory. It lasts until the
@@ -168,15 +243,48 @@ def local() -> RPCSession:
         return _local
 
 
-LocalSession = local
+def LocalSession() -> RPCSession:
+    """TVM's rpc.LocalSession(): the session on this machine (kiln.local();
+    every call returns the same one, which lasts until the interpreter
+    exits)."""
+    return local()
 
 
-def connect(host: str, port: int, token: Optional[str] = None, token_file: Optional[str] = None) -> RPCSession:
+def connect(
+    host: str,
+    port: int,
+    key: str = "",
+    session_timeout: float = 0,
+    session_constructor_args: Optional[list] = None,
+    token: Optional[str] = None,
+    token_file: Optional[str] = None,
+) -> RPCSession:
     """Opens a session on the device daemon at host:port directly (a daemon
-    that is not registered with a tracker, or one you hold a lease on)."""
+    that is not registered with a tracker, or one you hold a lease on), as
+    TVM's rpc.connect does. key is accepted for TVM's signature (a kiln
+    daemon serves whoever holds its token, whatever key it registers
+    under). session_timeout (seconds, 0: the daemon's own limit) ends the
+    session and frees the device once it has passed. session_constructor_args
+    ["rpc.Connect", host2, port2, key2, ...] asks for the device behind
+    another server: kiln's data path never passes through a second daemon,
+    so the session goes to host2:port2 directly; no other constructor
+    exists."""
+    if session_constructor_args:
+        ctor = session_constructor_args[0]
+        if ctor != "rpc.Connect" or len(session_constructor_args) < 3:
+            raise SessionError(
+                f"session constructor {ctor!r}: kiln's daemons have only rpc.Connect (host, port, key), "
+                "which connects to that daemon directly"
+            )
+        host, port = session_constructor_args[1], int(session_constructor_args[2])
+    if session_timeout is None or session_timeout < 0:
+        raise KilnValueError(f"session_timeout {session_timeout!r}: want seconds, 0 or more")
     h = _lib.Handle()
     _lib.blocking(lib.kiln_connect, _addr(host, port), _token(token, token_file), 0, ctypes.byref(h), cancel_at=2)
-    return RPCSession(h.value)
+    s = RPCSession(h.value)
+    if session_timeout:
+        s._expire_after(float(session_timeout))
+    return s
 
 
 class TrackerSession:
@@ -195,21 +303,61 @@ class TrackerSession:
 
     def summary(self) -> dict:
         """The tracker's view of the fleet: keys, devices, compiler nodes,
-        queues and recent build jobs."""
+        queues and recent build jobs, and TVM's summary beside them:
+        queue_info ({key: {"free", "pending"}}; a key seen before keeps
+        free 0 once its last device has left) and server_info (one
+        {"key": "server:KEY", "addr": [host, port]} per device that is up)."""
         out = ctypes.c_void_p()
         _lib.check(lib.kiln_tracker_summary(self._live(), ctypes.byref(out)))
-        return json.loads(_lib.take_string(out))
+        s = json.loads(_lib.take_string(out))
+        seen = self.__dict__.setdefault("_seen_keys", set())
+        queue = {k: {"free": 0, "pending": 0} for k in seen}
+        for k in s.get("keys") or []:
+            queue[k["key"]] = {"free": k.get("free", 0), "pending": k.get("pending", 0)}
+            seen.add(k["key"])
+        servers = []
+        for d in s.get("devices") or []:
+            if d.get("state") in ("lost", "quarantined") or not d.get("addr"):
+                continue
+            h, _, p = d["addr"].rpartition(":")
+            servers.append({"key": f"server:{d.get('key', '')}", "addr": [h.strip("[]"), int(p) if p.isdigit() else p]})
+        s["queue_info"], s["server_info"] = queue, servers
+        return s
 
     def text_summary(self) -> str:
-        """The summary as a table of keys (TVM's text_summary)."""
+        """The summary as TVM's text_summary writes it: the servers, then
+        each key's queue (total, free, pending)."""
         s = self.summary()
-        lines = ["key            free  busy  lost  quarantined  waiting"]
-        for k in s.get("keys") or []:
-            lines.append(
-                f"{k['key']:<14} {k.get('free', 0):>4}  {k.get('busy', 0):>4}  {k.get('lost', 0):>4}  "
-                f"{k.get('quarantined', 0):>11}  {k.get('pending', 0):>7}"
-            )
+        rule = "-" * 40
+        lines = ["Server List", rule, f"{'server-address':<24}key", rule]
+        for srv in s["server_info"]:
+            lines.append(f"{srv['addr'][0]}:{srv['addr'][1]:<12} {srv['key']}")
+        lines += [rule, "", "Queue Status", rule, f"{'key':<24}{'total':>6}{'free':>6}{'pending':>8}", rule]
+        totals = {k["key"]: k.get("free", 0) + k.get("busy", 0) for k in s.get("keys") or []}
+        for key, q in sorted(s["queue_info"].items()):
+            lines.append(f"{key:<24}{totals.get(key, 0):>6}{q['free']:>6}{q['pending']:>8}")
+        lines.append(rule)
         return "\n".join(lines)
+
+    def request_and_run(self, key: str, func: Any, priority: int = 1, session_timeout: float = 0, max_retry: int = 2) -> Any:
+        """Requests a session on key and returns func(session), asking again
+        up to max_retry times when the session fails (TVM's
+        request_and_run). A failure of func that is not the session's is
+        raised at once."""
+        last: Optional[BaseException] = None
+        for _ in range(max(1, int(max_retry))):
+            try:
+                sess = self.request(key, priority=priority, session_timeout=session_timeout, progress=False)
+            except TrackerError as e:
+                last = e
+                continue
+            try:
+                return func(sess)
+            except SessionError as e:
+                last = e
+            finally:
+                sess.close()
+        raise RPCError(f"request_and_run on key {key!r}: failed {max_retry} times: {last}") from last
 
     def request(
         self,
@@ -281,3 +429,6 @@ def connect_tracker(host: str, port: Optional[int] = None, token: Optional[str] 
         addr = _addr(host, port)
     _lib.blocking(lib.kiln_tracker_connect, addr, _token(token, token_file), 0, ctypes.byref(h), cancel_at=2)
     return TrackerSession(h.value, addr.decode())
+
+
+from ._fleet import Server, Tracker  # noqa: E402

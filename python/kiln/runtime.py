@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import os
 import struct
 import threading
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
@@ -92,15 +93,20 @@ class Module(_Object):
         do: ``fadd = kiln.build(...); fadd(a, b, c)``."""
         return self.get_function(self.entry_name)(*args)
 
-    def export_library(self, file_name: str) -> None:
+    def export_library(self, file_name: str, fcompile: Any = None, **kwargs: Any) -> None:
         """Saves the artifact the module was loaded from (kiln.build's) as
-        file_name, to load again with load_module or upload to a device."""
+        file_name, in the form its name asks, as TVM's export_library does:
+        FILE.so the linked host library, FILE.tar the tar export (the
+        library and the whole artifact), anything else (FILE.kiln) the
+        artifact. load_module, here or in a remote session, takes each;
+        download_linked_module takes the .tar. fcompile (a TVM compiler
+        callback) has no counterpart: kiln's artifact is linked already."""
         src = getattr(self, "artifact", None)
         if not src:
             raise KilnValueError(f"export_library: module {self.name!r} was not built by kiln.build in this process")
-        import shutil
-
-        shutil.copyfile(src, file_name)
+        if fcompile is not None:
+            raise KilnValueError("export_library: fcompile is not supported; kiln's artifact is linked when built")
+        _lib.check(lib.kiln_artifact_export(os.fspath(src).encode(), os.fspath(file_name).encode()))
 
     def time_evaluator(
         self,
@@ -109,14 +115,28 @@ class Module(_Object):
         number: int = 10,
         repeat: int = 1,
         min_repeat_ms: int = 0,
+        limit_zero_time_iterations: int = 100,
+        cooldown_interval_ms: int = 0,
+        repeats_to_cooldown: int = 1,
+        cache_flush_bytes: int = 0,
+        f_preproc: str = "",
     ) -> "TimeEvaluator":
         """TVM's time_evaluator: a callable that times func_name on the
         device, called with the function's arguments. One warm-up call, then
         repeat measurements of number calls each (number grown until a
-        measurement lasts min_repeat_ms); it returns a BenchmarkResult in
-        seconds per call. dev is accepted for TVM's signature; the function
-        runs on the device its arrays are on."""
-        return TimeEvaluator(self.get_function(func_name), number, repeat, min_repeat_ms)
+        measurement lasts min_repeat_ms; at most limit_zero_time_iterations
+        measurements that read zero); a pause of cooldown_interval_ms every
+        repeats_to_cooldown repeats; the CPU caches flushed with a buffer of
+        cache_flush_bytes before each measurement; f_preproc, the name of a
+        global function of the session (e.g.
+        "cache_flush_cpu_non_first_arg"), called with the arguments before
+        each repeat. It returns a BenchmarkResult in seconds per call. dev
+        is accepted for TVM's signature; the function runs on the device
+        its arrays are on."""
+        return TimeEvaluator(
+            self.get_function(func_name), number, repeat, min_repeat_ms, limit_zero_time_iterations,
+            cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes, f_preproc,
+        )
 
     def __repr__(self) -> str:
         return f"<kiln.runtime.Module {self.name!r} functions={self.functions} on {self.session._where()}>"
@@ -146,6 +166,21 @@ def _pack(args: Sequence[Any], keep: list) -> tuple:
             keep.append(b)
             vals[i].v_str = b
             codes[i] = _lib.CODE_STR
+        elif isinstance(a, (bytes, bytearray, memoryview)):
+            buf = ctypes.create_string_buffer(bytes(a), len(a) or 1)
+            span = _lib.KilnSpan(ctypes.cast(buf, ctypes.c_void_p), len(a))
+            keep.extend((buf, span))
+            vals[i].v_handle = ctypes.addressof(span)
+            codes[i] = _lib.CODE_BYTES
+        elif isinstance(a, ShapeTuple):
+            dims = (ctypes.c_int64 * max(len(a), 1))(*a)
+            span = _lib.KilnSpan(ctypes.cast(dims, ctypes.c_void_p), len(a))
+            keep.extend((dims, span))
+            vals[i].v_handle = ctypes.addressof(span)
+            codes[i] = _lib.CODE_SHAPE
+        elif isinstance(a, Function):
+            vals[i].v_handle = a._h
+            codes[i] = _lib.CODE_FUNC
         else:
             import numpy as np
 
@@ -176,6 +211,17 @@ def _unpack(session: "RPCSession", val: KilnArg, code: int, module: Optional[Mod
         return _lib.take_string(ctypes.c_void_p(val.v_handle))
     if code == _lib.CODE_ARRAY:
         return NDArray(val.v_handle, session)
+    if code in (_lib.CODE_BYTES, _lib.CODE_SHAPE):
+        h = val.v_handle
+        try:
+            p, n = ctypes.c_void_p(), ctypes.c_int64()
+            _lib.check(lib.kiln_blob_get(h, ctypes.byref(p), ctypes.byref(n)))
+            if code == _lib.CODE_SHAPE:
+                dims = (ctypes.c_int64 * n.value).from_address(p.value) if n.value else []
+                return ShapeTuple(int(d) for d in dims)
+            return bytearray(ctypes.string_at(p.value, n.value)) if n.value else bytearray()
+        finally:
+            _lib.free(h)
     if code == _lib.CODE_FUNC:
         return Function(val.v_handle, module, "<returned>", session)
     if code == _lib.CODE_TUPLE:
@@ -195,8 +241,12 @@ def _unpack(session: "RPCSession", val: KilnArg, code: int, module: Optional[Mod
 
 
 _U64 = (1 << 64) - 1
-_call = lib.kiln_call
 _local = threading.local()
+
+
+class ShapeTuple(tuple):
+    """A shape a remote function returned or takes (TVM's ffi.Shape): a
+    tuple of ints that crosses the wire as a shape."""
 
 
 def _bits(x: float) -> int:
@@ -257,7 +307,7 @@ class Function(_Object):
                 ctypes.memmove(vals, v, 8 * n)
                 ctypes.memmove(codes, c, 4 * n)
                 break
-        rc = _call(self._h, vals, codes, n, 0, sc.ret_p, sc.code_p)
+        rc = lib.kiln_call(self._h, vals, codes, n, 0, sc.ret_p, sc.code_p)
         if rc:
             raise _lib.last_error()
         code = sc.code.value
@@ -266,9 +316,9 @@ class Function(_Object):
         ret = KilnArg.from_buffer_copy(sc.ret)
         return _unpack(self.session, ret, code, self.module)
 
-    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: int = 0) -> "TimeEvaluator":
-        """See Module.time_evaluator."""
-        return TimeEvaluator(self, number, repeat, min_repeat_ms)
+    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: int = 0, **options: Any) -> "TimeEvaluator":
+        """See Module.time_evaluator (the same keyword options)."""
+        return TimeEvaluator(self, number, repeat, min_repeat_ms, **options)
 
     def __repr__(self) -> str:
         mod = self.module.name if self.module is not None else "?"
@@ -364,23 +414,73 @@ class BenchmarkResult:
 class TimeEvaluator:
     """The callable time_evaluator returns."""
 
-    def __init__(self, func: Function, number: int, repeat: int, min_repeat_ms: int) -> None:
-        for k, v in (("number", number), ("repeat", repeat), ("min_repeat_ms", min_repeat_ms)):
-            if not isinstance(v, int) or v < 0:
+    def __init__(
+        self,
+        func: Function,
+        number: int,
+        repeat: int,
+        min_repeat_ms: int,
+        limit_zero_time_iterations: int = 100,
+        cooldown_interval_ms: int = 0,
+        repeats_to_cooldown: int = 1,
+        cache_flush_bytes: int = 0,
+        f_preproc: str = "",
+    ) -> None:
+        opts = {
+            "number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
+            "limit_zero_time_iterations": limit_zero_time_iterations,
+            "cooldown_interval_ms": cooldown_interval_ms, "repeats_to_cooldown": repeats_to_cooldown,
+            "cache_flush_bytes": cache_flush_bytes,
+        }
+        for k, v in opts.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise KilnValueError(f"time_evaluator: {k} must be a non-negative integer, got {v!r}")
+        if not isinstance(f_preproc, str):
+            raise KilnValueError(f"time_evaluator: f_preproc names a global function of the session (a str), got {f_preproc!r}")
+        if f_preproc:
+            opts["f_preproc"] = f_preproc
         self.func = func
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self.options = opts
 
     def __call__(self, *args: Any) -> BenchmarkResult:
         keep: list = []
         vals, codes, n = _pack(args, keep)
         out = ctypes.c_void_p()
         _lib.blocking(
-            lib.kiln_time_evaluator,
-            self.func._h, vals, codes, n, self.number, self.repeat, self.min_repeat_ms, 0, ctypes.byref(out),
-            cancel_at=7,
+            lib.kiln_time_evaluator_options,
+            self.func._h, vals, codes, n, json.dumps(self.options).encode(), 0, ctypes.byref(out),
+            cancel_at=5,
         )
         return BenchmarkResult(json.loads(_lib.take_string(out)))
 
     def __repr__(self) -> str:
         return f"<kiln time_evaluator of {self.func.name!r} number={self.number} repeat={self.repeat} min_repeat_ms={self.min_repeat_ms}>"
+
+
+def load_module(path: str) -> Module:
+    """Loads a module on this machine (TVM's tvm.runtime.load_module): a
+    .kiln artifact, or an export_library of one (.so, .tar)."""
+    from .rpc import local
+
+    return local().load_module(path)
+
+
+class SystemLib:
+    """TVM's system library as a kiln session has it: kiln links no
+    modules into the server, so its functions are the session's global
+    functions (``system_lib()["name"]``); one that does not exist raises an
+    error that is also an AttributeError, as TVM's does."""
+
+    def __init__(self, session: "RPCSession") -> None:
+        self.session = session
+
+    def get_function(self, name: str) -> Function:
+        return self.session.get_function(name)
+
+    def __getitem__(self, name: str) -> Function:
+        return self.get_function(name)
+
+    def time_evaluator(self, func_name: str, dev: Optional[Device] = None, number: int = 10, repeat: int = 1,
+                       min_repeat_ms: int = 0, **options: Any) -> TimeEvaluator:
+        return TimeEvaluator(self.get_function(func_name), number, repeat, min_repeat_ms, **options)

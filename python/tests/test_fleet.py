@@ -17,7 +17,10 @@ def test_summary_lists_the_device_and_the_compiler(tracker):
     assert "cpu" in keys
     assert s["compilers"], s
     text = tracker.text_summary()
-    assert "waiting" in text and any(line.split()[:3] == ["cpu", "1", "0"] for line in text.splitlines()), text
+    # TVM's form: the server list, then each key's total, free and pending.
+    assert "Queue Status" in text and any(line.split()[:4] == ["cpu", "1", "1", "0"] for line in text.splitlines()), text
+    assert s["queue_info"]["cpu"] == {"free": 1, "pending": 0}
+    assert any(srv["key"] == "server:cpu" for srv in s["server_info"]), s["server_info"]
     assert "TrackerSession 127.0.0.1:" in repr(tracker)
 
 

@@ -271,6 +271,11 @@ type TimeOptions struct {
 	// report says "stable" (0.02 for ±2% when 0). Daemons that predate
 	// the report ignore it.
 	StableWithin float64 `msgpack:"stable_within,omitempty" json:"stable_within,omitempty"`
+	// Preproc, when set, names a global function of the session called
+	// with the timed function's arguments before each repeat (TVM's
+	// f_preproc, e.g. "cache_flush_cpu_non_first_arg"); its time is not
+	// counted.
+	Preproc string `msgpack:"f_preproc,omitempty" json:"f_preproc,omitempty"`
 }
 
 // TimeArgs times the function Func called with Args.

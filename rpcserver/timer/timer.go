@@ -130,6 +130,9 @@ type Evaluator struct {
 	// Options.CacheFlushBytes is positive; nil uses a CPU flush that copies
 	// a buffer of that size.
 	Flush func(nbytes int64) error
+	// Preproc, when set, runs before each repeat, untimed (TVM's
+	// f_preproc).
+	Preproc func() error
 	// Timer measures each measurement; nil uses the monotonic clock.
 	Timer Timer
 	// Sleep pauses for the cooldown; nil sleeps on the wall clock until ctx
@@ -182,6 +185,11 @@ func (e *Evaluator) Evaluate(ctx context.Context, o Options) (Result, error) {
 	number := o.Number
 	results := make([]float64, 0, o.Repeat)
 	for i := 0; i < o.Repeat; i++ {
+		if e.Preproc != nil {
+			if err := e.Preproc(); err != nil {
+				return Result{}, fmt.Errorf("time evaluator: f_preproc before repeat %d: %w", i, err)
+			}
+		}
 		var duration time.Duration
 		zeros := 0
 		for {

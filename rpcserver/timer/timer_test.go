@@ -245,3 +245,32 @@ func TestGrowCaps(t *testing.T) {
 	check.Equal(t, grow(MaxNumber/2, time.Nanosecond, 1000), MaxNumber)
 	check.Equal(t, grow(10, 10*time.Millisecond, 0), 16)
 }
+
+func TestEvaluatePreprocRunsOncePerRepeat(t *testing.T) {
+	var events []string
+	calls := 0
+	// The first measurement of each repeat is too short for MinRepeatMS:
+	// number grows within the repeat, f_preproc is not run again.
+	ft := &fakeTimer{script: []time.Duration{time.Millisecond, 20 * time.Millisecond}, calls: &calls}
+	e := &Evaluator{
+		Call:    func() error { calls++; events = append(events, "call"); return nil },
+		Timer:   ft,
+		Preproc: func() error { events = append(events, "pre"); return nil },
+	}
+	_, err := e.Evaluate(context.Background(), Options{Number: 1, Repeat: 2, MinRepeatMS: 10})
+	check.NoError(t, err)
+	pre := 0
+	for _, ev := range events {
+		if ev == "pre" {
+			pre++
+		}
+	}
+	check.Equal(t, pre, 2)
+	check.Equal(t, events[0], "call") // the warm-up comes before the first f_preproc
+	check.Equal(t, events[1], "pre")
+
+	boom := errors.New("boom")
+	e.Preproc = func() error { return boom }
+	_, err = e.Evaluate(context.Background(), Options{Number: 1, Repeat: 1})
+	check.ErrorIs(t, err, boom)
+}

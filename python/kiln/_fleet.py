@@ -1,0 +1,186 @@
+"""TVM's rpc.Server and rpc.tracker.Tracker as kiln processes: each starts
+the kiln binary (``kiln rpcserver``, ``kiln tracker``) on a free port of the
+range asked for, waits until it serves, and stops it with terminate().
+The binary is $KILN_BINARY, else ``kiln`` on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any, Optional, Sequence, Tuple
+
+from .errors import KilnValueError, SessionError
+
+# How long a process may take to start serving.
+_START_TIMEOUT = 120.0
+
+
+def _binary() -> str:
+    b = os.environ.get("KILN_BINARY") or shutil.which("kiln")
+    if not b:
+        raise SessionError("the kiln binary was not found: set KILN_BINARY or put kiln on PATH")
+    return b
+
+
+def _free_port(host: str, port: int, port_end: int) -> int:
+    for p in range(port, max(port_end, port + 1)):
+        with socket.socket() as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return p
+    raise SessionError(f"no free port on {host} from {port} to {port_end}")
+
+
+def _wait_listening(proc: subprocess.Popen, host: str, port: int, log: str) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SessionError(f"{proc.args[1]} exited with {proc.returncode}: {_tail(log)}")
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SessionError(f"{proc.args[1]} did not listen on {host}:{port} within {_START_TIMEOUT:.0f} s: {_tail(log)}")
+
+
+def _tail(log: str) -> str:
+    try:
+        with open(log, errors="replace") as f:
+            return "".join(f.readlines()[-10:])
+    except OSError:
+        return ""
+
+
+class _Process:
+    """A kiln process and its log and working directory."""
+
+    def __init__(self, args: Sequence[str], host: str, port: int) -> None:
+        self._dir = tempfile.mkdtemp(prefix="kiln-" + args[0] + "-")
+        self._log = os.path.join(self._dir, args[0] + ".log")
+        self.host, self.port = host, port
+        with open(self._log, "wb") as f:
+            self.proc = subprocess.Popen([_binary(), *args], stdout=f, stderr=subprocess.STDOUT, cwd=self._dir)
+        try:
+            _wait_listening(self.proc, host, port, self._log)
+        except BaseException:
+            self.terminate()
+            raise
+
+    def terminate(self) -> None:
+        """Stops the process (SIGTERM, then SIGKILL after 20 s)."""
+        p = getattr(self, "proc", None)
+        if p is not None and p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __del__(self) -> None:
+        try:
+            self.terminate()
+        except Exception:
+            pass
+
+
+class Tracker(_Process):
+    """A kiln tracker (TVM's rpc.tracker.Tracker) on host, on the first free
+    port from port to port_end; its clients use kiln.rpc.connect_tracker.
+    silent, reuse_addr and timeout are accepted for TVM's signature."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199, silent: bool = False,
+                 reuse_addr: bool = True, timeout: Optional[float] = None, token_file: Optional[str] = None) -> None:
+        p = _free_port(host, port, port_end)
+        data = tempfile.mkdtemp(prefix="kiln-tracker-data-")
+        self._data = data
+        args = ["tracker", "--data", data, "--listen", f"{host}:{p}"]
+        if token_file:
+            args += ["--token-file", token_file]
+        super().__init__(args, host, p)
+
+    def terminate(self) -> None:
+        super().terminate()
+        shutil.rmtree(getattr(self, "_data", ""), ignore_errors=True)
+
+
+class Server(_Process):
+    """A kiln device daemon (TVM's rpc.Server) serving key on host, on the
+    first free port from port to port_end, registered with the tracker at
+    tracker_addr (host, port) when given (and advertised there as
+    custom_addr when given). The constructor returns once the daemon
+    listens and, with a tracker, has registered.
+
+    is_proxy (a server that dials out to a proxy) has no counterpart:
+    kiln's daemons are reached directly. load_library has kiln's form in
+    plugins: shared objects of kiln's packed ABI whose functions every
+    session serves as globals (``kiln rpcserver --plugin``)."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9091,
+        port_end: int = 9199,
+        is_proxy: bool = False,
+        tracker_addr: Optional[Tuple[str, int]] = None,
+        key: str = "",
+        load_library: Any = None,
+        custom_addr: Optional[str] = None,
+        silent: bool = False,
+        no_fork: bool = False,
+        server_init_callback: Any = None,
+        reuse_addr: bool = True,
+        timeout: Optional[float] = None,
+        plugins: Sequence[str] = (),
+        token_file: Optional[str] = None,
+        session_timeout: Optional[str] = None,
+    ) -> None:
+        if is_proxy:
+            raise KilnValueError("rpc.Server(is_proxy=True): kiln's device daemons are reached directly, not through a proxy")
+        if server_init_callback is not None:
+            raise KilnValueError(
+                "rpc.Server(server_init_callback=...): a kiln daemon's sessions run in a sandboxed worker process "
+                "of the kiln binary, not in Python; serve functions from a plugin (plugins=[...])"
+            )
+        if load_library:
+            raise KilnValueError("rpc.Server(load_library=...): give plugins=[...], shared objects of kiln's packed ABI")
+        p = _free_port(host, port, port_end)
+        self.key = key or "kiln"
+        args = ["rpcserver", "--key", self.key, "--listen", f"{host}:{p}"]
+        if tracker_addr is not None:
+            args += ["--tracker", f"{tracker_addr[0]}:{tracker_addr[1]}"]
+        if custom_addr:
+            args += ["--advertise", f"{custom_addr}:{p}"]
+        if token_file:
+            args += ["--token-file", token_file]
+        if session_timeout:
+            args += ["--session-timeout", session_timeout]
+        for lib in plugins:
+            args += ["--plugin", os.fspath(lib)]
+        self.tracker_addr = tracker_addr
+        super().__init__(args, host, p)
+        if tracker_addr is not None:
+            self._wait_registered(custom_addr or host)
+
+    def _wait_registered(self, host: str) -> None:
+        from .rpc import connect_tracker
+
+        want = f"{host}:{self.port}"
+        deadline = time.monotonic() + _START_TIMEOUT
+        with connect_tracker(self.tracker_addr[0], self.tracker_addr[1]) as t:
+            while time.monotonic() < deadline:
+                if any(d.get("addr") == want for d in t.summary().get("devices") or []):
+                    return
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.terminate()
+        raise SessionError(f"the device daemon on {want} did not register with the tracker: {_tail(self._log)}")
