@@ -214,45 +214,66 @@ func gate(c *proto.Conn, method string) error {
 }
 
 // handleJoin exchanges the connection's join token for a new node
-// credential, durable before it is returned.
+// credential, durable before it is returned. The tracker assigns the node
+// id: a join token proves only that its holder may join, never which node
+// it is, so it can never take the id of a node that is registered, has a
+// credential or holds a lease (the request's node_id is not honoured). A
+// node that restarts keeps its id by presenting the credential it got.
 func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs) (any, error) {
 	_, joinID := identity(c)
 	role := c.Role()
-	if a.NodeID == "" {
-		nr := proto.NodeDevice
-		if role == proto.RoleCompiler {
-			nr = proto.NodeCompiler
-		}
-		a.NodeID = randomID(string(nr)+"-", 6)
-	} else if !userName.MatchString(a.NodeID) {
-		return nil, fmt.Errorf("join: node id %q: want letters, digits and ._@- (at most 64): %w", a.NodeID, proto.ErrBadRequest)
+	nr := proto.NodeDevice
+	if role == proto.RoleCompiler {
+		nr = proto.NodeCompiler
 	}
 	token, hash := newSecret(CredentialPrefix)
-	cr := &credential{NodeID: a.NodeID, Role: role, Hash: hash, Issued: time.Now().UTC(), JoinID: joinID}
-	// Reserve the id, so two joins cannot both take it.
+	s.mu.Lock()
 	s.creds.mu.Lock()
-	if old := s.creds.byNode[a.NodeID]; old != nil {
-		since := s.users.revokedSince(a.NodeID)
-		if since.IsZero() || old.Issued.After(since) {
-			s.creds.mu.Unlock()
-			return nil, fmt.Errorf("join: node %q already has a credential; revoke it first (kiln token revoke --node %s) or join without asking for an id: %w", a.NodeID, a.NodeID, proto.ErrBusy)
+	id := ""
+	for range 8 {
+		if cand := randomID(string(nr)+"-", 6); !s.idTakenLocked(cand) {
+			id = cand
+			break
 		}
 	}
-	if s.creds.joining[a.NodeID] {
+	if id == "" {
 		s.creds.mu.Unlock()
-		return nil, fmt.Errorf("join: node %q is joining on another connection: %w", a.NodeID, proto.ErrBusy)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("join: no free node id found; try again: %w", proto.ErrBusy)
 	}
-	s.creds.joining[a.NodeID] = true
+	// Reserve the id, so two joins cannot both take it.
+	s.creds.joining[id] = true
 	s.creds.mu.Unlock()
+	s.mu.Unlock()
 	defer func() {
 		s.creds.mu.Lock()
-		delete(s.creds.joining, a.NodeID)
+		delete(s.creds.joining, id)
 		s.creds.mu.Unlock()
 	}()
+	if a.NodeID != "" && a.NodeID != id {
+		s.log.Info("join: the node asked for an id; the tracker assigns ids", "asked", a.NodeID, "node", id, "join_token", joinID)
+	}
+	cr := &credential{NodeID: id, Role: role, Hash: hash, Issued: time.Now().UTC(), JoinID: joinID}
 	if err := s.st.wait(s.st.apply(putRecord(tableCreds, cr.NodeID, cr))); err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	s.creds.add(cr)
 	s.log.Info("node joined", "node", cr.NodeID, "role", role, "join_token", joinID, "remote", c.RemoteAddr())
 	return proto.JoinReply{NodeID: cr.NodeID, Role: role, Credential: token}, nil
+}
+
+// idTakenLocked reports whether a node id is in use in any way: a node is
+// registered under it (lost nodes stay until forgotten), a credential or a
+// join in progress names it, or a lease is out on it. It runs with s.mu
+// and s.creds.mu held.
+func (s *Server) idTakenLocked(id string) bool {
+	if s.nodes[id] != nil || s.creds.byNode[id] != nil || s.creds.joining[id] {
+		return true
+	}
+	for _, l := range s.leases {
+		if l.NodeID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -134,9 +134,9 @@ func TestIdentityAttacks(t *testing.T) {
 	dev, err := join(t, addr, devJoin, proto.RoleDevice, "")
 	check.NoError(t, err)
 	check.Equal(t, dev.Role, proto.RoleDevice)
-	cmp, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
+	cmp, err := join(t, addr, cmpJoin, proto.RoleCompiler, "")
 	check.NoError(t, err)
-	check.Equal(t, cmp.NodeID, "builder-1")
+	check.True(t, strings.HasPrefix(cmp.NodeID, "compiler-"), cmp.NodeID)
 
 	t.Run("join token in another role", func(t *testing.T) {
 		_, err := rawDial(t, addr, devJoin, proto.RoleCompiler)
@@ -197,13 +197,6 @@ func TestIdentityAttacks(t *testing.T) {
 		check.NoError(t, c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, &rep))
 		check.Equal(t, rep.NodeID, dev.NodeID)
 	})
-	t.Run("join under an id that has a credential", func(t *testing.T) {
-		_, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
-		check.ErrorIs(t, err, proto.ErrBusy)
-		check.Error(t, err, `node "builder-1" already has a credential`)
-		_, err = join(t, addr, cmpJoin, proto.RoleCompiler, "../etc")
-		check.ErrorIs(t, err, proto.ErrBadRequest)
-	})
 	t.Run("a credential or user token cannot join", func(t *testing.T) {
 		c, err := rawDial(t, addr, dev.Credential, proto.RoleDevice)
 		check.NoError(t, err)
@@ -253,9 +246,10 @@ func TestIdentityAttacks(t *testing.T) {
 		// Other nodes are untouched.
 		_, err = rawDial(t, addr, dev.Credential, proto.RoleDevice)
 		check.NoError(t, err)
-		// With a join token issued later, the node joins again under its id.
+		// With a join token it joins again, as a new node.
 		rep, err := join(t, addr, devJoin, proto.RoleDevice, node)
 		check.NoError(t, err)
+		check.True(t, rep.NodeID != node, rep.NodeID)
 		_, err = rawDial(t, addr, rep.Credential, proto.RoleDevice)
 		check.NoError(t, err)
 	})
@@ -265,6 +259,64 @@ func TestIdentityAttacks(t *testing.T) {
 		err := r.Run(ctx)
 		check.Error(t, err, "--credential-file")
 	})
+}
+
+// TestJoinCannotClaimAnID performs the takeover of a node's id with a join
+// token: the attacker asks to join as a live device and as the compiler
+// node, waits for the device's connection to drop and registers as it at
+// an address of its own, so that clients' leases (and their lease-token
+// hellos) would go to it. The tracker assigns join ids, the credential
+// binds them, and a dropped connection does not free an id to another
+// address until the lost window has passed.
+func TestJoinCannotClaimAnID(t *testing.T) {
+	cfg := identityConfig(t)
+	a := startTracker(t, cfg)
+	addr := a.Addr()
+	ctx := testCtx(t)
+	register := func(c *proto.Client, id, at string) error {
+		return c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: id, Role: proto.NodeDevice, Key: "board", Addr: at}, nil)
+	}
+	victim, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	check.NoError(t, register(victim, "board-1", "127.0.0.1:7001"))
+	builder, err := rawDial(t, addr, "fleet", proto.RoleCompiler)
+	check.NoError(t, err)
+	check.NoError(t, builder.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: "builder-1", Role: proto.NodeCompiler, Addr: "127.0.0.1:0"}, nil))
+
+	devJoin, _ := newJoinToken(t, cfg.UsersFile, "device")
+	for _, id := range []string{"board-1", "builder-1"} {
+		rep, err := join(t, addr, devJoin, proto.RoleDevice, id)
+		check.NoError(t, err)
+		check.True(t, rep.NodeID != id && strings.HasPrefix(rep.NodeID, "device-"), rep.NodeID)
+	}
+	rep, err := join(t, addr, devJoin, proto.RoleDevice, "board-1")
+	check.NoError(t, err)
+
+	// The victim's connection drops; the attacker registers as it.
+	victim.Close()
+	eventually(t, "the victim is lost", func() bool { return nodeState(a.Server, "board-1") == proto.StateLost })
+	evil, err := rawDial(t, addr, rep.Credential, proto.RoleDevice)
+	check.NoError(t, err)
+	err = register(evil, "board-1", "127.0.0.1:6666")
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.Error(t, err, "credential is for node")
+
+	// Even a fleet-token registration from another address waits out the
+	// lost window; the node itself, where it ran, comes back at once.
+	other, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	err = register(other, "board-1", "127.0.0.1:6666")
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.Error(t, err, `node "board-1" was seen`, "refused until it has been silent for 1s")
+	back, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	check.NoError(t, register(back, "board-1", "127.0.0.1:7001"))
+	check.Equal(t, nodeState(a.Server, "board-1"), proto.StateFree)
+	for _, n := range a.Summary(0).Devices {
+		if n.NodeID == "board-1" {
+			check.Equal(t, n.Addr, "127.0.0.1:7001")
+		}
+	}
 }
 
 func mustCred(t *testing.T, path string) string {
