@@ -94,6 +94,20 @@ func identity(c *proto.Conn) (kind, name string) {
 	return "user", u
 }
 
+// who names the identity on c in an error: user "alice", node "device-1",
+// join token j1 or the fleet token.
+func who(c *proto.Conn) string {
+	switch kind, name := identity(c); kind {
+	case "user":
+		return fmt.Sprintf("user %q", name)
+	case "node":
+		return fmt.Sprintf("node %q", name)
+	case "join":
+		return "join token " + name
+	}
+	return "the fleet token"
+}
+
 // credentialNode returns the node id c's credential is bound to ("" when c
 // holds no node credential).
 func credentialNode(c *proto.Conn) string {

@@ -120,6 +120,9 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	if a.RunTimeout == 0 {
 		a.RunTimeout = s.cfg.JobRunTimeout
 	}
+	if kind, name := identity(c); kind == "node" {
+		return nil, fmt.Errorf("submit build: node %q: a node credential submits no build jobs (a client does, with its own token): %w", name, proto.ErrUnauthorized)
+	}
 	now := time.Now()
 	owner := userOf(c)
 	s.mu.Lock()
@@ -267,10 +270,34 @@ func userOf(c *proto.Conn) string {
 	return ""
 }
 
-// jobFor is j as the peer on c may see it: a named user sees other users'
-// jobs without their options, message, error and log.
+// ownsJob reports whether the peer on c acts for j's owner: the fleet
+// token (an administrator) or the named user who submitted j. A node
+// credential owns no job.
+func ownsJob(c *proto.Conn, j proto.BuildJob) bool {
+	switch kind, name := identity(c); kind {
+	case "admin":
+		return true
+	case "user":
+		return name == j.Owner
+	}
+	return false
+}
+
+// seesJob reports whether the peer on c sees all of j: its owner, or the
+// compiler node that claimed it. A device credential sees no job whole.
+func seesJob(c *proto.Conn, j proto.BuildJob) bool {
+	if ownsJob(c, j) {
+		return true
+	}
+	kind, name := identity(c)
+	return kind == "node" && c.Role() == proto.RoleCompiler && j.Node == name
+}
+
+// jobFor is j as the peer on c may see it: anyone but its owner and the
+// compiler node that claimed it sees it without its options, message,
+// error and log.
 func jobFor(c *proto.Conn, j proto.BuildJob) proto.BuildJob {
-	if u := userOf(c); u == "" || u == j.Owner {
+	if seesJob(c, j) {
 		return j
 	}
 	j.Options, j.Message, j.Error, j.Log, j.SubmitKey = nil, "", "", "", ""
@@ -291,7 +318,7 @@ func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.Bui
 			s.mu.Unlock()
 			return nil, err
 		}
-		if u := userOf(c); u == "" || u == j.Owner {
+		if ownsJob(c, j.BuildJob) {
 			adoptLocked(j, c)
 		}
 		out := jobFor(c, j.BuildJob)
@@ -319,9 +346,9 @@ func (s *Server) handleBuildCancel(ctx context.Context, c *proto.Conn, a proto.B
 		s.mu.Unlock()
 		return nil, err
 	}
-	if u := userOf(c); u != "" && u != j.Owner {
+	if !ownsJob(c, j.BuildJob) {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("cancel build job %q: it is not user %q's; only its owner or a holder of the fleet token may cancel it: %w", a.ID, u, proto.ErrUnauthorized)
+		return nil, fmt.Errorf("cancel build job %q: it is not %s's; only its owner or a holder of the fleet token may cancel it: %w", a.ID, who(c), proto.ErrUnauthorized)
 	}
 	if j.State.Final() {
 		out := j.BuildJob
