@@ -126,6 +126,10 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	now := time.Now()
 	owner := userOf(c)
 	s.mu.Lock()
+	if a.Format == "onnx-artifact" && !s.mayReadArtifactLocked(c, a.Module) {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: onnx-artifact model %s: %w (upload it first)", a.Module, proto.ErrNotFound)
+	}
 	if a.SubmitKey != "" {
 		j, err := s.submittedLocked(ctx, owner, a.SubmitKey)
 		if j != nil || err != nil {
@@ -295,12 +299,13 @@ func seesJob(c *proto.Conn, j proto.BuildJob) bool {
 
 // jobFor is j as the peer on c may see it: anyone but its owner and the
 // compiler node that claimed it sees it without its options, message,
-// error and log.
+// error, log and artifact.
 func jobFor(c *proto.Conn, j proto.BuildJob) proto.BuildJob {
 	if seesJob(c, j) {
 		return j
 	}
 	j.Options, j.Message, j.Error, j.Log, j.SubmitKey = nil, "", "", "", ""
+	j.Artifact, j.ArtifactSize = "", 0 // an artifact is its job owner's
 	return j
 }
 
@@ -501,9 +506,26 @@ func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto
 		s.mu.Unlock()
 		return nil, err
 	}
+	if !s.mayReadArtifactLocked(c, a.Artifact) {
+		// A node completes a job only with an artifact it uploaded, so
+		// that it cannot hand the job's owner somebody else's.
+		s.mu.Unlock()
+		return nil, fmt.Errorf("complete build job %q: upload the artifact first: artifact %s: %w", a.ID, a.Artifact, proto.ErrNotFound)
+	}
+	var owned <-chan error
+	if rec, ok := s.arti.recs[a.Artifact]; ok && j.Owner != "" {
+		rec = rec.withOwner(j.Owner)
+		s.arti.recs[a.Artifact] = rec
+		owned = s.st.apply(putRecord(tableArtifacts, a.Artifact, rec))
+	}
 	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
 	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
 	s.mu.Unlock()
+	if owned != nil {
+		if err := <-owned; err != nil {
+			return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
+		}
+	}
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
 	}
