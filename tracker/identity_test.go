@@ -25,7 +25,7 @@ func identityConfig(t *testing.T) Config {
 
 func newJoinToken(t *testing.T, path, role string) (tok, id string) {
 	t.Helper()
-	tok, id, _, err := CreateJoinToken(path, role, time.Hour)
+	tok, id, _, err := CreateJoinToken(path, role, time.Hour, 0)
 	check.NoError(t, err)
 	return tok, id
 }
@@ -352,14 +352,14 @@ func TestUsersFileLines(t *testing.T) {
 	// Creating a join token drops the expired ones.
 	u := filepath.Join(t.TempDir(), "u")
 	check.NoError(t, os.WriteFile(u, []byte("@join jold device "+h+" 2020-01-01T00:00:00Z\nalice client "+h+"\n"), 0o600))
-	_, id, _, err := CreateJoinToken(u, "device", time.Hour)
+	_, id, _, err := CreateJoinToken(u, "device", time.Hour, 0)
 	check.NoError(t, err)
 	text, err := os.ReadFile(u)
 	check.NoError(t, err)
 	check.True(t, !strings.Contains(string(text), "jold") && strings.Contains(string(text), "alice client") && strings.Contains(string(text), "@join "+id+" device"), string(text))
-	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "device", 30*24*time.Hour)
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "device", 30*24*time.Hour, 0)
 	check.Error(t, err, "at most 168h")
-	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "client", time.Hour)
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "client", time.Hour, 0)
 	check.Error(t, err, "device or compiler")
 }
 
@@ -386,4 +386,91 @@ func FuzzParseUsers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJoinTokenMaxUses: a join token admits at most its max uses, however
+// many nodes race to join with it, and is refused at the hello once used
+// up; a token without a limit (an older line) still admits nodes.
+func TestJoinTokenMaxUses(t *testing.T) {
+	cfg := identityConfig(t)
+	tok, hash := newSecret(JoinTokenPrefix)
+	exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	check.NoError(t, appendUsersLine(cfg.UsersFile, "@join j3 compiler "+hash+" "+exp+" 3"))
+	old, oldHash := newSecret(JoinTokenPrefix)
+	check.NoError(t, appendUsersLine(cfg.UsersFile, "@join jold device "+oldHash+" "+exp))
+	a := startTracker(t, cfg)
+
+	const racers = 12
+	errs := make(chan error, racers)
+	for range racers {
+		go func() {
+			_, err := join(t, a.Addr(), tok, proto.RoleCompiler, "")
+			errs <- err
+		}()
+	}
+	joined, refused := 0, 0
+	for range racers {
+		switch err := <-errs; {
+		case err == nil:
+			joined++
+		case strings.Contains(err.Error(), "join token j3 has admitted 3 node(s), its limit"):
+			refused++
+		default:
+			t.Fatalf("join: %v", err)
+		}
+	}
+	check.Equal(t, joined, 3)
+	check.Equal(t, refused, racers-3)
+	_, err := rawDial(t, a.Addr(), tok, proto.RoleCompiler)
+	check.Error(t, err, "its limit (kiln token create --max-uses)")
+	for range 4 {
+		_, err := join(t, a.Addr(), old, proto.RoleDevice, "")
+		check.NoError(t, err)
+	}
+	// The uses count across a restart: they are the credentials minted.
+	a.stop(t)
+	cfg.Listen = a.Addr()
+	b := startTracker(t, cfg)
+	_, err = join(t, b.Addr(), tok, proto.RoleCompiler, "")
+	check.Error(t, err, "has admitted 3 node(s)")
+}
+
+// TestCredentialExpires: a credential left unused past the credential TTL
+// is refused and its node must join again; one whose node keeps its
+// heartbeat is renewed and keeps working. A credential stored before
+// credentials expired still admits its node.
+func TestCredentialExpires(t *testing.T) {
+	// A credential stored without an expiry loads, and admits its node.
+	cfg := identityConfig(t)
+	legacy, legacyHash := newSecret(CredentialPrefix)
+	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{})
+	check.NoError(t, err)
+	check.NoError(t, st.wait(st.apply(putRecord(tableCreds, "device-old", &credential{NodeID: "device-old", Role: proto.RoleDevice, Hash: legacyHash, Issued: time.Now().Add(-time.Hour)}))))
+	check.NoError(t, st.close())
+	old := startTracker(t, cfg)
+	_, err = rawDial(t, old.Addr(), legacy, proto.RoleDevice)
+	check.NoError(t, err)
+	old.stop(t)
+
+	cfg = identityConfig(t)
+	cfg.CredentialTTL = time.Second
+	a := startTracker(t, cfg)
+	tok, _ := newJoinToken(t, cfg.UsersFile, "device")
+	idle, err := join(t, a.Addr(), tok, proto.RoleDevice, "")
+	check.NoError(t, err)
+	credFile := filepath.Join(t.TempDir(), "cred")
+	r, _, _ := joined(t, a.Addr(), tok, credFile)
+	select {
+	case <-r.Ready():
+	case <-time.After(guard):
+		t.Fatal("device did not join")
+	}
+	// Each use renews a credential: leave this one alone for its life.
+	unused := time.Now().Add(cfg.CredentialTTL)
+	eventually(t, "the idle credential's life to pass", func() bool { return time.Now().After(unused) })
+	_, err = rawDial(t, a.Addr(), idle.Credential, proto.RoleDevice)
+	check.Error(t, err, `the credential of node "`+idle.NodeID+`" expired, unused for 1s`, "join again")
+	check.Equal(t, nodeState(a.Server, r.NodeID()), proto.StateFree)
+	_, err = rawDial(t, a.Addr(), mustCred(t, credFile), proto.RoleDevice)
+	check.NoError(t, err)
 }

@@ -232,6 +232,10 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 	if err != nil {
 		return nil, err
 	}
+	if bound := credentialNode(c); bound != "" {
+		// A node that keeps its heartbeat keeps its credential.
+		s.renewCredential(bound, time.Now())
+	}
 	was := n.state()
 	n.lastSeen, n.load = time.Now(), a.Load
 	n.setActive(a.ActiveLease, a.ActiveLeases)

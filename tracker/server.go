@@ -443,6 +443,7 @@ func (s *Server) expiryLoop(ctx context.Context) {
 			s.mu.Unlock()
 			if s.users != nil {
 				s.reloadUsers()
+				s.expireCredentials(now)
 			}
 		}
 	}
