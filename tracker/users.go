@@ -278,8 +278,19 @@ func readUsersFile(path string) ([]byte, error) {
 }
 
 // appendUsersLine appends one line to the users file at path (created
-// 0600 when missing), after checking what is there.
+// 0600 when missing), after checking what is there, holding the file's
+// lock.
 func appendUsersLine(path, line string) error {
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return appendUsersLineLocked(path, line)
+}
+
+// appendUsersLineLocked is appendUsersLine with the lock held.
+func appendUsersLineLocked(path, line string) error {
 	if _, err := readUsersFile(path); err != nil {
 		return err
 	}
@@ -351,10 +362,15 @@ func CreateJoinToken(path, role string, ttl time.Duration, maxUses int) (token, 
 	if maxUses < 0 {
 		return "", "", time.Time{}, fmt.Errorf("join token max uses %d: want 0 (no limit) or more", maxUses)
 	}
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	defer unlock()
 	// Expired join tokens admit nobody: their lines go when a new one comes.
 	if _, err := os.Stat(path); err == nil {
 		now := time.Now()
-		if _, err := removeLines(path, func(f []string) bool {
+		if _, err := removeLinesLocked(path, func(f []string) bool {
 			if len(f) < 5 || f[0] != "@join" {
 				return false
 			}
@@ -369,7 +385,7 @@ func CreateJoinToken(path, role string, ttl time.Duration, maxUses int) (token, 
 	id = "j" + hex.EncodeToString(b)
 	token, hash := newSecret(JoinTokenPrefix)
 	expires = time.Now().Add(ttl).UTC().Truncate(time.Second)
-	if err := appendUsersLine(path, fmt.Sprintf("@join %s %s %s %s %d", id, role, hash, expires.Format(time.RFC3339), maxUses)); err != nil {
+	if err := appendUsersLineLocked(path, fmt.Sprintf("@join %s %s %s %s %d", id, role, hash, expires.Format(time.RFC3339), maxUses)); err != nil {
 		return "", "", time.Time{}, err
 	}
 	return token, id, expires, nil
@@ -411,8 +427,19 @@ func RevokeJoin(path, id string) error {
 }
 
 // removeLines rewrites the users file at path without the lines whose
-// fields drop says, and returns how many it removed.
+// fields drop says, holding the file's lock, and returns how many it
+// removed.
 func removeLines(path string, drop func(fields []string) bool) (int, error) {
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	return removeLinesLocked(path, drop)
+}
+
+// removeLinesLocked is removeLines with the lock held.
+func removeLinesLocked(path string, drop func(fields []string) bool) (int, error) {
 	text, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("users file: %w", err)

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -282,4 +283,49 @@ func TestNodeCredentialsAreNotAdministrators(t *testing.T) {
 		err = cmp.Call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: second.ID}, nil)
 		check.ErrorIs(t, err, proto.ErrUnauthorized)
 	})
+}
+
+// TestUsersFileConcurrentEdits: token commands run at once (as kiln token
+// processes on one machine do) each keep their edit: no revocation undone,
+// no new token lost.
+func TestUsersFileConcurrentEdits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users")
+	const n = 40
+	for i := range n {
+		_, err := CreateUserToken(path, fmt.Sprintf("old%d", i), "client")
+		check.NoError(t, err)
+	}
+	errs := make(chan error, 3*n)
+	for i := range n {
+		go func() {
+			_, err := RevokeUser(path, fmt.Sprintf("old%d", i))
+			errs <- err
+		}()
+		go func() {
+			_, err := CreateUserToken(path, fmt.Sprintf("new%d", i), "client")
+			errs <- err
+		}()
+		go func() {
+			_, _, _, err := CreateJoinToken(path, "device", time.Hour, 0)
+			errs <- err
+		}()
+	}
+	for range 3 * n {
+		check.NoError(t, <-errs)
+	}
+	entries, err := ListUsersFile(path)
+	check.NoError(t, err)
+	users, joins := map[string]bool{}, 0
+	for _, e := range entries {
+		if e.Kind == "join" {
+			joins++
+		} else {
+			users[e.Name] = true
+		}
+	}
+	for i := range n {
+		check.True(t, !users[fmt.Sprintf("old%d", i)], "revocation of old%d lost", i)
+		check.True(t, users[fmt.Sprintf("new%d", i)], "token of new%d lost", i)
+	}
+	check.Equal(t, joins, n)
 }
