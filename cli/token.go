@@ -138,7 +138,7 @@ Examples:
 					fileFlag,
 					&ucli.StringFlag{Name: "user", Usage: "remove every token of this user"},
 					&ucli.StringFlag{Name: "join", Usage: "remove this join token (its id, as create printed it); nodes that joined with it keep their credentials"},
-					&ucli.StringFlag{Name: "node", Usage: "revoke the credential this node holds now (the node may join again with a newer join token)"},
+					&ucli.StringFlag{Name: "node", Usage: "revoke the credential this node holds now (the node may join again with a join token, under a new node id)"},
 				},
 				OnUsageError: usageError,
 				Action: func(c *ucli.Context) error {

@@ -128,21 +128,16 @@ func TestArtifactsBelongToTheirOwner(t *testing.T) {
 	}
 	alice, bob, admin := as(aliceTok), as(bobTok), as("fleet")
 
-	cmpJoin, _ := newJoinToken(t, cfg.UsersFile, "compiler")
-	cmpRep, err := join(t, addr, cmpJoin, proto.RoleCompiler, "")
-	check.NoError(t, err)
-	cmp, err := rawDial(t, addr, cmpRep.Credential, proto.RoleCompiler)
-	check.NoError(t, err)
-	check.NoError(t, cmp.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}, Compiler: "gcc 12"}}, nil))
+	cmp, cmpNode := joinedCompiler(t, addr, cfg.UsersFile)
 	j, err := alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "alice.py", Module: module, Target: "cpu"})
 	check.NoError(t, err)
 	var took proto.BuildTakeReply
-	check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpRep.NodeID, Wait: time.Second}, &took))
+	check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpNode, Wait: time.Second}, &took))
 	check.True(t, took.Job != nil, "the compiler node took no job")
 	art := []byte("alice's artifact")
 	digest := sha(art)
 	check.NoError(t, cmp.Upload(ctx, proto.BulkArtifactUpload, digest, int64(len(art)), bytes.NewReader(art)))
-	check.NoError(t, cmp.Call(ctx, proto.MethodBuildComplete, proto.BuildCompleteArgs{ID: j.ID, NodeID: cmpRep.NodeID, Artifact: digest}, nil))
+	check.NoError(t, cmp.Call(ctx, proto.MethodBuildComplete, proto.BuildCompleteArgs{ID: j.ID, NodeID: cmpNode, Artifact: digest}, nil))
 
 	download := func(tc *client.Tracker, sha string) (string, error) {
 		var buf bytes.Buffer

@@ -53,6 +53,20 @@ func join(t *testing.T, addr, token string, role proto.Role, nodeID string) (pro
 	return rep, err
 }
 
+// joinedCompiler joins a compiler node building cpu with a new compiler
+// join token and registers it over a raw connection with its credential.
+func joinedCompiler(t *testing.T, addr, usersFile string) (*proto.Client, string) {
+	t.Helper()
+	tok, _ := newJoinToken(t, usersFile, "compiler")
+	rep, err := join(t, addr, tok, proto.RoleCompiler, "")
+	check.NoError(t, err)
+	c, err := rawDial(t, addr, rep.Credential, proto.RoleCompiler)
+	check.NoError(t, err)
+	args := proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}, Compiler: "gcc 12"}}
+	check.NoError(t, c.Call(testCtx(t), proto.MethodTrackerRegister, args, nil))
+	return c, rep.NodeID
+}
+
 // joined runs a device Registrar that joins with tok and keeps its
 // credential in credFile, until the returned stop is called.
 func joined(t *testing.T, addr, tok, credFile string) (*client.Registrar, <-chan error, context.CancelFunc) {

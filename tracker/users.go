@@ -392,8 +392,8 @@ func CreateJoinToken(path, role string, ttl time.Duration, maxUses int) (token, 
 }
 
 // RevokeNode revokes every credential node holds now: the tracker refuses
-// them and closes the node's connections within a tick. The node may join
-// again with a join token issued to it later.
+// them and closes the node's connections within a tick. Its machine may
+// join again with a join token, under a new node id.
 func RevokeNode(path, node string) error {
 	if !userName.MatchString(node) {
 		return fmt.Errorf("node id %q: want letters, digits and ._@- (at most 64)", node)

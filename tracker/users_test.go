@@ -266,14 +266,9 @@ func TestNodeCredentialsAreNotAdministrators(t *testing.T) {
 		check.Error(t, err, "verifies only its own leases")
 	})
 	t.Run("compiler sees the job it claimed", func(t *testing.T) {
-		cmpJoin, _ := newJoinToken(t, cfg.UsersFile, "compiler")
-		cmpRep, err := join(t, addr, cmpJoin, proto.RoleCompiler, "")
-		check.NoError(t, err)
-		cmp, err := rawDial(t, addr, cmpRep.Credential, proto.RoleCompiler)
-		check.NoError(t, err)
-		check.NoError(t, cmp.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}, Compiler: "gcc 12"}}, nil))
+		cmp, cmpNode := joinedCompiler(t, addr, cfg.UsersFile)
 		var took proto.BuildTakeReply
-		check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpRep.NodeID, Wait: time.Second}, &took))
+		check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpNode, Wait: time.Second}, &took))
 		check.True(t, took.Job != nil && took.Job.ID == first.ID, "the compiler node took no job")
 		var mine, other proto.BuildJob
 		check.NoError(t, cmp.Call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: first.ID}, &mine))
