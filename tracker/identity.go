@@ -80,6 +80,10 @@ func (cs *creds) usesLocked(id string) int {
 func (cs *creds) add(c *credential) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.addLocked(c)
+}
+
+func (cs *creds) addLocked(c *credential) {
 	if old := cs.byNode[c.NodeID]; old != nil {
 		delete(cs.byHash, old.Hash)
 	}
@@ -300,8 +304,14 @@ func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs
 	s.creds.joiningBy[joinID]++
 	s.creds.mu.Unlock()
 	s.mu.Unlock()
+	// The reservation ends as the credential takes its place, in one
+	// step, so that the join is never counted twice nor not at all.
+	var cr *credential
 	defer func() {
 		s.creds.mu.Lock()
+		if cr != nil {
+			s.creds.addLocked(cr)
+		}
 		delete(s.creds.joining, id)
 		if s.creds.joiningBy[joinID]--; s.creds.joiningBy[joinID] <= 0 {
 			delete(s.creds.joiningBy, joinID)
@@ -312,11 +322,11 @@ func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs
 		s.log.Info("join: the node asked for an id; the tracker assigns ids", "asked", a.NodeID, "node", id, "join_token", joinID)
 	}
 	now := time.Now().UTC()
-	cr := &credential{NodeID: id, Role: role, Hash: hash, Issued: now, JoinID: joinID, Expires: now.Add(s.cfg.CredentialTTL)}
-	if err := s.st.wait(s.st.apply(putRecord(tableCreds, cr.NodeID, cr))); err != nil {
+	rec := &credential{NodeID: id, Role: role, Hash: hash, Issued: now, JoinID: joinID, Expires: now.Add(s.cfg.CredentialTTL)}
+	if err := s.st.wait(s.st.apply(putRecord(tableCreds, rec.NodeID, rec))); err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
-	s.creds.add(cr)
+	cr = rec
 	s.log.Info("node joined", "node", cr.NodeID, "role", role, "join_token", joinID, "remote", c.RemoteAddr())
 	return proto.JoinReply{NodeID: cr.NodeID, Role: role, Credential: token}, nil
 }
