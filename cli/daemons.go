@@ -71,6 +71,7 @@ Examples:
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
 			&ucli.StringFlag{Name: "users-file", Usage: "file of named user tokens (clients), join tokens and node revocations (kiln token); re-read when it changes. A node presents a join token once and gets its own credential, bound to its node id and role"},
+			&ucli.DurationFlag{Name: "credential-ttl", Value: 30 * 24 * time.Hour, Usage: "how long a node credential admits its node after its last use (a hello or heartbeat renews it); past it the node must join again"},
 			&ucli.DurationFlag{Name: "job-orphan-grace", Value: 30 * time.Second, Usage: "how long a queued build job submitted to be cancelled with its client (kiln tune's candidates) outlives its client's connection before it is cancelled, unless the client waits for it again"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
@@ -99,7 +100,7 @@ func runTracker(c *ucli.Context) error {
 		MaxResultsPerUser:    c.Int("max-results-per-user"),
 		MaxJobQueueTimeout:   c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 		JobRetention: c.Duration("job-retention"), JobOrphanGrace: c.Duration("job-orphan-grace"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
-		UsersFile: c.String("users-file"),
+		UsersFile: c.String("users-file"), CredentialTTL: c.Duration("credential-ttl"),
 	}
 	if err := trackerHA(c, &cfg); err != nil {
 		return err

@@ -22,8 +22,10 @@ func tokenCommand() *ucli.Command {
 
   - named user tokens (--user NAME --role client): its user, as a client
     only; a user token registers nothing;
-  - join tokens (--role device|compiler --ttl D, no --user): short-lived,
-    for bootstrap only. A node presents one once (kiln rpcserver
+  - join tokens (--role device|compiler --ttl D [--max-uses N], no
+    --user): short-lived, for bootstrap only, admitting at most N nodes
+    (default 1 for --role compiler, no limit for --role device, whose
+    boards often share one token; 0 is no limit). A node presents one once (kiln rpcserver
     --tracker-token-file / kiln compiler --token-file, with
     --credential-file F) and gets its own credential, bound to its node
     id and to the join token's role, which it keeps in F and presents
@@ -47,12 +49,13 @@ Examples:
 				Name:  "create",
 				Usage: "print a new user token or join token (shown once) and add its hash to the users file",
 				UsageText: "kiln token create --users-file FILE --user NAME [--role client]\n" +
-					"   kiln token create --users-file FILE --role device|compiler [--ttl 1h]",
+					"   kiln token create --users-file FILE --role device|compiler [--ttl 1h] [--max-uses N]",
 				Flags: []ucli.Flag{
 					fileFlag,
 					&ucli.StringFlag{Name: "user", Usage: "user name (letters, digits and ._@-) of a named user token; leave it out for a join token"},
 					&ucli.StringFlag{Name: "role", Value: "client", Usage: "client (a named user token), or device or compiler (a join token)"},
 					&ucli.DurationFlag{Name: "ttl", Value: time.Hour, Usage: fmt.Sprintf("life of a join token (at most %v)", tracker.MaxJoinTTL)},
+					&ucli.IntFlag{Name: "max-uses", Usage: "how many nodes a join token admits (0: no limit until it expires; default 1 for --role compiler, 0 for --role device)"},
 				},
 				OnUsageError: usageError,
 				Action: func(c *ucli.Context) error {
@@ -61,8 +64,8 @@ Examples:
 					}
 					path, user, role := c.String("users-file"), c.String("user"), c.String("role")
 					if user != "" {
-						if c.IsSet("ttl") {
-							return errors.New("token create: --ttl is for join tokens; a named user token lasts until it is revoked")
+						if c.IsSet("ttl") || c.IsSet("max-uses") {
+							return errors.New("token create: --ttl and --max-uses are for join tokens; a named user token lasts until it is revoked")
 						}
 						tok, err := tracker.CreateUserToken(path, user, role)
 						if err != nil {
@@ -74,12 +77,20 @@ Examples:
 					if role == "client" {
 						return errors.New("token create: a client token names its user (--user NAME); --role device or compiler without --user makes a join token")
 					}
-					tok, id, exp, err := tracker.CreateJoinToken(path, role, c.Duration("ttl"))
+					uses := c.Int("max-uses")
+					if !c.IsSet("max-uses") && role == "compiler" {
+						uses = 1
+					}
+					tok, id, exp, err := tracker.CreateJoinToken(path, role, c.Duration("ttl"), uses)
 					if err != nil {
 						return fmt.Errorf("token create: %w", err)
 					}
 					fmt.Fprintln(c.App.Writer, tok)
-					fmt.Fprintf(c.App.ErrWriter, "join token %s for role %s, valid until %s\n", id, role, exp.Format(time.RFC3339))
+					admits := "any number of nodes"
+					if uses > 0 {
+						admits = fmt.Sprintf("at most %d node(s)", uses)
+					}
+					fmt.Fprintf(c.App.ErrWriter, "join token %s for role %s, valid until %s, admits %s\n", id, role, exp.Format(time.RFC3339), admits)
 					return nil
 				},
 			},
@@ -108,6 +119,9 @@ Examples:
 							if !now.Before(e.When) {
 								details = "expired " + e.When.Format(time.RFC3339)
 							}
+							if e.MaxUses > 0 {
+								details += fmt.Sprintf(", admits at most %d node(s)", e.MaxUses)
+							}
 						case "revoked":
 							details = "credentials issued up to " + e.When.Format(time.RFC3339) + " refused"
 						}
@@ -124,7 +138,7 @@ Examples:
 					fileFlag,
 					&ucli.StringFlag{Name: "user", Usage: "remove every token of this user"},
 					&ucli.StringFlag{Name: "join", Usage: "remove this join token (its id, as create printed it); nodes that joined with it keep their credentials"},
-					&ucli.StringFlag{Name: "node", Usage: "revoke the credential this node holds now (the node may join again with a newer join token)"},
+					&ucli.StringFlag{Name: "node", Usage: "revoke the credential this node holds now (the node may join again with a join token, under a new node id)"},
 				},
 				OnUsageError: usageError,
 				Action: func(c *ucli.Context) error {

@@ -53,17 +53,34 @@ func TestJoinTokenCommands(t *testing.T) {
 	text, err := os.ReadFile(users)
 	check.NoError(t, err)
 	check.True(t, strings.HasPrefix(string(text), "@join "+id+" compiler ") && !strings.Contains(string(text), tok), string(text))
+	// A compiler join token admits one node unless told otherwise; a
+	// device one admits as many as --max-uses says (no limit without it).
+	check.True(t, strings.HasSuffix(strings.TrimSpace(string(text)), " 1") && strings.Contains(errOut, "admits at most 1 node(s)"), string(text)+errOut)
+	_, errOut, err = runApp(t, "token", "create", "--users-file", users, "--role", "device", "--max-uses", "8")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "admits at most 8 node(s)"), errOut)
+	devID := strings.Fields(errOut)[2]
+	_, errOut, err = runApp(t, "token", "create", "--users-file", users, "--role", "device")
+	check.NoError(t, err, errOut)
+	check.True(t, strings.Contains(errOut, "admits any number of nodes"), errOut)
+	anyID := strings.Fields(errOut)[2]
+	_, _, err = runApp(t, "token", "create", "--users-file", users, "--role", "device", "--max-uses", "-1")
+	check.Error(t, err, "want 0 (no limit) or more")
+	for _, j := range []string{devID, anyID} {
+		_, _, err = runApp(t, "token", "revoke", "--users-file", users, "--join", j)
+		check.NoError(t, err)
+	}
 
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--role", "client")
 	check.Error(t, err, "--user NAME")
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--role", "device", "--ttl", "720h")
 	check.Error(t, err, "at most 168h")
 	_, _, err = runApp(t, "token", "create", "--users-file", users, "--user", "alice", "--ttl", "1h")
-	check.Error(t, err, "--ttl is for join tokens")
+	check.Error(t, err, "--ttl and --max-uses are for join tokens")
 
 	out, _, err = runApp(t, "token", "list", "--users-file", users)
 	check.NoError(t, err)
-	check.True(t, strings.Contains(out, "join") && strings.Contains(out, id) && strings.Contains(out, "compiler") && strings.Contains(out, "expires ") && !strings.Contains(out, tok), out)
+	check.True(t, strings.Contains(out, "join") && strings.Contains(out, id) && strings.Contains(out, "compiler") && strings.Contains(out, "expires ") && strings.Contains(out, "admits at most 1 node(s)") && !strings.Contains(out, tok), out)
 	_, errOut, err = runApp(t, "token", "revoke", "--users-file", users, "--join", id)
 	check.NoError(t, err)
 	check.True(t, strings.Contains(errOut, "removed join token "+id), errOut)

@@ -82,11 +82,9 @@ func (r *Registrar) join(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("join with a join token: %w", err)
 	}
 	defer c.Close()
-	r.mu.Lock()
-	args := proto.JoinArgs{NodeID: r.args.NodeID}
-	r.mu.Unlock()
+	// The tracker assigns the id; the credential proves it from then on.
 	var rep proto.JoinReply
-	if err := c.Call(ctx, proto.MethodTrackerJoin, args, &rep); err != nil {
+	if err := c.Call(ctx, proto.MethodTrackerJoin, proto.JoinArgs{}, &rep); err != nil {
 		return "", fmt.Errorf("join: %w", err)
 	}
 	if rep.Role != r.role || rep.NodeID == "" || rep.Credential == "" {

@@ -22,6 +22,55 @@ type artifactRecord struct {
 	// Used is when it was last stored or downloaded (zero in records
 	// written before it existed: Created stands in).
 	Used time.Time `msgpack:"used,omitempty"`
+	// Owners are the identities besides administrators that may download
+	// it: the named users who uploaded it or whose job built it, and
+	// "node:ID" for a compiler node that uploaded it. Records written
+	// before it existed have none: administrators, and users whose kept
+	// jobs built it, still read them.
+	Owners []string `msgpack:"owners,omitempty"`
+}
+
+// artifactOwner is the name c's identity takes in an artifact's Owners
+// ("" for an administrator, who needs none).
+func artifactOwner(c *proto.Conn) string {
+	switch kind, name := identity(c); kind {
+	case "user":
+		return name
+	case "node":
+		return nodePrefix + name
+	}
+	return ""
+}
+
+// withOwner returns rec with owner among its Owners.
+func (rec artifactRecord) withOwner(owner string) artifactRecord {
+	if owner != "" && !slices.Contains(rec.Owners, owner) {
+		rec.Owners = append(slices.Clone(rec.Owners), owner)
+	}
+	return rec
+}
+
+// mayReadArtifactLocked reports whether the peer on c may download sha: an
+// administrator; a user or node among its owners; a user whose job built
+// it; the compiler node running the job whose model it is. Anyone else is
+// told it is not there.
+func (s *Server) mayReadArtifactLocked(c *proto.Conn, sha string) bool {
+	kind, name := identity(c)
+	if kind == "admin" {
+		return true
+	}
+	if slices.Contains(s.arti.recs[sha].Owners, artifactOwner(c)) {
+		return true
+	}
+	for _, j := range s.jobs {
+		switch {
+		case kind == "user" && j.Owner == name && (j.Artifact == sha || j.Format == "onnx-artifact" && j.module == sha):
+			return true
+		case kind == "node" && j.State == proto.JobRunning && j.Node == name && j.Format == "onnx-artifact" && j.module == sha:
+			return true
+		}
+	}
+	return false
 }
 
 // artIndex is the artifact store's accounting, guarded by Server.mu: each
@@ -161,9 +210,14 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %d bytes is over the artifact store's limit of %d bytes (--max-artifact-bytes): %w",
 			in.Name, in.Size, s.cfg.MaxArtifactBytes, proto.ErrTooLarge)
 	}
-	if size, err := s.artifactSize(in.Name); err == nil && size == in.Size {
-		return proto.Bulk{}, nil // already stored
+	s.mu.Lock()
+	mine := s.mayReadArtifactLocked(c, in.Name)
+	s.mu.Unlock()
+	if size, err := s.artifactSize(in.Name); err == nil && size == in.Size && mine {
+		return proto.Bulk{}, nil // already stored, and the uploader may read it
 	}
+	// Anyone else proves they hold the bytes by sending them: naming a
+	// digest is not enough to become one of its owners.
 	tmp, err := os.CreateTemp(s.blobs.spoolDir(), "upload-*")
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
@@ -190,9 +244,13 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
 	}
 	now := time.Now()
-	rec := artifactRecord{Size: in.Size, Created: now, Used: now}
 	name := in.Name
 	s.mu.Lock()
+	rec := artifactRecord{Size: in.Size, Created: now, Used: now}
+	if old, ok := s.arti.recs[name]; ok && old.Size == in.Size {
+		rec.Created, rec.Owners = old.Created, old.Owners
+	}
+	rec = rec.withOwner(artifactOwner(c))
 	durable := s.st.apply(putRecord(tableArtifacts, name, rec))
 	s.arti.add(name, rec)
 	s.evictLocked(name)
@@ -209,6 +267,13 @@ func (s *Server) handleArtifactDownload(ctx context.Context, c *proto.Conn, in p
 		return proto.Bulk{}, fmt.Errorf("download artifact: %w", err)
 	}
 	size, err := s.artifactSize(in.Name)
+	s.mu.Lock()
+	if err == nil && !s.mayReadArtifactLocked(c, in.Name) {
+		// Another user's artifact is not there for this peer, in the
+		// very words of one that is missing.
+		err = fmt.Errorf("artifact %s: %w", in.Name, proto.ErrNotFound)
+	}
+	s.mu.Unlock()
 	if errors.Is(err, proto.ErrNotFound) {
 		return proto.Bulk{}, fmt.Errorf("download artifact: %w (never stored, or evicted as least recently used to keep the store within --max-artifact-bytes, %d bytes)", err, s.cfg.MaxArtifactBytes)
 	}

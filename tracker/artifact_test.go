@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
@@ -103,4 +104,87 @@ func TestArtifactErrorsHidePaths(t *testing.T) {
 	err := upload(t, tc, b, sha)
 	check.Error(t, err, "upload artifact", "not a directory")
 	check.True(t, !strings.Contains(err.Error(), cfg.DataDir), "the error shows the tracker's data directory:", err)
+}
+
+// TestArtifactsBelongToTheirOwner: an artifact is its job owner's (and
+// administrators'): another user does not see its digest in listings, is
+// told it is not there when downloading it, cannot become its owner by
+// naming it in an upload without its bytes, and cannot build from another
+// user's model.
+func TestArtifactsBelongToTheirOwner(t *testing.T) {
+	cfg := identityConfig(t)
+	aliceTok, err := CreateUserToken(cfg.UsersFile, "alice", "client")
+	check.NoError(t, err)
+	bobTok, err := CreateUserToken(cfg.UsersFile, "bob", "client")
+	check.NoError(t, err)
+	a := startTracker(t, cfg)
+	addr := a.Addr()
+	ctx := testCtx(t)
+	as := func(tok string) *client.Tracker {
+		tc, err := client.DialTracker(ctx, addr, client.TrackerOptions{Token: tok, Logger: quietLogger()})
+		check.NoError(t, err)
+		t.Cleanup(func() { tc.Close() })
+		return tc
+	}
+	alice, bob, admin := as(aliceTok), as(bobTok), as("fleet")
+
+	cmp, cmpNode := joinedCompiler(t, addr, cfg.UsersFile)
+	j, err := alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "alice.py", Module: module, Target: "cpu"})
+	check.NoError(t, err)
+	var took proto.BuildTakeReply
+	check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpNode, Wait: time.Second}, &took))
+	check.True(t, took.Job != nil, "the compiler node took no job")
+	art := []byte("alice's artifact")
+	digest := sha(art)
+	check.NoError(t, cmp.Upload(ctx, proto.BulkArtifactUpload, digest, int64(len(art)), bytes.NewReader(art)))
+	check.NoError(t, cmp.Call(ctx, proto.MethodBuildComplete, proto.BuildCompleteArgs{ID: j.ID, NodeID: cmpNode, Artifact: digest}, nil))
+
+	download := func(tc *client.Tracker, sha string) (string, error) {
+		var buf bytes.Buffer
+		_, err := tc.DownloadArtifact(ctx, sha, &buf)
+		return buf.String(), err
+	}
+	got, err := download(alice, digest)
+	check.NoError(t, err)
+	check.Equal(t, got, string(art))
+	got, err = download(admin, digest)
+	check.NoError(t, err)
+	check.Equal(t, got, string(art))
+
+	// Bob sees alice's job without its artifact.
+	st, err := bob.BuildStatus(ctx, j.ID)
+	check.NoError(t, err)
+	check.Equal(t, st.State, proto.JobSucceeded)
+	check.Equal(t, st.Artifact, "")
+	sum, err := bob.Query(ctx, 0)
+	check.NoError(t, err)
+	check.Equal(t, sum.Jobs[0].Artifact, "")
+	check.Equal(t, sum.Jobs[0].ArtifactSize, int64(0))
+
+	// Bob's download is refused as if nothing were stored.
+	_, err = download(bob, digest)
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	missing := strings.Repeat("e", 64)
+	_, errMissing := download(bob, missing)
+	check.Equal(t, strings.ReplaceAll(err.Error(), digest, missing), errMissing.Error())
+
+	// Naming the digest and size in an upload does not make it bob's.
+	err = bob.UploadArtifact(ctx, digest, int64(len(art)), bytes.NewReader(make([]byte, len(art))))
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	_, err = download(bob, digest)
+	check.ErrorIs(t, err, proto.ErrNotFound)
+
+	// Nor may bob build from alice's model.
+	model := []byte("alice's model")
+	check.NoError(t, alice.UploadArtifact(ctx, sha(model), int64(len(model)), bytes.NewReader(model)))
+	_, err = bob.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: "onnx-artifact", Target: "cpu"})
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	_, err = alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: "onnx-artifact", Target: "cpu"})
+	check.NoError(t, err)
+
+	// Whoever sends the bytes holds them, and may read them back.
+	check.NoError(t, bob.UploadArtifact(ctx, digest, int64(len(art)), bytes.NewReader(art)))
+	got, err = download(bob, digest)
+	check.NoError(t, err)
+	check.Equal(t, got, string(art))
 }

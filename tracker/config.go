@@ -80,6 +80,10 @@ type Config struct {
 	// CreateUserToken): each admits its user in its one role, beside Token
 	// (which admits any role). It is read again when it changes.
 	UsersFile string
+	// CredentialTTL is how long a node credential admits its node after
+	// its last use (a hello or a heartbeat renews it); one unused for that
+	// long is refused, and the node must join again (default 720h).
+	CredentialTTL time.Duration
 	// MaxArtifactBytes bounds the artifact store (default 10 GiB): an
 	// upload over it is refused, and storing one evicts the least recently
 	// used (stored or downloaded) others until the store fits.
@@ -136,6 +140,7 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxJobRunTimeout, time.Hour)
 	def(&c.JobRetention, 7*24*time.Hour)
 	def(&c.JobOrphanGrace, 30*time.Second)
+	def(&c.CredentialTTL, 30*24*time.Hour)
 	if c.MaxQueuedJobsPerUser <= 0 {
 		c.MaxQueuedJobsPerUser = 64
 	}

@@ -41,6 +41,10 @@ type credential struct {
 	Hash   string     `msgpack:"hash"` // hex sha256 of the credential
 	Issued time.Time  `msgpack:"issued"`
 	JoinID string     `msgpack:"join_id"` // the join token it was exchanged for
+	// Expires is when it stops admitting its node unless renewed: each
+	// use (a hello, a heartbeat) moves it to CredentialTTL from then.
+	// Records written before it existed have none; they get one at load.
+	Expires time.Time `msgpack:"expires,omitempty"`
 }
 
 // creds is the tracker's node credentials, loaded from tracker.db.
@@ -48,19 +52,38 @@ type creds struct {
 	mu     sync.Mutex
 	byHash map[string]*credential
 	byNode map[string]*credential
-	// joining holds the node ids a tracker.join is writing now.
-	joining map[string]bool
+	// joining holds the node ids a tracker.join is writing now, and
+	// joiningBy how many of those each join token id makes.
+	joining   map[string]bool
+	joiningBy map[string]int
 }
 
 func (cs *creds) init() {
 	cs.byHash = make(map[string]*credential)
 	cs.byNode = make(map[string]*credential)
 	cs.joining = make(map[string]bool)
+	cs.joiningBy = make(map[string]int)
+}
+
+// usesLocked is how many credentials join token id has minted, or is
+// minting now.
+func (cs *creds) usesLocked(id string) int {
+	n := cs.joiningBy[id]
+	for _, c := range cs.byNode {
+		if c.JoinID == id {
+			n++
+		}
+	}
+	return n
 }
 
 func (cs *creds) add(c *credential) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.addLocked(c)
+}
+
+func (cs *creds) addLocked(c *credential) {
 	if old := cs.byNode[c.NodeID]; old != nil {
 		delete(cs.byHash, old.Hash)
 	}
@@ -92,6 +115,20 @@ func identity(c *proto.Conn) (kind, name string) {
 		return "node", u[len(nodePrefix):]
 	}
 	return "user", u
+}
+
+// who names the identity on c in an error: user "alice", node "device-1",
+// join token j1 or the fleet token.
+func who(c *proto.Conn) string {
+	switch kind, name := identity(c); kind {
+	case "user":
+		return fmt.Sprintf("user %q", name)
+	case "node":
+		return fmt.Sprintf("node %q", name)
+	case "join":
+		return "join token " + name
+	}
+	return "the fleet token"
 }
 
 // credentialNode returns the node id c's credential is bound to ("" when c
@@ -136,6 +173,9 @@ func (s *Server) authenticateFile(token string, role proto.Role) (string, error)
 		if j.role != role {
 			return "", fmt.Errorf("join token %s is for role %s, not %s", j.id, j.role, role)
 		}
+		if err := s.joinUsable(j); err != nil {
+			return "", err
+		}
 		return joinPrefix + j.id, nil
 	}
 	if c, ok := s.creds.lookup(token); ok {
@@ -144,6 +184,9 @@ func (s *Server) authenticateFile(token string, role proto.Role) (string, error)
 		}
 		if c.Role != role {
 			return "", fmt.Errorf("the credential of node %q is for role %s, not %s", c.NodeID, c.Role, role)
+		}
+		if !s.renewCredential(c.NodeID, time.Now()) {
+			return "", fmt.Errorf("the credential of node %q expired, unused for %s (the tracker's --credential-ttl); join again with a join token", c.NodeID, s.cfg.CredentialTTL)
 		}
 		return nodePrefix + c.NodeID, nil
 	}
@@ -162,9 +205,10 @@ func (s *Server) stillValid(c *proto.Conn) bool {
 	case "node":
 		s.creds.mu.Lock()
 		cr := s.creds.byNode[name]
+		live := cr != nil && time.Now().Before(cr.Expires)
 		s.creds.mu.Unlock()
 		since := s.users.revokedSince(name)
-		return cr != nil && (since.IsZero() || cr.Issued.After(since))
+		return live && (since.IsZero() || cr.Issued.After(since))
 	}
 	return true
 }
@@ -185,6 +229,11 @@ func (s *Server) reloadUsers() {
 	}
 	s.usersGen = gen
 	s.log.Info("users file reloaded", "path", s.users.path)
+	s.closeInvalid()
+}
+
+// closeInvalid closes the connections whose identity no longer holds.
+func (s *Server) closeInvalid() {
 	s.mu.Lock()
 	var gone []*proto.Conn
 	for c := range s.userConns {
@@ -214,45 +263,156 @@ func gate(c *proto.Conn, method string) error {
 }
 
 // handleJoin exchanges the connection's join token for a new node
-// credential, durable before it is returned.
+// credential, durable before it is returned. The tracker assigns the node
+// id: a join token proves only that its holder may join, never which node
+// it is, so it can never take the id of a node that is registered, has a
+// credential or holds a lease (the request's node_id is not honoured). A
+// node that restarts keeps its id by presenting the credential it got.
 func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs) (any, error) {
 	_, joinID := identity(c)
 	role := c.Role()
-	if a.NodeID == "" {
-		nr := proto.NodeDevice
-		if role == proto.RoleCompiler {
-			nr = proto.NodeCompiler
-		}
-		a.NodeID = randomID(string(nr)+"-", 6)
-	} else if !userName.MatchString(a.NodeID) {
-		return nil, fmt.Errorf("join: node id %q: want letters, digits and ._@- (at most 64): %w", a.NodeID, proto.ErrBadRequest)
+	nr := proto.NodeDevice
+	if role == proto.RoleCompiler {
+		nr = proto.NodeCompiler
+	}
+	j, ok := s.users.joinByID(joinID)
+	if !ok {
+		return nil, fmt.Errorf("join: join token %s was removed: %w", joinID, proto.ErrUnauthorized)
 	}
 	token, hash := newSecret(CredentialPrefix)
-	cr := &credential{NodeID: a.NodeID, Role: role, Hash: hash, Issued: time.Now().UTC(), JoinID: joinID}
-	// Reserve the id, so two joins cannot both take it.
+	s.mu.Lock()
 	s.creds.mu.Lock()
-	if old := s.creds.byNode[a.NodeID]; old != nil {
-		since := s.users.revokedSince(a.NodeID)
-		if since.IsZero() || old.Issued.After(since) {
-			s.creds.mu.Unlock()
-			return nil, fmt.Errorf("join: node %q already has a credential; revoke it first (kiln token revoke --node %s) or join without asking for an id: %w", a.NodeID, a.NodeID, proto.ErrBusy)
+	if used := s.creds.usesLocked(joinID); j.maxUses > 0 && used >= j.maxUses {
+		s.creds.mu.Unlock()
+		s.mu.Unlock()
+		return nil, fmt.Errorf("join: %w: %w", usedUp(j, used), proto.ErrUnauthorized)
+	}
+	id := ""
+	for range 8 {
+		if cand := randomID(string(nr)+"-", 6); !s.idTakenLocked(cand) {
+			id = cand
+			break
 		}
 	}
-	if s.creds.joining[a.NodeID] {
+	if id == "" {
 		s.creds.mu.Unlock()
-		return nil, fmt.Errorf("join: node %q is joining on another connection: %w", a.NodeID, proto.ErrBusy)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("join: no free node id found; try again: %w", proto.ErrBusy)
 	}
-	s.creds.joining[a.NodeID] = true
+	// Reserve the id and the use, so two joins cannot both take them.
+	s.creds.joining[id] = true
+	s.creds.joiningBy[joinID]++
 	s.creds.mu.Unlock()
+	s.mu.Unlock()
+	// The reservation ends as the credential takes its place, in one
+	// step, so that the join is never counted twice nor not at all.
+	var cr *credential
 	defer func() {
 		s.creds.mu.Lock()
-		delete(s.creds.joining, a.NodeID)
+		if cr != nil {
+			s.creds.addLocked(cr)
+		}
+		delete(s.creds.joining, id)
+		if s.creds.joiningBy[joinID]--; s.creds.joiningBy[joinID] <= 0 {
+			delete(s.creds.joiningBy, joinID)
+		}
 		s.creds.mu.Unlock()
 	}()
-	if err := s.st.wait(s.st.apply(putRecord(tableCreds, cr.NodeID, cr))); err != nil {
+	if a.NodeID != "" && a.NodeID != id {
+		s.log.Info("join: the node asked for an id; the tracker assigns ids", "asked", a.NodeID, "node", id, "join_token", joinID)
+	}
+	now := time.Now().UTC()
+	rec := &credential{NodeID: id, Role: role, Hash: hash, Issued: now, JoinID: joinID, Expires: now.Add(s.cfg.CredentialTTL)}
+	if err := s.st.wait(s.st.apply(putRecord(tableCreds, rec.NodeID, rec))); err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
-	s.creds.add(cr)
+	cr = rec
 	s.log.Info("node joined", "node", cr.NodeID, "role", role, "join_token", joinID, "remote", c.RemoteAddr())
 	return proto.JoinReply{NodeID: cr.NodeID, Role: role, Credential: token}, nil
+}
+
+// idTakenLocked reports whether a node id is in use in any way: a node is
+// registered under it (lost nodes stay until forgotten), a credential or a
+// join in progress names it, or a lease is out on it. It runs with s.mu
+// and s.creds.mu held.
+func (s *Server) idTakenLocked(id string) bool {
+	if s.nodes[id] != nil || s.creds.byNode[id] != nil || s.creds.joining[id] {
+		return true
+	}
+	for _, l := range s.leases {
+		if l.NodeID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// usedUp is the refusal of a join token that admitted its last node.
+func usedUp(j joinToken, used int) error {
+	return fmt.Errorf("join token %s has admitted %d node(s), its limit (kiln token create --max-uses); make a new one", j.id, used)
+}
+
+// joinUsable refuses a join token that has admitted as many nodes as it
+// may (handleJoin checks again as it reserves the use).
+func (s *Server) joinUsable(j joinToken) error {
+	if j.maxUses == 0 {
+		return nil
+	}
+	s.creds.mu.Lock()
+	used := s.creds.usesLocked(j.id)
+	s.creds.mu.Unlock()
+	if used >= j.maxUses {
+		return usedUp(j, used)
+	}
+	return nil
+}
+
+// renewCredential moves the expiry of node's credential to CredentialTTL
+// from now, and reports false when it had expired already. The store is
+// written only once half the life is gone, not at every heartbeat.
+func (s *Server) renewCredential(node string, now time.Time) bool {
+	s.creds.mu.Lock()
+	defer s.creds.mu.Unlock()
+	c := s.creds.byNode[node]
+	if c == nil || !now.Before(c.Expires) {
+		return false
+	}
+	if c.Expires.Sub(now) < s.cfg.CredentialTTL/2 {
+		c.Expires = now.Add(s.cfg.CredentialTTL).UTC()
+		// A renewal the store loses costs nothing: the next use renews
+		// again, long before the old expiry.
+		rec := *c
+		s.st.apply(putRecord(tableCreds, rec.NodeID, &rec))
+	}
+	return true
+}
+
+// expireCredentials drops the credentials that expired: their
+// connections are closed, and their records go once the join token that
+// minted them can mint no more (until then they count its uses).
+func (s *Server) expireCredentials(now time.Time) {
+	s.creds.mu.Lock()
+	var expired []*credential
+	for _, c := range s.creds.byNode {
+		if !now.Before(c.Expires) {
+			expired = append(expired, c)
+		}
+	}
+	var gone []change
+	for _, c := range expired {
+		if j, ok := s.users.joinByID(c.JoinID); ok && now.Before(j.expires) {
+			continue
+		}
+		delete(s.creds.byNode, c.NodeID)
+		delete(s.creds.byHash, c.Hash)
+		gone = append(gone, deleteRecord(tableCreds, c.NodeID))
+		s.log.Info("node credential expired", "node", c.NodeID, "expired", c.Expires)
+	}
+	if len(gone) > 0 {
+		s.st.apply(gone...)
+	}
+	s.creds.mu.Unlock()
+	if len(expired) > 0 {
+		s.closeInvalid()
+	}
 }

@@ -25,7 +25,7 @@ func identityConfig(t *testing.T) Config {
 
 func newJoinToken(t *testing.T, path, role string) (tok, id string) {
 	t.Helper()
-	tok, id, _, err := CreateJoinToken(path, role, time.Hour)
+	tok, id, _, err := CreateJoinToken(path, role, time.Hour, 0)
 	check.NoError(t, err)
 	return tok, id
 }
@@ -51,6 +51,20 @@ func join(t *testing.T, addr, token string, role proto.Role, nodeID string) (pro
 	var rep proto.JoinReply
 	err = c.Call(testCtx(t), proto.MethodTrackerJoin, proto.JoinArgs{NodeID: nodeID}, &rep)
 	return rep, err
+}
+
+// joinedCompiler joins a compiler node building cpu with a new compiler
+// join token and registers it over a raw connection with its credential.
+func joinedCompiler(t *testing.T, addr, usersFile string) (*proto.Client, string) {
+	t.Helper()
+	tok, _ := newJoinToken(t, usersFile, "compiler")
+	rep, err := join(t, addr, tok, proto.RoleCompiler, "")
+	check.NoError(t, err)
+	c, err := rawDial(t, addr, rep.Credential, proto.RoleCompiler)
+	check.NoError(t, err)
+	args := proto.RegisterArgs{Role: proto.NodeCompiler, Attrs: proto.NodeAttrs{Targets: []string{"cpu"}, Compiler: "gcc 12"}}
+	check.NoError(t, c.Call(testCtx(t), proto.MethodTrackerRegister, args, nil))
+	return c, rep.NodeID
 }
 
 // joined runs a device Registrar that joins with tok and keeps its
@@ -134,9 +148,9 @@ func TestIdentityAttacks(t *testing.T) {
 	dev, err := join(t, addr, devJoin, proto.RoleDevice, "")
 	check.NoError(t, err)
 	check.Equal(t, dev.Role, proto.RoleDevice)
-	cmp, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
+	cmp, err := join(t, addr, cmpJoin, proto.RoleCompiler, "")
 	check.NoError(t, err)
-	check.Equal(t, cmp.NodeID, "builder-1")
+	check.True(t, strings.HasPrefix(cmp.NodeID, "compiler-"), cmp.NodeID)
 
 	t.Run("join token in another role", func(t *testing.T) {
 		_, err := rawDial(t, addr, devJoin, proto.RoleCompiler)
@@ -197,13 +211,6 @@ func TestIdentityAttacks(t *testing.T) {
 		check.NoError(t, c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, &rep))
 		check.Equal(t, rep.NodeID, dev.NodeID)
 	})
-	t.Run("join under an id that has a credential", func(t *testing.T) {
-		_, err := join(t, addr, cmpJoin, proto.RoleCompiler, "builder-1")
-		check.ErrorIs(t, err, proto.ErrBusy)
-		check.Error(t, err, `node "builder-1" already has a credential`)
-		_, err = join(t, addr, cmpJoin, proto.RoleCompiler, "../etc")
-		check.ErrorIs(t, err, proto.ErrBadRequest)
-	})
 	t.Run("a credential or user token cannot join", func(t *testing.T) {
 		c, err := rawDial(t, addr, dev.Credential, proto.RoleDevice)
 		check.NoError(t, err)
@@ -253,9 +260,10 @@ func TestIdentityAttacks(t *testing.T) {
 		// Other nodes are untouched.
 		_, err = rawDial(t, addr, dev.Credential, proto.RoleDevice)
 		check.NoError(t, err)
-		// With a join token issued later, the node joins again under its id.
+		// With a join token it joins again, as a new node.
 		rep, err := join(t, addr, devJoin, proto.RoleDevice, node)
 		check.NoError(t, err)
+		check.True(t, rep.NodeID != node, rep.NodeID)
 		_, err = rawDial(t, addr, rep.Credential, proto.RoleDevice)
 		check.NoError(t, err)
 	})
@@ -265,6 +273,64 @@ func TestIdentityAttacks(t *testing.T) {
 		err := r.Run(ctx)
 		check.Error(t, err, "--credential-file")
 	})
+}
+
+// TestJoinCannotClaimAnID performs the takeover of a node's id with a join
+// token: the attacker asks to join as a live device and as the compiler
+// node, waits for the device's connection to drop and registers as it at
+// an address of its own, so that clients' leases (and their lease-token
+// hellos) would go to it. The tracker assigns join ids, the credential
+// binds them, and a dropped connection does not free an id to another
+// address until the lost window has passed.
+func TestJoinCannotClaimAnID(t *testing.T) {
+	cfg := identityConfig(t)
+	a := startTracker(t, cfg)
+	addr := a.Addr()
+	ctx := testCtx(t)
+	register := func(c *proto.Client, id, at string) error {
+		return c.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: id, Role: proto.NodeDevice, Key: "board", Addr: at}, nil)
+	}
+	victim, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	check.NoError(t, register(victim, "board-1", "127.0.0.1:7001"))
+	builder, err := rawDial(t, addr, "fleet", proto.RoleCompiler)
+	check.NoError(t, err)
+	check.NoError(t, builder.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: "builder-1", Role: proto.NodeCompiler, Addr: "127.0.0.1:0"}, nil))
+
+	devJoin, _ := newJoinToken(t, cfg.UsersFile, "device")
+	for _, id := range []string{"board-1", "builder-1"} {
+		rep, err := join(t, addr, devJoin, proto.RoleDevice, id)
+		check.NoError(t, err)
+		check.True(t, rep.NodeID != id && strings.HasPrefix(rep.NodeID, "device-"), rep.NodeID)
+	}
+	rep, err := join(t, addr, devJoin, proto.RoleDevice, "board-1")
+	check.NoError(t, err)
+
+	// The victim's connection drops; the attacker registers as it.
+	victim.Close()
+	eventually(t, "the victim is lost", func() bool { return nodeState(a.Server, "board-1") == proto.StateLost })
+	evil, err := rawDial(t, addr, rep.Credential, proto.RoleDevice)
+	check.NoError(t, err)
+	err = register(evil, "board-1", "127.0.0.1:6666")
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.Error(t, err, "credential is for node")
+
+	// Even a fleet-token registration from another address waits out the
+	// lost window; the node itself, where it ran, comes back at once.
+	other, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	err = register(other, "board-1", "127.0.0.1:6666")
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.Error(t, err, `node "board-1" was seen`, "refused until it has been silent for 1s")
+	back, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	check.NoError(t, register(back, "board-1", "127.0.0.1:7001"))
+	check.Equal(t, nodeState(a.Server, "board-1"), proto.StateFree)
+	for _, n := range a.Summary(0).Devices {
+		if n.NodeID == "board-1" {
+			check.Equal(t, n.Addr, "127.0.0.1:7001")
+		}
+	}
 }
 
 func mustCred(t *testing.T, path string) string {
@@ -300,14 +366,14 @@ func TestUsersFileLines(t *testing.T) {
 	// Creating a join token drops the expired ones.
 	u := filepath.Join(t.TempDir(), "u")
 	check.NoError(t, os.WriteFile(u, []byte("@join jold device "+h+" 2020-01-01T00:00:00Z\nalice client "+h+"\n"), 0o600))
-	_, id, _, err := CreateJoinToken(u, "device", time.Hour)
+	_, id, _, err := CreateJoinToken(u, "device", time.Hour, 0)
 	check.NoError(t, err)
 	text, err := os.ReadFile(u)
 	check.NoError(t, err)
 	check.True(t, !strings.Contains(string(text), "jold") && strings.Contains(string(text), "alice client") && strings.Contains(string(text), "@join "+id+" device"), string(text))
-	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "device", 30*24*time.Hour)
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "device", 30*24*time.Hour, 0)
 	check.Error(t, err, "at most 168h")
-	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "client", time.Hour)
+	_, _, _, err = CreateJoinToken(filepath.Join(t.TempDir(), "u"), "client", time.Hour, 0)
 	check.Error(t, err, "device or compiler")
 }
 
@@ -334,4 +400,91 @@ func FuzzParseUsers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJoinTokenMaxUses: a join token admits at most its max uses, however
+// many nodes race to join with it, and is refused at the hello once used
+// up; a token without a limit (an older line) still admits nodes.
+func TestJoinTokenMaxUses(t *testing.T) {
+	cfg := identityConfig(t)
+	tok, hash := newSecret(JoinTokenPrefix)
+	exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	check.NoError(t, appendUsersLine(cfg.UsersFile, "@join j3 compiler "+hash+" "+exp+" 3"))
+	old, oldHash := newSecret(JoinTokenPrefix)
+	check.NoError(t, appendUsersLine(cfg.UsersFile, "@join jold device "+oldHash+" "+exp))
+	a := startTracker(t, cfg)
+
+	const racers = 12
+	errs := make(chan error, racers)
+	for range racers {
+		go func() {
+			_, err := join(t, a.Addr(), tok, proto.RoleCompiler, "")
+			errs <- err
+		}()
+	}
+	joined, refused := 0, 0
+	for range racers {
+		switch err := <-errs; {
+		case err == nil:
+			joined++
+		case strings.Contains(err.Error(), "join token j3 has admitted 3 node(s), its limit"):
+			refused++
+		default:
+			t.Fatalf("join: %v", err)
+		}
+	}
+	check.Equal(t, joined, 3)
+	check.Equal(t, refused, racers-3)
+	_, err := rawDial(t, a.Addr(), tok, proto.RoleCompiler)
+	check.Error(t, err, "its limit (kiln token create --max-uses)")
+	for range 4 {
+		_, err := join(t, a.Addr(), old, proto.RoleDevice, "")
+		check.NoError(t, err)
+	}
+	// The uses count across a restart: they are the credentials minted.
+	a.stop(t)
+	cfg.Listen = a.Addr()
+	b := startTracker(t, cfg)
+	_, err = join(t, b.Addr(), tok, proto.RoleCompiler, "")
+	check.Error(t, err, "has admitted 3 node(s)")
+}
+
+// TestCredentialExpires: a credential left unused past the credential TTL
+// is refused and its node must join again; one whose node keeps its
+// heartbeat is renewed and keeps working. A credential stored before
+// credentials expired still admits its node.
+func TestCredentialExpires(t *testing.T) {
+	// A credential stored without an expiry loads, and admits its node.
+	cfg := identityConfig(t)
+	legacy, legacyHash := newSecret(CredentialPrefix)
+	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{})
+	check.NoError(t, err)
+	check.NoError(t, st.wait(st.apply(putRecord(tableCreds, "device-old", &credential{NodeID: "device-old", Role: proto.RoleDevice, Hash: legacyHash, Issued: time.Now().Add(-time.Hour)}))))
+	check.NoError(t, st.close())
+	old := startTracker(t, cfg)
+	_, err = rawDial(t, old.Addr(), legacy, proto.RoleDevice)
+	check.NoError(t, err)
+	old.stop(t)
+
+	cfg = identityConfig(t)
+	cfg.CredentialTTL = time.Second
+	a := startTracker(t, cfg)
+	tok, _ := newJoinToken(t, cfg.UsersFile, "device")
+	idle, err := join(t, a.Addr(), tok, proto.RoleDevice, "")
+	check.NoError(t, err)
+	credFile := filepath.Join(t.TempDir(), "cred")
+	r, _, _ := joined(t, a.Addr(), tok, credFile)
+	select {
+	case <-r.Ready():
+	case <-time.After(guard):
+		t.Fatal("device did not join")
+	}
+	// Each use renews a credential: leave this one alone for its life.
+	unused := time.Now().Add(cfg.CredentialTTL)
+	eventually(t, "the idle credential's life to pass", func() bool { return time.Now().After(unused) })
+	_, err = rawDial(t, a.Addr(), idle.Credential, proto.RoleDevice)
+	check.Error(t, err, `the credential of node "`+idle.NodeID+`" expired, unused for 1s`, "join again")
+	check.Equal(t, nodeState(a.Server, r.NodeID()), proto.StateFree)
+	_, err = rawDial(t, a.Addr(), mustCred(t, credFile), proto.RoleDevice)
+	check.NoError(t, err)
 }

@@ -120,9 +120,16 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	if a.RunTimeout == 0 {
 		a.RunTimeout = s.cfg.JobRunTimeout
 	}
+	if kind, name := identity(c); kind == "node" {
+		return nil, fmt.Errorf("submit build: node %q: a node credential submits no build jobs (a client does, with its own token): %w", name, proto.ErrUnauthorized)
+	}
 	now := time.Now()
 	owner := userOf(c)
 	s.mu.Lock()
+	if a.Format == "onnx-artifact" && !s.mayReadArtifactLocked(c, a.Module) {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: onnx-artifact model %s: %w (upload it first)", a.Module, proto.ErrNotFound)
+	}
 	if a.SubmitKey != "" {
 		j, err := s.submittedLocked(ctx, owner, a.SubmitKey)
 		if j != nil || err != nil {
@@ -267,13 +274,38 @@ func userOf(c *proto.Conn) string {
 	return ""
 }
 
-// jobFor is j as the peer on c may see it: a named user sees other users'
-// jobs without their options, message, error and log.
+// ownsJob reports whether the peer on c acts for j's owner: the fleet
+// token (an administrator) or the named user who submitted j. A node
+// credential owns no job.
+func ownsJob(c *proto.Conn, j proto.BuildJob) bool {
+	switch kind, name := identity(c); kind {
+	case "admin":
+		return true
+	case "user":
+		return name == j.Owner
+	}
+	return false
+}
+
+// seesJob reports whether the peer on c sees all of j: its owner, or the
+// compiler node that claimed it. A device credential sees no job whole.
+func seesJob(c *proto.Conn, j proto.BuildJob) bool {
+	if ownsJob(c, j) {
+		return true
+	}
+	kind, name := identity(c)
+	return kind == "node" && c.Role() == proto.RoleCompiler && j.Node == name
+}
+
+// jobFor is j as the peer on c may see it: anyone but its owner and the
+// compiler node that claimed it sees it without its options, message,
+// error, log and artifact.
 func jobFor(c *proto.Conn, j proto.BuildJob) proto.BuildJob {
-	if u := userOf(c); u == "" || u == j.Owner {
+	if seesJob(c, j) {
 		return j
 	}
 	j.Options, j.Message, j.Error, j.Log, j.SubmitKey = nil, "", "", "", ""
+	j.Artifact, j.ArtifactSize = "", 0 // an artifact is its job owner's
 	return j
 }
 
@@ -291,7 +323,7 @@ func (s *Server) handleBuildWait(ctx context.Context, c *proto.Conn, a proto.Bui
 			s.mu.Unlock()
 			return nil, err
 		}
-		if u := userOf(c); u == "" || u == j.Owner {
+		if ownsJob(c, j.BuildJob) {
 			adoptLocked(j, c)
 		}
 		out := jobFor(c, j.BuildJob)
@@ -319,9 +351,9 @@ func (s *Server) handleBuildCancel(ctx context.Context, c *proto.Conn, a proto.B
 		s.mu.Unlock()
 		return nil, err
 	}
-	if u := userOf(c); u != "" && u != j.Owner {
+	if !ownsJob(c, j.BuildJob) {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("cancel build job %q: it is not user %q's; only its owner or a holder of the fleet token may cancel it: %w", a.ID, u, proto.ErrUnauthorized)
+		return nil, fmt.Errorf("cancel build job %q: it is not %s's; only its owner or a holder of the fleet token may cancel it: %w", a.ID, who(c), proto.ErrUnauthorized)
 	}
 	if j.State.Final() {
 		out := j.BuildJob
@@ -474,9 +506,26 @@ func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto
 		s.mu.Unlock()
 		return nil, err
 	}
+	if !s.mayReadArtifactLocked(c, a.Artifact) {
+		// A node completes a job only with an artifact it uploaded, so
+		// that it cannot hand the job's owner somebody else's.
+		s.mu.Unlock()
+		return nil, fmt.Errorf("complete build job %q: upload the artifact first: artifact %s: %w", a.ID, a.Artifact, proto.ErrNotFound)
+	}
+	var owned <-chan error
+	if rec, ok := s.arti.recs[a.Artifact]; ok && j.Owner != "" {
+		rec = rec.withOwner(j.Owner)
+		s.arti.recs[a.Artifact] = rec
+		owned = s.st.apply(putRecord(tableArtifacts, a.Artifact, rec))
+	}
 	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
 	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
 	s.mu.Unlock()
+	if owned != nil {
+		if err := <-owned; err != nil {
+			return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
+		}
+	}
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("complete build job %q: %w", a.ID, err)
 	}

@@ -426,8 +426,13 @@ func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.
 	if err := s.writable(); err != nil {
 		return nil, fmt.Errorf("lease request: %w", err)
 	}
-	if u := userOf(c); u != "" {
-		a.User = u // a named user is who their token says, not what they declare
+	switch kind, name := identity(c); kind {
+	case "user":
+		a.User = name // a named user is who their token says, not what they declare
+	case "node":
+		// A node leases nothing: a device credential could otherwise
+		// take devices in any user's name.
+		return nil, fmt.Errorf("lease request: node %q: a node credential requests no leases (a client does, with its own token): %w", name, proto.ErrUnauthorized)
 	}
 	sel, err := ParseSelector(a.Selector)
 	if err != nil {
@@ -542,6 +547,9 @@ func (s *Server) handleLeaseRelease(ctx context.Context, c *proto.Conn, a proto.
 func (s *Server) handleLeaseVerify(ctx context.Context, c *proto.Conn, a proto.LeaseVerifyArgs) (any, error) {
 	if c.Role() != proto.RoleDevice {
 		return nil, fmt.Errorf("verify lease: only device daemons verify leases: %w", proto.ErrBadRequest)
+	}
+	if bound := credentialNode(c); bound != "" && bound != a.NodeID {
+		return nil, fmt.Errorf("verify lease: this connection's credential is for node %q, not %q (a device verifies only its own leases): %w", bound, a.NodeID, proto.ErrUnauthorized)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -40,8 +40,18 @@ func (s *Server) load() error {
 		s.arti.add(sha, rec)
 	}
 	s.results.load(snap.results)
+	var renewed []change
 	for i := range snap.creds {
-		s.creds.add(&snap.creds[i])
+		c := &snap.creds[i]
+		if c.Expires.IsZero() {
+			// Written before credentials expired: its life starts now.
+			c.Expires = now.Add(s.cfg.CredentialTTL).UTC()
+			renewed = append(renewed, putRecord(tableCreds, c.NodeID, c))
+		}
+		s.creds.add(c)
+	}
+	if len(renewed) > 0 {
+		s.st.apply(renewed...) // lost, it is done again at the next start
 	}
 	for _, rec := range snap.leases {
 		if now.After(rec.Lease.Expires) {

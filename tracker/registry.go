@@ -18,6 +18,7 @@ type node struct {
 	id         string
 	role       proto.NodeRole
 	key, addr  string
+	remote     string // the host the node's registration came from
 	attrs      proto.NodeAttrs
 	flat       map[string]string
 	conn       *proto.Conn
@@ -132,6 +133,16 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 		// old one is gone (closed, or silent past the lost window).
 		return nil, fmt.Errorf("register: node %q is registered and alive on another connection; a node may only change its own registration (if this is that node, retry once its old connection has closed): %w", a.NodeID, proto.ErrBusy)
 	}
+	remote := remoteHost(c.RemoteAddr())
+	if n != nil && n.conn != c && (n.addr != addr || n.remote != remote) && now.Sub(n.lastSeen) <= s.cfg.LostAfter {
+		// A dropped connection does not free the id at once: a node
+		// restarting where it ran comes back at once, but a registration
+		// from somewhere else waits until the old one has been silent
+		// past the lost window, so one dropped connection cannot hand
+		// the node's clients (and their hellos) to another address.
+		return nil, fmt.Errorf("register: node %q was seen %s ago at %s from %s; a registration from %s at %s is refused until it has been silent for %s: %w",
+			a.NodeID, now.Sub(n.lastSeen).Round(time.Millisecond), n.addr, n.remote, remote, addr, s.cfg.LostAfter, proto.ErrBusy)
+	}
 	if n == nil {
 		n = &node{id: a.NodeID, registered: now, jobs: make(map[string]*job), leases: make(map[string]*lease)}
 		s.nodes[n.id] = n
@@ -141,7 +152,7 @@ func (s *Server) handleRegister(ctx context.Context, c *proto.Conn, a proto.Regi
 	n.role, n.key, n.addr, n.attrs = a.Role, a.Key, addr, a.Attrs
 	n.flat = a.Attrs.Flatten()
 	n.flat["key"] = a.Key
-	n.conn, n.lastSeen, n.lost = c, now, false
+	n.conn, n.lastSeen, n.lost, n.remote = c, now, false, remote
 	n.setActive(a.ActiveLease, a.ActiveLeases)
 	n.capacity = capacityOf(a)
 	if n.role == proto.NodeDevice {
@@ -180,6 +191,19 @@ func fillHost(addr string, remote net.Addr) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
+// remoteHost is the host of a peer's address (the whole address when it
+// has no port).
+func remoteHost(remote net.Addr) string {
+	if remote == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(remote.String())
+	if err != nil {
+		return remote.String()
+	}
+	return host
+}
+
 func (s *Server) unindexLocked(n *node) {
 	if m := s.byKey[n.key]; m != nil {
 		delete(m, n.id)
@@ -207,6 +231,10 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 	n, err := s.ownNodeLocked(a.NodeID, c, "heartbeat")
 	if err != nil {
 		return nil, err
+	}
+	if bound := credentialNode(c); bound != "" {
+		// A node that keeps its heartbeat keeps its credential.
+		s.renewCredential(bound, time.Now())
 	}
 	was := n.state()
 	n.lastSeen, n.load = time.Now(), a.Load

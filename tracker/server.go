@@ -448,6 +448,7 @@ func (s *Server) expiryLoop(ctx context.Context) {
 			s.mu.Unlock()
 			if s.users != nil {
 				s.reloadUsers()
+				s.expireCredentials(now)
 			}
 		}
 	}

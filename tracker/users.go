@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,13 +22,14 @@ import (
 // and node revocations, one a line:
 //
 //	USER client SHA256-OF-TOKEN
-//	@join ID ROLE SHA256-OF-TOKEN EXPIRES
+//	@join ID ROLE SHA256-OF-TOKEN EXPIRES [MAX-USES]
 //	@revoked NODE-ID SINCE
 //
 // A named user token admits its user as a client. A join token (ROLE
 // device or compiler, EXPIRES in RFC 3339) admits a node only until it
 // expires and only to tracker.join, which exchanges it for a per-node
-// credential kept in tracker.db. A revocation refuses every credential of
+// credential kept in tracker.db, at most MAX-USES times (0, or a line
+// without it, written before the field existed: no limit but EXPIRES). A revocation refuses every credential of
 // NODE-ID issued at or before SINCE. '#' starts a comment. The file holds
 // only the tokens' hashes: CreateUserToken and CreateJoinToken print a
 // token once and append its line; RevokeUser, RevokeJoin and RevokeNode
@@ -49,6 +51,7 @@ type joinToken struct {
 	id      string
 	role    proto.Role
 	expires time.Time
+	maxUses int // 0: any number of joins until it expires
 }
 
 // usersFile is what a users file holds.
@@ -84,8 +87,8 @@ func parseUsers(path string, text []byte) (usersFile, error) {
 		}
 		switch f[0] {
 		case "@join":
-			if len(f) != 5 {
-				return bad("want @join ID ROLE SHA256 EXPIRES, got %d fields", len(f))
+			if len(f) != 5 && len(f) != 6 {
+				return bad("want @join ID ROLE SHA256 EXPIRES [MAX-USES], got %d fields", len(f))
 			}
 			if !userName.MatchString(f[1]) {
 				return bad("join token id %q: want letters, digits and ._@- (at most 64)", f[1])
@@ -101,7 +104,13 @@ func parseUsers(path string, text []byte) (usersFile, error) {
 			if err != nil {
 				return bad("join token expiry %q: want RFC 3339 (2006-01-02T15:04:05Z)", f[4])
 			}
-			m.joins[strings.ToLower(f[3])] = joinToken{id: f[1], role: role, expires: exp}
+			uses := 0
+			if len(f) == 6 {
+				if uses, err = strconv.Atoi(f[5]); err != nil || uses < 0 {
+					return bad("join token max uses %q: want a whole number, 0 for no limit", f[5])
+				}
+			}
+			m.joins[strings.ToLower(f[3])] = joinToken{id: f[1], role: role, expires: exp, maxUses: uses}
 		case "@revoked":
 			if len(f) != 3 {
 				return bad("want @revoked NODE-ID SINCE, got %d fields", len(f))
@@ -228,14 +237,20 @@ func (u *users) has(user string) bool {
 
 // hasJoin reports whether the join token id is still in the file.
 func (u *users) hasJoin(id string) bool {
+	_, ok := u.joinByID(id)
+	return ok
+}
+
+// joinByID returns the join token id.
+func (u *users) joinByID(id string) (joinToken, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for _, t := range u.joins {
 		if t.id == id {
-			return true
+			return t, true
 		}
 	}
-	return false
+	return joinToken{}, false
 }
 
 // revokedSince returns when node's credentials were last revoked (zero:
@@ -263,8 +278,19 @@ func readUsersFile(path string) ([]byte, error) {
 }
 
 // appendUsersLine appends one line to the users file at path (created
-// 0600 when missing), after checking what is there.
+// 0600 when missing), after checking what is there, holding the file's
+// lock.
 func appendUsersLine(path, line string) error {
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return appendUsersLineLocked(path, line)
+}
+
+// appendUsersLineLocked is appendUsersLine with the lock held.
+func appendUsersLineLocked(path, line string) error {
 	if _, err := readUsersFile(path); err != nil {
 		return err
 	}
@@ -321,22 +347,31 @@ const JoinTokenPrefix = "kiln-join-"
 const MaxJoinTTL = 7 * 24 * time.Hour
 
 // CreateJoinToken makes a join token for role (device or compiler) that
-// expires after ttl, appends its hash to the users file at path and
-// returns the token and its id (for RevokeJoin). A node presents it once
-// to exchange it for its own credential; until it expires it admits any
-// number of nodes, each to tracker.join only.
-func CreateJoinToken(path, role string, ttl time.Duration) (token, id string, expires time.Time, err error) {
+// expires after ttl and admits at most maxUses joins (0: any number until
+// it expires), appends its hash to the users file at path and returns the
+// token and its id (for RevokeJoin). A node presents it once to exchange
+// it for its own credential; each node it admits may call tracker.join
+// only.
+func CreateJoinToken(path, role string, ttl time.Duration, maxUses int) (token, id string, expires time.Time, err error) {
 	if _, err := nodeRole(role); err != nil {
 		return "", "", time.Time{}, err
 	}
 	if ttl <= 0 || ttl > MaxJoinTTL {
 		return "", "", time.Time{}, fmt.Errorf("join token ttl %v: want more than 0 and at most %v", ttl, MaxJoinTTL)
 	}
+	if maxUses < 0 {
+		return "", "", time.Time{}, fmt.Errorf("join token max uses %d: want 0 (no limit) or more", maxUses)
+	}
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	defer unlock()
 	// Expired join tokens admit nobody: their lines go when a new one comes.
 	if _, err := os.Stat(path); err == nil {
 		now := time.Now()
-		if _, err := removeLines(path, func(f []string) bool {
-			if len(f) != 5 || f[0] != "@join" {
+		if _, err := removeLinesLocked(path, func(f []string) bool {
+			if len(f) < 5 || f[0] != "@join" {
 				return false
 			}
 			exp, err := time.Parse(time.RFC3339, f[4])
@@ -350,15 +385,15 @@ func CreateJoinToken(path, role string, ttl time.Duration) (token, id string, ex
 	id = "j" + hex.EncodeToString(b)
 	token, hash := newSecret(JoinTokenPrefix)
 	expires = time.Now().Add(ttl).UTC().Truncate(time.Second)
-	if err := appendUsersLine(path, fmt.Sprintf("@join %s %s %s %s", id, role, hash, expires.Format(time.RFC3339))); err != nil {
+	if err := appendUsersLineLocked(path, fmt.Sprintf("@join %s %s %s %s %d", id, role, hash, expires.Format(time.RFC3339), maxUses)); err != nil {
 		return "", "", time.Time{}, err
 	}
 	return token, id, expires, nil
 }
 
 // RevokeNode revokes every credential node holds now: the tracker refuses
-// them and closes the node's connections within a tick. The node may join
-// again with a join token issued to it later.
+// them and closes the node's connections within a tick. Its machine may
+// join again with a join token, under a new node id.
 func RevokeNode(path, node string) error {
 	if !userName.MatchString(node) {
 		return fmt.Errorf("node id %q: want letters, digits and ._@- (at most 64)", node)
@@ -384,7 +419,7 @@ func RevokeUser(path, user string) (int, error) {
 // that joined with it keep their credentials (revoke those with
 // RevokeNode).
 func RevokeJoin(path, id string) error {
-	n, err := removeLines(path, func(f []string) bool { return len(f) == 5 && f[0] == "@join" && f[1] == id })
+	n, err := removeLines(path, func(f []string) bool { return len(f) >= 5 && f[0] == "@join" && f[1] == id })
 	if err == nil && n == 0 {
 		err = fmt.Errorf("users file %s: no join token %q: %w", path, id, proto.ErrNotFound)
 	}
@@ -392,8 +427,19 @@ func RevokeJoin(path, id string) error {
 }
 
 // removeLines rewrites the users file at path without the lines whose
-// fields drop says, and returns how many it removed.
+// fields drop says, holding the file's lock, and returns how many it
+// removed.
 func removeLines(path string, drop func(fields []string) bool) (int, error) {
+	unlock, err := lockUsersFile(path)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	return removeLinesLocked(path, drop)
+}
+
+// removeLinesLocked is removeLines with the lock held.
+func removeLinesLocked(path string, drop func(fields []string) bool) (int, error) {
 	text, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("users file: %w", err)
@@ -430,6 +476,8 @@ type UsersFileEntry struct {
 	Name string    `json:"name"` // the user, the join token's id or the node id
 	Role string    `json:"role,omitempty"`
 	When time.Time `json:"when,omitzero"` // a join token's expiry, a revocation's time
+	// MaxUses is how many nodes a join token admits (0: no limit).
+	MaxUses int `json:"max_uses,omitempty"`
 }
 
 // ListUsersFile returns the entries of the users file at path in file
@@ -449,7 +497,11 @@ func ListUsersFile(path string) ([]UsersFileEntry, error) {
 		case len(f) == 0 || strings.HasPrefix(f[0], "#"):
 		case f[0] == "@join":
 			exp, _ := time.Parse(time.RFC3339, f[4])
-			out = append(out, UsersFileEntry{Kind: "join", Name: f[1], Role: f[2], When: exp})
+			e := UsersFileEntry{Kind: "join", Name: f[1], Role: f[2], When: exp}
+			if len(f) == 6 {
+				e.MaxUses, _ = strconv.Atoi(f[5])
+			}
+			out = append(out, e)
 		case f[0] == "@revoked":
 			since, _ := time.Parse(time.RFC3339Nano, f[2])
 			out = append(out, UsersFileEntry{Kind: "revoked", Name: f[1], When: since})

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,4 +198,129 @@ func TestQueuedJobsPerUser(t *testing.T) {
 	check.Error(t, err, `user "alice" has 2 jobs queued`, "--max-queued-jobs-per-user")
 	check.NoError(t, submit(bobTok, 4))
 	check.NoError(t, submit("fleet", 5))
+}
+
+// TestNodeCredentialsAreNotAdministrators: a node credential acts only for
+// its node. A device credential sees other users' jobs as any other user
+// does, and cannot cancel them, submit jobs, lease devices in a user's name
+// or verify another device's leases; a compiler credential sees whole only
+// the job it claimed.
+func TestNodeCredentialsAreNotAdministrators(t *testing.T) {
+	cfg := identityConfig(t)
+	aliceTok, err := CreateUserToken(cfg.UsersFile, "alice", "client")
+	check.NoError(t, err)
+	a := startTracker(t, cfg)
+	addr := a.Addr()
+	ctx := testCtx(t)
+	alice, err := client.DialTracker(ctx, addr, client.TrackerOptions{Token: aliceTok, Logger: quietLogger()})
+	check.NoError(t, err)
+	defer alice.Close()
+	opts := map[string]string{"cflags": "-O3"}
+	first, err := alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "first", Module: module, Target: "cpu", Options: opts})
+	check.NoError(t, err)
+	second, err := alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "second", Module: module, Target: "cpu", Options: opts})
+	check.NoError(t, err)
+	board, err := rawDial(t, addr, "fleet", proto.RoleDevice)
+	check.NoError(t, err)
+	check.NoError(t, board.Call(ctx, proto.MethodTrackerRegister, proto.RegisterArgs{NodeID: "board-1", Role: proto.NodeDevice, Key: "k", Addr: "127.0.0.1:1"}, nil))
+
+	devJoin, _ := newJoinToken(t, cfg.UsersFile, "device")
+	devRep, err := join(t, addr, devJoin, proto.RoleDevice, "")
+	check.NoError(t, err)
+	dev, err := rawDial(t, addr, devRep.Credential, proto.RoleDevice)
+	check.NoError(t, err)
+
+	t.Run("device lists and reads jobs", func(t *testing.T) {
+		var sum proto.TrackerSummary
+		check.NoError(t, dev.Call(ctx, proto.MethodTrackerQuery, proto.QueryArgs{}, &sum))
+		check.Equal(t, len(sum.Jobs), 2)
+		for _, j := range append(sum.Jobs, sum.BuildQueue...) {
+			check.Equal(t, len(j.Options), 0)
+		}
+		var j proto.BuildJob
+		check.NoError(t, dev.Call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: first.ID}, &j))
+		check.Equal(t, len(j.Options), 0)
+	})
+	t.Run("device cancels a user's job", func(t *testing.T) {
+		err := dev.Call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: first.ID}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, `not node "`+devRep.NodeID+`"'s`)
+		got, err := alice.BuildStatus(ctx, first.ID)
+		check.NoError(t, err)
+		check.Equal(t, got.State, proto.JobQueued)
+	})
+	t.Run("device submits a job", func(t *testing.T) {
+		err := dev.Call(ctx, proto.MethodBuildSubmit, proto.BuildSubmitArgs{Module: module, Target: "cpu"}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, "submits no build jobs")
+	})
+	t.Run("device leases in a user's name", func(t *testing.T) {
+		err := dev.Call(ctx, proto.MethodLeaseRequest, proto.LeaseRequestArgs{Key: "k", User: "alice"}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, "requests no leases")
+		check.Equal(t, nodeState(a.Server, "board-1"), proto.StateFree)
+	})
+	t.Run("device verifies another device's lease", func(t *testing.T) {
+		err := dev.Call(ctx, proto.MethodLeaseVerify, proto.LeaseVerifyArgs{NodeID: "board-1", Token: "t"}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		check.Error(t, err, "verifies only its own leases")
+	})
+	t.Run("compiler sees the job it claimed", func(t *testing.T) {
+		cmp, cmpNode := joinedCompiler(t, addr, cfg.UsersFile)
+		var took proto.BuildTakeReply
+		check.NoError(t, cmp.Call(ctx, proto.MethodBuildTake, proto.BuildTakeArgs{NodeID: cmpNode, Wait: time.Second}, &took))
+		check.True(t, took.Job != nil && took.Job.ID == first.ID, "the compiler node took no job")
+		var mine, other proto.BuildJob
+		check.NoError(t, cmp.Call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: first.ID}, &mine))
+		check.Equal(t, mine.Options["cflags"], "-O3")
+		check.NoError(t, cmp.Call(ctx, proto.MethodBuildStatus, proto.BuildJobArgs{ID: second.ID}, &other))
+		check.Equal(t, len(other.Options), 0)
+		err = cmp.Call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: second.ID}, nil)
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+	})
+}
+
+// TestUsersFileConcurrentEdits: token commands run at once (as kiln token
+// processes on one machine do) each keep their edit: no revocation undone,
+// no new token lost.
+func TestUsersFileConcurrentEdits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users")
+	const n = 40
+	for i := range n {
+		_, err := CreateUserToken(path, fmt.Sprintf("old%d", i), "client")
+		check.NoError(t, err)
+	}
+	errs := make(chan error, 3*n)
+	for i := range n {
+		go func() {
+			_, err := RevokeUser(path, fmt.Sprintf("old%d", i))
+			errs <- err
+		}()
+		go func() {
+			_, err := CreateUserToken(path, fmt.Sprintf("new%d", i), "client")
+			errs <- err
+		}()
+		go func() {
+			_, _, _, err := CreateJoinToken(path, "device", time.Hour, 0)
+			errs <- err
+		}()
+	}
+	for range 3 * n {
+		check.NoError(t, <-errs)
+	}
+	entries, err := ListUsersFile(path)
+	check.NoError(t, err)
+	users, joins := map[string]bool{}, 0
+	for _, e := range entries {
+		if e.Kind == "join" {
+			joins++
+		} else {
+			users[e.Name] = true
+		}
+	}
+	for i := range n {
+		check.True(t, !users[fmt.Sprintf("old%d", i)], "revocation of old%d lost", i)
+		check.True(t, users[fmt.Sprintf("new%d", i)], "token of new%d lost", i)
+	}
+	check.Equal(t, joins, n)
 }

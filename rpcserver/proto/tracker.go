@@ -257,8 +257,9 @@ func TargetKind(target string) string {
 // compiler connection) for a per-node credential. A connection admitted
 // with a join token may call tracker.join and nothing else.
 type JoinArgs struct {
-	// NodeID asks for this node id; empty lets the tracker choose. An id
-	// that already has a credential is refused.
+	// NodeID is not honoured: the tracker assigns every joining node a
+	// fresh id, so a join token can never claim an existing node's id
+	// (kept so that older nodes' requests still decode).
 	NodeID string `msgpack:"node_id,omitempty"`
 }
 
