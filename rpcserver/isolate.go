@@ -50,10 +50,10 @@ type isolation struct {
 	cgroups []cgroupDir
 	prlimit string // the prlimit executable, when the caps are rlimits
 	setpriv string // the setpriv executable, to drop to a pool uid
-	// exe is the daemon's own executable as a pool uid can run it (a
-	// copy when the daemon's binary lies where other uids cannot reach
-	// it); "" when the workers run as the daemon's uid.
-	exe string
+	// exes maps a worker program to the path a pool uid runs it by (a
+	// copy when the program lies where other uids cannot reach it).
+	emu  sync.Mutex
+	exes map[string]string
 }
 
 // cgroupDir is a directory the daemon made for its sessions' cgroups, and
@@ -114,17 +114,16 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 		} else if root {
 			// The workers' uids must be able to run the daemon's
 			// binary, wherever it was installed.
+			iso.bwrap, iso.uids = path, uids
 			exe, eerr := os.Executable()
 			if eerr == nil {
-				exe, eerr = box.Executable(exe)
+				_, eerr = iso.runnable(exe)
 			}
 			if eerr != nil {
 				if mode == SandboxBwrap {
 					return nil, fmt.Errorf("rpcserver: --sandbox bwrap: %w", eerr)
 				}
-				iso.why = eerr.Error()
-			} else {
-				iso.bwrap, iso.uids, iso.exe = path, uids, exe
+				iso.bwrap, iso.uids, iso.why = "", nil, eerr.Error()
 			}
 		} else {
 			iso.bwrap = path
@@ -174,6 +173,29 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 		iso.prlimit = p
 	}
 	return iso, nil
+}
+
+// runnable returns the path by which a pool uid runs the worker program
+// exe: exe itself, or a copy where other uids cannot reach it (made once
+// per program). Without a uid pool it is exe.
+func (iso *isolation) runnable(exe string) (string, error) {
+	if len(iso.uids) == 0 {
+		return exe, nil
+	}
+	iso.emu.Lock()
+	defer iso.emu.Unlock()
+	if p, ok := iso.exes[exe]; ok {
+		return p, nil
+	}
+	p, err := box.Executable(exe)
+	if err != nil {
+		return "", err
+	}
+	if iso.exes == nil {
+		iso.exes = map[string]string{}
+	}
+	iso.exes[exe] = p
+	return p, nil
 }
 
 // wrapperProgram is the program of a worker wrapper to bind into the

@@ -149,15 +149,18 @@ func (w *workerProc) reason() (string, bool) {
 // owned by wg) once the process has ended and been waited for.
 func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jailing, id, dir string, quota int64, log *slog.Logger, wg *sync.WaitGroup, onExit func()) (*workerProc, error) {
 	path := spec.Path
-	if path == "" && iso != nil && iso.exe != "" {
-		path = iso.exe
-	}
 	if path == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("start worker: find own executable: %w", err)
 		}
 		path = exe
+	}
+	if iso != nil {
+		var err error
+		if path, err = iso.runnable(path); err != nil {
+			return nil, fmt.Errorf("start worker: %w", err)
+		}
 	}
 	args := spec.Args
 	if args == nil {
