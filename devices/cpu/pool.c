@@ -155,7 +155,7 @@ static void participate(kiln_pool* p) {
 static void* worker_main(void* arg) {
   kiln_pool* p = arg;
   kiln_in_parallel = 1;
-  uint32_t seen = __atomic_load_n(&p->epoch, __ATOMIC_ACQUIRE);
+  uint32_t seen = 0; /* the epoch the pool started with, whenever this thread starts */
   for (;;) {
     if (!spin_until_change(&p->epoch, seen, p->spin_ns)) {
       __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
