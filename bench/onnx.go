@@ -198,8 +198,9 @@ func readF32(path string) ([]float32, error) {
 }
 
 func runONNX(ctx context.Context, opt options) (result, error) {
-	// Kernels' parallel loops are OpenMP's: two threads, like the peers.
-	os.Setenv("OMP_NUM_THREADS", "2")
+	// Kernels' parallel loops run on kiln's pool of two threads, like the
+	// peers (set before the first module loads, which sizes the pool).
+	os.Setenv(cpu.EnvThreads, "2")
 	rounds := 100
 	r := onnxResult{Name: "onnx", Threads: 2, GoalVsORT: 1.0, Quick: opt.quick,
 		Environment: "kiln: default schedules, no tuning; ONNX Runtime: onnxruntime-node, 2 intra-op threads, all graph optimizations; PyTorch eager, 2 threads"}
