@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #ifdef __linux__
@@ -40,28 +41,32 @@ enum { kChunksPerThread = 4 };
 
 #define CLOSED 0xffffffffu
 
+/* The words that different threads write live on cache lines of their own,
+ * apart from the job, which workers only read. */
+#define LINE _Alignas(64)
+
 struct kiln_pool {
   int nworkers;
   int64_t spin_ns;
   pthread_t* workers;
+  uint32_t gen; /* the launching thread's generation counter */
 
   /* The job; written by the launching thread while the counter is closed. */
-  uint64_t claim; /* generation << 32 | next chunk */
-  KilnParallelFunc fn;
+  LINE KilnParallelFunc fn;
   void* closure;
   int64_t n;
   int64_t chunk;
   uint32_t nchunks;
-  uint32_t done;  /* chunks finished; the caller's futex word */
-  uint32_t abort; /* a chunk failed: later chunks are skipped */
-  int32_t rc;     /* the first failure */
-  uint32_t caller_waiting;
 
-  uint32_t epoch; /* bumped by each launch; the workers' futex word */
-  uint32_t sleepers;
-  uint32_t busy; /* a launch holds the pool */
+  LINE uint64_t claim; /* generation << 32 | next chunk */
+  LINE uint32_t done;  /* chunks finished; the caller's futex word */
+  uint32_t caller_waiting;
+  LINE uint32_t abort; /* a chunk failed: later chunks are skipped */
+  int32_t rc;          /* the first failure */
+  LINE uint32_t epoch; /* bumped by each launch; the workers' futex word */
+  LINE uint32_t sleepers;
+  LINE uint32_t busy; /* a launch holds the pool */
   uint32_t stop;
-  uint32_t gen; /* the launching thread's generation counter */
 };
 
 /* Set on a thread while it runs chunks (for life on workers). */
@@ -121,19 +126,48 @@ static int spin_until_change(const uint32_t* addr, uint32_t val, int64_t spin_ns
   }
 }
 
-/* participate claims and runs chunks until none of the current job is left. */
+/* finish adds the chunks a thread ran to the job's count, waking the caller
+ * when they were the last. */
+static void finish(kiln_pool* p, uint32_t ran, uint32_t nchunks) {
+  if (ran == 0) return;
+  if (__atomic_add_fetch(&p->done, ran, __ATOMIC_SEQ_CST) == nchunks &&
+      __atomic_load_n(&p->caller_waiting, __ATOMIC_SEQ_CST)) {
+    futex_wake(&p->done, 1);
+  }
+}
+
+/* participate claims and runs chunks until none of the current job is left.
+ * It reads the job again only when the generation changes: a claim that
+ * succeeds for the generation the job was read under is a chunk of it. */
 static void participate(kiln_pool* p) {
   uint64_t w = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
+  uint32_t gen = 0, nchunks = 0, ran = 0;
+  int have = 0;
+  KilnParallelFunc fn = NULL;
+  void* closure = NULL;
+  int64_t n = 0, chunk = 0;
   for (;;) {
     uint32_t idx = (uint32_t)w;
-    if (idx == CLOSED) return;
-    uint32_t nchunks = __atomic_load_n(&p->nchunks, __ATOMIC_ACQUIRE);
-    if (idx >= nchunks) return;
-    KilnParallelFunc fn = __atomic_load_n(&p->fn, __ATOMIC_ACQUIRE);
-    void* closure = __atomic_load_n(&p->closure, __ATOMIC_ACQUIRE);
-    int64_t n = __atomic_load_n(&p->n, __ATOMIC_ACQUIRE);
-    int64_t chunk = __atomic_load_n(&p->chunk, __ATOMIC_ACQUIRE);
-    if (!__atomic_compare_exchange_n(&p->claim, &w, w + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) continue;
+    if (!have || (uint32_t)(w >> 32) != gen) {
+      finish(p, ran, nchunks);
+      ran = 0;
+      if (idx == CLOSED) return;
+      nchunks = __atomic_load_n(&p->nchunks, __ATOMIC_ACQUIRE);
+      fn = __atomic_load_n(&p->fn, __ATOMIC_ACQUIRE);
+      closure = __atomic_load_n(&p->closure, __ATOMIC_ACQUIRE);
+      n = __atomic_load_n(&p->n, __ATOMIC_ACQUIRE);
+      chunk = __atomic_load_n(&p->chunk, __ATOMIC_ACQUIRE);
+      gen = (uint32_t)(w >> 32);
+      have = 1;
+    }
+    if (idx >= nchunks) break;
+    if (!__atomic_compare_exchange_n(&p->claim, &w, w + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+      /* w now holds the counter's value: maybe a newer generation, whose
+       * job the next round reads; but what was read under a closed or
+       * newer counter is not trusted. */
+      if ((uint32_t)(w >> 32) != gen) have = 0;
+      continue;
+    }
     int64_t begin = (int64_t)idx * chunk;
     int64_t end = begin + chunk < n ? begin + chunk : n;
     if (!__atomic_load_n(&p->abort, __ATOMIC_ACQUIRE)) {
@@ -144,12 +178,10 @@ static void participate(kiln_pool* p) {
         __atomic_store_n(&p->abort, 1, __ATOMIC_RELEASE);
       }
     }
-    if (__atomic_add_fetch(&p->done, 1, __ATOMIC_SEQ_CST) == nchunks &&
-        __atomic_load_n(&p->caller_waiting, __ATOMIC_SEQ_CST)) {
-      futex_wake(&p->done, 1);
-    }
+    ran++;
     w = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
   }
+  finish(p, ran, nchunks);
 }
 
 static void* worker_main(void* arg) {
@@ -169,8 +201,9 @@ static void* worker_main(void* arg) {
 }
 
 kiln_pool* kiln_pool_new(int threads, int64_t spin_ns) {
-  kiln_pool* p = calloc(1, sizeof *p);
-  if (p == NULL) return NULL;
+  kiln_pool* p = NULL;
+  if (posix_memalign((void**)&p, 64, sizeof *p) != 0) return NULL;
+  memset(p, 0, sizeof *p);
   p->spin_ns = spin_ns;
   p->claim = CLOSED;
   if (threads < 1) threads = 1;
