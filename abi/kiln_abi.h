@@ -91,6 +91,16 @@ typedef union {
 /* KilnPackedFunc is the signature of every exported kernel. */
 typedef int32_t (*KilnPackedFunc)(KilnValue* args, int32_t* type_codes, int32_t num_args);
 
+/* Parallel loops. A generated module outlines each parallel loop into a
+ * KilnParallelFunc that runs iterations [begin, end) of it, and runs the loop
+ * through the module's exported variable kiln_parallel_launch, which the
+ * loader sets after dlopen to the runtime's thread pool: launch(fn, closure, n)
+ * runs fn over [0, n) in chunks on the pool's threads and the caller's, and
+ * returns 0 or the first non-zero return of a chunk. A module whose variable
+ * stays NULL runs its loops serially on the calling thread. */
+typedef int32_t (*KilnParallelFunc)(int64_t begin, int64_t end, void* closure);
+typedef int32_t (*KilnParallelLaunch)(KilnParallelFunc fn, void* closure, int64_t n);
+
 /* Helpers for generated and hand-written modules. KILN_DEFINE_LAST_ERROR()
  * defines kiln_last_error() and kiln_set_last_error() in one translation unit. */
 #define KILN_EXPORT __attribute__((visibility("default")))

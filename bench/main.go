@@ -46,6 +46,9 @@ type options struct {
 	// kernels, when not nil, receives the onnx benchmark's time per
 	// kernel (--kernels).
 	kernels io.Writer
+	// contention also times the onnx benchmark's models beside CPU-bound
+	// processes (--contention).
+	contention bool
 }
 
 // result is a benchmark's report. It marshals to one JSON object that has
@@ -95,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quick := fs.Bool("quick", false, "tiny configuration that only checks the benchmark runs (figures are meaningless)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the benchmark to this file (for go tool pprof)")
 	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
+	contention := fs.Bool("contention", false, "the onnx benchmark: also time each model (kiln and ONNX Runtime alike) beside one and two CPU-bound processes")
 	perKernel := fs.Bool("kernels", false, "the onnx benchmark: also print kiln's time per kernel of each model to stderr, the most expensive first")
 	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
 	part := fs.String("part", "", "the tune benchmark: only this part: scaling (the matmul's search, then trials per minute with 1 and 2 daemons) or others (the convolution and the softmax, --trials each)")
@@ -126,7 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	opt := options{quick: *quick, model: *model, trials: *trials, part: *part}
+	opt := options{quick: *quick, model: *model, trials: *trials, part: *part, contention: *contention}
 	if *perKernel {
 		opt.kernels = stderr
 	}

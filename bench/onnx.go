@@ -60,6 +60,9 @@ type onnxModelResult struct {
 	BuildS     float64 `json:"build_s"`
 	Kernels    int     `json:"kernels"`
 	WeightsMiB float64 `json:"weights_mib"`
+	// Contention is the model timed beside CPU-bound processes
+	// (--contention).
+	Contention []contentionResult `json:"contention,omitempty"`
 }
 
 type onnxResult struct {
@@ -86,6 +89,7 @@ func (r onnxResult) Line() string {
 			s += fmt.Sprintf(", PyTorch %.2f ms (×%.2f)", m.TorchMS, m.VsTorch)
 		}
 		s += fmt.Sprintf(", max |kiln − torch| %.2g (rel %.2g)", m.MaxAbsDiff, m.RelDiff)
+		s += contentionLine(m.Contention)
 		parts = append(parts, s)
 	}
 	line := "onnx: " + strings.Join(parts, "; ")
@@ -198,8 +202,9 @@ func readF32(path string) ([]float32, error) {
 }
 
 func runONNX(ctx context.Context, opt options) (result, error) {
-	// Kernels' parallel loops are OpenMP's: two threads, like the peers.
-	os.Setenv("OMP_NUM_THREADS", "2")
+	// Kernels' parallel loops run on kiln's pool of two threads, like the
+	// peers (set before the first module loads, which sizes the pool).
+	os.Setenv(cpu.EnvThreads, "2")
 	rounds := 100
 	r := onnxResult{Name: "onnx", Threads: 2, GoalVsORT: 1.0, Quick: opt.quick,
 		Environment: "kiln: default schedules, no tuning; ONNX Runtime: onnxruntime-node, 2 intra-op threads, all graph optimizations; PyTorch eager, 2 threads"}
@@ -233,10 +238,11 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		}
 	}
 	for _, name := range models {
-		mr, err := benchONNXModel(ctx, cache, name, rounds, opt.quick, opt.kernels)
+		mr, timeKiln, done, err := benchONNXModel(ctx, cache, name, rounds, opt.quick, opt.kernels)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		var timeORT func() (float64, error)
 		if ms, ok := torchMS[name]; ok && ms > 0 {
 			mr.TorchMS, mr.VsTorch = ms, mr.KilnMS/ms
 		}
@@ -246,8 +252,13 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 			if name == "transformer" {
 				shape = []int64{1, 32, 128}
 			}
+			timeORT = func() (float64, error) {
+				ms, _, err := runORT(ctx, ort, model, filepath.Join(cache, name+"_x.bin"), shape, rounds)
+				return ms, err
+			}
 			ms, y, err := runORT(ctx, ort, model, filepath.Join(cache, name+"_x.bin"), shape, rounds)
 			if err != nil {
+				timeORT = nil
 				r.NoORT = err.Error()
 			} else {
 				mr.ORTMS, mr.VsORT = ms, mr.KilnMS/ms
@@ -255,6 +266,13 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 					mr.ORTDiff, _ = maxDiff(y, want)
 				}
 			}
+		}
+		if opt.contention && err == nil {
+			mr.Contention, err = measureContention(ctx, rounds, timeKiln, timeORT)
+		}
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		r.Models = append(r.Models, mr)
 	}
@@ -280,7 +298,26 @@ func maxDiff(got, want []float32) (abs, scale float64) {
 // benchONNXModel imports, builds and times one model; the input and
 // PyTorch's output come from the export (or the committed test data in
 // quick mode).
-func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer) (onnxModelResult, error) {
+//
+// It also returns a function that times rounds more inferences (the
+// milliseconds of each) and one that releases the model.
+func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer) (mr onnxModelResult, timeKiln func(rounds int) ([]float64, error), done func(), err error) {
+	var cleanup []func()
+	done = func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	mr, err = loadONNXModel(ctx, cache, name, rounds, quick, perKernel, &timeKiln, &cleanup)
+	return mr, timeKiln, done, err
+}
+
+func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer, timeKiln *func(int) ([]float64, error), cleanup *[]func()) (onnxModelResult, error) {
 	mr := onnxModelResult{Model: name}
 	model := filepath.Join(cache, name+".onnx")
 	var x *ndarray.NDArray
@@ -336,7 +373,7 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 	if err != nil {
 		return mr, err
 	}
-	defer os.RemoveAll(dir)
+	*cleanup = append(*cleanup, func() { os.RemoveAll(dir) })
 	kernels, err := cpu.LoadArtifact(a, dir)
 	if err != nil {
 		return mr, err
@@ -349,7 +386,7 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 	if err != nil {
 		return mr, err
 	}
-	defer m.Close()
+	*cleanup = append(*cleanup, func() { m.Close() })
 	args := []packedfunc.Value{packedfunc.Array(x)}
 	if weights != nil {
 		ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(weights), int64(len(weights)))
@@ -387,6 +424,17 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 		}
 	}
 	mr.KilnMS = median(times)
+	*timeKiln = func(rounds int) ([]float64, error) {
+		ts := make([]float64, 0, rounds)
+		for range rounds {
+			t0 := time.Now()
+			if _, err := m.Invoke("main", args...); err != nil {
+				return nil, err
+			}
+			ts = append(ts, float64(time.Since(t0))/1e6)
+		}
+		return ts, nil
+	}
 	if perKernel != nil {
 		printKernelTimes(perKernel, name, m.Profile(), rounds)
 	}

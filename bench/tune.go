@@ -23,6 +23,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -56,7 +57,7 @@ func init() {
 
 // tuneResult is the tune benchmark's report. The search measures each
 // candidate on a daemon whose session worker is pinned to one core and
-// runs kernels on one OpenMP thread; the tuned kernel and the hand
+// runs kernels on one thread; the tuned kernel and the hand
 // schedule are timed again there side by side (device figures). The
 // GFLOPS of the tuned kernel, the hand schedule, the default and numpy
 // are medians of interleaved rounds in this process (all threads), as in
@@ -565,7 +566,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 
 // benchFleet is an in-process tracker, compiler node and CPU device
 // daemons whose session workers are pinned each to its own core and run
-// kernels on one OpenMP thread.
+// kernels on one thread.
 type benchFleet struct {
 	client *client.Tracker
 	tok    string
@@ -591,7 +592,7 @@ func startBenchFleet(ctx context.Context, dir string, daemons int) (*benchFleet,
 	topts := client.TrackerOptions{Token: fl.tok, Logger: log}
 	for i := range daemons {
 		d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: fl.tok, Dir: filepath.Join(dir, fmt.Sprint("sessions", i)),
-			Logger: log, Worker: rpcserver.WorkerSpec{Path: exe, Env: []string{"OMP_NUM_THREADS=1"}, Wrapper: []string{"taskset", "-c", fmt.Sprint(i)}, OwnSession: true}})
+			Logger: log, Worker: rpcserver.WorkerSpec{Path: exe, Env: []string{cpu.EnvThreads + "=1"}, Wrapper: []string{"taskset", "-c", fmt.Sprint(i)}, OwnSession: true}})
 		if err != nil {
 			fl.stop()
 			return nil, err

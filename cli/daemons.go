@@ -19,6 +19,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/devices"
+	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -319,7 +320,8 @@ Examples:
 			&ucli.StringSliceFlag{Name: "plugin", Usage: "a shared object of kiln's packed ABI (exporting kiln_module_metadata) whose functions every session serves as globals; repeat for several"},
 			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files, and for the node id the tracker gave the daemon (file " + nodeIDFile + "), kept across restarts (default: a directory in the system's temporary directory, shared by the daemons that have none, which keeps no node id); one daemon per --dir"},
-			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; of the daemon's own variables workers inherit only those the C runtime, OpenMP, CUDA and Go need (PATH, HOME, the locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, OMP_*, ...)"},
+			&ucli.IntFlag{Name: "threads", Usage: "threads each session worker runs kernels' parallel loops on, the calling thread included (sets " + cpu.EnvThreads + "; default: the CPUs the worker may use, from its CPU affinity and cgroup quota)"},
+			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; of the daemon's own variables workers inherit only those the C runtime, kiln's thread pool, CUDA and Go need (PATH, HOME, the locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, " + cpu.EnvThreads + ", ...)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
@@ -365,6 +367,12 @@ func runRPCServer(c *ucli.Context) error {
 		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
 		Plugins: c.StringSlice("plugin"),
 		Worker:  rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
+	}
+	if n := c.Int("threads"); n != 0 {
+		if n < 1 {
+			return fmt.Errorf("--threads %d: want a thread count of at least 1", n)
+		}
+		cfg.Worker.Env = append(cfg.Worker.Env, fmt.Sprintf("%s=%d", cpu.EnvThreads, n))
 	}
 	for _, kv := range c.StringSlice("worker-env") {
 		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsAny(name, " \t") {

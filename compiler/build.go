@@ -39,7 +39,7 @@ import (
 
 // codegenVersion changes whenever generated code changes for the same IR,
 // so cached builds of older generators are not reused.
-const codegenVersion = "kiln-c-5+vm-1"
+const codegenVersion = "kiln-c-6+vm-1"
 
 // DefaultPipeline is the graph-level pipeline Build runs when
 // BuildOptions.Pipeline is empty: "O2" (the zero pipeline, then
@@ -431,10 +431,10 @@ func onlyPrimFuncs(m *ir.IRModule) *ir.IRModule {
 }
 
 // cacheKey hashes what decides the output: the generator's version, the
-// target, the toolchain (compiler, version, flags, OpenMP) and each
+// target, the toolchain (compiler, version, flags) and each
 // PrimFunc's name, structural hash and text.
 func cacheKey(mod *ir.IRModule, target Target, tc *toolchain.Toolchain) string {
-	parts := []string{codegenVersion, target.String(), tc.Identity(), tc.CC, strconv.FormatBool(tc.OpenMP)}
+	parts := []string{codegenVersion, target.String(), tc.Identity(), tc.CC}
 	for name, f := range mod.PrimFuncs() {
 		parts = append(parts, name, strconv.FormatUint(ir.StructuralHash(f), 16), script.Print(f))
 	}

@@ -39,7 +39,7 @@
 // Server.ServeFrames). Array bulk transfers go through the daemon over fd
 // 3 (a proto connection with role worker, yamux and bulk streams). The
 // worker runs with GOMAXPROCS=1 unless WorkerSpec.Env sets it: its Go code
-// is the call path only, and kernels' own threads (OpenMP) are not Go
+// is the call path only, and kernels' own threads (kiln's pool) are not Go
 // threads.
 //
 // On a machine with a CUDA device (cuda.Available), a worker loads an

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -60,12 +61,14 @@ const EnvEmulated = "KILN_EMULATED"
 var DefaultWorkerArgs = []string{"rpcserver-worker"}
 
 // workerEnvKeep are the variables of the daemon's environment a worker
-// inherits: what the C runtime, OpenMP, CUDA and Go need to run kernels.
+// inherits: what the C runtime, kiln's thread pool, CUDA and Go need to run
+// kernels (and OpenMP, for modules built before kiln had its own pool).
 // Everything else (KILN_TOKEN_FILE, credentials, the operator's shell
 // settings) stays with the daemon: uploaded kernels run in the worker.
 var workerEnvKeep = []string{
 	"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 	"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_CACHE_PATH",
+	cpu.EnvThreads, cpu.EnvSpin,
 	"OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT",
 	"GORACE", "GOCOVERDIR", "GODEBUG", EnvWorkerLogLevel,
 }
@@ -215,7 +218,8 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 	// processes, and a worker whose idle Ps spin looking for work takes
 	// the CPU from the daemon and the client (on 2 shared cores, the empty
 	// call's median fell from ~200 µs to ~90 µs). Kernels' own threads
-	// (OpenMP) are not Go threads and are not limited. Spec.Env may set
+	// (kiln's pool, see devices/cpu) are not Go threads and are not
+	// limited. Spec.Env may set
 	// GOMAXPROCS otherwise.
 	cmd.Env = append(workerEnviron(os.Environ()), "GOMAXPROCS="+workerGOMAXPROCS)
 	cmd.Env = append(cmd.Env, spec.Env...)

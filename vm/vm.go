@@ -497,9 +497,10 @@ func (m *VM) grow(n int) {
 // invoke runs function fi on the arguments already in the bottom frame and
 // settles storage ownership.
 //
-// Every invocation of a VM runs on the same OS thread, the VM's own:
-// compiled kernels run their parallel loops with OpenMP, whose runtime
-// keeps a team of worker threads per calling thread, and those workers
+// Every invocation of a VM runs on the same OS thread, the VM's own. kiln's
+// thread pool is one per process and does not care, but kernels of
+// artifacts built before it ran their parallel loops with OpenMP, whose
+// runtime keeps a team of worker threads per calling thread, and those workers
 // spin for a while after each parallel loop, waiting for the next. Calls
 // that moved between threads, from one kernel to the next or from one
 // invocation to the next, would start a team on each, and the idle teams'

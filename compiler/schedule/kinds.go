@@ -11,7 +11,8 @@ import (
 // ThreadTags are the thread axes Bind accepts.
 var ThreadTags = []string{"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread", "vthread.x", "vthread.y", "vthread.z"}
 
-// Parallel makes loop l run its iterations in parallel (OpenMP on CPU).
+// Parallel makes loop l run its iterations in parallel (on kiln's thread
+// pool on CPU).
 // Every block under l must bind only spatial iteration variables to l: a
 // loop carrying a reduction cannot run in parallel.
 func (s *Schedule) Parallel(l LoopRV) error {

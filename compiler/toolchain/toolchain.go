@@ -42,8 +42,6 @@ type Toolchain struct {
 	Triple string
 	// Version is the first line of `CC --version`.
 	Version string
-	// OpenMP reports whether the compiler accepted -fopenmp.
-	OpenMP bool
 }
 
 // Options select a toolchain.
@@ -90,23 +88,7 @@ func Find(ctx context.Context, o Options) (*Toolchain, error) {
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
 	t := &Toolchain{CC: path, Args: args, Flags: append([]string(nil), flags...), Triple: o.Triple, Version: strings.TrimSpace(version)}
-	t.OpenMP = t.probe(ctx, "-fopenmp")
 	return t, nil
-}
-
-// probe reports whether the compiler builds an empty shared object with flag.
-func (t *Toolchain) probe(ctx context.Context, flag string) bool {
-	dir, err := os.MkdirTemp("", "kiln-probe-")
-	if err != nil {
-		return false
-	}
-	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "p.c")
-	if os.WriteFile(src, []byte("int kiln_probe(void){return 0;}\n"), 0o644) != nil {
-		return false
-	}
-	cmd := exec.CommandContext(ctx, t.CC, append(slices.Clone(t.Args), flag, "-shared", "-fPIC", "-o", filepath.Join(dir, "p.so"), src)...)
-	return cmd.Run() == nil
 }
 
 // Identity names the toolchain for cache keys and manifests: compiler
@@ -184,9 +166,6 @@ func (t *Toolchain) BuildShared(ctx context.Context, srcs []Source, out, keepDir
 	}
 	args := append(slices.Clone(t.Args), t.Flags...)
 	args = append(args, "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-I", dir)
-	if t.OpenMP {
-		args = append(args, "-fopenmp")
-	}
 	texts := map[string]string{}
 	for _, s := range srcs {
 		p := filepath.Join(dir, s.Name)

@@ -150,6 +150,13 @@ func load(path string, dev devices.Device) (*Module, error) {
 	}
 	m.meta = meta
 	m.dev = dev
+	// A module with parallel loops runs them on the process's pool; one
+	// without the variable (hand-written, or no parallel loop) needs none.
+	if slot := m.sym("kiln_parallel_launch"); slot != nil {
+		if err := attachPool(slot); err != nil {
+			return fail(err)
+		}
+	}
 	if kind := targetKind(meta.Target); dev.Type == devices.CPU && (kind == "cuda" || kind == "nvptx") {
 		return fail(fmt.Errorf("the module is built for %q: its functions launch device code and run only where a %s backend loads it, not on %s", meta.Target, kind, dev))
 	} else if dev.Type != devices.CPU && kind != dev.Type.String() {
@@ -208,9 +215,10 @@ func (m *Module) Functions() []string {
 
 // Close ends the module: later calls fail with ErrClosed. Calls already
 // running finish normally. The library stays mapped for the life of the
-// process (it is opened with RTLD_NODELETE): OpenMP's worker threads keep
-// pointers into a kernel library after its parallel regions end, so
-// unloading one crashes the process. Close is idempotent.
+// process (it is opened with RTLD_NODELETE): a library other code may have
+// linked against (libgomp in modules built with OpenMP) can keep threads
+// running in it, so unloading one can crash the process. Close is
+// idempotent.
 func (m *Module) Close() error {
 	m.closed.Store(true)
 	return nil

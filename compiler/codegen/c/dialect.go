@@ -24,15 +24,16 @@ type Dialect struct {
 	Signature func(r *Renderer, name string, f *ir.PrimFunc) (string, error)
 	// Loop returns the lines that open a loop of a kind other than serial
 	// (pragmas and the for header, ending in "{"), or handled=false for
-	// the default (C: OpenMP for parallel loops, GCC unroll pragmas,
-	// thread-bound loops rejected).
+	// the default (C: parallel loops outlined and launched on the
+	// loader's thread pool, GCC unroll pragmas, thread-bound loops
+	// rejected).
 	Loop func(r *Renderer, f *ir.For) (lines []string, handled bool, err error)
 	// Intrinsic returns the call of a math intrinsic on scalar arguments
 	// already printed, or ok=false for the default (libm).
 	Intrinsic func(op string, t ir.DType, args []string) (string, bool)
 	// Fail returns the statement that reports message and leaves the
-	// function; inParallel is set inside an OpenMP region, where return
-	// is not allowed.
+	// function; inParallel is set inside a parallel loop's body (in C an
+	// outlined function, whose failure its launch passes on).
 	Fail func(message string, inParallel bool) string
 	// Allocate returns the declaration of a buffer allocated inside a
 	// function (a storage scope the dialect owns, such as CUDA's shared
@@ -73,7 +74,7 @@ const bfloat16Type = "kiln_bf16"
 
 // C returns the dialect for host C compiled by GCC or Clang.
 func C() Dialect {
-	return Dialect{Name: "c", Prelude: cPrelude, Restrict: "restrict", Externs: PackedHelpers()}
+	return Dialect{Name: "c", Prelude: cPrelude + parallelPrelude, Restrict: "restrict", Externs: PackedHelpers()}
 }
 
 // PackedHelpers are the helpers of the packed API (transform's Helper*
@@ -89,16 +90,10 @@ func PackedHelpers() map[string]bool {
 	return m
 }
 
-func cFail(msg string, inParallel bool) string {
+func cFail(msg string, _ bool) string {
 	if msg == transform.KeepLastError {
 		// The failed call (a kernel launch) has set the message.
-		if inParallel {
-			return "{ __builtin_trap(); }"
-		}
 		return "{ return -1; }"
-	}
-	if inParallel {
-		return fmt.Sprintf("{ kiln_set_last_error(%s); __builtin_trap(); }", cString(msg))
 	}
 	return fmt.Sprintf("{ kiln_set_last_error(%s); return -1; }", cString(msg))
 }

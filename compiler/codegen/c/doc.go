@@ -4,7 +4,11 @@
 // packed function; the file also defines kiln_last_error() and
 // kiln_module_metadata() (the abi.Metadata JSON).
 //
-// Parallel loops become OpenMP `#pragma omp parallel for` loops. Vector
+// Parallel loops are outlined (parallel.go): a loop's body becomes a static
+// function over a range of iterations that reads the values it uses from a
+// closure, and the loop becomes a launch through the module's
+// kiln_parallel_launch, which the loader points at its thread pool
+// (devices/cpu); a loop nested in a parallel one runs serially. Vector
 // expressions (Ramp and Broadcast from the vectorize pass) use GCC vector
 // types (`typedef float float32x16 __attribute__((vector_size(64)))`),
 // with unaligned loads and stores through __builtin_memcpy. A "local"

@@ -30,7 +30,7 @@ type Renderer struct {
 
 	// Per-function state.
 	fn         string
-	b          strings.Builder
+	b          *strings.Builder
 	indent     int
 	names      map[*ir.Var]string
 	used       map[string]bool
@@ -38,6 +38,8 @@ type Renderer struct {
 	promoted   map[*ir.Var]map[int64]slot // local buffers kept in variables
 	noalias    bool
 	inParallel int
+	nParallel  int      // parallel loops outlined so far
+	outlined   []string // their closures and functions, printed before fn
 	err        error
 }
 
@@ -53,7 +55,9 @@ func NewRenderer(d Dialect) *Renderer {
 // function and the node that cannot be printed.
 func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.fn = name
-	r.b.Reset()
+	r.b = &strings.Builder{}
+	r.nParallel = 0
+	r.outlined = nil
 	r.indent = 0
 	r.names = map[*ir.Var]string{}
 	r.used = map[string]bool{}
@@ -86,6 +90,9 @@ func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.line("}")
 	if r.err != nil {
 		return fmt.Errorf("function %q: %w", name, r.err)
+	}
+	for _, o := range r.outlined {
+		r.funcs.WriteString(o)
 	}
 	r.funcs.WriteString(r.b.String())
 	r.funcs.WriteString("\n")
@@ -357,7 +364,8 @@ func (r *Renderer) forStmt(f *ir.For) {
 	}
 	switch f.Kind {
 	case ir.ForParallel:
-		r.line("#pragma omp parallel for")
+		r.parallelFor(f)
+		return
 	case ir.ForUnrolled:
 		n := int64(8)
 		if e, ok := ir.IsConstInt(f.Extent); ok && e > 0 && e < 65536 {
@@ -515,6 +523,10 @@ func registerSlots(b *ir.Buffer, body ir.Stmt) map[int64]int {
 			ok = ok && n.Buffer.Data != b.Data
 		case *ir.Var:
 			ok = ok && n != b.Data
+		case *ir.For:
+			// A parallel loop's body is outlined into a function of its
+			// own, which reaches the buffer through its pointer.
+			ok = ok && n.Kind != ir.ForParallel
 		}
 		return ok
 	})

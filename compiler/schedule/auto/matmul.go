@@ -13,7 +13,7 @@ type Options struct {
 	// AVX-512); 0 means 64.
 	VectorBytes int64
 	// ParallelFlops is the multiply-add count from which the outer tile
-	// loop runs in parallel (OpenMP's fork/join costs microseconds); 0
+	// loop runs in parallel (waking the pool's threads costs microseconds); 0
 	// means DefaultParallelFlops, negative never.
 	ParallelFlops int64
 	// L2Bytes is one core's L2 cache: a pointwise convolution whose input
