@@ -141,6 +141,6 @@ func TestBuildKeepsUserSchedule(t *testing.T) {
 	check.True(t, strings.Contains(errOut, " is parallel)"), errOut)
 	b, err := os.ReadFile(filepath.Join(keep, "host.c"))
 	check.NoError(t, err)
-	check.True(t, strings.Contains(string(b), "#pragma omp parallel for"), "the parallel loop is lost")
+	check.True(t, strings.Contains(string(b), "kiln_parallel_run(kiln_parallel_"), "the parallel loop is lost")
 	check.True(t, !strings.Contains(string(b), "__attribute__((vector_size("), "a default schedule was added")
 }

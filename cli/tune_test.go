@@ -253,11 +253,13 @@ func TestTuneCrashingCandidate(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, res[0].Stage, "run", res[0])
 	check.True(t, strings.Contains(res[0].Error, "crash") || strings.Contains(res[0].Error, "signal"), res[0].Error)
-	check.True(t, len(res[1].Times) == 1 && res[1].Error == "", res[1])
+	// One repeat is too few for an interval: the timing is noisy and
+	// taken once more.
+	check.True(t, len(res[1].Times) == 2 && res[1].Remeasured && res[1].Error == "", res[1])
 	check.Equal(t, len(r.Devices()), 1)
 	res, err = r.Run(ctx, task, []*tune.Candidate{{Func: good}})
 	check.NoError(t, err)
-	check.True(t, len(res[0].Times) == 1, res[0])
+	check.True(t, len(res[0].Times) == 2, res[0])
 }
 
 // TestTuneProcesses tunes through a real fleet: a tracker, a compiler
@@ -427,7 +429,7 @@ func TestTuneRunnerRedials(t *testing.T) {
 	}
 	res, err := r.Run(ctx, task, sample(2))
 	check.NoError(t, err)
-	check.True(t, len(res[0].Times) == 1, res[0])
+	check.True(t, len(res[0].Times) == 2, res[0])
 
 	// Down for a second, far past the client's failover, while a batch
 	// runs.
@@ -443,7 +445,7 @@ func TestTuneRunnerRedials(t *testing.T) {
 	<-done
 	check.NoError(t, err)
 	for _, x := range res {
-		check.True(t, len(x.Times) == 1, x)
+		check.True(t, len(x.Times) == 2, x)
 	}
 	mu.Lock()
 	all := strings.Join(notes, "\n")

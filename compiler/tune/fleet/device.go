@@ -265,12 +265,11 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
-	if tr.Report != nil && tr.Report.Verdict == proto.VerdictNoisy && len(tr.Results) >= timer.MinSamples {
+	if tr.Report != nil && tr.Report.Verdict == proto.VerdictNoisy {
 		// A noisy timing is not ranked as it is: the candidate is timed
-		// once more and ranked on both timings' results together. (A
-		// timing of fewer repeats than a 95% interval needs is noisy
-		// whatever the machine does: timing it again would only double
-		// what every candidate costs; its record says why it is noisy.)
+		// once more and ranked on both timings' results together (a
+		// timing of fewer repeats than a 95% interval needs, noisy for
+		// that alone, gets its interval from the pooled samples).
 		again, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
 		if err != nil {
 			return r.failed(ctx, d, res, err)
