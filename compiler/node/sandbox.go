@@ -46,9 +46,9 @@ type jail struct {
 	// exe is the job command's program as a job uid can run it (a copy
 	// when the node's binary lies where other uids cannot reach it); ""
 	// unless the node is root and sandboxes its jobs.
-	exe string
-	memory  int64
-	procs   int
+	exe    string
+	memory int64
+	procs  int
 }
 
 // newJail decides how build jobs run: in bubblewrap's sandbox (as a uid of
