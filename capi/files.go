@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -38,13 +39,23 @@ func (l *localSession) localFile(name string) (string, error) {
 
 func sessionOf(h C.KilnHandle) (session, error) { return lookup[session](h, "session") }
 
-//export kiln_session_upload_bytes
-func kiln_session_upload_bytes(h C.KilnHandle, data unsafe.Pointer, size C.int64_t, name *C.char, cancel C.KilnHandle) C.int {
+// sessionCall returns the session h and the context of the cancel handle
+// that a file call of the session runs under.
+func sessionCall(h, cancel C.KilnHandle) (session, context.Context, error) {
 	s, err := sessionOf(h)
 	if err != nil {
-		return fail(err, errArgument)
+		return nil, nil, err
 	}
 	ctx, err := contextOf(cancel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, ctx, nil
+}
+
+//export kiln_session_upload_bytes
+func kiln_session_upload_bytes(h C.KilnHandle, data unsafe.Pointer, size C.int64_t, name *C.char, cancel C.KilnHandle) C.int {
+	s, ctx, err := sessionCall(h, cancel)
 	if err != nil {
 		return fail(err, errArgument)
 	}
@@ -81,11 +92,7 @@ func kiln_session_upload_bytes(h C.KilnHandle, data unsafe.Pointer, size C.int64
 //
 //export kiln_session_download
 func kiln_session_download(h C.KilnHandle, name *C.char, cancel C.KilnHandle, out *unsafe.Pointer, size *C.int64_t) C.int {
-	s, err := sessionOf(h)
-	if err != nil {
-		return fail(err, errArgument)
-	}
-	ctx, err := contextOf(cancel)
+	s, ctx, err := sessionCall(h, cancel)
 	if err != nil {
 		return fail(err, errArgument)
 	}
@@ -126,11 +133,7 @@ func kiln_session_download(h C.KilnHandle, name *C.char, cancel C.KilnHandle, ou
 //
 //export kiln_session_listdir
 func kiln_session_listdir(h C.KilnHandle, cancel C.KilnHandle, out **C.char) C.int {
-	s, err := sessionOf(h)
-	if err != nil {
-		return fail(err, errArgument)
-	}
-	ctx, err := contextOf(cancel)
+	s, ctx, err := sessionCall(h, cancel)
 	if err != nil {
 		return fail(err, errArgument)
 	}
@@ -175,11 +178,7 @@ func kiln_session_listdir(h C.KilnHandle, cancel C.KilnHandle, out **C.char) C.i
 
 //export kiln_session_remove
 func kiln_session_remove(h C.KilnHandle, name *C.char, cancel C.KilnHandle) C.int {
-	s, err := sessionOf(h)
-	if err != nil {
-		return fail(err, errArgument)
-	}
-	ctx, err := contextOf(cancel)
+	s, ctx, err := sessionCall(h, cancel)
 	if err != nil {
 		return fail(err, errArgument)
 	}
