@@ -12,13 +12,20 @@ import (
 // kiln's median and mean (the mean carries the stalls a median hides), ONNX
 // Runtime's median where it runs.
 type contentionResult struct {
-	Condition  string  `json:"condition"` // quiet, busy1, busy2: beside that many CPU-bound processes
+	// Condition is quiet, busy1 or busy2 (beside that many CPU-bound
+	// processes), or sessions2 (in a daemon's session while a second session
+	// on the same daemon runs the same model).
+	Condition  string  `json:"condition"`
 	KilnMS     float64 `json:"kiln_ms"`
 	KilnMeanMS float64 `json:"kiln_mean_ms"`
 	ORTMS      float64 `json:"ort_ms,omitempty"`
 	VsORT      float64 `json:"kiln_vs_ort,omitempty"`
-	// VsQuiet is kiln's median here over its median in the quiet condition.
+	// VsQuiet is kiln's median here over its median in the quiet condition
+	// (for sessions2: over SoloMS).
 	VsQuiet float64 `json:"kiln_vs_quiet"`
+	// SoloMS (sessions2 only) is the same daemon session's median while
+	// the other session is idle.
+	SoloMS float64 `json:"solo_ms,omitempty"`
 }
 
 // measureContention times a model quiet, then beside one and two CPU-bound
@@ -92,6 +99,9 @@ func contentionLine(cs []contentionResult) string {
 	var parts []string
 	for _, c := range cs {
 		s := fmt.Sprintf("%s %.3g ms (mean %.3g", c.Condition, c.KilnMS, c.KilnMeanMS)
+		if c.SoloMS > 0 {
+			s += fmt.Sprintf(", the session alone %.3g, ×%.2f", c.SoloMS, c.VsQuiet)
+		}
 		if c.ORTMS > 0 {
 			s += fmt.Sprintf(", ORT %.3g, ×%.2f", c.ORTMS, c.VsORT)
 		}

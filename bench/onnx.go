@@ -63,6 +63,8 @@ type onnxModelResult struct {
 	// Contention is the model timed beside CPU-bound processes
 	// (--contention).
 	Contention []contentionResult `json:"contention,omitempty"`
+	// remote is what the sessions2 condition uploads to a daemon.
+	remote *remoteSpec
 }
 
 type onnxResult struct {
@@ -161,17 +163,11 @@ func ortDir(ctx context.Context, cache string) (string, error) {
 // runORT times the model in ONNX Runtime (2 intra-op threads, all graph
 // optimizations) and returns its median latency and output.
 func runORT(ctx context.Context, ort, model, x string, shape []int64, rounds int) (float64, []float32, error) {
-	script := filepath.Join(ort, "bench.js")
-	if err := os.WriteFile(script, []byte(onnxORTScript), 0o644); err != nil {
+	if err := os.WriteFile(ortScript(ort), []byte(onnxORTScript), 0o644); err != nil {
 		return 0, nil, err
 	}
 	outFile := model + ".ort.bin"
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	cmd := exec.CommandContext(ctx, "node", script, model, x, strings.Join(dims, ","), outFile, fmt.Sprint(rounds))
-	cmd.Dir = ort
+	cmd := ortCommand(ctx, ort, model, x, shape, outFile, rounds)
 	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -188,6 +184,9 @@ func runORT(ctx context.Context, ort, model, x string, shape []int64, rounds int
 	y, err := readF32(outFile)
 	return r.MedianMS, y, err
 }
+
+// ortScript is where runORT writes the ONNX Runtime timing script.
+func ortScript(ort string) string { return filepath.Join(ort, "bench.js") }
 
 func readF32(path string) ([]float32, error) {
 	b, err := os.ReadFile(path)
@@ -248,10 +247,7 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		}
 		if ort != "" {
 			model := filepath.Join(cache, name+".onnx")
-			shape := []int64{1, 3, 224, 224}
-			if name == "transformer" {
-				shape = []int64{1, 32, 128}
-			}
+			shape := ortShape(name)
 			timeORT = func() (float64, error) {
 				ms, _, err := runORT(ctx, ort, model, filepath.Join(cache, name+"_x.bin"), shape, rounds)
 				return ms, err
@@ -269,6 +265,20 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		}
 		if opt.contention && err == nil {
 			mr.Contention, err = measureContention(ctx, rounds, timeKiln, timeORT)
+			if err == nil {
+				var ortBusy func() (func(), error)
+				if timeORT != nil {
+					ortBusy = func() (func(), error) {
+						return startORTBusy(ctx, ort, filepath.Join(cache, name+".onnx"), filepath.Join(cache, name+"_x.bin"), ortShape(name))
+					}
+				}
+				var c contentionResult
+				if c, err = measureSessions(ctx, rounds, mr.remote, ortBusy, timeORT); err == nil {
+					mr.Contention = append(mr.Contention, c)
+				} else {
+					err = fmt.Errorf("contention sessions2: %w", err)
+				}
+			}
 		}
 		done()
 		if err != nil {
@@ -388,6 +398,11 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 	}
 	*cleanup = append(*cleanup, func() { m.Close() })
 	args := []packedfunc.Value{packedfunc.Array(x)}
+	ab, err := a.Bytes()
+	if err != nil {
+		return mr, err
+	}
+	mr.remote = &remoteSpec{artifact: ab, args: []*ndarray.NDArray{x}}
 	if weights != nil {
 		ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(weights), int64(len(weights)))
 		if err != nil {
@@ -400,6 +415,7 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 				return mr, fmt.Errorf("weight %q missing", p.Name)
 			}
 			args = append(args, packedfunc.Array(a))
+			mr.remote.args = append(mr.remote.args, a)
 		}
 	}
 	var got []float32
