@@ -201,7 +201,7 @@ func ortCommand(ctx context.Context, ort, model, x string, shape []int64, out st
 
 // ortShape is the input shape of a bench onnx model.
 func ortShape(name string) []int64 {
-	if name == "transformer" {
+	if strings.HasPrefix(name, "transformer") {
 		return []int64{1, 32, 128}
 	}
 	return []int64{1, 3, 224, 224}

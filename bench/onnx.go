@@ -43,7 +43,13 @@ func init() {
 	})
 }
 
-var onnxModels = []string{"resnet18", "mobilenet_v2", "squeezenet1_1", "transformer"}
+// onnxModels are the models bench onnx runs: torchvision classifiers
+// (residual, inverted-residual with ReLU6, fire modules; squeeze-excitation
+// with hard-swish, with SiLU; channel shuffle; LayerNorm with GELU) and two
+// transformer encoder layers (post-norm ReLU; pre-norm GELU with a causal
+// attention mask).
+var onnxModels = []string{"resnet18", "mobilenet_v2", "squeezenet1_1", "transformer",
+	"mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x1_0", "convnext_tiny", "transformer_masked"}
 
 // onnxModelResult is one model's figures; latencies are medians in ms.
 type onnxModelResult struct {
@@ -352,10 +358,7 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 		}
 		opts.InputShapes = map[string][]int64{"x": {2, 3, 16, 16}}
 	} else {
-		shape := ndarray.Shape{1, 3, 224, 224}
-		if name == "transformer" {
-			shape = ndarray.Shape{1, 32, 128}
-		}
+		shape := ndarray.Shape(ortShape(name))
 		xs, err := readF32(filepath.Join(cache, name+"_x.bin"))
 		if err != nil {
 			return mr, err
