@@ -160,7 +160,7 @@ type vectorizer struct {
 // VectorMath lists the math intrinsics whose float32 calls Vectorize
 // makes on vectors for CPU targets; the C code generator prints them as
 // inline vector functions (kiln_vexp_float32x16, …).
-var VectorMath = map[string]bool{"exp": true, "erf": true}
+var VectorMath = map[string]bool{"exp": true, "erf": true, "sigmoid": true}
 
 func vectorizeLoop(fr *ir.For, lanes int, math bool) (ir.Stmt, bool) {
 	if lanes&(lanes-1) != 0 {

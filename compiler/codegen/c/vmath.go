@@ -45,6 +45,13 @@ var vectorMathHelpers = map[string]string{
   return (%[1]s)bits;
 }
 `,
+	// sigmoid as 1/(1 + e^-x) with the vector exp above (SiLU's and a
+	// squeeze-excitation gate's): 0 below -88.4, 1 above 88.4 (e^-x is
+	// +inf or zero there), NaN kept.
+	"sigmoid": `static inline %[1]s kiln_vsigmoid_%[1]s(%[1]s x) {
+  return 1.0f / (1.0f + kiln_vexp_%[1]s(-x));
+}
+`,
 	// erf as x·P(x²)/Q(x²) on x clamped to [-4, 4] (Eigen's and TVM's
 	// fast_erf): within 4.1e-7 of erf (7 ulp), ±1 beyond ±4, NaN kept.
 	"erf": `static inline %[1]s kiln_verf_%[1]s(%[1]s x) {
@@ -79,6 +86,9 @@ func (r *Renderer) vectorMath(op string, t ir.DType, args []string) (string, boo
 	}
 	name := fmt.Sprintf("kiln_v%s_%s", op, t)
 	r.vecMath[op+" "+t.String()] = true
+	if op == "sigmoid" {
+		r.vecMath["exp "+t.String()] = true // its helper calls exp's, printed before it
+	}
 	return name + "(" + args[0] + ")", true
 }
 
