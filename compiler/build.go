@@ -337,6 +337,14 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	a := artifact.New(target.String(), tc.Identity())
+	if arch, need, ok := target.Requires(); arch != "" {
+		// What a CPU needs to run the kernels, which the loader checks
+		// before they can crash on an instruction it lacks.
+		a.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: arch}
+		if ok {
+			a.Manifest.Attrs[artifact.AttrCPUFeatures] = strings.Join(need, ",")
+		}
+	}
 	if err := a.Add(artifact.HostLib, lib); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}

@@ -1,0 +1,206 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/hostcpu"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+)
+
+const onnxTestdata = "../compiler/frontend/onnx/testdata"
+
+// smallCNN builds the ONNX test model (weights bundled) once.
+var smallCNN = sync.OnceValues(func() (*artifact.Artifact, error) {
+	mod, weights, err := onnx.ImportFile(filepath.Join(onnxTestdata, "smallcnn.onnx"), onnx.Options{InputShapes: map[string][]int64{"x": {2, 3, 16, 16}}})
+	if err != nil {
+		return nil, err
+	}
+	res, err := compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{Params: weights})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+})
+
+func buildSmallCNN(t *testing.T) *artifact.Artifact {
+	t.Helper()
+	a, err := smallCNN()
+	check.NoError(t, err, "build the ONNX test model")
+	return a
+}
+
+// checkSmallCNN compares out with the output numpy computed when the model
+// was written.
+func checkSmallCNN(t *testing.T, out *ndarray.NDArray) {
+	t.Helper()
+	wantArr, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_y.npy"))
+	check.NoError(t, err)
+	want, err := ndarray.ToSlice[float32](wantArr)
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](out)
+	check.NoError(t, err)
+	check.Equal(t, len(got), len(want))
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+			t.Fatalf("output %d = %g, want %g", i, got[i], want[i])
+		}
+	}
+}
+
+// TestArtifactBindsBundledWeights: a graph artifact with bundled weights
+// runs with its input alone, through GetFunction and Invoke, and gives the
+// model's output; given every parameter it runs as well.
+func TestArtifactBindsBundledWeights(t *testing.T) {
+	a := buildSmallCNN(t)
+	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
+	check.NoError(t, err)
+	m, err := Artifact(a, Options{})
+	check.NoError(t, err)
+	defer m.Close()
+	check.Equal(t, m.Type(), "vm")
+	in, err := m.Inputs("main")
+	check.NoError(t, err)
+	check.Equal(t, in, []string{"x"})
+
+	f, err := m.GetFunction("main")
+	check.NoError(t, err)
+	res, err := f.Call(packedfunc.Array(x))
+	check.NoError(t, err)
+	out, err := res.AsArray()
+	check.NoError(t, err)
+	checkSmallCNN(t, out)
+
+	v, err := m.Invoke("main", packedfunc.Array(x))
+	check.NoError(t, err)
+	out, err = v.Array()
+	check.NoError(t, err)
+	checkSmallCNN(t, out)
+
+	// Every parameter given: the weights passed are used.
+	info, _ := m.VM().Executable().Function("main")
+	all := []packedfunc.Value{packedfunc.Array(x)}
+	for _, p := range info.Params[1:] {
+		all = append(all, packedfunc.Array(m.Weights()[p.Name]))
+	}
+	res, err = f.Call(all...)
+	check.NoError(t, err)
+	out, err = res.AsArray()
+	check.NoError(t, err)
+	checkSmallCNN(t, out)
+
+	// Neither the inputs nor every parameter: named.
+	_, err = f.Call()
+	check.Error(t, err, "want the inputs x (the weights are bundled), got 0 arguments")
+	check.ErrorIs(t, err, packedfunc.ErrArity)
+}
+
+// TestCloseClosesKernels: Close closes the VM and its kernels (a kernel
+// taken before fails after, with cpu.ErrClosed) and removes the directory
+// the load wrote the library into.
+func TestCloseClosesKernels(t *testing.T) {
+	a := buildSmallCNN(t)
+	m, err := Artifact(a, Options{})
+	check.NoError(t, err)
+	k, ok := m.Kernels().(*cpu.Module)
+	check.True(t, ok, "kernels are a", m.Kernels().Type(), "module")
+	dir := filepath.Dir(k.Path())
+	_, err = os.Stat(dir)
+	check.NoError(t, err, "the load's directory")
+	fi := a.Manifest.Functions[0]
+	kf, err := k.GetFunction(fi.Name)
+	check.NoError(t, err)
+	main, err := m.GetFunction("main")
+	check.NoError(t, err)
+
+	check.NoError(t, m.Close())
+	check.NoError(t, m.Close(), "a second Close")
+	_, err = kf.Call()
+	check.ErrorIs(t, err, cpu.ErrClosed)
+	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
+	check.NoError(t, err)
+	_, err = main.Call(packedfunc.Array(x))
+	check.True(t, err != nil, "the VM runs after Close")
+	_, err = os.Stat(dir)
+	check.True(t, errors.Is(err, os.ErrNotExist), "the load's directory is left:", err)
+
+	// A directory the caller gives stays: it is the caller's.
+	own := t.TempDir()
+	m, err = Artifact(a, Options{Dir: own})
+	check.NoError(t, err)
+	check.NoError(t, m.Close())
+	_, err = os.Stat(own)
+	check.NoError(t, err)
+}
+
+// TestArtifactForMissingCPUFeatures: an artifact built for CPU features the
+// host lacks is refused before its library loads, naming the features and
+// the target; one built for the host records the host's features and
+// loads. The host is pretended (an AVX2-only x86 CPU) so the answer does
+// not depend on where the test runs.
+func TestArtifactForMissingCPUFeatures(t *testing.T) {
+	mod, err := script.Parse("add.py", `
+@I.ir_module
+class Module:
+    @T.prim_func
+    def add(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+        for i in range(16):
+            with T.block("B"):
+                vi = T.axis.remap("S", [i])
+                B[vi] = A[vi] + T.float32(1)
+`)
+	check.NoError(t, err)
+	build := func(target string) *artifact.Artifact {
+		res, err := compiler.Build(context.Background(), mod, compiler.MustParseTarget(target), compiler.BuildOptions{NoCache: true})
+		check.NoError(t, err, target)
+		return res
+	}
+	native := build("cpu")
+	check.True(t, native.Manifest.Attrs[artifact.AttrCPUArch] != "", "no architecture in the manifest:", native.Manifest.Attrs)
+	for _, f := range hostcpu.Host().List() {
+		check.True(t, strings.Contains(","+native.Manifest.Attrs[artifact.AttrCPUFeatures]+",", ","+f+","),
+			"a build for the host does not record its feature", f, native.Manifest.Attrs)
+	}
+	m, err := Artifact(native, Options{})
+	check.NoError(t, err, "the host runs what is built for it")
+	check.NoError(t, m.Close())
+
+	if hostcpu.Host().Arch != "amd64" {
+		t.Skip("the -mcpu below is an x86 core")
+	}
+	avx512 := build("cpu -mcpu=skylake-avx512")
+	avx2 := hostcpu.Features{Arch: "amd64", Has: map[string]bool{}}
+	for _, f := range strings.Split("sse2,sse3,ssse3,sse4.1,sse4.2,popcnt,cx16,sahf,avx,avx2,bmi,bmi2,f16c,fma,lzcnt,movbe", ",") {
+		avx2.Has[f] = true
+	}
+	defer func(h func() hostcpu.Features) { hostFeatures = h }(hostFeatures)
+	hostFeatures = func() hostcpu.Features { return avx2 }
+	dir := t.TempDir()
+	_, err = Artifact(avx512, Options{Dir: dir})
+	check.Error(t, err, `it is built for "cpu -mcpu=skylake-avx512"`, "its CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl")
+	left, _ := os.ReadDir(dir)
+	check.Equal(t, len(left), 0, "the refused artifact's library was written")
+
+	// Another architecture is named too.
+	arm := *native
+	arm.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: "arm64"}
+	_, err = Artifact(&arm, Options{})
+	check.Error(t, err, "is for arm64; this host is amd64")
+	// A build without -mattr AVX-512 runs on the AVX2 host.
+	m, err = Artifact(build("cpu -mcpu=skylake-avx512 -mattr=-avx512f"), Options{})
+	check.NoError(t, err)
+	check.NoError(t, m.Close())
+}
