@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,11 +18,11 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
-	"github.com/kiln-ml/kiln/vm"
 )
 
 // runner calls and times one function of an artifact, on this machine or
@@ -71,43 +70,21 @@ func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 }
 
 type localRunner struct {
-	dir string
-	mod packedfunc.Module
+	mod *load.Module
 	f   *packedfunc.Func
 }
 
 func openLocal(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*localRunner, error) {
-	dir, err := os.MkdirTemp("", "kiln-run-")
+	mod, err := load.Artifact(a, load.Options{MemoryCfg: memoryCfg})
 	if err != nil {
 		return nil, err
-	}
-	kernels, err := cpu.LoadArtifact(a, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	var mod packedfunc.Module = kernels
-	if exeBytes, ok := a.Files[artifact.VMExec]; ok {
-		exe, err := vm.Unmarshal(exeBytes)
-		if err == nil {
-			var m *vm.VM
-			if m, err = vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: memoryCfg}); err == nil {
-				mod = m
-			}
-		}
-		if err != nil {
-			kernels.Close()
-			os.RemoveAll(dir)
-			return nil, err
-		}
 	}
 	f, err := mod.GetFunction(fi.Name)
 	if err != nil {
 		mod.Close()
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &localRunner{dir: dir, mod: mod, f: f}, nil
+	return &localRunner{mod: mod, f: f}, nil
 }
 
 func (r *localRunner) call(_ context.Context, call *preparedCall) error {
@@ -164,10 +141,7 @@ func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.Time
 
 func (r *localRunner) where() string { return "this machine (" + devices.CPUDevice.String() + ")" }
 
-func (r *localRunner) close() {
-	r.mod.Close()
-	os.RemoveAll(r.dir)
-}
+func (r *localRunner) close() { r.mod.Close() }
 
 type remoteRunner struct {
 	tr    *client.Tracker

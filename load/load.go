@@ -114,7 +114,7 @@ func Artifact(a *artifact.Artifact, o Options) (_ *Module, err error) {
 	}
 	if onCUDA {
 		if ok, why := cuda.Available(); !ok {
-			return nil, fmt.Errorf("load artifact: it is built for %q, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
+			return nil, fmt.Errorf("load artifact: the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
 		}
 		if m.kernels, err = cuda.LoadArtifact(dev, a, dir); err != nil {
 			return nil, err
