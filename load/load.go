@@ -116,11 +116,17 @@ func Artifact(a *artifact.Artifact, o Options) (_ *Module, err error) {
 		if ok, why := cuda.Available(); !ok {
 			return nil, fmt.Errorf("load artifact: the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
 		}
-		if m.kernels, err = cuda.LoadArtifact(dev, a, dir); err != nil {
+		k, err := cuda.LoadArtifact(dev, a, dir)
+		if err != nil {
 			return nil, err
 		}
-	} else if m.kernels, err = loadHost(a, o, dir); err != nil {
-		return nil, err
+		m.kernels = k
+	} else {
+		k, err := loadHost(a, o, dir)
+		if err != nil {
+			return nil, err
+		}
+		m.kernels = k
 	}
 	exeBytes, ok := a.Files[artifact.VMExec]
 	if !ok {
