@@ -450,6 +450,16 @@ func cacheKey(mod *ir.IRModule, target Target, tc *toolchain.Toolchain) string {
 		if f, ok := mod.Lookup(name); ok {
 			if g, ok := f.(*ir.Function); ok {
 				parts = append(parts, "graph", name, script.Print(g))
+				// The model operators calls come from are not printed,
+				// but the executable records them.
+				ir.RVisit(g, func(e ir.RExpr) bool {
+					if c, ok := e.(*ir.RCall); ok {
+						for _, src := range c.Sources {
+							parts = append(parts, src.Name, src.Op)
+						}
+					}
+					return true
+				})
 			}
 		}
 	}

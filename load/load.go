@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/devices"
@@ -61,9 +62,14 @@ type Module struct {
 	vm      *vm.VM // nil for an artifact of kernels
 	dev     devices.Device
 	// weights are the bundled weights by parameter name (dotted module
-	// paths also as underscores), on dev.
+	// paths also as underscores), on the host.
 	weights map[string]*ndarray.NDArray
 	tmp     string // a directory the load made, removed by Close
+
+	mu sync.Mutex
+	// onDev holds the weights copied to a device that is not the CPU,
+	// each the first time a call needs it.
+	onDev map[*ndarray.NDArray]*ndarray.NDArray
 }
 
 // hostFeatures is what this machine's CPU runs (a test pretends another).
@@ -139,7 +145,7 @@ func Artifact(a *artifact.Artifact, o Options) (_ *Module, err error) {
 	if m.vm, err = vm.New(exe, m.kernels, dev, vm.Options{MemoryCfg: o.MemoryCfg, Profile: o.Profile}); err != nil {
 		return nil, fmt.Errorf("load artifact: the VM on %s: %w", dev, err)
 	}
-	if m.weights, err = bundledWeights(a, dev); err != nil {
+	if m.weights, err = bundledWeights(a); err != nil {
 		return nil, fmt.Errorf("load artifact: %w", err)
 	}
 	return m, nil
@@ -213,10 +219,10 @@ func RunsHere(a *artifact.Artifact) error {
 	return nil
 }
 
-// bundledWeights reads a's params.safetensors onto dev, by parameter
-// name: a dotted module path ("fc1.weight") also names parameter
-// fc1_weight. Nil when a bundles none.
-func bundledWeights(a *artifact.Artifact, dev devices.Device) (map[string]*ndarray.NDArray, error) {
+// bundledWeights reads a's params.safetensors by parameter name: a
+// dotted module path ("fc1.weight") also names parameter fc1_weight. Nil
+// when a bundles none.
+func bundledWeights(a *artifact.Artifact) (map[string]*ndarray.NDArray, error) {
 	b, ok := a.Files[artifact.Params]
 	if !ok {
 		return nil, nil
@@ -227,19 +233,36 @@ func bundledWeights(a *artifact.Artifact, dev devices.Device) (map[string]*ndarr
 	}
 	w := map[string]*ndarray.NDArray{}
 	for k, v := range ps {
-		if dev.Type != devices.CPU {
-			data, err := v.Bytes()
-			if err == nil {
-				v, err = ndarray.FromBytes(data, v.Shape(), v.DType(), dev)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("bundled weight %s onto %s: %w", k, dev, err)
-			}
-		}
 		w[k] = v
 		w[strings.ReplaceAll(k, ".", "_")] = v
 	}
 	return w, nil
+}
+
+// onDevice is weight w on the module's device: w itself on the CPU, else
+// a copy made the first time.
+func (m *Module) onDevice(name string, w *ndarray.NDArray) (*ndarray.NDArray, error) {
+	if m.dev.Type == devices.CPU {
+		return w, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := m.onDev[w]; d != nil {
+		return d, nil
+	}
+	data, err := w.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("bundled weight %s: %w", name, err)
+	}
+	d, err := ndarray.FromBytes(data, w.Shape(), w.DType(), m.dev)
+	if err != nil {
+		return nil, fmt.Errorf("bundled weight %s onto %s: %w", name, m.dev, err)
+	}
+	if m.onDev == nil {
+		m.onDev = map[*ndarray.NDArray]*ndarray.NDArray{}
+	}
+	m.onDev[w] = d
+	return d, nil
 }
 
 // VM is the graph artifact's VM (nil for an artifact of kernels).
@@ -252,7 +275,8 @@ func (m *Module) Kernels() packedfunc.Module { return m.kernels }
 // Device is where the artifact runs and its tensors live.
 func (m *Module) Device() devices.Device { return m.dev }
 
-// Weights are the bundled weights by parameter name (nil when none).
+// Weights are the bundled weights by parameter name, on the host (nil
+// when none).
 func (m *Module) Weights() map[string]*ndarray.NDArray { return m.weights }
 
 // Inputs names the parameters of graph function name that no bundled
@@ -349,7 +373,11 @@ func (m *Module) bind(name string, inputs []packedfunc.Value) ([]packedfunc.Valu
 	i := 0
 	for _, p := range info.Params {
 		if w := m.weights[p.Name]; w != nil {
-			full = append(full, packedfunc.Array(w))
+			d, err := m.onDevice(p.Name, w)
+			if err != nil {
+				return nil, err
+			}
+			full = append(full, packedfunc.Array(d))
 			continue
 		}
 		full = append(full, inputs[i])
@@ -369,14 +397,12 @@ func (m *Module) Close() error {
 	if m.kernels != nil {
 		errs = append(errs, m.kernels.Close())
 	}
-	released := map[*ndarray.NDArray]bool{}
-	for _, w := range m.weights {
-		if w.Device().Type != devices.CPU && !released[w] {
-			released[w] = true
-			errs = append(errs, w.Release())
-		}
+	m.mu.Lock()
+	for _, d := range m.onDev {
+		errs = append(errs, d.Release())
 	}
-	m.weights = nil
+	m.onDev = nil
+	m.mu.Unlock()
 	if m.tmp != "" {
 		errs = append(errs, os.RemoveAll(m.tmp))
 		m.tmp = ""

@@ -177,7 +177,7 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(good[headerLen : len(good)-4])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e, err := decodeBody(body)
+		e, err := decodeBody(body, 0)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
