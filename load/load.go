@@ -66,7 +66,10 @@ type Module struct {
 	weights map[string]*ndarray.NDArray
 	tmp     string // a directory the load made, removed by Close
 
-	mu sync.Mutex
+	memoryCfg string
+	mu        sync.Mutex
+	// prof is the VM that profiles (Profile), made the first time.
+	prof *vm.VM
 	// onDev holds the weights copied to a device that is not the CPU,
 	// each the first time a call needs it.
 	onDev map[*ndarray.NDArray]*ndarray.NDArray
@@ -108,7 +111,7 @@ func Artifact(a *artifact.Artifact, o Options) (_ *Module, err error) {
 	if !onCUDA && dev.Type != devices.CPU {
 		return nil, fmt.Errorf("load artifact: it is built for %q, which runs on the CPU, not on %s", a.Manifest.Target, dev)
 	}
-	m := &Module{dev: dev}
+	m := &Module{dev: dev, memoryCfg: o.MemoryCfg}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -316,12 +319,16 @@ func (m *Module) Functions() []string {
 
 // GetFunction returns a function of the VM, or a kernel. A graph function
 // with bundled weights takes either every parameter (weights too, which
-// then replace the bundled ones for that call) or its inputs alone.
+// then replace the bundled ones for that call) or its inputs alone. A
+// graph artifact also has ProfileFunc.
 func (m *Module) GetFunction(name string) (*packedfunc.Func, error) {
 	if m.vm == nil {
 		return m.kernels.GetFunction(name)
 	}
 	f, err := m.vm.GetFunction(name)
+	if errors.Is(err, packedfunc.ErrNotFound) && name == ProfileFunc {
+		return m.profileFunc(), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +401,11 @@ func (m *Module) Close() error {
 	if m.vm != nil {
 		errs = append(errs, m.vm.Close())
 	}
+	m.mu.Lock()
+	if m.prof != nil {
+		errs = append(errs, m.prof.Close())
+	}
+	m.mu.Unlock()
 	if m.kernels != nil {
 		errs = append(errs, m.kernels.Close())
 	}

@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -203,4 +204,72 @@ class Module:
 	m, err = Artifact(build("cpu -mcpu=skylake-avx512 -mattr=-avx512f"), Options{})
 	check.NoError(t, err)
 	check.NoError(t, m.Close())
+}
+
+// checkProfile checks a profile of the ONNX test model's main: every
+// kernel once or more an inference with the model operators it computes,
+// the most expensive first, shares summing to one, and a trace of one
+// inference whose kernel calls lie inside it.
+func checkProfile(t *testing.T, p *Profile, rounds int) {
+	t.Helper()
+	check.Equal(t, p.Function, "main")
+	check.Equal(t, p.Rounds, rounds)
+	check.True(t, p.ModelSeconds > 0 && p.KernelSeconds > 0, "model", p.ModelSeconds, "kernels", p.KernelSeconds)
+	check.True(t, len(p.Kernels) >= 5, "kernels:", p.Kernels)
+	ops := map[string]string{}
+	var share float64
+	var calls int64
+	for i, k := range p.Kernels {
+		check.True(t, k.Calls >= 1, k.Name, "calls", k.Calls)
+		if i > 0 {
+			check.True(t, p.Kernels[i-1].Seconds >= k.Seconds, "not the most expensive first:", p.Kernels)
+		}
+		share += k.Share
+		calls += k.Calls
+		for _, o := range k.Ops {
+			ops[o.Name] = o.Op
+		}
+	}
+	check.True(t, math.Abs(share-1) < 1e-9, "shares sum to", share)
+	for name, op := range map[string]string{"/conv1/Conv": "Conv", "/conv2/Conv": "Conv", "/relu/Relu": "Relu", "/pool/MaxPool": "MaxPool", "/fc/Gemm": "Gemm"} {
+		check.Equal(t, ops[name], op, "the operator of node", name, "in", p.Kernels)
+	}
+	check.True(t, len(p.Trace) == int(calls)+1, "trace of", len(p.Trace), "events for", calls, "kernel calls")
+	whole := p.Trace[0]
+	check.True(t, !whole.Kernel && whole.Name == "main" && whole.DurUS > 0, "the first event is not the inference:", whole)
+	for _, e := range p.Trace[1:] {
+		check.True(t, e.Kernel && e.StartUS >= 0 && e.DurUS >= 0 && e.StartUS+e.DurUS <= whole.DurUS, "a kernel call outside the inference:", e, whole)
+	}
+}
+
+// TestProfile profiles the ONNX test model with its input alone (the
+// weights bundled), directly and through ProfileFunc as a device daemon
+// calls it.
+func TestProfile(t *testing.T) {
+	a := buildSmallCNN(t)
+	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
+	check.NoError(t, err)
+	m, err := Artifact(a, Options{})
+	check.NoError(t, err)
+	defer m.Close()
+	p, err := m.Profile("main", 4, packedfunc.Array(x))
+	check.NoError(t, err)
+	checkProfile(t, p, 4)
+
+	f, err := m.GetFunction(ProfileFunc)
+	check.NoError(t, err)
+	res, err := f.Call(packedfunc.String("main"), packedfunc.Int(3), packedfunc.Array(x))
+	check.NoError(t, err)
+	text, err := res.AsString()
+	check.NoError(t, err)
+	var q Profile
+	check.NoError(t, json.Unmarshal([]byte(text), &q))
+	checkProfile(t, &q, 3)
+
+	_, err = m.Profile("nope", 3, packedfunc.Array(x))
+	check.Error(t, err, `no graph function "nope"`)
+	_, err = m.Profile("main", 0, packedfunc.Array(x))
+	check.Error(t, err, "rounds must be at least 1")
+	_, err = f.Call(packedfunc.String("main"))
+	check.ErrorIs(t, err, packedfunc.ErrArity)
 }
