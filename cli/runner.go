@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,9 @@ type runner interface {
 	call(ctx context.Context, call *preparedCall) error
 	// time runs the time evaluator on the function with call's arguments.
 	time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error)
+	// profile times each kernel of graph function call.fn over rounds
+	// inferences, where the function runs.
+	profile(ctx context.Context, call *preparedCall, rounds int) (*load.Profile, error)
 	// where names the device for the output.
 	where() string
 	close()
@@ -139,6 +143,10 @@ func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.Time
 	return res.Wire(devices.CPUDevice.String()), nil
 }
 
+func (r *localRunner) profile(_ context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	return r.mod.Profile(call.fn.Name, rounds, call.args...)
+}
+
 func (r *localRunner) where() string { return "this machine (" + devices.CPUDevice.String() + ")" }
 
 func (r *localRunner) close() { r.mod.Close() }
@@ -147,6 +155,7 @@ type remoteRunner struct {
 	tr    *client.Tracker
 	lease *client.Lease
 	s     *client.Session
+	mod   *client.Module
 	f     *client.Func
 	// dev is where the tensors live on the device daemon: cpu:0, or
 	// cuda:0 for an artifact built for cuda (the daemon copies them
@@ -256,11 +265,11 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err := r.s.Upload(ctx, name, data); err != nil {
 		return nil, r.lost(err)
 	}
-	mod, err := r.s.LoadModule(ctx, name, c.String("memory-cfg"))
+	r.mod, err = r.s.LoadModule(ctx, name, c.String("memory-cfg"))
 	if err != nil {
 		return nil, r.lost(err)
 	}
-	r.f, err = mod.GetFunction(ctx, fi.Name)
+	r.f, err = r.mod.GetFunction(ctx, fi.Name)
 	if err != nil {
 		return nil, r.lost(err)
 	}
@@ -388,6 +397,33 @@ func (r *remoteRunner) time(ctx context.Context, call *preparedCall, o proto.Tim
 	}
 	res, err := r.s.TimeEvaluator(ctx, r.f, o, args...)
 	return res, r.lost(err)
+}
+
+// profile calls the loaded module's profile function on the device: the
+// figures are measured there and come back as JSON.
+func (r *remoteRunner) profile(ctx context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	args, err := r.args(ctx, call)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	f, err := r.mod.GetFunction(ctx, load.ProfileFunc)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	defer f.Free(context.WithoutCancel(ctx))
+	res, err := f.Call(ctx, append([]any{call.fn.Name, int64(rounds)}, args...)...)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	text, ok := res.(string)
+	if !ok {
+		return nil, fmt.Errorf("the device's %s returned %T, not a profile", load.ProfileFunc, res)
+	}
+	var p load.Profile
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		return nil, fmt.Errorf("the device's profile: %w", err)
+	}
+	return &p, nil
 }
 
 func (r *remoteRunner) where() string {

@@ -239,6 +239,10 @@ func (r *cudaRunner) vmOutputs(call *preparedCall, res packedfunc.Value) error {
 	return nil
 }
 
+func (r *cudaRunner) profile(_ context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	return r.mod.Profile(call.fn.Name, rounds, call.args...)
+}
+
 func (r *cudaRunner) where() string { return "this machine (" + r.dev.String() + ")" }
 
 func (r *cudaRunner) close() { r.mod.Close() }
