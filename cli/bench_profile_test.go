@@ -1,15 +1,21 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/load"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // checkTraceFile checks a trace file against Chrome's trace-event format
@@ -83,7 +89,8 @@ func checkCNNProfile(t *testing.T, p load.Profile, rounds int, device string) {
 
 // TestBenchProfile: kiln bench --profile of an ONNX model, here and on a
 // device leased from an in-process fleet (measured there, sent back):
-// the table, --json, and --trace in the trace-event format.
+// the table, --json, and --trace in the trace-event format. There the
+// device binds the model's bundled weights, so main takes its input alone.
 func TestBenchProfile(t *testing.T) {
 	dir := t.TempDir()
 	art := filepath.Join(dir, "cnn.kiln")
@@ -137,4 +144,47 @@ func TestBenchProfile(t *testing.T) {
 	check.NoError(t, json.Unmarshal([]byte(out), &rp), out)
 	checkCNNProfile(t, rp, 3, "cpu:0")
 	check.Equal(t, len(checkTraceFile(t, remoteTrace)), len(rp.Trace))
+
+	// The device binds the bundled weights: main takes its input alone
+	// there, as it does here.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lease, err := fl.client.RequestLease(ctx, client.LeaseRequest{Key: "cpu", User: t.Name()})
+	check.NoError(t, err)
+	defer lease.Release(context.Background())
+	s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{Token: "tok", LeaseToken: lease.Token})
+	check.NoError(t, err)
+	defer s.Close()
+	b, err := os.ReadFile(art)
+	check.NoError(t, err)
+	check.NoError(t, s.Upload(ctx, "cnn.kiln", b))
+	mod, err := s.LoadModule(ctx, "cnn.kiln")
+	check.NoError(t, err)
+	main, err := mod.GetFunction(ctx, "main")
+	check.NoError(t, err)
+	xa, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
+	check.NoError(t, err)
+	rx, err := s.Empty(ctx, xa.Shape(), xa.DType(), devices.CPUDevice)
+	check.NoError(t, err)
+	check.NoError(t, s.CopyFrom(ctx, rx, xa))
+	res, err := main.Call(ctx, rx)
+	check.NoError(t, err)
+	ry, ok := res.(*client.Array)
+	check.True(t, ok, "main returned", res)
+	y, err := s.CopyTo(ctx, ry)
+	check.NoError(t, err)
+	got, err := ndarray.ToSlice[float32](y)
+	check.NoError(t, err)
+	wantArr, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_y.npy"))
+	check.NoError(t, err)
+	want, err := ndarray.ToSlice[float32](wantArr)
+	check.NoError(t, err)
+	check.Equal(t, len(got), len(want))
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+			t.Fatalf("remote output %d = %g, want %g", i, got[i], want[i])
+		}
+	}
+	_, err = main.Call(ctx)
+	check.Error(t, err, "want the inputs x (the weights are bundled), got 0 arguments")
 }
