@@ -44,6 +44,18 @@ func buildSmallCNN(t *testing.T) *artifact.Artifact {
 	return a
 }
 
+// loadSmallCNN loads the ONNX test model (closed when the test ends) and
+// reads its input.
+func loadSmallCNN(t *testing.T) (*Module, *ndarray.NDArray) {
+	t.Helper()
+	m, err := Artifact(buildSmallCNN(t), Options{})
+	check.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
+	check.NoError(t, err)
+	return m, x
+}
+
 // checkSmallCNN compares out with the output numpy computed when the model
 // was written.
 func checkSmallCNN(t *testing.T, out *ndarray.NDArray) {
@@ -66,12 +78,7 @@ func checkSmallCNN(t *testing.T, out *ndarray.NDArray) {
 // runs with its input alone, through GetFunction and Invoke, and gives the
 // model's output; given every parameter it runs as well.
 func TestArtifactBindsBundledWeights(t *testing.T) {
-	a := buildSmallCNN(t)
-	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
-	check.NoError(t, err)
-	m, err := Artifact(a, Options{})
-	check.NoError(t, err)
-	defer m.Close()
+	m, x := loadSmallCNN(t)
 	check.Equal(t, m.Type(), "vm")
 	in, err := m.Inputs("main")
 	check.NoError(t, err)
@@ -246,12 +253,7 @@ func checkProfile(t *testing.T, p *Profile, rounds int) {
 // weights bundled), directly and through ProfileFunc as a device daemon
 // calls it.
 func TestProfile(t *testing.T) {
-	a := buildSmallCNN(t)
-	x, err := ndarray.LoadNPY(filepath.Join(onnxTestdata, "smallcnn_x.npy"))
-	check.NoError(t, err)
-	m, err := Artifact(a, Options{})
-	check.NoError(t, err)
-	defer m.Close()
+	m, x := loadSmallCNN(t)
 	p, err := m.Profile("main", 4, packedfunc.Array(x))
 	check.NoError(t, err)
 	checkProfile(t, p, 4)
