@@ -23,7 +23,6 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
-	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/internal/hostcpu"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
@@ -75,6 +74,25 @@ type Module struct {
 	onDev map[*ndarray.NDArray]*ndarray.NDArray
 }
 
+// Kernels loads the kernels of an artifact built for a device that is not
+// the CPU onto dev, writing what it needs into dir.
+type Kernels func(dev devices.Device, a *artifact.Artifact, dir string) (packedfunc.Module, error)
+
+var (
+	kernelsMu     sync.Mutex
+	deviceKernels = map[devices.Type]Kernels{}
+)
+
+// Register makes Artifact load the kernels of artifacts for devices of
+// type t with k. Package load/cudaload registers cuda's: programs that run
+// cuda artifacts import it, and the others (the C API's shared library)
+// link no GPU driver helpers.
+func Register(t devices.Type, k Kernels) {
+	kernelsMu.Lock()
+	defer kernelsMu.Unlock()
+	deviceKernels[t] = k
+}
+
 // hostFeatures is what this machine's CPU runs (a test pretends another).
 var hostFeatures = hostcpu.Host
 
@@ -122,10 +140,13 @@ func Artifact(a *artifact.Artifact, o Options) (_ *Module, err error) {
 		return nil, fmt.Errorf("load artifact: %w", err)
 	}
 	if onCUDA {
-		if ok, why := cuda.Available(); !ok {
-			return nil, fmt.Errorf("load artifact: the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
+		kernelsMu.Lock()
+		kernelsOf := deviceKernels[devices.CUDA]
+		kernelsMu.Unlock()
+		if kernelsOf == nil {
+			return nil, fmt.Errorf("load artifact: the artifact is built for %s, which this program does not run itself (it has no cuda backend): run it on a device daemon with a cuda device", a.Manifest.Target)
 		}
-		k, err := cuda.LoadArtifact(dev, a, dir)
+		k, err := kernelsOf(dev, a, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -271,8 +292,8 @@ func (m *Module) onDevice(name string, w *ndarray.NDArray) (*ndarray.NDArray, er
 // VM is the graph artifact's VM (nil for an artifact of kernels).
 func (m *Module) VM() *vm.VM { return m.vm }
 
-// Kernels is the module of compiled kernels (a *cpu.Module, or a
-// *cuda.HostModule for a cuda artifact).
+// Kernels is the module of compiled kernels (a *cpu.Module, or what the
+// device's Kernels returned: a *cuda.HostModule for a cuda artifact).
 func (m *Module) Kernels() packedfunc.Module { return m.kernels }
 
 // Device is where the artifact runs and its tensors live.

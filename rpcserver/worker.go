@@ -23,6 +23,7 @@ import (
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/devices/cuda"
 	"github.com/kiln-ml/kiln/load"
+	_ "github.com/kiln-ml/kiln/load/cudaload" // cuda artifacts load
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/globals"
