@@ -226,7 +226,8 @@ func IsCUDA(a *artifact.Artifact) bool {
 // a's host code: another architecture, or CPU features the code may use
 // (as the manifest lists them) that it does not have. An artifact whose
 // manifest says neither is not checked here (the library's ELF machine
-// still is, when it loads).
+// still is, when it loads), nor are features on a CPU whose features
+// cannot be read.
 func RunsHere(a *artifact.Artifact) error {
 	arch := a.Manifest.Attrs[artifact.AttrCPUArch]
 	var need []string
@@ -236,7 +237,13 @@ func RunsHere(a *artifact.Artifact) error {
 	if arch == "" && need == nil {
 		return nil
 	}
-	err := hostFeatures().Check(fmt.Sprintf("it is built for %q, which", a.Manifest.Target), arch, need)
+	h := hostFeatures()
+	if h.Unread {
+		// What cannot be read is not refused: only the architecture is
+		// checked (a kernel that does crash is still reported).
+		need = nil
+	}
+	err := h.Check(fmt.Sprintf("it is built for %q, which", a.Manifest.Target), arch, need)
 	if err != nil {
 		return fmt.Errorf("%w: build it for this machine (target \"cpu\", or a -mcpu it has) or run it on a device that has them", err)
 	}

@@ -275,3 +275,23 @@ func TestProfile(t *testing.T) {
 	_, err = f.Call(packedfunc.String("main"))
 	check.ErrorIs(t, err, packedfunc.ErrArity)
 }
+
+// TestArtifactOnUnreadFeatures: on a CPU whose features cannot be read
+// (RISC-V without riscv_hwprobe, as under older qemu-user), an artifact
+// that lists features loads on its architecture, and another
+// architecture is still refused.
+func TestArtifactOnUnreadFeatures(t *testing.T) {
+	a := buildSmallCNN(t)
+	defer func(h func() hostcpu.Features) { hostFeatures = h }(hostFeatures)
+	host := hostcpu.Host()
+	hostFeatures = func() hostcpu.Features { return hostcpu.Features{Arch: host.Arch, Has: map[string]bool{}, Unread: true} }
+	wants := *a
+	wants.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: host.Arch, artifact.AttrCPUFeatures: "v,zba"}
+	check.NoError(t, RunsHere(&wants))
+	other := *a
+	other.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: "riscv64", artifact.AttrCPUFeatures: "v"}
+	if host.Arch == "riscv64" {
+		other.Manifest.Attrs[artifact.AttrCPUArch] = "arm64"
+	}
+	check.Error(t, RunsHere(&other), "this host is "+host.Arch)
+}

@@ -23,6 +23,10 @@ type Features struct {
 	Arch string
 	// Has holds the features it has, by -mattr name.
 	Has map[string]bool
+	// Unread says the features could not be read (RISC-V without the
+	// riscv_hwprobe system call: Linux before 6.4, qemu-user before
+	// 8.1): Has is then empty though the CPU may have them.
+	Unread bool
 }
 
 // Host returns this machine's features (read once).
@@ -63,6 +67,9 @@ var host = sync.OnceValue(func() Features {
 		for name, on := range map[string]bool{"v": r.HasV, "zba": r.HasZba, "zbb": r.HasZbb, "zbs": r.HasZbs} {
 			set(name, on)
 		}
+		// Every RISC-V Linux runs on has the compressed instructions: a
+		// probe that says it lacks them did not answer.
+		h.Unread = !r.HasC
 	}
 	return h
 })
