@@ -37,6 +37,16 @@ const (
 	DeviceDir    = "device/"
 )
 
+// Manifest attributes the compiler sets.
+const (
+	// AttrCPUArch is the architecture, as Go names it ("amd64"), a
+	// CPU needs to run the artifact's host code.
+	AttrCPUArch = "cpu.arch"
+	// AttrCPUFeatures lists, comma-separated under their -mattr names,
+	// the CPU features the host code may use ("avx2,fma,avx512f").
+	AttrCPUFeatures = "cpu.features"
+)
+
 // MaxEntryBytes bounds one entry's size on read (4 GiB).
 const MaxEntryBytes = 4 << 30
 

@@ -13,7 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
@@ -101,7 +101,7 @@ func runFidelity(ctx context.Context, opt options) (_ result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	mod, err := cpu.LoadArtifact(art, dir)
+	mod, err := load.Artifact(art, load.Options{Dir: dir})
 	if err != nil {
 		return nil, err
 	}

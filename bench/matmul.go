@@ -15,7 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/devices"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -336,7 +336,7 @@ func checkMatmul(rng *rand.Rand, a, b, c *ndarray.NDArray, n, m, k int, all bool
 // kernel is one built and loaded PrimFunc.
 type kernel struct {
 	name string
-	mod  *cpu.Module
+	mod  *load.Module
 	fn   *packedfunc.Func
 	res  *compiler.Result
 }
@@ -349,7 +349,7 @@ func buildKernel(ctx context.Context, f *ir.PrimFunc, name, dir string, opts com
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", name, err)
 	}
-	m, err := cpu.LoadArtifact(res.Artifact, dir)
+	m, err := load.Artifact(res.Artifact, load.Options{Dir: dir})
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}

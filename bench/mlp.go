@@ -14,12 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/nn"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/devices"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/vm"
@@ -98,14 +97,16 @@ func runMLP(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kernels, err := cpu.LoadArtifact(a, dir)
+	pooled, err := load.Artifact(a, load.Options{MemoryCfg: vm.MemoryPooled})
 	if err != nil {
 		return nil, err
 	}
-	exe, err := vm.Unmarshal(a.Files[artifact.VMExec])
+	defer pooled.Close()
+	naive, err := load.Artifact(a, load.Options{MemoryCfg: vm.MemoryNaive})
 	if err != nil {
 		return nil, err
 	}
+	defer naive.Close()
 	rng := rand.New(rand.NewPCG(5, 5))
 	xs := make([]float32, 784)
 	for i := range xs {
@@ -122,14 +123,6 @@ func runMLP(ctx context.Context, opt options) (result, error) {
 	args := []packedfunc.Value{packedfunc.Array(x)}
 	for _, name := range params.Names() {
 		args = append(args, packedfunc.Array(ps[name]))
-	}
-	pooled, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryPooled})
-	if err != nil {
-		return nil, err
-	}
-	naive, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryNaive})
-	if err != nil {
-		return nil, err
 	}
 	out, err := pooled.Invoke("main", args...)
 	if err != nil {
@@ -158,14 +151,14 @@ func runMLP(ctx context.Context, opt options) (result, error) {
 		}
 	}
 
-	invoke := func(m *vm.VM, recycle bool) func() error {
+	invoke := func(m *load.Module, recycle bool) func() error {
 		return func() error {
 			out, err := m.Invoke("main", args...)
 			if err != nil {
 				return err
 			}
 			if recycle {
-				m.Recycle(out)
+				m.VM().Recycle(out)
 			}
 			return nil
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	_ "embed"
@@ -18,11 +17,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
-	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/vm"
@@ -382,45 +380,17 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 	}
 	mr.BuildS = time.Since(start).Seconds()
 	mr.Kernels = len(a.Manifest.Functions)
-	dir, err := os.MkdirTemp("", "kiln-bench-onnx-")
-	if err != nil {
-		return mr, err
-	}
-	*cleanup = append(*cleanup, func() { os.RemoveAll(dir) })
-	kernels, err := cpu.LoadArtifact(a, dir)
-	if err != nil {
-		return mr, err
-	}
-	exe, err := vm.Unmarshal(a.Files[artifact.VMExec])
-	if err != nil {
-		return mr, err
-	}
-	m, err := vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: vm.MemoryPooled, Profile: perKernel != nil})
+	m, err := load.Artifact(a, load.Options{MemoryCfg: vm.MemoryPooled, Profile: perKernel != nil})
 	if err != nil {
 		return mr, err
 	}
 	*cleanup = append(*cleanup, func() { m.Close() })
-	args := []packedfunc.Value{packedfunc.Array(x)}
+	args := []packedfunc.Value{packedfunc.Array(x)} // the weights are bundled
 	ab, err := a.Bytes()
 	if err != nil {
 		return mr, err
 	}
 	mr.remote = &remoteSpec{artifact: ab, args: []*ndarray.NDArray{x}}
-	if weights != nil {
-		ps, _, err := ndarray.ReadSafetensors(bytes.NewReader(weights), int64(len(weights)))
-		if err != nil {
-			return mr, err
-		}
-		f, _ := exe.Function("main")
-		for _, p := range f.Params[1:] {
-			a, ok := ps[p.Name]
-			if !ok {
-				return mr, fmt.Errorf("weight %q missing", p.Name)
-			}
-			args = append(args, packedfunc.Array(a))
-			mr.remote.args = append(mr.remote.args, a)
-		}
-	}
 	var got []float32
 	var times []float64
 	for i := range rounds + 2 {
@@ -432,7 +402,7 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 		if i >= 2 {
 			times = append(times, float64(time.Since(t0))/1e6)
 		} else if i == 1 {
-			m.ResetProfile() // the warm-up calls' times (first-call repacks) are not the model's
+			m.VM().ResetProfile() // the warm-up calls' times (first-call repacks) are not the model's
 		}
 		oa, err := out.Array()
 		if err != nil {
@@ -455,7 +425,7 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 		return ts, nil
 	}
 	if perKernel != nil {
-		printKernelTimes(perKernel, name, m.Profile(), rounds)
+		printKernelTimes(perKernel, name, m.VM().Profile(), rounds)
 	}
 	var scale float64
 	mr.MaxAbsDiff, scale = maxDiff(got, want)

@@ -198,9 +198,6 @@ func kiln_call(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_t, c
 			return fail(err, errSession)
 		}
 		in, err := remoteArgs(f.r, args, codes, int(n))
-		if err == nil {
-			in, err = f.withWeights(in)
-		}
 		if err != nil {
 			return fail(fmt.Errorf("call %q: %w", f.f.Name, err), errArgument)
 		}
@@ -439,9 +436,6 @@ func timeEvaluator(h C.KilnHandle, args *C.KilnArg, codes *C.int32_t, n C.int32_
 			return fail(err, errSession)
 		}
 		in, err := remoteArgs(f.r, args, codes, int(n))
-		if err == nil {
-			in, err = f.withWeights(in)
-		}
 		if err != nil {
 			return fail(fmt.Errorf("time %q: %w", f.f.Name, err), errArgument)
 		}

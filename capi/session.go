@@ -19,15 +19,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
-	"github.com/kiln-ml/kiln/devices/cpu"
-	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/globals"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
-	"github.com/kiln-ml/kiln/vm"
 )
 
 // freeTimeout bounds the remote calls that free handles and close sessions.
@@ -229,9 +226,8 @@ type remoteSession struct {
 	addr  string
 	key   string
 
-	mu      sync.Mutex
-	closed  bool
-	uploads map[string]string // file name in the session → the local path it came from
+	mu     sync.Mutex
+	closed bool
 }
 
 func (r *remoteSession) kind() string { return "session" }
@@ -266,16 +262,7 @@ func (r *remoteSession) upload(ctx context.Context, path, name string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if err := r.s.UploadFile(ctx, name, path); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	if r.uploads == nil {
-		r.uploads = map[string]string{}
-	}
-	r.uploads[name] = path
-	r.mu.Unlock()
-	return nil
+	return r.s.UploadFile(ctx, name, path)
 }
 
 func (r *remoteSession) loadModule(ctx context.Context, name string) (object, error) {
@@ -286,24 +273,7 @@ func (r *remoteSession) loadModule(ctx context.Context, name string) (object, er
 	if err != nil {
 		return nil, err
 	}
-	rm := &remoteModule{r: r, m: m}
-	r.mu.Lock()
-	path := r.uploads[name]
-	r.mu.Unlock()
-	if path != "" {
-		// A graph artifact with bundled weights, uploaded from here: its
-		// weights go to the device once, when a function needs them.
-		if a, err := artifact.Load(path); err == nil {
-			if exe, ok := a.Files[artifact.VMExec]; ok {
-				if x, err := vm.Unmarshal(exe); err == nil {
-					if w, err := bundledWeights(a); err == nil && w != nil {
-						rm.exe, rm.weights = x, w
-					}
-				}
-			}
-		}
-	}
-	return rm, nil
+	return &remoteModule{r: r, m: m}, nil
 }
 
 func (r *remoteSession) info() map[string]any {
@@ -390,26 +360,9 @@ func (l *localSession) loadModule(_ context.Context, name string) (object, error
 	if err != nil {
 		return nil, err
 	}
-	kernels, err := cpu.LoadArtifact(a, dir)
+	mod, err := load.Artifact(a, load.Options{Dir: dir})
 	if err != nil {
 		return nil, fmt.Errorf("load module %q: %w", name, err)
-	}
-	var mod packedfunc.Module = kernels
-	if exe, ok := a.Files[artifact.VMExec]; ok {
-		x, err := vm.Unmarshal(exe)
-		if err != nil {
-			kernels.Close()
-			return nil, fmt.Errorf("load module %q: %w", name, err)
-		}
-		m, err := vm.New(x, kernels, devices.CPUDevice, vm.Options{})
-		if err != nil {
-			kernels.Close()
-			return nil, fmt.Errorf("load module %q: %w", name, err)
-		}
-		if mod, err = withWeights(m, x, a); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("load module %q: %w", name, err)
-		}
 	}
 	lm := &localModule{l: l, m: mod, name: name}
 	l.mu.Lock()
@@ -543,74 +496,21 @@ func kiln_session_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) 
 	return 0
 }
 
-// remoteModule is a module loaded in a remote session.
+// remoteModule is a module loaded in a remote session. The device binds
+// a graph artifact's bundled weights itself: its functions take their
+// inputs alone.
 type remoteModule struct {
 	r *remoteSession
 	m *client.Module
-	// exe and weights are set for a graph artifact with bundled weights;
-	// onDevice holds the weights copied to the device so far.
-	exe      *vm.Executable
-	weights  map[string]*ndarray.NDArray
-	mu       sync.Mutex
-	onDevice map[string]*client.Array
 }
 
 func (m *remoteModule) kind() string { return "module" }
 func (m *remoteModule) free() {
 	if m.r.check() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), freeTimeout)
-		m.mu.Lock()
-		for _, a := range m.onDevice {
-			a.Free(ctx)
-		}
-		m.onDevice = nil
-		m.mu.Unlock()
 		m.m.Free(ctx)
 		cancel()
 	}
-}
-
-// bind returns, for a graph function with bundled weights, each
-// parameter's weight on the device (nil for an input), copying weights
-// there the first time.
-func (m *remoteModule) bind(ctx context.Context, name string) ([]*client.Array, []string, error) {
-	if m.exe == nil {
-		return nil, nil, nil
-	}
-	info, ok := m.exe.Function(name)
-	if !ok {
-		return nil, nil, nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	bound := make([]*client.Array, len(info.Params))
-	var inputs []string
-	for i, p := range info.Params {
-		w := m.weights[p.Name]
-		if w == nil {
-			inputs = append(inputs, p.Name)
-			continue
-		}
-		a := m.onDevice[p.Name]
-		if a == nil {
-			var err error
-			if a, err = m.r.s.Empty(ctx, w.Shape(), w.DType(), devices.CPUDevice); err != nil {
-				return nil, nil, fmt.Errorf("weight %s: %w", p.Name, err)
-			}
-			if err := m.r.s.CopyFrom(ctx, a, w); err != nil {
-				return nil, nil, fmt.Errorf("weight %s: %w", p.Name, err)
-			}
-			if m.onDevice == nil {
-				m.onDevice = map[string]*client.Array{}
-			}
-			m.onDevice[p.Name] = a
-		}
-		bound[i] = a
-	}
-	if len(inputs) == len(info.Params) {
-		return nil, nil, nil
-	}
-	return bound, inputs, nil
 }
 
 // localModule is a module loaded in a local session.
@@ -668,11 +568,7 @@ func kiln_module_get_function(h C.KilnHandle, name *C.char, out *C.KilnHandle) C
 		if err != nil {
 			return fail(withNames(err, m.m.Functions), errSession)
 		}
-		bound, inputs, err := m.bind(context.Background(), n)
-		if err != nil {
-			return fail(err, errSession)
-		}
-		*out = newHandle(&remoteFunc{r: m.r, f: f, bound: bound, inputs: inputs})
+		*out = newHandle(&remoteFunc{r: m.r, f: f})
 	case *localModule:
 		if err := m.l.check(); err != nil {
 			return fail(err, errSession)
@@ -697,35 +593,10 @@ func withNames(err error, names []string) error {
 	return err
 }
 
-// remoteFunc is a function of a remote module. bound, for a graph
-// function with bundled weights, holds each parameter's weight on the
-// device (nil for the inputs the caller passes).
+// remoteFunc is a function of a remote module.
 type remoteFunc struct {
-	r      *remoteSession
-	f      *client.Func
-	bound  []*client.Array
-	inputs []string
-}
-
-// withWeights fills in the bound weights around the caller's inputs.
-func (f *remoteFunc) withWeights(in []any) ([]any, error) {
-	if f.bound == nil || len(in) == len(f.bound) {
-		return in, nil
-	}
-	if len(in) != len(f.inputs) {
-		return nil, badArg("%s: want the inputs %s (the weights are bundled), got %d arguments", f.f.Name, strings.Join(f.inputs, ", "), len(in))
-	}
-	full := make([]any, 0, len(f.bound))
-	i := 0
-	for _, w := range f.bound {
-		if w != nil {
-			full = append(full, w)
-			continue
-		}
-		full = append(full, in[i])
-		i++
-	}
-	return full, nil
+	r *remoteSession
+	f *client.Func
 }
 
 func (f *remoteFunc) kind() string { return "function" }

@@ -21,7 +21,7 @@ func benchCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "bench",
 		Usage:     "time one function of a .kiln artifact with the time evaluator, here or on a leased device",
-		UsageText: "kiln bench ARTIFACT --func NAME [--input NAME=FILE.npy]... [--number N --repeat R --min-repeat-ms M --cooldown-ms C --cache-flush-bytes B] [--stable-within P%] [--until-stable [--max-time D]] [--json] [--tracker HOST:PORT --key KEY [--label L] [--share] [--record=false]]",
+		UsageText: "kiln bench ARTIFACT --func NAME [--input NAME=FILE.npy]... [--number N --repeat R --min-repeat-ms M --cooldown-ms C --cache-flush-bytes B] [--stable-within P%] [--until-stable [--max-time D]] [--json] [--profile [--rounds N] [--trace FILE]] [--tracker HOST:PORT --key KEY [--label L] [--share] [--record=false]]",
 		Description: `Runs TVM's time evaluator on the function: one untimed warm-up call, then
 --repeat measurements; in each, the number of calls grows (x1.618, or to reach
 --min-repeat-ms) until the batch lasts at least --min-repeat-ms, and the
@@ -59,10 +59,22 @@ figure and the validity report, under --label; the output says its id and
 --json adds "recorded": ID. It is yours: other users see it with --share.
 kiln results lists, shows, compares and exports recorded results.
 
+With --profile (a graph-level artifact, such as an ONNX model's), kiln bench
+profiles the graph function instead, where it runs (on the leased device with
+--tracker): --rounds inferences after two warm-ups, every kernel call timed.
+It prints each kernel's time per inference (the median call times its calls,
+steadier on a shared machine than the mean), its share, its calls per
+inference and the model operators it computes (ONNX node names and op types,
+carried through fusion), the most expensive first, then the kernels' sum beside
+the whole model's median inference (the difference is the VM's own work).
+--json prints the profile as one object; --trace FILE writes the calls of one
+inference as Chrome trace-event JSON, which Perfetto and chrome://tracing open.
+
 Examples:
    kiln bench matmul.kiln --func matmul --repeat 10 --min-repeat-ms 100
    kiln bench matmul.kiln --func matmul --repeat 10 --until-stable --max-time 30s --stable-within 1%
-   kiln bench matmul.kiln --func matmul --tracker 127.0.0.1:9190 --key cpu --json`,
+   kiln bench matmul.kiln --func matmul --tracker 127.0.0.1:9190 --key cpu --json
+   kiln bench model.kiln --input x=x.npy --profile --trace model.trace.json`,
 		Flags: append(callFlags(), append([]ucli.Flag{
 			&ucli.IntFlag{Name: "number", Value: 1, Usage: "calls per measurement to start with"},
 			&ucli.IntFlag{Name: "repeat", Value: 5, Usage: "measurements (one figure each)"},
@@ -74,7 +86,7 @@ Examples:
 			&ucli.BoolFlag{Name: "until-stable", Usage: "repeat batches of --repeat repeats, pooling them, until the verdict is stable or --max-time"},
 			&ucli.DurationFlag{Name: "max-time", Value: 30 * time.Second, Usage: "with --until-stable: the time the batches may take"},
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of the table"},
-		}, append(remoteFlags(), recordFlags()...)...)...),
+		}, append(append(remoteFlags(), recordFlags()...), profileFlags()...)...)...),
 		OnUsageError: usageError,
 		Action:       runBench,
 	}
@@ -107,6 +119,9 @@ func runBench(c *ucli.Context) error {
 		return fmt.Errorf("bench %s: %w", path, err)
 	}
 	defer r.close()
+	if c.Bool("profile") || c.IsSet("trace") {
+		return runProfile(c, path, r, call)
+	}
 	spin := startProgress(c, "timing "+call.fn.Name+" on "+r.where())
 	res, until, err := benchTime(c, r, call, o)
 	spin.done()

@@ -200,8 +200,7 @@ func TestRunCUDARemote(t *testing.T) {
 	check.NoError(t, s.Upload(ctx, "mlp.kiln", b))
 	_, err = s.LoadModule(ctx, "mlp.kiln")
 	check.Error(t, err, `load module "mlp.kiln"`,
-		`the module is built for "cuda -arch=sm_80": its functions launch device code and run only where a cuda backend loads it, not on cpu:0`,
-		"this device daemon has no usable cuda device: cuInit: CUDA_ERROR_NO_DEVICE")
+		"the artifact is built for cuda -arch=sm_80, and this device daemon has no usable cuda device: cuInit: CUDA_ERROR_NO_DEVICE")
 }
 
 // TestRPCServerWorkerEnv: --worker-env takes NAME=VALUE, and says so.

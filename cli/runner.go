@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,11 +19,11 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
-	"github.com/kiln-ml/kiln/vm"
 )
 
 // runner calls and times one function of an artifact, on this machine or
@@ -34,6 +34,9 @@ type runner interface {
 	call(ctx context.Context, call *preparedCall) error
 	// time runs the time evaluator on the function with call's arguments.
 	time(ctx context.Context, call *preparedCall, o proto.TimeOptions) (proto.TimeResult, error)
+	// profile times each kernel of graph function call.fn over rounds
+	// inferences, where the function runs.
+	profile(ctx context.Context, call *preparedCall, rounds int) (*load.Profile, error)
 	// where names the device for the output.
 	where() string
 	close()
@@ -71,43 +74,21 @@ func openRunner(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 }
 
 type localRunner struct {
-	dir string
-	mod packedfunc.Module
+	mod *load.Module
 	f   *packedfunc.Func
 }
 
 func openLocal(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*localRunner, error) {
-	dir, err := os.MkdirTemp("", "kiln-run-")
+	mod, err := load.Artifact(a, load.Options{MemoryCfg: memoryCfg})
 	if err != nil {
 		return nil, err
-	}
-	kernels, err := cpu.LoadArtifact(a, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	var mod packedfunc.Module = kernels
-	if exeBytes, ok := a.Files[artifact.VMExec]; ok {
-		exe, err := vm.Unmarshal(exeBytes)
-		if err == nil {
-			var m *vm.VM
-			if m, err = vm.New(exe, kernels, devices.CPUDevice, vm.Options{MemoryCfg: memoryCfg}); err == nil {
-				mod = m
-			}
-		}
-		if err != nil {
-			kernels.Close()
-			os.RemoveAll(dir)
-			return nil, err
-		}
 	}
 	f, err := mod.GetFunction(fi.Name)
 	if err != nil {
 		mod.Close()
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &localRunner{dir: dir, mod: mod, f: f}, nil
+	return &localRunner{mod: mod, f: f}, nil
 }
 
 func (r *localRunner) call(_ context.Context, call *preparedCall) error {
@@ -162,17 +143,19 @@ func (r *localRunner) time(ctx context.Context, call *preparedCall, o proto.Time
 	return res.Wire(devices.CPUDevice.String()), nil
 }
 
+func (r *localRunner) profile(_ context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	return r.mod.Profile(call.fn.Name, rounds, call.args...)
+}
+
 func (r *localRunner) where() string { return "this machine (" + devices.CPUDevice.String() + ")" }
 
-func (r *localRunner) close() {
-	r.mod.Close()
-	os.RemoveAll(r.dir)
-}
+func (r *localRunner) close() { r.mod.Close() }
 
 type remoteRunner struct {
 	tr    *client.Tracker
 	lease *client.Lease
 	s     *client.Session
+	mod   *client.Module
 	f     *client.Func
 	// dev is where the tensors live on the device daemon: cpu:0, or
 	// cuda:0 for an artifact built for cuda (the daemon copies them
@@ -282,11 +265,11 @@ func openRemote(c *ucli.Context, path string, a *artifact.Artifact, fi abi.FuncI
 	if err := r.s.Upload(ctx, name, data); err != nil {
 		return nil, r.lost(err)
 	}
-	mod, err := r.s.LoadModule(ctx, name, c.String("memory-cfg"))
+	r.mod, err = r.s.LoadModule(ctx, name, c.String("memory-cfg"))
 	if err != nil {
 		return nil, r.lost(err)
 	}
-	r.f, err = mod.GetFunction(ctx, fi.Name)
+	r.f, err = r.mod.GetFunction(ctx, fi.Name)
 	if err != nil {
 		return nil, r.lost(err)
 	}
@@ -414,6 +397,33 @@ func (r *remoteRunner) time(ctx context.Context, call *preparedCall, o proto.Tim
 	}
 	res, err := r.s.TimeEvaluator(ctx, r.f, o, args...)
 	return res, r.lost(err)
+}
+
+// profile calls the loaded module's profile function on the device: the
+// figures are measured there and come back as JSON.
+func (r *remoteRunner) profile(ctx context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	args, err := r.args(ctx, call)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	f, err := r.mod.GetFunction(ctx, load.ProfileFunc)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	defer f.Free(context.WithoutCancel(ctx))
+	res, err := f.Call(ctx, append([]any{call.fn.Name, int64(rounds)}, args...)...)
+	if err != nil {
+		return nil, r.lost(err)
+	}
+	text, ok := res.(string)
+	if !ok {
+		return nil, fmt.Errorf("the device's %s returned %T, not a profile", load.ProfileFunc, res)
+	}
+	var p load.Profile
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		return nil, fmt.Errorf("the device's profile: %w", err)
+	}
+	return &p, nil
 }
 
 func (r *remoteRunner) where() string {

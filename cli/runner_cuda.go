@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,11 +14,12 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/load"
+	_ "github.com/kiln-ml/kiln/load/cudaload" // cuda artifacts load
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/rpcserver/timer"
-	"github.com/kiln-ml/kiln/vm"
 )
 
 // cudaCompute is the compute capability a cuda artifact's device code
@@ -104,39 +104,17 @@ func isCUDAArtifact(a *artifact.Artifact) bool {
 // its bundled constants copied there once when it loads, and the tensors
 // of its result copied back.
 type cudaRunner struct {
-	dir string
 	dev devices.Device
-	mod *cuda.HostModule
-	vm  *vm.VM // nil for a module of kernels
+	mod *load.Module
 	f   *packedfunc.Func
 }
 
 func openCUDA(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string, dev devices.Device) (*cudaRunner, error) {
-	if ok, why := cuda.Available(); !ok {
-		return nil, fmt.Errorf("the artifact is built for %s, and this machine has no usable cuda device: %s", a.Manifest.Target, why)
-	}
-	dir, err := os.MkdirTemp("", "kiln-run-")
+	mod, err := load.Artifact(a, load.Options{Device: dev, MemoryCfg: memoryCfg})
 	if err != nil {
 		return nil, err
 	}
-	m, err := cuda.LoadArtifact(dev, a, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	r := &cudaRunner{dir: dir, dev: dev, mod: m}
-	var mod packedfunc.Module = m
-	if exeBytes, ok := a.Files[artifact.VMExec]; ok {
-		exe, err := vm.Unmarshal(exeBytes)
-		if err == nil {
-			r.vm, err = vm.New(exe, m, dev, vm.Options{MemoryCfg: memoryCfg})
-		}
-		if err != nil {
-			r.close()
-			return nil, fmt.Errorf("the VM on %s: %w", dev, err)
-		}
-		mod = r.vm
-	}
+	r := &cudaRunner{dev: dev, mod: mod}
 	if r.f, err = mod.GetFunction(fi.Name); err != nil {
 		r.close()
 		return nil, err
@@ -262,12 +240,10 @@ func (r *cudaRunner) vmOutputs(call *preparedCall, res packedfunc.Value) error {
 	return nil
 }
 
+func (r *cudaRunner) profile(_ context.Context, call *preparedCall, rounds int) (*load.Profile, error) {
+	return r.mod.Profile(call.fn.Name, rounds, call.args...)
+}
+
 func (r *cudaRunner) where() string { return "this machine (" + r.dev.String() + ")" }
 
-func (r *cudaRunner) close() {
-	if r.vm != nil {
-		r.vm.Close()
-	}
-	r.mod.Close()
-	os.RemoveAll(r.dir)
-}
+func (r *cudaRunner) close() { r.mod.Close() }

@@ -337,6 +337,14 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	a := artifact.New(target.String(), tc.Identity())
+	if arch, need, ok := target.Requires(); arch != "" {
+		// What a CPU needs to run the kernels, which the loader checks
+		// before they can crash on an instruction it lacks.
+		a.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: arch}
+		if ok {
+			a.Manifest.Attrs[artifact.AttrCPUFeatures] = strings.Join(need, ",")
+		}
+	}
 	if err := a.Add(artifact.HostLib, lib); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
@@ -442,6 +450,16 @@ func cacheKey(mod *ir.IRModule, target Target, tc *toolchain.Toolchain) string {
 		if f, ok := mod.Lookup(name); ok {
 			if g, ok := f.(*ir.Function); ok {
 				parts = append(parts, "graph", name, script.Print(g))
+				// The model operators calls come from are not printed,
+				// but the executable records them.
+				ir.RVisit(g, func(e ir.RExpr) bool {
+					if c, ok := e.(*ir.RCall); ok {
+						for _, src := range c.Sources {
+							parts = append(parts, src.Name, src.Op)
+						}
+					}
+					return true
+				})
 			}
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/cpu"
+	"github.com/kiln-ml/kiln/internal/hostcpu"
 )
 
 // RunsOnHost reports whether this machine can run code built for t: nil
@@ -16,54 +16,27 @@ import (
 // A core or feature whose requirements are not known here is an error
 // too: the caller cannot tell, so it must not run the code.
 func (t Target) RunsOnHost() error {
-	return t.runsOn(hostCPU())
+	return t.runsOn(hostcpu.Host())
 }
 
-// hostFeatures is what a CPU can execute: its architecture as Go names it
-// and its features under their -mattr names.
-type hostFeatures struct {
-	arch string
-	has  map[string]bool
-}
-
-// hostCPU reads this machine's features.
-func hostCPU() hostFeatures {
-	h := hostFeatures{arch: runtime.GOARCH, has: map[string]bool{}}
-	set := func(name string, on bool) {
-		if on {
-			h.has[name] = true
-		}
+// Requires is what a CPU needs to run code built for t, as an artifact's
+// manifest records it for the loader to check: the architecture, and the
+// features -mcpu and -mattr enable; code for the host itself (-march=native)
+// needs the features of the host that builds it. ok is false when t's
+// -mcpu is not known here (only the architecture is then known), and for
+// a target that does not run on a CPU.
+func (t Target) Requires() (arch string, need []string, ok bool) {
+	if t.Kind != "cpu" && t.Kind != "" {
+		return "", nil, false
 	}
-	switch runtime.GOARCH {
-	case "amd64", "386":
-		x := cpu.X86
-		for name, on := range map[string]bool{
-			"sse2": x.HasSSE2, "sse3": x.HasSSE3, "ssse3": x.HasSSSE3, "sse4.1": x.HasSSE41, "sse4.2": x.HasSSE42,
-			"popcnt": x.HasPOPCNT, "cx16": x.HasCX16, "sahf": x.HasLAHF,
-			"avx": x.HasAVX, "avx2": x.HasAVX2, "fma": x.HasFMA, "f16c": x.HasF16C,
-			"bmi": x.HasBMI1, "bmi2": x.HasBMI2, "lzcnt": x.HasLZCNT, "movbe": x.HasMOVBE,
-			"avx512f": x.HasAVX512F, "avx512cd": x.HasAVX512CD, "avx512bw": x.HasAVX512BW,
-			"avx512dq": x.HasAVX512DQ, "avx512vl": x.HasAVX512VL, "avx512vnni": x.HasAVX512VNNI,
-			"avx512ifma": x.HasAVX512IFMA, "avx512vbmi": x.HasAVX512VBMI, "avx512bf16": x.HasAVX512BF16,
-			"avxvnni": x.HasAVXVNNI,
-		} {
-			set(name, on)
-		}
-	case "arm64":
-		a := cpu.ARM64
-		for name, on := range map[string]bool{
-			"neon": a.HasASIMD, "sve": a.HasSVE, "sve2": a.HasSVE2, "dotprod": a.HasASIMDDP,
-			"i8mm": a.HasI8MM, "fp16": a.HasFPHP && a.HasASIMDHP,
-		} {
-			set(name, on)
-		}
-	case "riscv64":
-		r := cpu.RISCV64
-		for name, on := range map[string]bool{"v": r.HasV, "zba": r.HasZba, "zbb": r.HasZbb, "zbs": r.HasZbs} {
-			set(name, on)
-		}
+	need, err := t.needs()
+	if err != nil {
+		return t.arch(), nil, false
 	}
-	return h
+	if t.Triple == "" && (t.MCPU == "" || t.MCPU == "native") {
+		need = t.withAttrs(hostcpu.Host().List())
+	}
+	return t.arch(), need, true
 }
 
 // x86Levels are the features of the x86-64 micro-architecture levels,
@@ -93,16 +66,26 @@ var x86Cores = map[string][]string{
 }
 
 // runsOn is RunsOnHost for the CPU h.
-func (t Target) runsOn(h hostFeatures) error {
+func (t Target) runsOn(h hostcpu.Features) error {
 	if t.Kind != "cpu" && t.Kind != "" {
 		return fmt.Errorf("target %q does not run on the host CPU", t)
 	}
-	if a := t.arch(); a != h.arch {
-		return fmt.Errorf("target %q is for %s; this host is %s", t, a, h.arch)
+	if a := t.arch(); a != h.Arch {
+		return fmt.Errorf("target %q is for %s; this host is %s", t, a, h.Arch)
 	}
 	if t.Triple != "" && !strings.Contains(t.Triple, runtime.GOOS) {
 		return fmt.Errorf("target %q is not for %s", t, runtime.GOOS)
 	}
+	need, err := t.needs()
+	if err != nil {
+		return err
+	}
+	return h.Check(fmt.Sprintf("target %q", t), "", need)
+}
+
+// needs is the features t's -mcpu and -mattr enable (none for the host's
+// own -mcpu), or an error when its -mcpu is not known here.
+func (t Target) needs() ([]string, error) {
 	var need []string
 	switch {
 	case t.MCPU == "" || t.MCPU == "native":
@@ -112,16 +95,23 @@ func (t Target) runsOn(h hostFeatures) error {
 			feats, ok = x86Cores[t.MCPU]
 		}
 		if !ok {
-			return fmt.Errorf("target %q: cannot tell whether this host runs code for -mcpu=%s", t, t.MCPU)
+			return nil, fmt.Errorf("target %q: cannot tell whether this host runs code for -mcpu=%s", t, t.MCPU)
 		}
 		need = slices.Clone(feats)
 	default:
-		return fmt.Errorf("target %q: cannot tell whether this host runs code for -mcpu=%s", t, t.MCPU)
+		return nil, fmt.Errorf("target %q: cannot tell whether this host runs code for -mcpu=%s", t, t.MCPU)
 	}
+	return t.withAttrs(need), nil
+}
+
+// withAttrs is need with t's -mattr features added and removed.
+func (t Target) withAttrs(need []string) []string {
 	for _, a := range t.Attrs {
 		name := a[1:]
 		if a[0] == '+' {
-			need = append(need, name)
+			if !slices.Contains(need, name) {
+				need = append(need, name)
+			}
 			continue
 		}
 		// Turning off AVX-512's foundation turns off all of AVX-512, as
@@ -130,14 +120,5 @@ func (t Target) runsOn(h hostFeatures) error {
 			return f == name || name == "avx512f" && strings.HasPrefix(f, "avx512")
 		})
 	}
-	var lacks []string
-	for _, f := range need {
-		if !h.has[f] && !slices.Contains(lacks, f) {
-			lacks = append(lacks, f)
-		}
-	}
-	if len(lacks) > 0 {
-		return fmt.Errorf("target %q does not run on this host: its CPU lacks %s", t, strings.Join(lacks, ", "))
-	}
-	return nil
+	return need
 }

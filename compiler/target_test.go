@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/internal/hostcpu"
 )
 
 // TestTargetCFlags: a core is named with -march on x86 and with -mcpu on
@@ -103,19 +104,19 @@ func TestCrossVectorTypes(t *testing.T) {
 // AVX2-only and an AVX-512 x86 CPU and an ARM64 one with and without SVE
 // (not this machine's: the answers must not depend on where the test runs).
 func TestTargetRunsOnHost(t *testing.T) {
-	avx2 := hostFeatures{arch: "amd64", has: map[string]bool{}}
+	avx2 := hostcpu.Features{Arch: "amd64", Has: map[string]bool{}}
 	for _, f := range x86Levels["x86-64-v3"] {
-		avx2.has[f] = true
+		avx2.Has[f] = true
 	}
-	avx512 := hostFeatures{arch: "amd64", has: map[string]bool{"avx512vnni": true}}
+	avx512 := hostcpu.Features{Arch: "amd64", Has: map[string]bool{"avx512vnni": true}}
 	for _, f := range x86Levels["x86-64-v4"] {
-		avx512.has[f] = true
+		avx512.Has[f] = true
 	}
-	neon := hostFeatures{arch: "arm64", has: map[string]bool{"neon": true}}
-	sve := hostFeatures{arch: "arm64", has: map[string]bool{"neon": true, "sve": true}}
+	neon := hostcpu.Features{Arch: "arm64", Has: map[string]bool{"neon": true}}
+	sve := hostcpu.Features{Arch: "arm64", Has: map[string]bool{"neon": true, "sve": true}}
 	for _, tc := range []struct {
 		target string
-		host   hostFeatures
+		host   hostcpu.Features
 		err    string // "" when it runs
 	}{
 		{"cpu -mcpu=haswell", avx2, ""},

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +22,8 @@ import (
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/devices/cuda"
+	"github.com/kiln-ml/kiln/load"
+	_ "github.com/kiln-ml/kiln/load/cudaload" // cuda artifacts load
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver/globals"
@@ -443,7 +444,7 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	}
 	var head [512]byte
 	n, _ := f.ReadAt(head[:], 0)
-	var lib, exeBytes []byte
+	var lib []byte
 	var art *artifact.Artifact
 	switch {
 	case artifact.IsTar(head[:n]):
@@ -451,7 +452,7 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		if art, err = artifact.ReadTar(io.NewSectionReader(f, 0, size)); err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
-		lib, exeBytes = art.Files[artifact.HostLib], art.Files[artifact.VMExec]
+		lib = art.Files[artifact.HostLib]
 		if lib == nil {
 			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
 		}
@@ -460,7 +461,7 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
-		lib, exeBytes = art.Files[artifact.HostLib], art.Files[artifact.VMExec]
+		lib = art.Files[artifact.HostLib]
 		if lib == nil {
 			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
 		}
@@ -480,115 +481,41 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 	}
 	w.modules++ // only loads change it, under loadMu
 	rel := filepath.Join("modules", strconv.Itoa(w.modules))
-	var mod packedfunc.Module
-	cudaOK, noCUDA := cuda.Available()
-	if art != nil && isCUDA(art) && cudaOK {
-		mod, err = w.loadCUDA(rel, art, exeBytes, a)
-	} else {
-		mod, err = w.loadCopy(rel, lib, exeBytes, a)
+	if art == nil {
+		// A bare shared object: a module of kernels.
+		art = &artifact.Artifact{Files: map[string][]byte{artifact.HostLib: lib}}
 	}
+	var dev devices.Device
+	if load.IsCUDA(art) {
+		if ok, why := cuda.Available(); !ok {
+			return nil, fmt.Errorf("load module %q: the artifact is built for %s, and this device daemon has no usable cuda device: %s: %w", a.Name, art.Manifest.Target, why, proto.ErrBadRequest)
+		}
+		dev = cudaDevice
+	}
+	if err := w.root.MkdirAll(rel, 0o700); err != nil {
+		return nil, fmt.Errorf("load module %q: %w", a.Name, rootErr("make module directory", rel, err))
+	}
+	mod, err := load.Artifact(art, load.Options{Root: w.root, Dir: rel, Device: dev, MemoryCfg: a.MemoryCfg})
 	if err != nil {
 		// Nothing of a failed load stays behind. A library that did load
 		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
 		w.root.RemoveAll(rel)
-		if art != nil && isCUDA(art) && !cudaOK {
-			err = fmt.Errorf("%w (this device daemon has no usable cuda device: %s)", err, noCUDA)
-		}
-		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
+		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 	}
-	if g, ok := mod.(*graph); ok {
+	if k, ok := mod.Kernels().(*cuda.HostModule); ok {
+		w.log.Debug("cuda module loaded", "device", dev, "image", k.Image(), "kernels", len(k.DeviceMetadata().Kernels))
+	}
+	if m := mod.VM(); m != nil {
 		w.mu.Lock()
-		w.vms = append(w.vms, g.VM)
+		w.vms = append(w.vms, m)
 		w.mu.Unlock()
 	}
 	return mod, nil
 }
 
-// isCUDA reports an artifact built for a cuda target.
-func isCUDA(a *artifact.Artifact) bool {
-	kind, _, _ := strings.Cut(a.Manifest.Target, " ")
-	return kind == "cuda"
-}
-
 // cudaDevice is the GPU a worker runs cuda artifacts on: the first one it
 // sees (CUDA_VISIBLE_DEVICES, which workers inherit, picks it).
 var cudaDevice = devices.Device{Type: devices.CUDA, ID: 0}
-
-// loadCUDA loads a cuda artifact on the GPU: its device code once (the
-// cubin for the GPU's architecture, else the PTX) and its host functions,
-// which launch the kernels; with exeBytes, the VM runs the graph with its
-// tensors in GPU memory, its constants copied there once, here.
-func (w *worker) loadCUDA(rel string, art *artifact.Artifact, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
-	if err := w.root.MkdirAll(rel, 0o700); err != nil {
-		return nil, rootErr("make module directory", rel, err)
-	}
-	mod, err := cuda.LoadArtifact(cudaDevice, art, filepath.Join(w.dir, rel))
-	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
-	}
-	w.log.Debug("cuda module loaded", "device", cudaDevice, "image", mod.Image(), "kernels", len(mod.DeviceMetadata().Kernels))
-	if exeBytes == nil {
-		return mod, nil
-	}
-	return newGraph(exeBytes, mod, cudaDevice, a)
-}
-
-// graph is a graph-level module: the VM and the kernels it runs, closed
-// together.
-type graph struct {
-	*vm.VM
-	kernels packedfunc.Module
-}
-
-// newGraph makes the VM of executable exeBytes on dev, running kernels;
-// on failure it closes kernels.
-func newGraph(exeBytes []byte, kernels packedfunc.Module, dev devices.Device, a proto.ModuleLoadArgs) (*graph, error) {
-	exe, err := vm.Unmarshal(exeBytes)
-	if err != nil {
-		kernels.Close()
-		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
-	}
-	m, err := vm.New(exe, kernels, dev, vm.Options{MemoryCfg: a.MemoryCfg})
-	if err != nil {
-		kernels.Close()
-		return nil, fmt.Errorf("the VM on %s: %v: %w", dev, err, proto.ErrBadRequest)
-	}
-	return &graph{VM: m, kernels: kernels}, nil
-}
-
-// Close frees the VM's storage, then unloads its kernels.
-func (g *graph) Close() error { return errors.Join(g.VM.Close(), g.kernels.Close()) }
-
-// loadCopy writes lib to rel (a directory of the session's, written
-// through its os.Root: a symbolic link there is refused, not followed) and
-// loads it, with exeBytes (when set) as the VM executable that runs its
-// kernels.
-func (w *worker) loadCopy(rel string, lib, exeBytes []byte, a proto.ModuleLoadArgs) (packedfunc.Module, error) {
-	if err := w.root.MkdirAll(rel, 0o700); err != nil {
-		return nil, rootErr("make module directory", rel, err)
-	}
-	name := filepath.Join(rel, artifact.HostLib)
-	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
-	if err != nil {
-		return nil, rootErr("write module copy", name, err)
-	}
-	_, err = f.Write(lib)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	mod, err := cpu.Load(filepath.Join(w.dir, name))
-	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, proto.ErrBadRequest)
-	}
-	if exeBytes == nil {
-		return mod, nil
-	}
-	// A graph-level artifact: its VM executable runs the kernels.
-	return newGraph(exeBytes, mod, devices.CPUDevice, a)
-}
 
 // getFunction looks a function up in a module or in the global registry.
 func (w *worker) getFunction(_ context.Context, a proto.GetFunctionArgs) (any, error) {

@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/ndarray"
 )
@@ -27,6 +28,9 @@ type Builder interface {
 	Tensor(a *ndarray.NDArray) (Const, error)
 	// Constant adds any constant.
 	Constant(c Constant) Const
+	// AddSources records model operators that the calls of kernel fn
+	// compute (FuncRef.Sources), each once.
+	AddSources(fn string, srcs ...Source)
 	// Build checks and returns the executable (Validate).
 	Build() (*Executable, error)
 }
@@ -64,9 +68,21 @@ type Label int
 func NewBuilder() Builder { return &builder{} }
 
 type builder struct {
-	consts []Constant
-	funcs  []*funcBuilder
-	errs   []error
+	consts  []Constant
+	funcs   []*funcBuilder
+	errs    []error
+	sources map[string][]Source
+}
+
+func (b *builder) AddSources(fn string, srcs ...Source) {
+	if b.sources == nil {
+		b.sources = map[string][]Source{}
+	}
+	for _, s := range srcs {
+		if !slices.Contains(b.sources[fn], s) {
+			b.sources[fn] = append(b.sources[fn], s)
+		}
+	}
 }
 
 type pendingCall struct {
@@ -224,7 +240,11 @@ func (b *builder) Build() (*Executable, error) {
 				}
 				idx = int32(len(exe.FuncTable))
 				table[c.name] = idx
-				exe.FuncTable = append(exe.FuncTable, FuncRef{Kind: kind, Name: c.name})
+				ref := FuncRef{Kind: kind, Name: c.name}
+				if kind == FuncExtern {
+					ref.Sources = slices.Clone(b.sources[c.name])
+				}
+				exe.FuncTable = append(exe.FuncTable, ref)
 			}
 			fn.Code[c.pc].Func = idx
 		}

@@ -138,6 +138,17 @@ func (k FuncKind) String() string {
 type FuncRef struct {
 	Kind FuncKind
 	Name string
+	// Sources are the model operators the calls of a kernel (FuncExtern)
+	// compute, as the compiler carried them from the model: a profile
+	// names them beside the kernel. Nil when unknown.
+	Sources []Source
+}
+
+// Source is a model operator: the node's name and its operator type in
+// the model ("conv1", "Conv").
+type Source struct {
+	Name string `json:"name"`
+	Op   string `json:"op"`
 }
 
 // ParamKind is what a function parameter accepts.

@@ -25,9 +25,21 @@ type KernelTime struct {
 // its median; older ones are overwritten.
 const maxProfileSamples = 1 << 12
 
+// KernelEvent is one kernel call a tracing profile (VM.Trace) recorded.
+type KernelEvent struct {
+	Name  string
+	Start time.Time
+	Dur   time.Duration
+}
+
+// maxTraceEvents bounds the calls a trace keeps; later ones are dropped.
+const maxTraceEvents = 1 << 16
+
 // profile accumulates KernelTime by kernel call site name.
 type profile struct {
 	byName map[string]*kernelSamples
+	trace  bool
+	events []KernelEvent
 }
 
 type kernelSamples struct {
@@ -35,7 +47,10 @@ type kernelSamples struct {
 	samples []time.Duration
 }
 
-func (p *profile) add(name string, d time.Duration) {
+func (p *profile) add(name string, t0 time.Time, d time.Duration) {
+	if p.trace && len(p.events) < maxTraceEvents {
+		p.events = append(p.events, KernelEvent{Name: name, Start: t0, Dur: d})
+	}
 	ks := p.byName[name]
 	if ks == nil {
 		ks = &kernelSamples{KernelTime: KernelTime{Name: name}}
@@ -80,4 +95,24 @@ func (m *VM) ResetProfile() {
 	if m.prof != nil {
 		clear(m.prof.byName)
 	}
+}
+
+// Trace turns the recording of every kernel call (its start and duration)
+// on or off; Events returns what was recorded. A VM not made with
+// Options.Profile records nothing.
+func (m *VM) Trace(on bool) {
+	if m.prof != nil {
+		m.prof.trace = on
+	}
+}
+
+// Events returns the kernel calls recorded while tracing was on, in
+// order, and forgets them.
+func (m *VM) Events() []KernelEvent {
+	if m.prof == nil {
+		return nil
+	}
+	ev := m.prof.events
+	m.prof.events = nil
+	return ev
 }

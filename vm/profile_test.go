@@ -11,7 +11,8 @@ import (
 
 // TestProfile: a profiling VM counts every kernel call by name, sums their
 // time and its median call, sorts the most expensive first and forgets on ResetProfile; one not
-// made to profile reports nothing.
+// made to profile reports nothing. Tracing records each call's start and
+// duration.
 func TestProfile(t *testing.T) {
 	mod := kernels(t)
 	b := vm.NewBuilder()
@@ -43,10 +44,32 @@ func TestProfile(t *testing.T) {
 	m.ResetProfile()
 	check.Equal(t, len(m.Profile()), 0)
 
+	// Traced, each call is recorded in order, one after the other; not
+	// traced, none.
+	check.Equal(t, len(m.Events()), 0, "events recorded without tracing")
+	m.Trace(true)
+	_, err = m.Invoke("main", x)
+	check.NoError(t, err)
+	m.Trace(false)
+	_, err = m.Invoke("main", x)
+	check.NoError(t, err)
+	ev := m.Events()
+	check.Equal(t, len(ev), 2)
+	for _, e := range ev {
+		check.Equal(t, e.Name, "vadd")
+		check.True(t, !e.Start.IsZero() && e.Dur >= 0, e)
+	}
+	check.True(t, !ev[1].Start.Before(ev[0].Start.Add(ev[0].Dur)), "the second call began before the first ended:", ev)
+	check.Equal(t, len(m.Events()), 0, "Events forgets what it returned")
+
 	plain, err := vm.New(exe, mod, devices.CPUDevice, vm.Options{})
 	check.NoError(t, err)
 	defer plain.Close()
 	_, err = plain.Invoke("main", x)
 	check.NoError(t, err)
 	check.True(t, plain.Profile() == nil)
+	plain.Trace(true)
+	_, err = plain.Invoke("main", x)
+	check.NoError(t, err)
+	check.True(t, plain.Events() == nil, "a VM not made to profile traced")
 }

@@ -14,7 +14,7 @@ import (
 //
 //	magic    8 bytes  "KILNVM\x00\x1a"
 //	version  uint16   little-endian (FormatVersion)
-//	flags    uint16   0
+//	flags    uint16   flagSources when a funcref carries sources, else 0
 //	length   uint32   bytes of body
 //	body              constants, function table, functions (below)
 //	crc      uint32   CRC-32 (IEEE) of everything before it
@@ -26,7 +26,8 @@ import (
 //	constant  = kind:byte payload (int: varint; float: 8 bytes LE;
 //	            string; dtype: code bits lanes:uint16; shape: count varint*;
 //	            tensor: dtype shape count bytes)
-//	funcref   = kind:byte name
+//	funcref   = kind:byte name (count (name op)*, when flags has
+//	            flagSources: the model operators of a kernel)
 //	function  = name count param* numregs:uvarint count instr*
 //	param     = name kind:byte dtype ndim:varint hasshape:byte
 //	            (tag:byte (0 varint | 1 name))*
@@ -42,6 +43,9 @@ const Magic = "KILNVM\x00\x1a"
 const FormatVersion = 1
 
 const headerLen = len(Magic) + 2 + 2 + 4
+
+// flagSources says the function table entries carry their sources.
+const flagSources = 1
 
 // Marshal serializes a valid executable into the vm.bin format.
 func (e *Executable) Marshal() ([]byte, error) {
@@ -76,10 +80,23 @@ func (e *Executable) encode() ([]byte, error) {
 			w.b = append(w.b, c.Data...)
 		}
 	}
+	var flags uint16
+	for _, r := range e.FuncTable {
+		if len(r.Sources) > 0 {
+			flags |= flagSources
+		}
+	}
 	w.uvarint(uint64(len(e.FuncTable)))
 	for _, r := range e.FuncTable {
 		w.byte(byte(r.Kind))
 		w.str(r.Name)
+		if flags&flagSources != 0 {
+			w.uvarint(uint64(len(r.Sources)))
+			for _, s := range r.Sources {
+				w.str(s.Name)
+				w.str(s.Op)
+			}
+		}
 	}
 	w.uvarint(uint64(len(e.Functions)))
 	for _, f := range e.Functions {
@@ -134,7 +151,7 @@ func (e *Executable) encode() ([]byte, error) {
 	}
 	copy(w.b, Magic)
 	binary.LittleEndian.PutUint16(w.b[len(Magic):], FormatVersion)
-	binary.LittleEndian.PutUint16(w.b[len(Magic)+2:], 0)
+	binary.LittleEndian.PutUint16(w.b[len(Magic)+2:], flags)
 	binary.LittleEndian.PutUint32(w.b[len(Magic)+4:], uint32(body))
 	w.b = binary.LittleEndian.AppendUint32(w.b, crc32.ChecksumIEEE(w.b))
 	return w.b, nil
@@ -170,7 +187,8 @@ func Unmarshal(b []byte) (*Executable, error) {
 	if v := binary.LittleEndian.Uint16(b[len(Magic):]); v != FormatVersion {
 		return nil, fmt.Errorf("vm: unmarshal executable: %w: format version %d, this kiln reads %d", ErrInvalid, v, FormatVersion)
 	}
-	if fl := binary.LittleEndian.Uint16(b[len(Magic)+2:]); fl != 0 {
+	fl := binary.LittleEndian.Uint16(b[len(Magic)+2:])
+	if fl&^flagSources != 0 {
 		return nil, fmt.Errorf("vm: unmarshal executable: %w: unknown flags %#x", ErrInvalid, fl)
 	}
 	n := int64(binary.LittleEndian.Uint32(b[len(Magic)+4:]))
@@ -184,7 +202,7 @@ func Unmarshal(b []byte) (*Executable, error) {
 	if want, got := binary.LittleEndian.Uint32(b[end:]), crc32.ChecksumIEEE(b[:end]); want != got {
 		return nil, fmt.Errorf("vm: unmarshal executable: %w: checksum mismatch (stored %08x, computed %08x): the file is corrupt", ErrInvalid, want, got)
 	}
-	e, err := decodeBody(b[headerLen:end])
+	e, err := decodeBody(b[headerLen:end], fl)
 	if err != nil {
 		return nil, fmt.Errorf("vm: unmarshal executable: %w", err)
 	}
@@ -192,8 +210,8 @@ func Unmarshal(b []byte) (*Executable, error) {
 }
 
 // decodeBody decodes and validates the body (no header, no checksum).
-func decodeBody(body []byte) (*Executable, error) {
-	r := &reader{b: body}
+func decodeBody(body []byte, flags uint16) (*Executable, error) {
+	r := &reader{b: body, flags: flags}
 	e := r.executable()
 	if r.err != nil {
 		return nil, r.err
@@ -209,10 +227,11 @@ func decodeBody(body []byte) (*Executable, error) {
 
 // reader decodes with a sticky error that names the item being read.
 type reader struct {
-	b   []byte
-	off int
-	ctx string
-	err error
+	b     []byte
+	off   int
+	ctx   string
+	err   error
+	flags uint16
 }
 
 func (r *reader) fail(format string, a ...any) {
@@ -376,7 +395,14 @@ func (r *reader) executable() *Executable {
 	for i := 0; i < nt && r.err == nil; i++ {
 		r.ctx = fmt.Sprintf("function table entry %d", i)
 		k := FuncKind(r.byte("kind"))
-		e.FuncTable = append(e.FuncTable, FuncRef{Kind: k, Name: r.str("name")})
+		ref := FuncRef{Kind: k, Name: r.str("name")}
+		if r.flags&flagSources != 0 {
+			ns := r.count("source count")
+			for j := 0; j < ns && r.err == nil; j++ {
+				ref.Sources = append(ref.Sources, Source{Name: r.str("source name"), Op: r.str("source op")})
+			}
+		}
+		e.FuncTable = append(e.FuncTable, ref)
 	}
 	r.ctx = "functions"
 	nf := r.count("function count")

@@ -73,6 +73,33 @@ func TestMarshalRoundTrip(t *testing.T) {
 	check.Error(t, err, "load executable")
 }
 
+// TestMarshalSources: the model operators a kernel computes survive the
+// round trip (under a header flag); an executable without any is written
+// as before, flags 0.
+func TestMarshalSources(t *testing.T) {
+	plain, err := sample(t).Marshal()
+	check.NoError(t, err)
+	check.Equal(t, binary.LittleEndian.Uint16(plain[len(Magic)+2:]), uint16(0))
+
+	b := NewBuilder()
+	f := b.Function("main", AnyParam("x"))
+	f.CallTo(NoReg, "fused_conv2d_relu", f.Param(0))
+	f.CallTo(NoReg, "fused_conv2d_relu", f.Param(0))
+	b.AddSources("fused_conv2d_relu", Source{Name: "/conv1/Conv", Op: "Conv"}, Source{Name: "/relu/Relu", Op: "Relu"})
+	b.AddSources("fused_conv2d_relu", Source{Name: "/conv1/Conv", Op: "Conv"}, Source{Name: "/conv2/Conv", Op: "Conv"})
+	f.Ret(f.Param(0))
+	exe, err := b.Build()
+	check.NoError(t, err)
+	want := []Source{{"/conv1/Conv", "Conv"}, {"/relu/Relu", "Relu"}, {"/conv2/Conv", "Conv"}}
+	check.Equal(t, exe.FuncTable[0].Sources, want)
+	data, err := exe.Marshal()
+	check.NoError(t, err)
+	check.Equal(t, binary.LittleEndian.Uint16(data[len(Magic)+2:]), uint16(flagSources))
+	got, err := Unmarshal(data)
+	check.NoError(t, err)
+	check.Equal(t, got, exe)
+}
+
 // frame wraps a body in a header and checksum.
 func frame(body []byte) []byte {
 	b := append([]byte(Magic), 0, 0, 0, 0, 0, 0, 0, 0)
@@ -104,7 +131,7 @@ func TestUnmarshalCorrupt(t *testing.T) {
 		{"empty", nil, "0 bytes is shorter than the 20-byte header"},
 		{"magic", mutate(func(b []byte) []byte { b[0] = 'X'; return b }), "bad magic"},
 		{"version", mutate(func(b []byte) []byte { b[len(Magic)] = 9; return b }), "format version 9, this kiln reads 1"},
-		{"flags", mutate(func(b []byte) []byte { b[len(Magic)+2] = 1; return b }), "unknown flags 0x1"},
+		{"flags", mutate(func(b []byte) []byte { b[len(Magic)+2] = 2; return b }), "unknown flags 0x2"},
 		{"truncated", good[:len(good)-10], "truncated: header says"},
 		{"trailing", append(append([]byte(nil), good...), 0), "bytes after the body"},
 		{"checksum", mutate(func(b []byte) []byte { b[headerLen+3] ^= 0x40; return b }), "checksum mismatch"},
@@ -177,7 +204,7 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(good[headerLen : len(good)-4])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e, err := decodeBody(body)
+		e, err := decodeBody(body, 0)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)

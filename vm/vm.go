@@ -636,7 +636,7 @@ func (m *VM) call(fi int, base int) (Value, error) {
 			}
 			r, err := in.fn.Call(kargs...)
 			if m.prof != nil {
-				m.prof.add(in.name, time.Since(t0))
+				m.prof.add(in.name, t0, time.Since(t0))
 			}
 			if err != nil {
 				return Value{}, m.fail(f, pc, in, err)

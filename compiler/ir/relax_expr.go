@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/kiln-ml/kiln/ndarray"
 )
@@ -46,12 +47,33 @@ type ExternFunc struct {
 // (a function of the module), an *RVar holding a function, or an
 // *ExternFunc. SInfoArgs are struct infos some operators take (call_tir's
 // out_sinfo). Info is the call's result, set when the call is built.
+// Sources are the model operators the call computes (set by a frontend,
+// carried by the passes that rewrite or fuse calls, and recorded by the
+// VM's code generator for profiles); they are not part of the call's
+// structure and are not printed.
 type RCall struct {
 	Op        RExpr
 	Args      []RExpr
 	Attrs     map[string]any
 	SInfoArgs []StructInfo
 	Info      StructInfo
+	Sources   []Source
+}
+
+// Source is a model operator a graph-level call came from: the node's
+// name and its operator type in the model ("conv1", "Conv").
+type Source struct {
+	Name, Op string
+}
+
+// AddSources appends to dst the sources of src it lacks, in order.
+func AddSources(dst []Source, src ...Source) []Source {
+	for _, s := range src {
+		if !slices.Contains(dst, s) {
+			dst = append(dst, s)
+		}
+	}
+	return dst
 }
 
 // RTuple builds a tuple of Fields.

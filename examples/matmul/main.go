@@ -35,7 +35,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/te"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -101,12 +101,7 @@ func run(ctx context.Context, w io.Writer, n, m, k int) error {
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "kiln-example-matmul-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	mo, err := cpu.LoadArtifact(art, dir)
+	mo, err := load.Artifact(art, load.Options{})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}

@@ -32,7 +32,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/te"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -78,12 +78,7 @@ func run(ctx context.Context, w io.Writer, n int) error {
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "kiln-example-vecadd-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	m, err := cpu.LoadArtifact(art, dir)
+	m, err := load.Artifact(art, load.Options{})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}

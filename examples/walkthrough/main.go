@@ -35,7 +35,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/transform"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 )
@@ -115,12 +115,7 @@ func run(ctx context.Context, w io.Writer, n int) error {
 	}
 
 	p.section("5. Run (devices/cpu, packedfunc, ndarray)")
-	dir, err := os.MkdirTemp("", "kiln-example-walkthrough-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	m, err := cpu.LoadArtifact(res.Artifact, dir)
+	m, err := load.Artifact(res.Artifact, load.Options{})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}

@@ -290,6 +290,7 @@ func (g *gen) call(c *ir.RCall) (rt.Reg, error) {
 			}
 			return g.f.Call(op.Name, args...), nil
 		case *ir.PrimFunc:
+			g.sources(op.Name, c)
 			return g.f.Call(op.Name, args...), nil
 		case nil:
 			return 0, g.errorf("call of %q, which is not in the module", op.Name)
@@ -380,6 +381,14 @@ func (g *gen) opCall(name string, c *ir.RCall) (rt.Reg, error) {
 	return 0, g.errorf("operator %s has not been legalized (run LegalizeOps first): %w", name, ErrUnsupported)
 }
 
+// sources records the model operators call c of kernel name computes,
+// for profiles.
+func (g *gen) sources(name string, c *ir.RCall) {
+	for _, s := range c.Sources {
+		g.b.AddSources(name, rt.Source{Name: s.Name, Op: s.Op})
+	}
+}
+
 // callTIR allocates the outputs, calls the PrimFunc in destination-passing
 // style and returns the output (or a tuple of them).
 func (g *gen) callTIR(c *ir.RCall) (rt.Reg, error) {
@@ -437,6 +446,7 @@ func (g *gen) callTIR(c *ir.RCall) (rt.Reg, error) {
 	for _, r := range outs {
 		args = append(args, r)
 	}
+	g.sources(gv.Name, c)
 	g.f.CallTo(rt.NoReg, gv.Name, args...)
 	if len(outs) == 1 && !isTupleOut(c.SInfoArgs) {
 		return outs[0], nil

@@ -149,6 +149,9 @@ type importer struct {
 	weightOf map[string]*ir.RVar
 	next     map[string]int
 	used     map[string]bool
+	// source is the node being converted: every call it emits comes
+	// from it.
+	source ir.Source
 }
 
 // node is one ONNX node being converted.
@@ -308,7 +311,12 @@ func (im *importer) runNode(n *node) error {
 	if !ok || !conv.imports(np.GetOpType(), n.opset) {
 		return fmt.Errorf("%w: %s", ErrUnsupported, n)
 	}
+	im.source = ir.Source{Name: np.GetName(), Op: np.GetOpType()}
+	if im.source.Name == "" {
+		im.source.Name = fmt.Sprintf("#%d", n.index)
+	}
 	outs, err := conv.fn(im, n)
+	im.source = ir.Source{}
 	if err != nil {
 		return fmt.Errorf("%s: %w", n, err)
 	}
@@ -500,6 +508,9 @@ func (im *importer) emit(opName string, attrs map[string]any, args ...any) (*val
 	call, err := op.Call(opName, exprs, attrs)
 	if err != nil {
 		return nil, err
+	}
+	if im.source != (ir.Source{}) {
+		call.Sources = []ir.Source{im.source}
 	}
 	base := strings.TrimPrefix(opName, "relax.")
 	if i := strings.LastIndexByte(base, '.'); i >= 0 {

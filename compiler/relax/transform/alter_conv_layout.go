@@ -109,6 +109,12 @@ func rewriteCalls(mod *ir.IRModule, forFunc func(fn *ir.Function) callRewrite) (
 			if bs == nil {
 				return []ir.Binding{b}
 			}
+			// What replaces the call computes its model operators.
+			for _, r := range bs {
+				if c, ok := r.BoundValue().(*ir.RCall); ok && c.Sources == nil {
+					c.Sources = call.Sources
+				}
+			}
 			return bs
 		}
 		g := m.RewriteFunc(fn)

@@ -534,6 +534,7 @@ func (fz *fusor) emitGroup(bds []ir.Binding, usedOutside map[*ir.RVar]bool, m *i
 	nameParts := []string{"fused"}
 	var inner []ir.Binding
 	var outputs []*ir.RVar
+	var sources []ir.Source
 	for _, bd := range bds {
 		if _, ok := bd.(*ir.VarBinding); !ok {
 			return nil, fmt.Errorf("binding %q: cannot fuse a match_cast", bd.BoundVar().Name)
@@ -567,6 +568,7 @@ func (fz *fusor) emitGroup(bds []ir.Binding, usedOutside map[*ir.RVar]bool, m *i
 		val := bd.BoundValue()
 		if c, ok := val.(*ir.RCall); ok {
 			nameParts = append(nameParts, calleeHint(c))
+			sources = ir.AddSources(sources, c.Sources...)
 			// Only the arguments are lifted: the callee stays.
 			args := make([]ir.RExpr, len(c.Args))
 			for i, a := range c.Args {
@@ -615,7 +617,7 @@ func (fz *fusor) emitGroup(bds []ir.Binding, usedOutside map[*ir.RVar]bool, m *i
 			args[i] = in
 		}
 	}
-	call := &ir.RCall{Op: fz.mod.GlobalVar(name), Args: args, Info: fn.Ret}
+	call := &ir.RCall{Op: fz.mod.GlobalVar(name), Args: args, Info: fn.Ret, Sources: sources}
 	if m.Subst == nil {
 		m.Subst = map[*ir.RVar]ir.RExpr{}
 	}

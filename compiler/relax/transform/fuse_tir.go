@@ -67,7 +67,9 @@ func FuseTIR(mod *ir.IRModule) (*ir.IRModule, error) {
 			if info == nil {
 				info = StructInfoOfFunc(mod, gv.Name)
 			}
-			return ir.CallTIR(out.GlobalVar(gv.Name), args, info)
+			call := ir.CallTIR(out.GlobalVar(gv.Name), args, info)
+			call.Sources = c.Sources
+			return call
 		}}
 		if g := foldOutputAliases(m.RewriteFunc(fn)); g != fn {
 			out = out.With(name, g)

@@ -185,7 +185,9 @@ func (l *legalizer) call(c *ir.RCall) (*ir.RCall, error) {
 	}
 	f = withoutAttr(f, ir.AttrGlobalSymbol)
 	name := l.add(hint, f)
-	return ir.CallTIR(l.mod.GlobalVar(name), args, info), nil
+	call := ir.CallTIR(l.mod.GlobalVar(name), args, info)
+	call.Sources = c.Sources
+	return call, nil
 }
 
 // add puts f in the module under a fresh name derived from hint, or

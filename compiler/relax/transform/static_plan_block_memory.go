@@ -352,7 +352,7 @@ func planFunction(mod *ir.IRModule, fn *ir.Function, concatOnly bool, dropped ma
 			gv := c.Args[0].(*ir.GlobalVar)
 			args := flattenTensors(rewrite(c.Args[1]))
 			args = append(args, allocs...)
-			pc := &ir.RCall{Op: gv, Args: args, Info: ir.VoidInfo()}
+			pc := &ir.RCall{Op: gv, Args: args, Info: ir.VoidInfo(), Sources: c.Sources}
 			if pf := mod.PrimFunc(gv.Name); pf != nil {
 				pc.Info = ir.PrimFuncResult(pf)
 			}

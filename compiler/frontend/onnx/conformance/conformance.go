@@ -34,7 +34,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/devices"
-	"github.com/kiln-ml/kiln/devices/cpu"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/vm"
@@ -322,26 +322,16 @@ func runBatch(ctx context.Context, cases []*testCase, opts Options) {
 		runBatch(ctx, cases[h:], opts)
 		return
 	}
-	tmp, err := os.MkdirTemp("", "kiln-onnx-conformance")
+	m, err := load.Artifact(a, load.Options{})
 	if err != nil {
 		for _, tc := range cases {
-			tc.res.Status, tc.res.Detail = Failed, err.Error()
+			tc.res.Status, tc.res.Detail = Failed, "load: "+err.Error()
 		}
 		return
 	}
-	defer os.RemoveAll(tmp)
-	kmod, err := cpu.LoadArtifact(a, tmp)
-	if err == nil {
-		var exe *vm.Executable
-		if exe, err = vm.Unmarshal(a.Files[artifact.VMExec]); err == nil {
-			for _, tc := range cases {
-				runCase(tc, exe, kmod)
-			}
-			return
-		}
-	}
+	defer m.Close()
 	for _, tc := range cases {
-		tc.res.Status, tc.res.Detail = Failed, "load: "+err.Error()
+		runCase(tc, m)
 	}
 }
 
@@ -413,7 +403,7 @@ func build(ctx context.Context, mod *ir.IRModule, opts Options) (a *artifact.Art
 }
 
 // runCase runs one test on each of its data sets.
-func runCase(tc *testCase, exe *vm.Executable, kmod packedfunc.Module) {
+func runCase(tc *testCase, m *load.Module) {
 	defer func() {
 		if r := recover(); r != nil {
 			tc.res.Status, tc.res.Detail = Failed, fmt.Sprintf("panic while running: %v", r)
@@ -425,12 +415,6 @@ func runCase(tc *testCase, exe *vm.Executable, kmod packedfunc.Module) {
 		tc.res.Status, tc.res.Detail = Failed, "no test_data_set_* directories"
 		return
 	}
-	m, err := vm.New(exe, kmod, devices.CPUDevice, vm.Options{})
-	if err != nil {
-		tc.res.Status, tc.res.Detail = Failed, err.Error()
-		return
-	}
-	defer m.Close()
 	for _, set := range sets {
 		if err := runSet(tc, m, set); err != nil {
 			tc.res.Status, tc.res.Detail = Failed, fmt.Sprintf("%s: %v", filepath.Base(set), err)
@@ -458,7 +442,7 @@ func readTensors(set, prefix string) ([]*onnx.Tensor, error) {
 	}
 }
 
-func runSet(tc *testCase, m *vm.VM, set string) error {
+func runSet(tc *testCase, m *load.Module, set string) error {
 	ins, err := readTensors(set, "input")
 	if err != nil {
 		return err
