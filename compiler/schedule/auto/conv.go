@@ -31,11 +31,6 @@ import (
 // window innermost, which also reads each input row for the 3×3 window
 // from L1.
 
-// maxConvAccumulators bounds the vector registers of a convolution's
-// accumulator tile with 32 vector registers (AVX-512); half as many with
-// 16.
-const maxConvAccumulators = 24
-
 // convBlock is a block C[.., x, f] += A[..] * B[.., f] (or, for the row
 // schedule, C[.., x] += A[..] * B[..]).
 type convBlock struct {
@@ -310,10 +305,7 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 		return err
 	}
 	ns := len(c.spatial)
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
 	if c.fblock > 0 {
 		F = c.fblock

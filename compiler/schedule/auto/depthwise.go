@@ -31,7 +31,7 @@ import (
 
 // maxRowVectors bounds the vectors of a row tile along the row; with
 // output channel rows, maxRowVectors/2 vectors along the row times the
-// rows stay within maxConvAccumulators.
+// rows stay within the accumulators the registers hold (Options.accumulators).
 const maxRowVectors = 8
 
 // findRowConvs lists the unscheduled blocks of f of the row form, a
@@ -147,7 +147,7 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if c.rows >= 0 {
 		xv := largestDivisor(xi/lanes, maxRowVectors/2)
 		xi = xv * lanes
-		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], maxConvAccumulators/xv))
+		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], opts.accumulators()/xv))
 		if err != nil {
 			return err
 		}

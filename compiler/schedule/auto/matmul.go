@@ -16,14 +16,52 @@ type Options struct {
 	// loop runs in parallel (waking the pool's threads costs microseconds); 0
 	// means DefaultParallelFlops, negative never.
 	ParallelFlops int64
+	// VectorRegisters is the number of the target's vector registers,
+	// which bounds the accumulators of a register tile (three quarters
+	// of the file); 0 means 32 with 64-byte vectors (AVX-512), else 16.
+	VectorRegisters int64
+	// L1DBytes is one core's L1 data cache: a stem convolution's strip of
+	// input rows must fit in it; 0 means DefaultL1DBytes.
+	L1DBytes int64
 	// L2Bytes is one core's L2 cache: a pointwise convolution whose input
 	// is larger reads it once, in tiles of positions outside tiles of
 	// channels; 0 means DefaultL2Bytes.
 	L2Bytes int64
 }
 
+// DefaultL1DBytes is Options.L1DBytes when it is zero.
+const DefaultL1DBytes = 48 << 10
+
 // DefaultL2Bytes is Options.L2Bytes when it is zero.
 const DefaultL2Bytes = 1 << 20
+
+// withDefaults fills in the zero options.
+func (o Options) withDefaults() Options {
+	if o.VectorBytes <= 0 {
+		o.VectorBytes = 64
+	}
+	if o.ParallelFlops == 0 {
+		o.ParallelFlops = DefaultParallelFlops
+	}
+	if o.VectorRegisters <= 0 {
+		o.VectorRegisters = 16
+		if o.VectorBytes >= 64 {
+			o.VectorRegisters = 32
+		}
+	}
+	if o.L1DBytes <= 0 {
+		o.L1DBytes = DefaultL1DBytes
+	}
+	if o.L2Bytes <= 0 {
+		o.L2Bytes = DefaultL2Bytes
+	}
+	return o
+}
+
+// accumulators is how many vector registers a register tile may keep its
+// sums in: three quarters of the file (24 of AVX-512's 32, 12 of AVX2's
+// 16), the rest for the loads and broadcasts that feed them.
+func (o Options) accumulators() int64 { return max(1, o.VectorRegisters*3/4) }
 
 // DefaultParallelFlops is Options.ParallelFlops when it is zero: below
 // about a million multiply-adds one thread is faster than a fork/join
@@ -82,12 +120,7 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 // FuncRule is Func, naming the rule that scheduled f (one of the Rule
 // constants), or "" when none applies.
 func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
-	if opts.VectorBytes <= 0 {
-		opts.VectorBytes = 64
-	}
-	if opts.ParallelFlops == 0 {
-		opts.ParallelFlops = DefaultParallelFlops
-	}
+	opts = opts.withDefaults()
 	for _, m := range findMatmuls(f) {
 		// First with the blocks after the matmul (bias, activation,
 		// residual add) computed on the register tile, then, where the
@@ -300,10 +333,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	if esize <= 0 {
 		return false, nil
 	}
-	regs := int64(32) // AVX-512; 16 with narrower vectors
-	if opts.VectorBytes < 64 {
-		regs = 16
-	}
+	regs := opts.VectorRegisters
 	iExt := m.extents[n-3]
 	if m.sharedB {
 		// Every row reads the same B: the spatial loops before j are

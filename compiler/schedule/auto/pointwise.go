@@ -110,16 +110,9 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 	if lanes > P {
 		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
 	}
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	ft, pv := pointwiseTile(d.C, P, lanes, limit)
-	l2 := opts.L2Bytes
-	if l2 <= 0 {
-		l2 = DefaultL2Bytes
-	}
-	posOuter := c.reduce[0]*P*4 > l2
+	posOuter := c.reduce[0]*P*4 > opts.L2Bytes
 	if posOuter {
 		ft, pv = streamingPointwiseTile(d.C, P, lanes, limit)
 	}
@@ -366,10 +359,7 @@ func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Pri
 	if lanes > P || ceilDiv(P, lanes)*lanes*8 > P*9 {
 		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
 	}
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	pv := packedPointwiseTile(c.fblock, P, lanes, limit)
 	if pv == 0 {
 		return nil, fmt.Errorf("block %q: panels of %d take no tile", c.name, c.fblock)

@@ -36,10 +36,6 @@ import (
 // channel-vectorized tile has reductions enough.
 const maxStemChannels = 4
 
-// maxStemStripBytes bounds the rows a stem's output row reads (a buffer
-// on the stack, in L1).
-const maxStemStripBytes = 48 << 10
-
 // stemConv is what matchStem found in a function.
 type stemConv struct {
 	conv, epilogue *ir.BlockRealize
@@ -68,11 +64,11 @@ func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, erro
 	if err != nil {
 		return nil, err
 	}
-	lanes, fi, xv, ok := stemTile(s.X, s.F, opts.VectorBytes/4, maxConvAccumulators)
+	lanes, fi, xv, ok := stemTile(s.X, s.F, opts.VectorBytes/4, opts.accumulators())
 	if !ok {
 		return nil, fmt.Errorf("block %q: rows of %d take no vectors", c.name, s.X)
 	}
-	if s.stripLen()*4 > maxStemStripBytes {
+	if s.stripLen()*4 > opts.L1DBytes {
 		return nil, fmt.Errorf("block %q: input rows too wide", c.name)
 	}
 	return g.WithBody(ir.NewRootBlock(s.loops(lanes, fi, xv, opts))), nil
