@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -107,56 +105,6 @@ const (
 	RuleRowConv        = "conv2d rows"
 	RuleGeneric        = "elementwise and reductions"
 )
-
-// Func schedules the first unscheduled matmul-shaped block of f (see the
-// package doc) and reports whether it did; f itself is never modified.
-// A function with no such block, or one whose loops were already
-// transformed, comes back unchanged with false.
-func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
-	g, rule, err := FuncRule(f, opts)
-	return g, rule != "", err
-}
-
-// FuncRule is Func, naming the rule that scheduled f (one of the Rule
-// constants), or "" when none applies.
-func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
-	opts = opts.withDefaults()
-	for _, m := range findMatmuls(f) {
-		// First with the blocks after the matmul (bias, activation,
-		// residual add) computed on the register tile, then, where the
-		// primitives refuse that, with the tile stored as it is.
-		for _, epilogue := range []bool{true, false} {
-			s, err := schedule.New(f)
-			if err != nil {
-				return f, "", nil
-			}
-			ok, err := scheduleMatmul(s, m, opts, epilogue)
-			if err != nil {
-				// The primitives refused (a shape they cannot handle):
-				// the unscheduled function stays correct.
-				continue
-			}
-			if ok {
-				return s.Func(), RuleMatmul, nil
-			}
-			break
-		}
-	}
-	for _, c := range findConvs(f) {
-		if g, rule, err := scheduleConv(f, c, opts); err == nil && g != nil {
-			return g, rule, nil
-		}
-	}
-	for _, c := range findRowConvs(f) {
-		if g, rule, err := scheduleRowConv(f, c, opts); err == nil && g != nil {
-			return g, rule, nil
-		}
-	}
-	if g, ok := scheduleGeneric(f, opts); ok {
-		return g, RuleGeneric, nil
-	}
-	return f, "", nil
-}
 
 // matmulBlock is a block C[.., i, j] += A[.., i, k] * B[.., k, j].
 type matmulBlock struct {
@@ -401,7 +349,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	case vector:
 		err = tileStore(s, wb, inner, lanes)
 	case epilogue:
-		return false, fmt.Errorf("block %q: no vector tile for an epilogue", m.name)
+		return false, skip("block %q: no vector tile for an epilogue", m.name)
 	default:
 		err = s.ReverseComputeAt(wb, inner)
 	}
