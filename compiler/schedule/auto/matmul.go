@@ -283,10 +283,30 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	regs := opts.VectorRegisters
 	iExt := m.extents[n-3]
+	fuse := false
 	if m.sharedB {
 		// Every row reads the same B: the spatial loops before j are
-		// one run of rows (a [1, M, K] activation, or [M, 1, K]).
-		iExt = M
+		// one run of rows (a [1, M, K] activation, or [M, 1, K]), when
+		// the row tile's split of it leaves each row's indices affine
+		// in the loops (which decompose_reduction needs to prove the
+		// tile's rows distinct): one loop of more than one row, or a
+		// tile of all the rows but the outermost loop's ([1, 7, 7, K]
+		// in tiles of 7). Otherwise (a [1, 56, 56, K] activation:
+		// ConvNeXt's Linear layers) the last row loop is tiled and the
+		// others stay outside, as for a batch.
+		iExt, fuse = M, true
+		var rows []int64
+		for _, e := range m.extents[:n-2] {
+			if e > 1 {
+				rows = append(rows, e)
+			}
+		}
+		if len(rows) > 1 {
+			inner := product(rows[1:])
+			if _, mr, _, _ := matmulTile(M, N, opts.VectorBytes/esize, regs); mr != inner {
+				iExt, fuse = m.extents[n-3], false
+			}
+		}
 	}
 	lanes, mr, nt, vector := matmulTile(iExt, N, opts.VectorBytes/esize, regs)
 	if m.packed > 0 {
@@ -300,7 +320,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	i, j, k := loops[n-3], loops[n-2], loops[n-1]
 	batch := loops[:n-3]
-	if m.sharedB && n > 3 {
+	if fuse && n > 3 {
 		if i, err = s.Fuse(loops[:n-2]...); err != nil {
 			return false, err
 		}
@@ -382,6 +402,16 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 		par := outer
 		if outer == js[0] && N/nt < 2 || outer == is[0] && iExt/mr < 2 {
 			par = inner
+		}
+		if m.sharedB && !fuse {
+			// The rows outside the tiles share the work, one fork and
+			// join per call.
+			for bi, e := range m.extents[:n-3] {
+				if e > 1 {
+					par = batch[bi]
+					break
+				}
+			}
 		}
 		if err := s.Parallel(par); err != nil {
 			return false, err
