@@ -158,12 +158,12 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	if target.Kind == "" {
 		target.Kind = "cpu"
 	}
-	if target.Kind != "cpu" && target.Kind != "cuda" {
-		return nil, fmt.Errorf("build: target %q is not supported (want cpu or cuda)", target)
+	info, err := target.Info()
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
 	}
 	var nvrtc CUDACompiler
-	if target.Kind == "cuda" {
-		var err error
+	if info.DeviceCompiler {
 		if nvrtc, err = cudaCompiler(opts); err != nil {
 			return nil, fmt.Errorf("build: target %q: %w", target, err)
 		}
@@ -173,13 +173,12 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		if p == "" {
 			p = DefaultPipeline
 		}
-		var err error
 		end := stage(opts.Progress, "graph pipeline "+p)
-		if target.Kind == "cpu" && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
+		if info.PackDense && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
 			// Dense layers' weights packed in the default schedule's
 			// column panels (not under a tuning database, whose records
 			// are for the layers as they are).
-			if mod, err = relaxtransform.AlterDenseLayout(mod, max(target.VectorBytes(), 16)); err != nil {
+			if mod, err = relaxtransform.AlterDenseLayout(mod, max(info.VectorBytes, 16)); err != nil {
 				return nil, fmt.Errorf("build: %w", err)
 			}
 		}
@@ -191,12 +190,11 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	end := stage(opts.Progress, "schedule")
 	before := mod
 	if opts.Schedule != nil {
-		var err error
 		if mod, err = opts.Schedule(mod); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
-	mod, schedules, err := defaultSchedules(before, mod, target, opts)
+	mod, schedules, err := defaultSchedules(before, mod, info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
@@ -286,29 +284,19 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		meta   *abi.Metadata
 		device map[string][]byte
 	)
-	if target.Kind == "cuda" {
-		src, meta, device, err = generateCUDA(mod, target, nvrtc, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
-		if err != nil {
-			return nil, fmt.Errorf("build: %w", err)
-		}
-	} else {
+	if !info.Float8 {
 		if err := refuseFloat8(mod, target); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
-		vb := target.VectorBytes()
-		for name, f := range mod.PrimFuncs() {
-			if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
-				mod = mod.With(name, f.WithAttr(transform.AttrVectorBytes, vb))
-			}
-		}
-		lowered, err := transform.LowerModule(mod, transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR})
+	}
+	topts := transform.Options{DumpAfter: opts.DumpIR, Dump: dump, Verify: opts.VerifyIR}
+	if info.HostDeviceSplit {
+		src, meta, device, err = generateCUDA(mod, target, nvrtc, topts)
 		if err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
-		src, meta, err = c.Generate(onlyPrimFuncs(lowered), c.Options{Target: target.String()})
-		if err != nil {
-			return nil, fmt.Errorf("build: codegen: %w", err)
-		}
+	} else if src, meta, err = generateC(mod, target, info, topts); err != nil {
+		return nil, fmt.Errorf("build: %w", err)
 	}
 	res.Source = src
 	res.Lower = time.Since(start)
@@ -378,8 +366,25 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 	return res, nil
 }
 
-// onlyPrimFuncs drops graph-level functions, which the C generator does
-// not print.
+// generateC lowers mod's PrimFuncs for a CPU target, their vectors split
+// to the target's width, and prints them as C.
+func generateC(mod *ir.IRModule, target Target, info TargetInfo, topts transform.Options) (string, *abi.Metadata, error) {
+	for name, f := range mod.PrimFuncs() {
+		if _, ok := f.Attrs[transform.AttrVectorBytes]; !ok {
+			mod = mod.With(name, f.WithAttr(transform.AttrVectorBytes, info.VectorBytes))
+		}
+	}
+	lowered, err := transform.LowerModule(mod, topts)
+	if err != nil {
+		return "", nil, err
+	}
+	src, meta, err := c.Generate(onlyPrimFuncs(lowered), c.Options{Target: target.String()})
+	if err != nil {
+		return "", nil, fmt.Errorf("codegen: %w", err)
+	}
+	return src, meta, nil
+}
+
 // refuseFloat8 refuses the 8-bit float dtypes on a CPU target, naming the
 // function and the buffer (or expression) that has one: they exist on
 // CUDA GPUs of sm_89 and newer only.
@@ -430,6 +435,8 @@ func refuseFloat8(mod *ir.IRModule, target Target) error {
 	return nil
 }
 
+// onlyPrimFuncs drops graph-level functions, which the C generator does
+// not print.
 func onlyPrimFuncs(m *ir.IRModule) *ir.IRModule {
 	out := ir.NewIRModule()
 	for name, f := range m.PrimFuncs() {

@@ -52,10 +52,12 @@ func (s FuncSchedule) String() string {
 // schedule and says, per function, which schedule it has. before is mod
 // as it was before BuildOptions.Schedule ran: the functions that hook
 // changed are its own. Other functions that are already scheduled keep
-// their schedule: on CPUs as auto.Scheduled says, on GPUs when a loop is
+// their schedule: on CPUs as auto.Scheduled says, on a target whose
+// functions need threads (TargetInfo.ThreadBound: GPUs) when a loop is
 // bound to a thread axis (a GPU kernel needs nothing else, and one
-// without gets the GPU rules whatever the options say).
-func defaultSchedules(before, mod *ir.IRModule, target Target, opts BuildOptions) (*ir.IRModule, []FuncSchedule, error) {
+// without gets the GPU rules whatever the options say). The rules read
+// the target's vector width, registers and caches from info.
+func defaultSchedules(before, mod *ir.IRModule, info TargetInfo, opts BuildOptions) (*ir.IRModule, []FuncSchedule, error) {
 	var out []FuncSchedule
 	for name, f := range mod.PrimFuncs() {
 		s := FuncSchedule{Name: name}
@@ -64,11 +66,11 @@ func defaultSchedules(before, mod *ir.IRModule, target Target, opts BuildOptions
 			s.Kind = OptionSchedule
 		}
 		switch {
-		case target.Kind == "cuda" && hasThreadBinding(f):
+		case info.ThreadBound && hasThreadBinding(f):
 			if !hooked {
 				s.Kind, s.Rule = AlreadyScheduled, "loops bound to threads"
 			}
-		case target.Kind == "cuda":
+		case info.ThreadBound:
 			// A GPU kernel runs only with its loops bound to threads: it
 			// gets the GPU rules even with NoDefaultSchedule.
 			g, err := auto.GPUFunc(f, auto.GPUOptions{})
@@ -89,9 +91,7 @@ func defaultSchedules(before, mod *ir.IRModule, target Target, opts BuildOptions
 				s.Kind, s.Rule = AlreadyScheduled, sign
 				break
 			}
-			// A target without vectors is tiled as for 128-bit ones; its
-			// vectorized loops stay serial (Vectorize).
-			g, rule, err := auto.FuncRule(f, auto.Options{VectorBytes: max(target.VectorBytes(), 16)})
+			g, rule, err := auto.FuncRule(f, cpuOptions(info))
 			if err != nil {
 				return nil, nil, fmt.Errorf("default schedule of %q: %w", name, err)
 			}
@@ -103,4 +103,16 @@ func defaultSchedules(before, mod *ir.IRModule, target Target, opts BuildOptions
 		out = append(out, s)
 	}
 	return mod, out, nil
+}
+
+// cpuOptions are the CPU rules' options for a target: its vector width
+// (a target without vectors is tiled as for 128-bit ones; its vectorized
+// loops stay serial, see Vectorize), registers and caches.
+func cpuOptions(info TargetInfo) auto.Options {
+	return auto.Options{
+		VectorBytes:     max(info.VectorBytes, 16),
+		VectorRegisters: info.VectorRegisters,
+		L1DBytes:        info.L1DBytes,
+		L2Bytes:         info.L2Bytes,
+	}
 }

@@ -67,6 +67,22 @@ def f(A: T.Buffer((4,), "float32")):
 		_, _, err = Generate(l, Options{})
 		check.Error(t, err, `function "f"`, `loop "i"`, "threadIdx.x", `target "c"`)
 	})
+	t.Run("warp shuffle", func(t *testing.T) {
+		// A GPU's instruction: the CUDA dialect prints it, C refuses it.
+		src := `# from tvm.script import tir as T
+@T.prim_func
+def g(A: T.Buffer((4,), "float32")):
+    T.func_attr({"global_symbol": "g"})
+    for i in range(4):
+        A[i] = T.tvm_warp_shuffle_down(T.uint32(4294967295), A[i], 1, 32, 32)
+`
+		m, err := script.Parse("g.py", src)
+		check.NoError(t, err)
+		l, err := transform.LowerModule(m, transform.Options{Verify: true})
+		check.NoError(t, err)
+		_, _, err = Generate(l, Options{})
+		check.Error(t, err, `function "g"`, "tvm_warp_shuffle_down", `the c dialect does not print`)
+	})
 	t.Run("bad name", func(t *testing.T) {
 		l, err := transform.LowerModule(m, transform.Options{})
 		check.NoError(t, err)

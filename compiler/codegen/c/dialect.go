@@ -54,6 +54,12 @@ type Dialect struct {
 	// with float's arithmetic rounded to bfloat16 after each operation;
 	// otherwise bfloat16 has no type (C).
 	BFloat16 bool
+	// Call returns the code of a call of an instruction only some
+	// dialects have (a warp shuffle, ir.OpWarpShuffleDown; a tensor-core
+	// multiply-accumulate, ir.OpPtxMma), or handled=false when this
+	// dialect does not have it, which is an error naming the dialect;
+	// nil has none (C). An error says what is wrong with the call.
+	Call func(r *Renderer, e *ir.Call) (code string, handled bool, err error)
 	// Float8 says the dialect's prelude defines the 8-bit float types
 	// (see Float8Type), storage types converted through float; otherwise
 	// they have no type (C).

@@ -306,14 +306,19 @@ func (r *Renderer) call(e *ir.Call) string {
 			return "0"
 		}
 		return "(" + r.Expr(e.Args[0]) + " ? " + r.Expr(e.Args[1]) + " : " + r.Expr(e.Args[2]) + ")"
-	case ir.OpWarpShuffleDown:
-		if r.d.Name != "cuda" || len(e.Args) != 5 || e.Type.Lanes > 1 {
-			r.fail("%s: warp shuffles are CUDA's (5 scalar arguments), not %s's", e, r.d.Name)
-			return "0"
+	case ir.OpWarpShuffleDown, ir.OpPtxMma:
+		// A GPU's own instructions: only a dialect that prints them
+		// (Dialect.Call) has them.
+		if r.d.Call != nil {
+			if s, ok, err := r.d.Call(r, e); err != nil {
+				r.fail("%s: %v", e, err)
+				return "0"
+			} else if ok {
+				return s
+			}
 		}
-		return fmt.Sprintf("__shfl_down_sync(%s, %s, %s, %s)", r.Expr(e.Args[0]), r.Expr(e.Args[1]), r.Expr(e.Args[2]), r.Expr(e.Args[3]))
-	case ir.OpPtxMma:
-		return r.ptxMma(e)
+		r.fail("%s: %s is a GPU instruction the %s dialect does not print", e, e.Op, r.d.Name)
+		return "0"
 	}
 	if _, ok := ir.Intrinsics[e.Op]; !ok {
 		r.fail("unknown intrinsic %q", e.Op)
@@ -365,37 +370,6 @@ func (r *Renderer) mathCall(fn string, t ir.DType, args []string) string {
 		return "((" + r.Type(t) + ")" + fn + "f(" + strings.Join(conv, ", ") + "))"
 	}
 	return fn + "(" + strings.Join(args, ", ") + ")"
-}
-
-// ptxMma prints a ptx_mma (ir.OpPtxMma) as the CUDA dialect's prelude
-// helper kiln_mma_m16n8k16_f32_<fp16|bf16>(d, a, b), whose inline PTX is
-// mma.sync.aligned.m16n8k16.row.col.f32.<ab>.<ab>.f32 with C = D.
-func (r *Renderer) ptxMma(e *ir.Call) string {
-	str := func(i int) string {
-		if s, ok := e.Args[i].(*ir.StringImm); ok {
-			return s.Value
-		}
-		return ""
-	}
-	if r.d.Name != "cuda" || len(e.Args) != 13 {
-		r.fail("%s: ptx_mma is CUDA's (13 arguments), not %s's", e, r.d.Name)
-		return "0"
-	}
-	ab := str(3)
-	sat, _ := ir.IsConstInt(e.Args[12])
-	if str(0) != "m16n8k16" || str(1) != "row" || str(2) != "col" || (ab != "fp16" && ab != "bf16") || str(4) != ab || str(5) != "fp32" || sat != 0 {
-		r.fail("%s: only ptx_mma m16n8k16 row col of fp16 or bf16 into fp32, not saturating, is supported", e)
-		return "0"
-	}
-	frag := func(i int) string {
-		v, ok := e.Args[i].(*ir.Var)
-		if !ok {
-			r.fail("%s: argument %d is not a buffer's data", e, i)
-			return "0"
-		}
-		return fmt.Sprintf("&%s[%s]", r.VarName(v), r.Expr(e.Args[i+1]))
-	}
-	return fmt.Sprintf("kiln_mma_m16n8k16_f32_%s(%s, %s, %s)", ab, frag(10), frag(6), frag(8))
 }
 
 // load2Decl defines kiln_vload2_T, the load of every other element from

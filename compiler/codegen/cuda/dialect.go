@@ -30,6 +30,7 @@ func dialect(aligned map[*ir.Var]bool, dyn map[*ir.Var]int64) c.Dialect {
 		Externs:    map[string]bool{transform.SyncThreads: true},
 		Return:     "return;",
 		VectorDecl: vectorDecl,
+		Call:       call,
 		BFloat16:   true,
 		Float8:     true,
 	}

@@ -1,7 +1,6 @@
 package auto
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -30,11 +29,6 @@ import (
 // resnet18's 7×7×512 convolution took twice as long), with OIHW32o the
 // window innermost, which also reads each input row for the 3×3 window
 // from L1.
-
-// maxConvAccumulators bounds the vector registers of a convolution's
-// accumulator tile with 32 vector registers (AVX-512); half as many with
-// 16.
-const maxConvAccumulators = 24
 
 // convBlock is a block C[.., x, f] += A[..] * B[.., f] (or, for the row
 // schedule, C[.., x] += A[..] * B[..]).
@@ -251,38 +245,6 @@ func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
 	return lanes, vecs, xi, best > 0
 }
 
-// scheduleConv returns f with block c scheduled, its elementwise
-// consumers computed on the register tile when they can be, or nil when
-// the primitives refuse the shape.
-func scheduleConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, string, error) {
-	if g, err := scheduleStem(f, c, opts); err == nil {
-		return g, RuleConvStem, nil // a stem: vectors along the row (stem_conv.go)
-	}
-	if g, err := schedulePackedPointwise(f, c, opts); err == nil {
-		return g, RulePointwise, nil
-	}
-	g, err := withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return convSchedule(s, c, opts, epilogue) })
-	return g, RuleConv, err
-}
-
-// withEpilogue applies sched to a schedule of f, first with the epilogue
-// on the tile, then, if the primitives refuse that, without; it returns
-// the scheduled function or sched's error.
-func withEpilogue(f *ir.PrimFunc, sched func(s *schedule.Schedule, epilogue bool) error) (*ir.PrimFunc, error) {
-	for _, epilogue := range []bool{true, false} {
-		s, err := schedule.New(f)
-		if err != nil {
-			return nil, err
-		}
-		if err := sched(s, epilogue); err == nil {
-			return s.Func(), nil
-		} else if !epilogue {
-			return nil, err
-		}
-	}
-	return nil, nil
-}
-
 // loops returns c's block in s, its loops (spatial then reductions) and
 // the vector lanes of its dtype in vectorBytes.
 func (c convBlock) loops(s *schedule.Schedule, vectorBytes int64) (schedule.BlockRV, []schedule.LoopRV, int64, error) {
@@ -295,11 +257,11 @@ func (c convBlock) loops(s *schedule.Schedule, vectorBytes int64) (schedule.Bloc
 		return blk, nil, 0, err
 	}
 	if len(loops) != len(c.spatial)+len(c.reduce) {
-		return blk, nil, 0, fmt.Errorf("block %q is nested in other loops", c.name)
+		return blk, nil, 0, skip("block %q is nested in other loops", c.name)
 	}
 	esize := int64(c.dtype.Size())
 	if esize <= 0 {
-		return blk, nil, 0, fmt.Errorf("block %q: dtype %s", c.name, c.dtype)
+		return blk, nil, 0, skip("block %q: dtype %s", c.name, c.dtype)
 	}
 	return blk, loops, vectorBytes / esize, nil
 }
@@ -310,17 +272,14 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 		return err
 	}
 	ns := len(c.spatial)
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
 	if c.fblock > 0 {
 		F = c.fblock
 	}
 	lanes, vecs, xi, ok := convTile(X, F, maxLanes, limit)
 	if !ok {
-		return fmt.Errorf("block %q: %d channels take no vector tile", c.name, F)
+		return skip("block %q: %d channels take no vector tile", c.name, F)
 	}
 	xs, err := s.Split(loops[ns-2], -1, xi)
 	if err != nil {
@@ -430,7 +389,7 @@ func convEpilogue(s *schedule.Schedule, wb schedule.BlockRV, at schedule.LoopRV,
 	}
 	after := blocksAfter(s.Func(), wbr.Block.Name)
 	if len(after) == 0 {
-		return fmt.Errorf("no block reads the accumulator")
+		return skip("no block reads the accumulator")
 	}
 	if err := s.ComputeInline(wb); err != nil {
 		return err
@@ -492,7 +451,7 @@ func tileStore(s *schedule.Schedule, b schedule.BlockRV, at schedule.LoopRV, lan
 		return fv == nil
 	})
 	if fv == nil {
-		return fmt.Errorf("block %q does not read the accumulator at a variable", br.Block.Name)
+		return skip("block %q does not read the accumulator at a variable", br.Block.Name)
 	}
 	loops, err := s.GetLoops(b)
 	if err != nil {
@@ -534,7 +493,7 @@ func tileStore(s *schedule.Schedule, b schedule.BlockRV, at schedule.LoopRV, lan
 		}
 	}
 	if !found {
-		return fmt.Errorf("block %q: no loop runs along the accumulator's last axis", br.Block.Name)
+		return skip("block %q: no loop runs along the accumulator's last axis", br.Block.Name)
 	}
 	if len(rest) > 0 {
 		if err := s.Reorder(append(append([]schedule.LoopRV{}, rest...), fl)...); err != nil {

@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -31,7 +29,7 @@ import (
 
 // maxRowVectors bounds the vectors of a row tile along the row; with
 // output channel rows, maxRowVectors/2 vectors along the row times the
-// rows stay within maxConvAccumulators.
+// rows stay within the accumulators the registers hold (Options.accumulators).
 const maxRowVectors = 8
 
 // findRowConvs lists the unscheduled blocks of f of the row form, a
@@ -96,27 +94,6 @@ func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
 	return 0, 0, false
 }
 
-// scheduleRowConv returns f with block c scheduled, or nil when the
-// primitives refuse the shape.
-func scheduleRowConv(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, string, error) {
-	if g, err := scheduleGlobalPool(f, c, opts); err == nil {
-		return g, RuleGlobalPool, nil
-	}
-	if g, err := schedulePoolRows(f, c, opts); err == nil {
-		return g, RulePoolRows, nil
-	}
-	if g, err := schedulePointwise(f, c, opts); err == nil {
-		return g, RulePointwise, nil
-	}
-	// A depthwise convolution computes a plane per channel; when it
-	// cannot, rows of stride 1 keep the register tile along the row.
-	if g, err := scheduleDepthwisePlane(f, c, opts); err == nil || !unitRows(f, c) {
-		return g, RuleDepthwisePlane, err
-	}
-	g, err := withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
-	return g, RuleRowConv, err
-}
-
 // unitRows reports whether block c of f reads its input with a stride of
 // 1 along the row (the register tile loads a run of it as one vector).
 func unitRows(f *ir.PrimFunc, c convBlock) bool {
@@ -140,14 +117,14 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	ns := len(c.spatial)
 	lanes, xi, ok := rowTile(c.spatial[ns-1], maxLanes)
 	if !ok || !unitRows(s.Func(), c) {
-		return fmt.Errorf("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
+		return skip("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
 	}
 	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)
 	tile := []schedule.LoopRV{}
 	if c.rows >= 0 {
 		xv := largestDivisor(xi/lanes, maxRowVectors/2)
 		xi = xv * lanes
-		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], maxConvAccumulators/xv))
+		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], opts.accumulators()/xv))
 		if err != nil {
 			return err
 		}

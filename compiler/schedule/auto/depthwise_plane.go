@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -85,7 +83,7 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 			return p, err
 		}
 	} else if !isParam(f, a) {
-		return p, fmt.Errorf("block %q reads an intermediate", name)
+		return p, skip("block %q reads an intermediate", name)
 	} else {
 		p.src, p.padValue = a, ir.F32(0)
 	}
@@ -95,7 +93,7 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 		p.srcW, ok2 = ir.IsConstInt(p.src.Shape[3])
 	}
 	if !ok1 || !ok2 {
-		return p, fmt.Errorf("block %q: input shape", name)
+		return p, skip("block %q: input shape", name)
 	}
 	return p, nil
 }
@@ -105,25 +103,25 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	conv := len(c.reduce) == 3 && c.reduce[0] == 1
 	if c.rows >= 0 || len(c.spatial) != 4 || !conv && len(c.reduce) != 2 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a depthwise convolution", c.name)
+		return nil, skip("block %q is not a depthwise convolution", c.name)
 	}
 	g, d, err := matchPlaneFunc(f, c)
 	if err != nil {
 		return nil, err
 	}
 	if d.sx > 2 {
-		return nil, fmt.Errorf("block %q: a stride of %d along the rows", c.name, d.sx)
+		return nil, skip("block %q: a stride of %d along the rows", c.name, d.sx)
 	}
 	if d.w == nil && d.pad == nil {
 		// An unpadded pooling window reads its input where it is
 		// (pool.go); a plane would only copy it.
-		return nil, fmt.Errorf("block %q: pooling without padding", c.name)
+		return nil, skip("block %q: pooling without padding", c.name)
 	}
 	if ha, ok := ir.IsConstInt(d.a.Buffer.Shape[2]); !ok || d.offY < 0 || (d.Y-1)*d.sy+d.KH-1+d.offY >= ha {
-		return nil, fmt.Errorf("block %q: rows past the input", c.name)
+		return nil, skip("block %q: rows past the input", c.name)
 	}
 	if _, ok := ir.IsConstInt(d.a.Buffer.Shape[3]); !ok {
-		return nil, fmt.Errorf("block %q: input width", c.name)
+		return nil, skip("block %q: input width", c.name)
 	}
 	lanes := opts.VectorBytes / 4
 	for lanes > 4 && lanes/2 >= d.X {
@@ -131,7 +129,7 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	}
 	xv := (d.X + lanes - 1) / lanes * lanes
 	if xv/lanes > maxPlaneVectors {
-		return nil, fmt.Errorf("block %q: rows of %d are too wide", c.name, d.X)
+		return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
 	}
 	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
 }
@@ -163,7 +161,9 @@ func inlineAfter(f *ir.PrimFunc, name string) (*ir.PrimFunc, error) {
 			return nil, err
 		}
 		if err := s.ComputeInline(b); err != nil {
-			return nil, err
+			// A block after it that is not elementwise: not the rules'
+			// form.
+			return nil, skip("block %q after %q cannot be inlined: %v", a, name, err)
 		}
 	}
 	return s.Func(), nil
@@ -180,10 +180,10 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 			case i == len(blocks)-2:
 				d.epilogue = blocks[i+1]
 			default:
-				return nil, fmt.Errorf("more than one block after %q", cb.name)
+				return nil, skip("more than one block after %q", cb.name)
 			}
 			if i > 1 {
-				return nil, fmt.Errorf("more than one block before %q", cb.name)
+				return nil, skip("more than one block before %q", cb.name)
 			}
 			if i == 1 {
 				d.pad = blocks[0]
@@ -191,12 +191,12 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 		}
 	}
 	if d.conv == nil {
-		return nil, fmt.Errorf("no block %q", cb.name)
+		return nil, skip("no block %q", cb.name)
 	}
 	b := d.conv.Block
 	st, ok := b.Body.(*ir.BufferStore)
 	if !ok {
-		return nil, fmt.Errorf("block %q: not a store", cb.name)
+		return nil, skip("block %q: not a store", cb.name)
 	}
 	iv := b.IterVars
 	d.n, d.c, d.y, d.x = iv[0].Var, iv[1].Var, iv[2].Var, iv[3].Var
@@ -212,36 +212,36 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 		}
 		d.op, d.init = ir.OpAdd, ir.F32(0)
 		if usesVar(d.w, d.y) || usesVar(d.w, d.x) {
-			return nil, fmt.Errorf("block %q: operands", cb.name)
+			return nil, skip("block %q: operands", cb.name)
 		}
 	} else if r, ok := reduction(b, st); ok && len(cb.reduce) == 2 {
 		// A pooling window: a sum or maximum of A's elements.
 		if a, ok = r.term.(*ir.BufferLoad); !ok {
-			return nil, fmt.Errorf("block %q: not a pooling window", cb.name)
+			return nil, skip("block %q: not a pooling window", cb.name)
 		}
 		d.op, d.init, d.w = r.op, r.init, nil
 	} else {
-		return nil, fmt.Errorf("block %q: not a window", cb.name)
+		return nil, skip("block %q: not a window", cb.name)
 	}
 	d.a = a
 	if len(a.Indices) != 4 {
-		return nil, fmt.Errorf("block %q: operands", cb.name)
+		return nil, skip("block %q: operands", cb.name)
 	}
 	for i := range st.Indices {
 		if !isVar(st.Indices[i], iv[i].Var) {
-			return nil, fmt.Errorf("block %q: output indices", cb.name)
+			return nil, skip("block %q: output indices", cb.name)
 		}
 	}
 	if d.sy, d.offY, ok = windowIndex(a.Indices[2], d.y, d.ry); !ok {
-		return nil, fmt.Errorf("block %q: rows of the input", cb.name)
+		return nil, skip("block %q: rows of the input", cb.name)
 	}
 	if d.sx, d.offX, ok = windowIndex(a.Indices[3], d.x, d.rx); !ok {
-		return nil, fmt.Errorf("block %q: columns of the input", cb.name)
+		return nil, skip("block %q: columns of the input", cb.name)
 	}
 	for _, e := range a.Indices[:2] {
 		for _, v := range []*ir.Var{d.y, d.x, d.ry, d.rx} {
 			if usesVar(e, v) {
-				return nil, fmt.Errorf("block %q: input channel", cb.name)
+				return nil, skip("block %q: input channel", cb.name)
 			}
 		}
 	}
@@ -253,12 +253,12 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 	if d.epilogue != nil {
 		est, ok := d.epilogue.Block.Body.(*ir.BufferStore)
 		if !ok || !isSpatial(d.epilogue.Block) || len(est.Indices) != 4 || !isParam(f, est.Buffer) {
-			return nil, fmt.Errorf("the block after %q is not elementwise", cb.name)
+			return nil, skip("the block after %q is not elementwise", cb.name)
 		}
 		for i, ix := range est.Indices {
 			ext, _ := ir.IsConstInt(d.epilogue.Block.IterVars[i].Dom.Extent)
 			if !isVar(ix, d.epilogue.Block.IterVars[i].Var) || ext != cb.spatial[i] {
-				return nil, fmt.Errorf("the block after %q is not elementwise", cb.name)
+				return nil, skip("the block after %q is not elementwise", cb.name)
 			}
 		}
 		bad := false
@@ -271,10 +271,10 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 			return !bad
 		})
 		if bad {
-			return nil, fmt.Errorf("the block after %q reads it elsewhere", cb.name)
+			return nil, skip("the block after %q reads it elsewhere", cb.name)
 		}
 	} else if !isParam(f, st.Buffer) {
-		return nil, fmt.Errorf("block %q writes an intermediate nobody reads", cb.name)
+		return nil, skip("block %q writes an intermediate nobody reads", cb.name)
 	}
 	return d, nil
 }
@@ -285,29 +285,29 @@ func matchDepthwisePlane(f *ir.PrimFunc, cb convBlock) (*depthwisePlane, error) 
 func (p *planeSource) matchPad(f *ir.PrimFunc, pad *ir.BlockRealize, a *ir.Buffer) error {
 	st, ok := pad.Block.Body.(*ir.BufferStore)
 	if !ok || st.Buffer != a || !isSpatial(pad.Block) || len(st.Indices) != 4 {
-		return fmt.Errorf("the block before the window is not its padding")
+		return skip("the block before the window is not its padding")
 	}
 	for i, ix := range st.Indices {
 		if !isVar(ix, pad.Block.IterVars[i].Var) {
-			return fmt.Errorf("padding indices")
+			return skip("padding indices")
 		}
 	}
 	call, ok := st.Value.(*ir.Call)
 	if !ok || call.Op != ir.OpIfThenElse || len(call.Args) != 3 {
-		return fmt.Errorf("padding: not a conditional")
+		return skip("padding: not a conditional")
 	}
 	src, ok := call.Args[1].(*ir.BufferLoad)
 	if !ok || !isParam(f, src.Buffer) || len(src.Indices) != 4 {
-		return fmt.Errorf("padding: not a load of a parameter")
+		return skip("padding: not a load of a parameter")
 	}
 	switch v := call.Args[2].(type) {
 	case *ir.FloatImm:
 	case *ir.Cast:
 		if _, ok := v.Value.(*ir.FloatImm); !ok {
-			return fmt.Errorf("padding value")
+			return skip("padding value")
 		}
 	default:
-		return fmt.Errorf("padding value")
+		return skip("padding value")
 	}
 	iv := pad.Block.IterVars
 	var off [4]int64
@@ -320,17 +320,17 @@ func (p *planeSource) matchPad(f *ir.PrimFunc, pad *ir.BlockRealize, a *ir.Buffe
 		env[iv[i].Var] = 5
 		o5, ok5 := evalInt(ix, env)
 		if !ok || !ok5 || o5-o != 5 {
-			return fmt.Errorf("padding: index %d", i)
+			return skip("padding: index %d", i)
 		}
 		for j, v := range iv {
 			if j != i && usesVar(ix, v.Var) {
-				return fmt.Errorf("padding: index %d", i)
+				return skip("padding: index %d", i)
 			}
 		}
 		off[i] = o
 	}
 	if off[0] != 0 || off[1] != 0 {
-		return fmt.Errorf("padding of batch or channels")
+		return skip("padding of batch or channels")
 	}
 	p.src, p.padY, p.padX, p.padValue = src.Buffer, -off[2], -off[3], call.Args[2]
 	return nil

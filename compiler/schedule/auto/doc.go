@@ -62,6 +62,15 @@
 // to fusing a block's spatial loops and binding them to blockIdx.x and
 // threadIdx.x, its reduction loops serial in each thread (gpu.go).
 //
+// The rules are data (rules.go): an ordered list per kind of target,
+// cpuRules and gpuRules, each rule a name and a function that schedules a
+// function or says that the rule does not apply; the first that applies
+// wins. "Does not apply" is not an error; an error is a bug in a rule
+// and FuncRule and GPUFunc return it with the rule's name. The CPU rules
+// read the target's vector width, vector registers (a register tile keeps
+// its accumulators to three quarters of them) and caches from Options,
+// which the build fills from its target table (compiler.Target.Info).
+//
 // It imports compiler/ir and compiler/schedule only; it must not import
 // the graph-level packages, codegen or the runtime.
 package auto

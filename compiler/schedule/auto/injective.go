@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"fmt"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -45,19 +47,19 @@ const parallelChunks = 16
 
 // scheduleGeneric applies the generic rule to f and reports whether it
 // changed anything.
-func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool) {
+func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 	blocks := topBlocks(f)
 	if len(blocks) == 0 {
-		return f, false
+		return f, false, nil
 	}
 	for _, br := range blocks {
 		if !unscheduled(f, br) {
-			return f, false
+			return f, false, nil
 		}
 	}
 	s, err := schedule.New(f)
 	if err != nil {
-		return f, false
+		return nil, false, err
 	}
 	changed := false
 	for _, br := range blocks[:len(blocks)-1] {
@@ -67,18 +69,26 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool) {
 		// A refusal (the block writes a parameter, or is not one to one)
 		// leaves the schedule as it was.
 		c := s.Copy()
-		if b, err := c.GetBlock(br.Block.Name); err == nil && c.ComputeInline(b) == nil {
+		b, err := c.GetBlock(br.Block.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		if c.ComputeInline(b) == nil {
 			s, changed = c, true
 		}
 	}
 	for _, br := range topBlocks(s.Func()) {
 		c := s.Copy()
-		if ok, err := loopNest(c, br, opts); err == nil && ok {
+		ok, err := loopNest(c, br, opts)
+		if err != nil {
+			return nil, false, fmt.Errorf("block %q: %w", br.Block.Name, err)
+		}
+		if ok {
 			s, changed = c, true
 		}
 	}
 	g, rows := vectorRows(s.Func(), opts.VectorBytes)
-	return g, changed || rows
+	return g, changed || rows, nil
 }
 
 // unscheduled reports a block directly under serial loops of constant

@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -16,14 +14,52 @@ type Options struct {
 	// loop runs in parallel (waking the pool's threads costs microseconds); 0
 	// means DefaultParallelFlops, negative never.
 	ParallelFlops int64
+	// VectorRegisters is the number of the target's vector registers,
+	// which bounds the accumulators of a register tile (three quarters
+	// of the file); 0 means 32 with 64-byte vectors (AVX-512), else 16.
+	VectorRegisters int64
+	// L1DBytes is one core's L1 data cache: a stem convolution's strip of
+	// input rows must fit in it; 0 means DefaultL1DBytes.
+	L1DBytes int64
 	// L2Bytes is one core's L2 cache: a pointwise convolution whose input
 	// is larger reads it once, in tiles of positions outside tiles of
 	// channels; 0 means DefaultL2Bytes.
 	L2Bytes int64
 }
 
+// DefaultL1DBytes is Options.L1DBytes when it is zero.
+const DefaultL1DBytes = 48 << 10
+
 // DefaultL2Bytes is Options.L2Bytes when it is zero.
 const DefaultL2Bytes = 1 << 20
+
+// withDefaults fills in the zero options.
+func (o Options) withDefaults() Options {
+	if o.VectorBytes <= 0 {
+		o.VectorBytes = 64
+	}
+	if o.ParallelFlops == 0 {
+		o.ParallelFlops = DefaultParallelFlops
+	}
+	if o.VectorRegisters <= 0 {
+		o.VectorRegisters = 16
+		if o.VectorBytes >= 64 {
+			o.VectorRegisters = 32
+		}
+	}
+	if o.L1DBytes <= 0 {
+		o.L1DBytes = DefaultL1DBytes
+	}
+	if o.L2Bytes <= 0 {
+		o.L2Bytes = DefaultL2Bytes
+	}
+	return o
+}
+
+// accumulators is how many vector registers a register tile may keep its
+// sums in: three quarters of the file (24 of AVX-512's 32, 12 of AVX2's
+// 16), the rest for the loads and broadcasts that feed them.
+func (o Options) accumulators() int64 { return max(1, o.VectorRegisters*3/4) }
 
 // DefaultParallelFlops is Options.ParallelFlops when it is zero: below
 // about a million multiply-adds one thread is faster than a fork/join
@@ -69,61 +105,6 @@ const (
 	RuleRowConv        = "conv2d rows"
 	RuleGeneric        = "elementwise and reductions"
 )
-
-// Func schedules the first unscheduled matmul-shaped block of f (see the
-// package doc) and reports whether it did; f itself is never modified.
-// A function with no such block, or one whose loops were already
-// transformed, comes back unchanged with false.
-func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
-	g, rule, err := FuncRule(f, opts)
-	return g, rule != "", err
-}
-
-// FuncRule is Func, naming the rule that scheduled f (one of the Rule
-// constants), or "" when none applies.
-func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
-	if opts.VectorBytes <= 0 {
-		opts.VectorBytes = 64
-	}
-	if opts.ParallelFlops == 0 {
-		opts.ParallelFlops = DefaultParallelFlops
-	}
-	for _, m := range findMatmuls(f) {
-		// First with the blocks after the matmul (bias, activation,
-		// residual add) computed on the register tile, then, where the
-		// primitives refuse that, with the tile stored as it is.
-		for _, epilogue := range []bool{true, false} {
-			s, err := schedule.New(f)
-			if err != nil {
-				return f, "", nil
-			}
-			ok, err := scheduleMatmul(s, m, opts, epilogue)
-			if err != nil {
-				// The primitives refused (a shape they cannot handle):
-				// the unscheduled function stays correct.
-				continue
-			}
-			if ok {
-				return s.Func(), RuleMatmul, nil
-			}
-			break
-		}
-	}
-	for _, c := range findConvs(f) {
-		if g, rule, err := scheduleConv(f, c, opts); err == nil && g != nil {
-			return g, rule, nil
-		}
-	}
-	for _, c := range findRowConvs(f) {
-		if g, rule, err := scheduleRowConv(f, c, opts); err == nil && g != nil {
-			return g, rule, nil
-		}
-	}
-	if g, ok := scheduleGeneric(f, opts); ok {
-		return g, RuleGeneric, nil
-	}
-	return f, "", nil
-}
 
 // matmulBlock is a block C[.., i, j] += A[.., i, k] * B[.., k, j].
 type matmulBlock struct {
@@ -300,15 +281,32 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	if esize <= 0 {
 		return false, nil
 	}
-	regs := int64(32) // AVX-512; 16 with narrower vectors
-	if opts.VectorBytes < 64 {
-		regs = 16
-	}
+	regs := opts.VectorRegisters
 	iExt := m.extents[n-3]
+	fuse := false
 	if m.sharedB {
 		// Every row reads the same B: the spatial loops before j are
-		// one run of rows (a [1, M, K] activation, or [M, 1, K]).
-		iExt = M
+		// one run of rows (a [1, M, K] activation, or [M, 1, K]), when
+		// the row tile's split of it leaves each row's indices affine
+		// in the loops (which decompose_reduction needs to prove the
+		// tile's rows distinct): one loop of more than one row, or a
+		// tile of all the rows but the outermost loop's ([1, 7, 7, K]
+		// in tiles of 7). Otherwise (a [1, 56, 56, K] activation:
+		// ConvNeXt's Linear layers) the last row loop is tiled and the
+		// others stay outside, as for a batch.
+		iExt, fuse = M, true
+		var rows []int64
+		for _, e := range m.extents[:n-2] {
+			if e > 1 {
+				rows = append(rows, e)
+			}
+		}
+		if len(rows) > 1 {
+			inner := product(rows[1:])
+			if _, mr, _, _ := matmulTile(M, N, opts.VectorBytes/esize, regs); mr != inner {
+				iExt, fuse = m.extents[n-3], false
+			}
+		}
 	}
 	lanes, mr, nt, vector := matmulTile(iExt, N, opts.VectorBytes/esize, regs)
 	if m.packed > 0 {
@@ -322,7 +320,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	i, j, k := loops[n-3], loops[n-2], loops[n-1]
 	batch := loops[:n-3]
-	if m.sharedB && n > 3 {
+	if fuse && n > 3 {
 		if i, err = s.Fuse(loops[:n-2]...); err != nil {
 			return false, err
 		}
@@ -371,7 +369,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	case vector:
 		err = tileStore(s, wb, inner, lanes)
 	case epilogue:
-		return false, fmt.Errorf("block %q: no vector tile for an epilogue", m.name)
+		return false, skip("block %q: no vector tile for an epilogue", m.name)
 	default:
 		err = s.ReverseComputeAt(wb, inner)
 	}
@@ -404,6 +402,16 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 		par := outer
 		if outer == js[0] && N/nt < 2 || outer == is[0] && iExt/mr < 2 {
 			par = inner
+		}
+		if m.sharedB && !fuse {
+			// The rows outside the tiles share the work, one fork and
+			// join per call.
+			for bi, e := range m.extents[:n-3] {
+				if e > 1 {
+					par = batch[bi]
+					break
+				}
+			}
 		}
 		if err := s.Parallel(par); err != nil {
 			return false, err

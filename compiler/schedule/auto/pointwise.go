@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
@@ -82,25 +80,25 @@ func streamingPointwiseTile(F, P, lanes, limit int64) (ft, pv int64) {
 // when f is not of its form.
 func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	if c.rows != 1 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a pointwise convolution", c.name)
+		return nil, skip("block %q is not a pointwise convolution", c.name)
 	}
 	g, d, err := matchPlaneFunc(f, c)
 	if err != nil {
 		return nil, err
 	}
 	if d.pad != nil || d.sy != 1 || d.sx != 1 || d.offY != 0 || d.offX != 0 || d.srcH != d.Y || d.srcW != d.X {
-		return nil, fmt.Errorf("block %q: not a 1×1 stride-1 unpadded convolution", c.name)
+		return nil, skip("block %q: not a 1×1 stride-1 unpadded convolution", c.name)
 	}
 	if len(d.w.Indices) != 4 || !isVar(d.w.Indices[0], d.c) || !isVar(d.w.Indices[1], d.rc) {
-		return nil, fmt.Errorf("block %q: kernel not in OIHW", c.name)
+		return nil, skip("block %q: kernel not in OIHW", c.name)
 	}
 	if !isVar(d.a.Indices[0], d.n) || !isVar(d.a.Indices[1], d.rc) {
-		return nil, fmt.Errorf("block %q: input channels", c.name)
+		return nil, skip("block %q: input channels", c.name)
 	}
 	// The flat views take the planes as compact rows.
 	if d.src.Strides != nil || d.conv.Block.Body.(*ir.BufferStore).Buffer.Strides != nil ||
 		d.epilogue != nil && d.epilogue.Block.Body.(*ir.BufferStore).Buffer.Strides != nil {
-		return nil, fmt.Errorf("block %q: strided buffers", c.name)
+		return nil, skip("block %q: strided buffers", c.name)
 	}
 	P := d.Y * d.X
 	lanes := opts.VectorBytes / 4
@@ -108,18 +106,11 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 		lanes /= 2
 	}
 	if lanes > P {
-		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
+		return nil, skip("block %q: a plane of %d", c.name, P)
 	}
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	ft, pv := pointwiseTile(d.C, P, lanes, limit)
-	l2 := opts.L2Bytes
-	if l2 <= 0 {
-		l2 = DefaultL2Bytes
-	}
-	posOuter := c.reduce[0]*P*4 > l2
+	posOuter := c.reduce[0]*P*4 > opts.L2Bytes
 	if posOuter {
 		ft, pv = streamingPointwiseTile(d.C, P, lanes, limit)
 	}
@@ -349,7 +340,7 @@ func packedPointwiseTile(ft, P, lanes, limit int64) int64 {
 // or an error.
 func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	if c.fblock <= 0 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a pointwise convolution over panels", c.name)
+		return nil, skip("block %q is not a pointwise convolution over panels", c.name)
 	}
 	g, err := inlineAfter(f, c.name)
 	if err != nil {
@@ -364,15 +355,12 @@ func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Pri
 	// Whole vectors along the plane, overrunning it by at most an
 	// eighth (AlterConvLayout's rule for the plane).
 	if lanes > P || ceilDiv(P, lanes)*lanes*8 > P*9 {
-		return nil, fmt.Errorf("block %q: a plane of %d", c.name, P)
+		return nil, skip("block %q: a plane of %d", c.name, P)
 	}
-	limit := int64(maxConvAccumulators)
-	if opts.VectorBytes < 64 {
-		limit /= 2
-	}
+	limit := opts.accumulators()
 	pv := packedPointwiseTile(c.fblock, P, lanes, limit)
 	if pv == 0 {
-		return nil, fmt.Errorf("block %q: panels of %d take no tile", c.name, c.fblock)
+		return nil, skip("block %q: panels of %d take no tile", c.name, c.fblock)
 	}
 	return g.WithBody(ir.NewRootBlock(d.pointwiseLoops(lanes, c.fblock, pv, c.reduce[0], c.fblock, false, opts))), nil
 }
@@ -385,17 +373,17 @@ func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Pri
 func matchPackedPointwise(g *ir.PrimFunc, c convBlock) (*depthwisePlane, error) {
 	blocks := topBlocks(g)
 	if len(blocks) != 2 || blocks[0].Block.Name != c.name {
-		return nil, fmt.Errorf("block %q: not a convolution and one block after it", c.name)
+		return nil, skip("block %q: not a convolution and one block after it", c.name)
 	}
 	conv, ep := blocks[0], blocks[1]
 	st, ok := conv.Block.Body.(*ir.BufferStore)
 	if !ok {
-		return nil, fmt.Errorf("block %q: not a store", c.name)
+		return nil, skip("block %q: not a store", c.name)
 	}
 	iv := conv.Block.IterVars
 	for i := range 4 {
 		if !isVar(st.Indices[i], iv[i].Var) {
-			return nil, fmt.Errorf("block %q: output indices", c.name)
+			return nil, skip("block %q: output indices", c.name)
 		}
 	}
 	d := &depthwisePlane{conv: conv, epilogue: ep, op: ir.OpAdd, init: ir.F32(0)}
@@ -408,42 +396,42 @@ func matchPackedPointwise(g *ir.PrimFunc, c convBlock) (*depthwisePlane, error) 
 		a, w = w, a
 	}
 	if !ok || usesVar(a, d.c) || len(a.Indices) != 4 || !isParam(g, a.Buffer) || a.Buffer.Strides != nil {
-		return nil, fmt.Errorf("block %q: operands", c.name)
+		return nil, skip("block %q: operands", c.name)
 	}
 	if !isVar(a.Indices[0], d.n) || !isVar(a.Indices[1], d.rc) {
-		return nil, fmt.Errorf("block %q: input channels", c.name)
+		return nil, skip("block %q: input channels", c.name)
 	}
 	for i, o := range []*ir.Var{d.y, d.x} {
 		r := []*ir.Var{d.ry, d.rx}[i]
 		if s, off, ok := windowIndex(a.Indices[2+i], o, r); !ok || s != 1 || off != 0 {
-			return nil, fmt.Errorf("block %q: not an unpadded stride-1 window", c.name)
+			return nil, skip("block %q: not an unpadded stride-1 window", c.name)
 		}
 	}
 	if len(w.Indices) != 5 || !isVar(w.Indices[1], d.rc) {
-		return nil, fmt.Errorf("block %q: kernel not in panels of output channels", c.name)
+		return nil, skip("block %q: kernel not in panels of output channels", c.name)
 	}
 	d.a, d.w, d.src = a, w, a.Buffer
 	h, ok1 := ir.IsConstInt(a.Buffer.Shape[2])
 	wd, ok2 := ir.IsConstInt(a.Buffer.Shape[3])
 	if !ok1 || !ok2 || h != d.Y || wd != d.X {
-		return nil, fmt.Errorf("block %q: input shape", c.name)
+		return nil, skip("block %q: input shape", c.name)
 	}
 	d.srcH, d.srcW = h, wd
 	est, ok := ep.Block.Body.(*ir.BufferStore)
 	if !ok || !isSpatial(ep.Block) || len(est.Indices) != 4 || !isParam(g, est.Buffer) || est.Buffer.Strides != nil {
-		return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+		return nil, skip("the block after %q is not elementwise", c.name)
 	}
 	ev := ep.Block.IterVars
 	ext := make([]int64, 4)
 	for i, ix := range est.Indices {
 		ext[i], _ = ir.IsConstInt(ev[i].Dom.Extent)
 		if !isVar(ix, ev[i].Var) {
-			return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+			return nil, skip("the block after %q is not elementwise", c.name)
 		}
 	}
 	F := c.spatial[3]
 	if ext[0] != d.N || ext[2] != d.Y || ext[3] != d.X || ext[1] > F || ext[1]%c.fblock != 0 {
-		return nil, fmt.Errorf("the block after %q: shape", c.name)
+		return nil, skip("the block after %q: shape", c.name)
 	}
 	d.C = ext[1]
 	// The convolution is read at the block's own position only.
@@ -458,7 +446,7 @@ func matchPackedPointwise(g *ir.PrimFunc, c convBlock) (*depthwisePlane, error) 
 		return !bad
 	})
 	if bad {
-		return nil, fmt.Errorf("the block after %q reads it elsewhere", c.name)
+		return nil, skip("the block after %q reads it elsewhere", c.name)
 	}
 	return d, nil
 }

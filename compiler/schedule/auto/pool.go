@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
@@ -22,7 +20,7 @@ import (
 // when block c is not a global pooling.
 func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	if len(c.spatial) != 4 || c.spatial[2] != 1 || c.spatial[3] != 1 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a global pooling", c.name)
+		return nil, skip("block %q is not a global pooling", c.name)
 	}
 	g, err := inlineAfter(f, c.name)
 	if err != nil {
@@ -30,27 +28,27 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 	}
 	blocks := topBlocks(g)
 	if len(blocks) > 2 || blocks[0].Block.Name != c.name {
-		return nil, fmt.Errorf("block %q: other blocks", c.name)
+		return nil, skip("block %q: other blocks", c.name)
 	}
 	b := blocks[0].Block
 	st := b.Body.(*ir.BufferStore)
 	r, ok := reduction(b, st)
 	if !ok {
-		return nil, fmt.Errorf("block %q: not a reduction", c.name)
+		return nil, skip("block %q: not a reduction", c.name)
 	}
 	a, ok := r.term.(*ir.BufferLoad)
 	if !ok || !isParam(g, a.Buffer) || len(a.Indices) != 4 {
-		return nil, fmt.Errorf("block %q: not a load of a parameter", c.name)
+		return nil, skip("block %q: not a load of a parameter", c.name)
 	}
 	iv := b.IterVars
 	for i, v := range []*ir.Var{iv[0].Var, iv[1].Var, iv[4].Var, iv[5].Var} {
 		if !isVar(a.Indices[i], v) {
-			return nil, fmt.Errorf("block %q: not a whole plane", c.name)
+			return nil, skip("block %q: not a whole plane", c.name)
 		}
 	}
 	shape, ok := constShape(a.Buffer)
 	if !ok || shape[0] != c.spatial[0] || shape[1] != c.spatial[1] || shape[2] != c.reduce[0] || shape[3] != c.reduce[1] {
-		return nil, fmt.Errorf("block %q: not a whole plane", c.name)
+		return nil, skip("block %q: not a whole plane", c.name)
 	}
 	// What is stored for channel (n, c) from the result v.
 	out, at := st.Buffer, func(n, ch ir.Expr) []ir.Expr {
@@ -61,11 +59,11 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 		e := blocks[1].Block
 		est, ok := e.Body.(*ir.BufferStore)
 		if !ok || !isParam(g, est.Buffer) || len(est.Indices) != 4 || len(e.IterVars) != 4 {
-			return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+			return nil, skip("the block after %q is not elementwise", c.name)
 		}
 		for i, ix := range est.Indices {
 			if !isVar(ix, e.IterVars[i].Var) {
-				return nil, fmt.Errorf("the block after %q is not elementwise", c.name)
+				return nil, skip("the block after %q is not elementwise", c.name)
 			}
 		}
 		out = est.Buffer
@@ -80,7 +78,7 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 			return ir.SubstituteExpr(w, map[*ir.Var]ir.Expr{e.IterVars[0].Var: n, e.IterVars[1].Var: ch, e.IterVars[2].Var: zero, e.IterVars[3].Var: zero})
 		}
 	} else if !isParam(g, out) {
-		return nil, fmt.Errorf("block %q writes an intermediate", c.name)
+		return nil, skip("block %q writes an intermediate", c.name)
 	}
 
 	it := iv[0].Var.Type
@@ -146,24 +144,24 @@ func constShape(b *ir.Buffer) ([]int64, bool) {
 // when block c is not an unpadded pooling window.
 func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	if c.rows >= 0 || len(c.spatial) != 4 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a pooling window", c.name)
+		return nil, skip("block %q is not a pooling window", c.name)
 	}
 	g, d, err := matchPlaneFunc(f, c)
 	if err != nil {
 		return nil, err
 	}
 	if d.w != nil || d.pad != nil {
-		return nil, fmt.Errorf("block %q is not a pooling window without padding", c.name)
+		return nil, skip("block %q is not a pooling window without padding", c.name)
 	}
 	if d.offY < 0 || d.offX < 0 || (d.Y-1)*d.sy+d.KH-1+d.offY >= d.srcH || (d.X-1)*d.sx+d.KW-1+d.offX >= d.srcW {
-		return nil, fmt.Errorf("block %q: windows past the input", c.name)
+		return nil, skip("block %q: windows past the input", c.name)
 	}
 	lanes := opts.VectorBytes / 4
 	for lanes > 4 && lanes > d.X {
 		lanes /= 2
 	}
 	if lanes > d.X {
-		return nil, fmt.Errorf("block %q: rows of %d take no vectors", c.name, d.X)
+		return nil, skip("block %q: rows of %d take no vectors", c.name, d.X)
 	}
 
 	it := d.c.Type

@@ -1,8 +1,6 @@
 package auto
 
 import (
-	"fmt"
-
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
@@ -36,10 +34,6 @@ import (
 // channel-vectorized tile has reductions enough.
 const maxStemChannels = 4
 
-// maxStemStripBytes bounds the rows a stem's output row reads (a buffer
-// on the stack, in L1).
-const maxStemStripBytes = 48 << 10
-
 // stemConv is what matchStem found in a function.
 type stemConv struct {
 	conv, epilogue *ir.BlockRealize
@@ -58,7 +52,7 @@ type stemConv struct {
 // block c is not a stem.
 func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
 	if len(c.spatial) != 4 || len(c.reduce) != 3 || c.dtype != ir.Float32 {
-		return nil, fmt.Errorf("block %q is not a stem", c.name)
+		return nil, skip("block %q is not a stem", c.name)
 	}
 	g, err := inlineAfter(f, c.name)
 	if err != nil {
@@ -68,12 +62,12 @@ func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, erro
 	if err != nil {
 		return nil, err
 	}
-	lanes, fi, xv, ok := stemTile(s.X, s.F, opts.VectorBytes/4, maxConvAccumulators)
+	lanes, fi, xv, ok := stemTile(s.X, s.F, opts.VectorBytes/4, opts.accumulators())
 	if !ok {
-		return nil, fmt.Errorf("block %q: rows of %d take no vectors", c.name, s.X)
+		return nil, skip("block %q: rows of %d take no vectors", c.name, s.X)
 	}
-	if s.stripLen()*4 > maxStemStripBytes {
-		return nil, fmt.Errorf("block %q: input rows too wide", c.name)
+	if s.stripLen()*4 > opts.L1DBytes {
+		return nil, skip("block %q: input rows too wide", c.name)
 	}
 	return g.WithBody(ir.NewRootBlock(s.loops(lanes, fi, xv, opts))), nil
 }
@@ -115,7 +109,7 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 			continue
 		}
 		if i != len(blocks)-2 || i > 1 {
-			return nil, fmt.Errorf("block %q: not a padding, the convolution and an epilogue", cb.name)
+			return nil, skip("block %q: not a padding, the convolution and an epilogue", cb.name)
 		}
 		s.conv, s.epilogue = br, blocks[i+1]
 		if i == 1 {
@@ -123,16 +117,16 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 		}
 	}
 	if s.conv == nil {
-		return nil, fmt.Errorf("no block %q", cb.name)
+		return nil, skip("no block %q", cb.name)
 	}
 	b := s.conv.Block
 	st, ok := b.Body.(*ir.BufferStore)
 	if !ok {
-		return nil, fmt.Errorf("block %q: not a store", cb.name)
+		return nil, skip("block %q: not a store", cb.name)
 	}
 	a, w, ok := multiplyAccumulate(st)
 	if !ok {
-		return nil, fmt.Errorf("block %q: not a multiply-accumulate", cb.name)
+		return nil, skip("block %q: not a multiply-accumulate", cb.name)
 	}
 	iv := b.IterVars
 	s.f = iv[3].Var
@@ -141,11 +135,11 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 	}
 	s.a, s.w = a, w
 	if len(a.Indices) != 4 || usesVar(a, s.f) {
-		return nil, fmt.Errorf("block %q: operands", cb.name)
+		return nil, skip("block %q: operands", cb.name)
 	}
 	for i := range st.Indices {
 		if !isVar(st.Indices[i], iv[i].Var) {
-			return nil, fmt.Errorf("block %q: output indices", cb.name)
+			return nil, skip("block %q: output indices", cb.name)
 		}
 	}
 	// A[n, rc, y·sy+ry+offY, x·sx+rx+offX]
@@ -168,17 +162,17 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 	s.rc = find(reduce, a.Indices[1])
 	if s.n == nil || s.y == nil || s.x == nil || s.rc == nil || s.ry == nil || s.rx == nil ||
 		!isVar(a.Indices[0], s.n) || !isVar(a.Indices[1], s.rc) || s.y == s.x || s.y == s.n || s.x == s.n || s.ry == s.rx {
-		return nil, fmt.Errorf("block %q: input indices", cb.name)
+		return nil, skip("block %q: input indices", cb.name)
 	}
 	if s.sy, s.offY, ok = windowIndex(a.Indices[2], s.y, s.ry); !ok {
-		return nil, fmt.Errorf("block %q: rows of the input", cb.name)
+		return nil, skip("block %q: rows of the input", cb.name)
 	}
 	if s.sx, s.offX, ok = windowIndex(a.Indices[3], s.x, s.rx); !ok || s.sx > 4 {
-		return nil, fmt.Errorf("block %q: columns of the input", cb.name)
+		return nil, skip("block %q: columns of the input", cb.name)
 	}
 	for _, v := range []*ir.Var{s.n, s.y, s.x} {
 		if usesVar(w, v) {
-			return nil, fmt.Errorf("block %q: the kernel varies with the position", cb.name)
+			return nil, skip("block %q: the kernel varies with the position", cb.name)
 		}
 	}
 	ext := func(v *ir.Var) int64 {
@@ -192,14 +186,14 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 	s.N, s.Y, s.X, s.F = ext(s.n), ext(s.y), ext(s.x), cb.spatial[3]
 	s.C, s.KH, s.KW = ext(s.rc), ext(s.ry), ext(s.rx)
 	if s.C > maxStemChannels {
-		return nil, fmt.Errorf("block %q: %d input channels", cb.name, s.C)
+		return nil, skip("block %q: %d input channels", cb.name, s.C)
 	}
 	var err error
 	if s.planeSource, err = matchSource(f, cb.name, a.Buffer, pad); err != nil {
 		return nil, err
 	}
 	if ha, ok := ir.IsConstInt(a.Buffer.Shape[2]); !ok || s.offY < 0 || (s.Y-1)*s.sy+s.KH-1+s.offY >= ha {
-		return nil, fmt.Errorf("block %q: rows past the input", cb.name)
+		return nil, skip("block %q: rows past the input", cb.name)
 	}
 	return s, s.matchEpilogue(f, st.Buffer)
 }
@@ -211,11 +205,11 @@ func (s *stemConv) matchEpilogue(f *ir.PrimFunc, conv *ir.Buffer) error {
 	e := s.epilogue.Block
 	est, ok := e.Body.(*ir.BufferStore)
 	if !ok || !isSpatial(e) || len(est.Indices) != 4 || len(e.IterVars) != 4 || !isParam(f, est.Buffer) {
-		return fmt.Errorf("the block after the convolution is not elementwise")
+		return skip("the block after the convolution is not elementwise")
 	}
 	for i, ix := range est.Indices {
 		if !isVar(ix, e.IterVars[i].Var) {
-			return fmt.Errorf("the block after the convolution is not elementwise")
+			return skip("the block after the convolution is not elementwise")
 		}
 	}
 	convVars := s.conv.Block.IterVars[:4]
@@ -231,14 +225,14 @@ func (s *stemConv) matchEpilogue(f *ir.PrimFunc, conv *ir.Buffer) error {
 		return !bad
 	})
 	if bad || at == nil {
-		return fmt.Errorf("the block after the convolution reads it elsewhere")
+		return skip("the block after the convolution reads it elsewhere")
 	}
 	s.axis = make([]*ir.Var, 4)
 	for i, ix := range at {
 		for k, v := range e.IterVars {
 			if isVar(ix, v.Var) {
 				if s.axis[k] != nil {
-					return fmt.Errorf("the block after the convolution reads it elsewhere")
+					return skip("the block after the convolution reads it elsewhere")
 				}
 				s.axis[k] = convVars[i].Var
 			}
@@ -247,11 +241,11 @@ func (s *stemConv) matchEpilogue(f *ir.PrimFunc, conv *ir.Buffer) error {
 	for k, v := range s.axis {
 		ext, _ := ir.IsConstInt(e.IterVars[k].Dom.Extent)
 		if v == nil || ext != map[*ir.Var]int64{s.n: s.N, s.y: s.Y, s.x: s.X, s.f: s.F}[v] {
-			return fmt.Errorf("the block after the convolution is not elementwise")
+			return skip("the block after the convolution is not elementwise")
 		}
 	}
 	if s.axis[3] != s.x {
-		return fmt.Errorf("the output's rows are not its last axis")
+		return skip("the output's rows are not its last axis")
 	}
 	return nil
 }

@@ -71,11 +71,11 @@ func TestStemTile(t *testing.T) {
 		{5, 24, 16, 4, 12, 1},
 		{18, 64, 8, 8, 16, 1},
 	} {
-		lanes, fi, xv, ok := stemTile(c.x, c.f, c.maxLanes, maxConvAccumulators)
+		lanes, fi, xv, ok := stemTile(c.x, c.f, c.maxLanes, Options{}.withDefaults().accumulators())
 		check.True(t, ok)
 		check.Equal(t, [3]int64{lanes, fi, xv}, [3]int64{c.lanes, c.fi, c.xv}, c.x, "×", c.f)
 	}
-	_, _, _, ok := stemTile(3, 16, 16, maxConvAccumulators)
+	_, _, _, ok := stemTile(3, 16, 16, Options{}.withDefaults().accumulators())
 	check.True(t, !ok, "rows of 3")
 }
 
