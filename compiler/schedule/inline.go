@@ -16,7 +16,7 @@ func (s *Schedule) ComputeInline(b BlockRV) error {
 	if err := s.computeInline(b); err != nil {
 		return fmt.Errorf("compute_inline: %w", err)
 	}
-	s.record("sch.compute_inline(%s)", b)
+	s.record("sch.compute_inline(%s)", s.bn(b))
 	return nil
 }
 

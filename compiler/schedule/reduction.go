@@ -21,7 +21,7 @@ func (s *Schedule) DecomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	if err != nil {
 		return BlockRV{}, fmt.Errorf("decompose_reduction: %w", err)
 	}
-	s.record("sch.decompose_reduction(%s, %s)", b, l)
+	s.record("%s = sch.decompose_reduction(%s, %s)", s.bn(out), s.bn(b), s.ln(l))
 	return out, nil
 }
 

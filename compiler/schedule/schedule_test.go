@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -101,6 +102,7 @@ func runCases(t *testing.T, cases []schedCase) {
 			check.NoError(t, err)
 			check.Equal(t, script.Print(m.PrimFunc("main")), text, "print(parse(print(f)))")
 			sameResults(t, runFunc(t, g, c.sizes), runFunc(t, f, c.sizes))
+			checkReplay(t, f, s)
 		})
 	}
 }
@@ -228,4 +230,16 @@ func TestDataflowPrimitives(t *testing.T) {
 			check.Equal(t, len(ls2), 4)
 		}},
 	})
+}
+
+// checkReplay replays the trace of s on f and wants the same function
+// and the same trace.
+func checkReplay(t *testing.T, f *ir.PrimFunc, s *Schedule) {
+	t.Helper()
+	r, err := Replay(f, s.Trace())
+	check.NoError(t, err)
+	if !ir.StructuralEqual(r.Func(), s.Func()) {
+		t.Fatalf("the replayed trace gives another function:\n%s\nwant\n%s", script.Print(r.Func()), script.Print(s.Func()))
+	}
+	check.Equal(t, strings.Join(r.Trace(), "\n"), strings.Join(s.Trace(), "\n"), "trace of the replay")
 }
