@@ -20,6 +20,13 @@ import (
 // poisoned, so an element that no block writes shows up in the result.
 func runFunc(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) map[string][]float64 {
 	t.Helper()
+	args, arrays := inputs(t, f, sizes)
+	check.NoError(t, interp.RunOptions(f, interp.Options{Poison: true, MaxSteps: 50_000_000}, args...))
+	return contents(t, arrays)
+}
+
+// inputs makes runFunc's arguments: the arrays, also by buffer name.
+func inputs(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) ([]any, map[string]*ndarray.NDArray) {
 	args := make([]any, len(f.Params))
 	arrays := map[string]*ndarray.NDArray{}
 	for i, p := range f.Params {
@@ -53,7 +60,11 @@ func runFunc(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) map[string][]
 		args[i] = a
 		arrays[b.Name] = a
 	}
-	check.NoError(t, interp.RunOptions(f, interp.Options{Poison: true, MaxSteps: 50_000_000}, args...))
+	return args, arrays
+}
+
+// contents returns the arrays' elements as float64s.
+func contents(t testing.TB, arrays map[string]*ndarray.NDArray) map[string][]float64 {
 	out := map[string][]float64{}
 	for name, a := range arrays {
 		data, err := ndarray.ToSlice[float32](a)

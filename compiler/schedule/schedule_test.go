@@ -82,6 +82,8 @@ type schedCase struct {
 	fn    func() *ir.PrimFunc
 	sizes map[string]int64
 	apply func(t *testing.T, s *Schedule)
+	// compiled also runs the scheduled function as generated C.
+	compiled bool
 }
 
 // runCases schedules each case, compares the printed result with its
@@ -101,8 +103,12 @@ func runCases(t *testing.T, cases []schedCase) {
 			m, err := script.Parse(c.name+".py", text)
 			check.NoError(t, err)
 			check.Equal(t, script.Print(m.PrimFunc("main")), text, "print(parse(print(f)))")
-			sameResults(t, runFunc(t, g, c.sizes), runFunc(t, f, c.sizes))
+			want := runFunc(t, f, c.sizes)
+			sameResults(t, runFunc(t, g, c.sizes), want)
 			checkReplay(t, f, s)
+			if c.compiled {
+				sameResults(t, runCompiled(t, g, c.sizes), want)
+			}
 		})
 	}
 }

@@ -1,0 +1,72 @@
+package schedule
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// epilogue returns D[j, i] = (A × B)[i, j] + bias[j] through the
+// intermediate C: a reduction with a transposing consumer.
+func epilogue(m, n, k int64) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(m, k), ir.Float32, "A")
+	B := te.Placeholder(te.Shape(k, n), ir.Float32, "B")
+	bias := te.Placeholder(te.Shape(n), ir.Float32, "bias")
+	r := te.ReduceAxis(ir.RangeFromExtent(ir.I32(k)), "k")
+	C := te.Compute(te.Shape(m, n), func(i, j ir.Expr) ir.Expr {
+		return te.Sum(ir.Mul(A.At(i, r), B.At(r, j)), r)
+	}, "C")
+	D := te.Compute(te.Shape(n, m), func(j, i ir.Expr) ir.Expr { return ir.Add(C.At(i, j), bias.At(j)) }, "D")
+	return mustFunc(A, B, bias, D)
+}
+
+// transposed returns C[j, i] = (A[i, j] + 1) * 3 through B.
+func transposed(m, n int64) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(m, n), ir.Float32, "A")
+	B := te.Compute(A.Shape, func(i, j ir.Expr) ir.Expr { return ir.Add(A.At(i, j), ir.F32(1)) }, "B")
+	C := te.Compute(te.Shape(n, m), func(j, i ir.Expr) ir.Expr { return ir.Mul(B.At(i, j), ir.F32(3)) }, "C")
+	return mustFunc(A, C)
+}
+
+func TestReverseComputeInline(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "reverse_compute_inline", fn: func() *ir.PrimFunc { return chain(5, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			check.NoError(t, s.ReverseComputeInline(must[BlockRV](t)(s.GetBlock("C"))))
+		}},
+		{name: "reverse_compute_inline_transposed", fn: func() *ir.PrimFunc { return transposed(5, 3) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "B")
+			must[[]LoopRV](t)(s.Split(ls[1], -1, 2))
+			check.NoError(t, s.ReverseComputeInline(must[BlockRV](t)(s.GetBlock("C"))))
+		}},
+	})
+}
+
+func TestReverseComputeInlineErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		fn    *ir.PrimFunc
+		block string
+		want  string
+	}{
+		{"no producer", chain(4, 4), "B", `reverse_compute_inline: block "B" reads no buffer that a block of its scope produces`},
+		{"reduction producer", epilogue(4, 4, 3), "D", `reverse_compute_inline: the producer of "C": block "C" is a reduction (it has an init)`},
+		{"reduction", matmul(4, 4, 4), "C", `reverse_compute_inline: block "C" is a reduction (it has an init)`},
+		{"other reader", twoStage(4, 4), "D", `reverse_compute_inline: block "B" reads "B" … `},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.fn)
+			check.NoError(t, err)
+			before := s.Func()
+			err = s.ReverseComputeInline(must[BlockRV](t)(s.GetBlock(tt.block)))
+			check.True(t, err != nil, "no error")
+			if !strings.HasSuffix(tt.want, "… ") {
+				check.Equal(t, err.Error(), tt.want)
+			}
+			check.True(t, s.Func() == before, "the schedule changed")
+			check.Equal(t, len(s.Trace()), 1, "a failed primitive is not recorded")
+		})
+	}
+}
