@@ -13,6 +13,36 @@ func (r *replayer) applyMore(a *args) (func() (any, error), bool) {
 			}
 			return nil, s.ReverseComputeInline(b)
 		}, true
+	case "set_scope":
+		return func() (any, error) {
+			b, err := r.block(a, 0, "block")
+			if err != nil {
+				return nil, err
+			}
+			i, err := a.int(1, "buffer_index")
+			if err != nil {
+				return nil, err
+			}
+			scope, err := a.str(2, "storage_scope")
+			if err != nil {
+				return nil, err
+			}
+			return nil, s.SetScope(b, int(i), scope)
+		}, true
+	case "storage_align":
+		return func() (any, error) {
+			b, err := r.block(a, 0, "block")
+			if err != nil {
+				return nil, err
+			}
+			var n [4]int64
+			for i, name := range []string{"buffer_index", "axis", "factor", "offset"} {
+				if n[i], err = a.int(i+1, name); err != nil {
+					return nil, err
+				}
+			}
+			return nil, s.StorageAlign(b, int(n[0]), int(n[1]), n[2], n[3])
+		}, true
 	}
 	return nil, false
 }

@@ -70,3 +70,50 @@ func TestReverseComputeInlineErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestBufferPrimitives(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "set_scope", fn: func() *ir.PrimFunc { return chain(5, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			check.NoError(t, s.SetScope(must[BlockRV](t)(s.GetBlock("B")), 0, "local"))
+		}},
+		{name: "storage_align", fn: func() *ir.PrimFunc { return chain(5, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			b := must[BlockRV](t)(s.GetBlock("B"))
+			check.NoError(t, s.StorageAlign(b, 0, 0, 8, 1))
+			check.NoError(t, s.StorageAlign(b, 0, -1, 4, 2))
+			check.NoError(t, s.StorageAlign(b, 0, 0, 16, 3)) // replaces the first
+		}},
+		{name: "storage_align_cache_read", fn: func() *ir.PrimFunc { return matmul(6, 10, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			bl := must[BlockRV](t)(s.CacheRead(c, 1, "global"))
+			check.NoError(t, s.StorageAlign(bl, 0, 0, 32, 8))
+			check.NoError(t, s.SetScope(bl, 0, "local"))
+		}},
+	})
+}
+
+func TestBufferPrimitiveErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		apply func(s *Schedule, b BlockRV) error
+		block string
+		want  string
+	}{
+		{"scope of a parameter", func(s *Schedule, b BlockRV) error { return s.SetScope(b, 0, "local") }, "C", `set_scope: block "C" writes "C", a parameter of the function: only a buffer that a block allocates can change`},
+		{"unknown scope", func(s *Schedule, b BlockRV) error { return s.SetScope(b, 0, "texture") }, "B", `set_scope: unknown storage scope "texture" (want one of [global local shared shared.dyn])`},
+		{"no such write", func(s *Schedule, b BlockRV) error { return s.SetScope(b, 1, "local") }, "B", `set_scope: block "B" has 1 write regions, no write 1`},
+		{"axis", func(s *Schedule, b BlockRV) error { return s.StorageAlign(b, 0, 2, 8, 0) }, "B", `storage_align: axis 2 is out of range for "B", which has 2 dimensions`},
+		{"factor", func(s *Schedule, b BlockRV) error { return s.StorageAlign(b, 0, 0, 0, 0) }, "B", `storage_align: factor 0 is not positive`},
+		{"offset", func(s *Schedule, b BlockRV) error { return s.StorageAlign(b, 0, 0, 8, 8) }, "B", `storage_align: offset 8 is not in [0, factor 8)`},
+		{"align a parameter", func(s *Schedule, b BlockRV) error { return s.StorageAlign(b, 0, 0, 8, 1) }, "C", `storage_align: block "C" writes "C", a parameter of the function: only a buffer that a block allocates can change`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(chain(4, 4))
+			check.NoError(t, err)
+			before := s.Func()
+			err = tt.apply(s, must[BlockRV](t)(s.GetBlock(tt.block)))
+			check.True(t, err != nil, "no error")
+			check.Equal(t, err.Error(), tt.want)
+			check.True(t, s.Func() == before, "the schedule changed")
+		})
+	}
+}
