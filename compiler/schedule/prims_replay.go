@@ -43,6 +43,18 @@ func (r *replayer) applyMore(a *args) (func() (any, error), bool) {
 			}
 			return nil, s.StorageAlign(b, int(n[0]), int(n[1]), n[2], n[3])
 		}, true
+	case "rfactor":
+		return func() (any, error) {
+			l, err := r.loop(a, 0, "loop")
+			if err != nil {
+				return nil, err
+			}
+			fa, err := a.int(1, "factor_axis")
+			if err != nil {
+				return nil, err
+			}
+			return s.RFactor(l, int(fa))
+		}, true
 	}
 	return nil, false
 }

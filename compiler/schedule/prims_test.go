@@ -117,3 +117,79 @@ func TestBufferPrimitiveErrors(t *testing.T) {
 		})
 	}
 }
+
+// rowReduce returns C[i] = Σ or max over k of A[i, k].
+func rowReduce(m, k int64, max bool) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(m, k), ir.Float32, "A")
+	r := te.ReduceAxis(ir.RangeFromExtent(ir.I32(k)), "k")
+	C := te.Compute(te.Shape(m), func(i ir.Expr) ir.Expr {
+		if max {
+			return te.Max(A.At(i, r), r)
+		}
+		return te.Sum(A.At(i, r), r)
+	}, "C")
+	return mustFunc(A, C)
+}
+
+func TestRFactor(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "rfactor", fn: func() *ir.PrimFunc { return rowReduce(3, 10, false) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			k := must[[]LoopRV](t)(s.Split(ls[1], -1, 4))
+			rf := must[BlockRV](t)(s.RFactor(k[1], 0))
+			check.Equal(t, rf.String(), "C_rf")
+			// k_1 binds a spatial variable of C_rf now: it can be the
+			// vector loop once it is innermost.
+			check.NoError(t, s.Reorder(ls[0], k[0], k[1]))
+			must[BlockRV](t)(s.DecomposeReduction(rf, k[0]))
+			check.NoError(t, s.Vectorize(k[1]))
+			check.NoError(t, s.Parallel(loopsOf(t, s, "C")[0]))
+		}},
+		{name: "rfactor_max_last_axis", fn: func() *ir.PrimFunc { return rowReduce(4, 9, true) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			k := must[[]LoopRV](t)(s.Split(ls[1], 3, -1))
+			must[BlockRV](t)(s.RFactor(k[0], -1))
+		}},
+		{name: "rfactor_matmul", fn: func() *ir.PrimFunc { return matmul(5, 6, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			must[BlockRV](t)(s.RFactor(ls[2], 1))
+		}},
+	})
+}
+
+func TestRFactorErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		fn    *ir.PrimFunc
+		apply func(s *Schedule, ls []LoopRV) error
+		want  string
+	}{
+		{"spatial loop", matmul(4, 4, 4), func(s *Schedule, ls []LoopRV) error { _, err := s.RFactor(ls[0], 0); return err },
+			`rfactor: loop "i" binds no reduction iteration variable of a block under it`},
+		{"axis", matmul(4, 4, 4), func(s *Schedule, ls []LoopRV) error { _, err := s.RFactor(ls[2], 3); return err },
+			`rfactor: factor axis 3 is out of range for the 2 dimensions of "C" and one more`},
+		{"no init", matmul(4, 4, 4), func(s *Schedule, ls []LoopRV) error {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			if _, err := s.DecomposeReduction(c, ls[2]); err != nil {
+				return err
+			}
+			_, err := s.RFactor(ls[2], 0)
+			return err
+		}, `rfactor: block "C_update" has no init (decompose_reduction separated it? rfactor it first)`},
+		{"gone loop", matmul(4, 4, 4), func(s *Schedule, ls []LoopRV) error {
+			if _, err := s.Split(ls[2], 2, 2); err != nil {
+				return err
+			}
+			_, err := s.RFactor(ls[2], 0)
+			return err
+		}, `rfactor: loop "k" no longer exists`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.fn)
+			check.NoError(t, err)
+			err = tt.apply(s, loopsOf(t, s, "C"))
+			check.True(t, err != nil, "no error")
+			check.Equal(t, err.Error(), tt.want)
+		})
+	}
+}
