@@ -193,3 +193,107 @@ func TestRFactorErrors(t *testing.T) {
 		})
 	}
 }
+
+func imap(t *testing.T, text string) *IndexMap {
+	t.Helper()
+	m, err := ParseIndexMap(text)
+	check.NoError(t, err)
+	return m
+}
+
+func zero() *float64 { z := 0.0; return &z }
+
+// nchw returns C = relu(A) over an NCHW tensor.
+func nchw(n, c, h, w int64) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(n, c, h, w), ir.Float32, "A")
+	C := te.Compute(A.Shape, func(i ...ir.Expr) ir.Expr { return ir.Max(A.At(i...), ir.F32(0)) }, "C")
+	return mustFunc(A, C)
+}
+
+func TestTransformLayout(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "transform_layout", fn: func() *ir.PrimFunc { return chain(8, 6) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			b := must[BlockRV](t)(s.GetBlock("B"))
+			check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, imap(t, "lambda i, j: (j, i)"), nil))
+		}},
+		{name: "transform_layout_padded", fn: func() *ir.PrimFunc { return chain(10, 6) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			check.NoError(t, s.TransformLayout(c, BufferIndex{Index: 0}, imap(t, "lambda i, j: (i // 4, j, i % 4)"), zero()))
+		}},
+		{name: "cache_read_packed_panels", fn: func() *ir.PrimFunc { return matmul(13, 20, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			ls := loopsOf(t, s, "C")
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+			check.NoError(t, s.Reorder(j[0], ls[0], ls[2], j[1]))
+			// Move the copy to its panel first: compute_at wants the copy
+			// to store at its iteration variables.
+			p := must[BlockRV](t)(s.CacheRead(c, 1, "global"))
+			check.NoError(t, s.ComputeAt(p, j[0]))
+			check.NoError(t, s.TransformLayout(p, BufferIndex{Write: true}, imap(t, "lambda k, n: (n // 8, k, n % 8)"), zero()))
+			check.NoError(t, s.Vectorize(j[1]))
+		}},
+		{name: "cache_read_packed_whole", fn: func() *ir.PrimFunc { return matmul(13, 20, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			must[BlockRV](t)(s.CacheReadLayout(c, 1, "global", imap(t, "lambda k, n: (n // 8, k, n % 8)"), zero()))
+		}},
+		{name: "cache_read_nchwc", fn: func() *ir.PrimFunc { return nchw(1, 6, 3, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			must[BlockRV](t)(s.CacheReadLayout(c, 0, "global", imap(t, "lambda n, c, h, w: (n, c // 4, h, w, c % 4)"), zero()))
+		}},
+		{name: "cache_write_tiled", fn: func() *ir.PrimFunc { return matmul(6, 10, 3) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			must[BlockRV](t)(s.CacheWriteLayout(c, 0, "global", imap(t, "lambda i, j: (i // 4, j // 4, i % 4, j % 4)"), zero()))
+		}},
+	})
+}
+
+func TestTransformLayoutErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name, block string
+		bi          BufferIndex
+		m           string
+		pad         *float64
+		want        string
+	}{
+		{"not injective", "B", BufferIndex{Write: true}, "lambda i, j: (i // 2, j)", nil, `transform_layout: index map lambda i, j: (i // 2, j) is not injective over "B": [0 0] and [1 0] both map to [0 0]`},
+		{"pads", "B", BufferIndex{Write: true}, "lambda i, j: (i // 4, j, i % 4)", nil, `transform_layout: index map lambda i, j: (i // 4, j, i % 4) is not onto its image's shape (2, 6, 4) over "B" of shape (6, 6): it pads the buffer; give a pad value`},
+		{"below 0", "B", BufferIndex{Write: true}, "lambda i, j: (i - 1, j)", nil, `transform_layout: index map lambda i, j: (i - 1, j) maps [0 0] of "B" to [-1 0], below 0`},
+		{"arity", "B", BufferIndex{Write: true}, "lambda i: (i,)", nil, `transform_layout: index map lambda i: (i,) takes 1 indices, "B" has 2 dimensions`},
+		{"parameter", "B", BufferIndex{Index: 0}, "lambda i, j: (j, i)", nil, `transform_layout: "A" is a parameter of the function: changing its layout would change the function's signature (transform the layout of a cache_read or cache_write copy instead)`},
+		{"no region", "B", BufferIndex{Write: true, Index: 1}, "lambda i, j: (j, i)", nil, `transform_layout: block "B" has 1 write regions, no write 1`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(chain(6, 6))
+			check.NoError(t, err)
+			before := s.Func()
+			err = s.TransformLayout(must[BlockRV](t)(s.GetBlock(tt.block)), tt.bi, imap(t, tt.m), tt.pad)
+			check.True(t, err != nil, "no error")
+			check.Equal(t, err.Error(), tt.want)
+			check.True(t, s.Func() == before, "the schedule changed")
+		})
+	}
+}
+
+func TestParseIndexMap(t *testing.T) {
+	for _, text := range []string{
+		"lambda i, j: (j, i)",
+		"lambda i: (i // 16, i % 16)",
+		"lambda n, c, h, w: (n, c // 4, h, w, c % 4)",
+		"lambda i, j: (i * 8 + j, (i + 1) // 2 - j, 0 - i, min(i, 3), max(j, i) % 5)",
+		"lambda i: (i,)",
+	} {
+		m := imap(t, text)
+		check.Equal(t, m.String(), text)
+	}
+	for text, want := range map[string]string{
+		"i, j: (i, j)":         `index map "i, j: (i, j)": want lambda vars: (indices)`,
+		"lambda i, i: (i, i)":  `index map "lambda i, i: (i, i)": column 12: variable "i" appears twice`,
+		"lambda i: (k,)":       `index map "lambda i: (k,)": column 13: "k" is not a variable of the lambda`,
+		"lambda i: (i / 2,)":   `index map "lambda i: (i / 2,)": column 14: want , or ) in the lambda's indices`,
+		"lambda i: (i,) extra": `index map "lambda i: (i,) extra": unexpected "extra" at the end`,
+	} {
+		_, err := ParseIndexMap(text)
+		check.True(t, err != nil, text)
+		check.Equal(t, err.Error(), want)
+	}
+}
