@@ -183,33 +183,9 @@ func padInProducer(body ir.Stmt, st site, buf, nb *ir.Buffer, m *IndexMap, value
 	}
 	// Each iteration variable bound to its own loop of extent the old
 	// dimension; these loops are the innermost ones, perfectly nested.
-	loops := st.loops()
-	k := len(blk.IterVars)
-	if len(loops) < k {
+	nest, loopOf, ok := perfectNest(st)
+	if !ok {
 		return nil, false
-	}
-	nest := loops[len(loops)-k:]
-	loopOf := make([]*ir.For, k)
-	for i, f := range nest {
-		var next ir.Stmt = br
-		if i+1 < k {
-			next = nest[i+1]
-		}
-		if f.Body != next {
-			return nil, false
-		}
-	}
-	for i, iv := range blk.IterVars {
-		v, ok := br.IterValues[i].(*ir.Var)
-		j := slices.IndexFunc(nest, func(f *ir.For) bool { return f.Var == v })
-		if !ok || j < 0 {
-			return nil, false
-		}
-		f := nest[j]
-		if mn, ok := ir.IsConstInt(f.Min); !ok || mn != 0 || !ir.Equal(f.Extent, iv.Dom.Extent) || f.Kind != ir.ForSerial {
-			return nil, false
-		}
-		loopOf[i] = f
 	}
 	// old[d], the variable that indexed old dimension d, was found
 	// before the remap.
@@ -223,32 +199,72 @@ func padInProducer(body ir.Stmt, st site, buf, nb *ir.Buffer, m *IndexMap, value
 	var cond ir.Expr = ir.BoolImm(true)
 	nblk := *blk
 	nblk.IterVars = slices.Clone(blk.IterVars)
-	repl := map[ir.Stmt]ir.Stmt{}
+	exts := make([]int64, len(blk.IterVars))
 	for i, iv := range blk.IterVars {
 		d := vmap[iv.Var]
+		exts[i] = ext[d]
 		if ext[d] == dims[d] {
 			continue
 		}
 		t := iv.Dom.Extent.DType()
 		nblk.IterVars[i].Dom = ir.RangeFromExtent(ir.NewIntImm(t, ext[d]))
 		cond = conjoin(cond, ir.LT(iv.Var, ir.NewIntImm(t, dims[d])))
-		f := *loopOf[i]
-		f.Extent = ir.NewIntImm(f.Extent.DType(), ext[d])
-		repl[loopOf[i]] = &f
 	}
 	nblk.Body = &ir.BufferStore{Buffer: nb, Value: ir.NewIfThenElse(cond, store.Value, value), Indices: store.Indices}
 	nbr := &ir.BlockRealize{IterValues: br.IterValues, Predicate: br.Predicate, Block: &nblk}
-	// The nest is rebuilt innermost first around the new realize.
-	var inner ir.Stmt = nbr
-	for i := k - 1; i >= 0; i-- {
+	return replace(body, map[ir.Stmt]ir.Stmt{nest[0]: rebuildNest(nest, loopOf, exts, nbr)}), true
+}
+
+// perfectNest returns the loops binding the iteration variables of the
+// block at st, one loop each, when they are its innermost loops, nested
+// with nothing else between them, each from 0 over the variable's domain
+// and serial; loopOf[i] binds variable i.
+func perfectNest(st site) (nest, loopOf []*ir.For, ok bool) {
+	br := st.realize()
+	blk := br.Block
+	loops := st.loops()
+	k := len(blk.IterVars)
+	if len(loops) < k || k == 0 {
+		return nil, nil, false
+	}
+	nest = loops[len(loops)-k:]
+	for i, f := range nest {
+		var next ir.Stmt = br
+		if i+1 < k {
+			next = nest[i+1]
+		}
+		if f.Body != next {
+			return nil, nil, false
+		}
+	}
+	loopOf = make([]*ir.For, k)
+	for i, iv := range blk.IterVars {
+		v, ok := br.IterValues[i].(*ir.Var)
+		j := slices.IndexFunc(nest, func(f *ir.For) bool { return f.Var == v })
+		if !ok || j < 0 || slices.Contains(loopOf, nest[j]) {
+			return nil, nil, false
+		}
+		f := nest[j]
+		if mn, ok := ir.IsConstInt(f.Min); !ok || mn != 0 || !ir.Equal(f.Extent, iv.Dom.Extent) || f.Kind != ir.ForSerial {
+			return nil, nil, false
+		}
+		loopOf[i] = f
+	}
+	return nest, loopOf, true
+}
+
+// rebuildNest returns the nest around inner, the loop binding variable i
+// running over exts[i].
+func rebuildNest(nest, loopOf []*ir.For, exts []int64, inner ir.Stmt) ir.Stmt {
+	for i := len(nest) - 1; i >= 0; i-- {
 		c := *nest[i]
-		if r, ok := repl[nest[i]]; ok {
-			c = *r.(*ir.For)
+		if v := slices.Index(loopOf, nest[i]); v >= 0 {
+			c.Extent = ir.NewIntImm(c.Extent.DType(), exts[v])
 		}
 		c.Body = inner
 		inner = &c
 	}
-	return replace(body, map[ir.Stmt]ir.Stmt{nest[0]: inner}), true
+	return inner
 }
 
 // growDomain returns old-index extents, at least dims, over which m is a

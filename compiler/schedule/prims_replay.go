@@ -57,6 +57,18 @@ func (r *replayer) applyMore(a *args) (func() (any, error), bool) {
 			}
 			return s.RFactor(l, int(fa))
 		}, true
+	case "pad_einsum":
+		return func() (any, error) {
+			b, err := r.block(a, 0, "block")
+			if err != nil {
+				return nil, err
+			}
+			p, err := a.ints(1, "padding", false)
+			if err != nil {
+				return nil, err
+			}
+			return nil, s.PadEinsum(b, p)
+		}, true
 	case "transform_layout":
 		return func() (any, error) {
 			b, err := r.block(a, 0, "block")

@@ -297,3 +297,53 @@ func TestParseIndexMap(t *testing.T) {
 		check.Equal(t, err.Error(), want)
 	}
 }
+
+func TestPadEinsum(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "pad_einsum", fn: func() *ir.PrimFunc { return matmul(13, 20, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			check.NoError(t, s.PadEinsum(c, []int64{4, 8, 4}))
+			// The padded loops split exactly: no guards.
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+			check.NoError(t, s.Reorder(j[0], ls[2], j[1]))
+			check.NoError(t, s.Vectorize(j[1]))
+		}},
+		{name: "pad_einsum_spatial", fn: func() *ir.PrimFunc { return rowReduce(5, 9, true) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			check.NoError(t, s.PadEinsum(must[BlockRV](t)(s.GetBlock("C")), []int64{4, 1}))
+		}},
+	})
+}
+
+func TestPadEinsumErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		fn    *ir.PrimFunc
+		apply func(s *Schedule, c BlockRV) error
+		want  string
+	}{
+		{"max over padding", rowReduce(4, 9, true), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{1, 4}) },
+			`pad_einsum: block "C" reduces with max: only a sum can run over padding`},
+		{"factors", matmul(4, 4, 4), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{4, 4}) },
+			`pad_einsum: 2 padding factors for the 3 iteration variables of block "C"`},
+		{"factor below 1", matmul(4, 4, 4), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{4, 0, 4}) },
+			`pad_einsum: padding factor 0 of "v_j" is below 1`},
+		{"split loops", matmul(5, 4, 4), func(s *Schedule, c BlockRV) error {
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			if _, err := s.Split(ls[0], -1, 2); err != nil {
+				return err
+			}
+			return s.PadEinsum(c, []int64{4, 1, 1})
+		}, `pad_einsum: the loops of block "C" are not one loop per iteration variable, from 0 over its domain, serial and around this block alone (pad before split, fuse or compute_at)`},
+		{"not an einsum", stencil(), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{4}) },
+			`pad_einsum: block "C" loads "B" at (v_i + 1) in dimension 0, not at an iteration variable`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.fn)
+			check.NoError(t, err)
+			err = tt.apply(s, must[BlockRV](t)(s.GetBlock("C")))
+			check.True(t, err != nil, "no error")
+			check.Equal(t, err.Error(), tt.want)
+		})
+	}
+}
