@@ -57,6 +57,14 @@ func (r *replayer) applyMore(a *args) (func() (any, error), bool) {
 			}
 			return s.RFactor(l, int(fa))
 		}, true
+	case "blockize":
+		return func() (any, error) {
+			l, err := r.loop(a, 0, "target")
+			if err != nil {
+				return nil, err
+			}
+			return s.Blockize(l)
+		}, true
 	case "pad_einsum":
 		return func() (any, error) {
 			b, err := r.block(a, 0, "block")

@@ -347,3 +347,40 @@ func TestPadEinsumErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestBlockize(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "blockize", fn: func() *ir.PrimFunc { return matmul(5, 10, 3) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 4))
+			check.NoError(t, s.Reorder(j[0], ls[2], j[1]))
+			o := must[BlockRV](t)(s.Blockize(j[1]))
+			check.Equal(t, o.String(), "C_o")
+		}},
+		{name: "blockize_tile", fn: func() *ir.PrimFunc { return chain(8, 6) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "B")
+			i := must[[]LoopRV](t)(s.Split(ls[0], -1, 4))
+			check.NoError(t, s.Reorder(i[0], ls[1], i[1]))
+			must[BlockRV](t)(s.Blockize(ls[1]))
+		}},
+	})
+}
+
+func TestBlockizeErrors(t *testing.T) {
+	s, err := New(twoStage(4, 4))
+	check.NoError(t, err)
+	_, err = s.Blockize(LoopRV{})
+	check.Equal(t, err.Error(), "blockize: nil loop handle")
+	s, err = New(chain(4, 6))
+	check.NoError(t, err)
+	check.NoError(t, s.ComputeAt(must[BlockRV](t)(s.GetBlock("B")), loopsOf(t, s, "C")[0]))
+	_, err = s.Blockize(loopsOf(t, s, "C")[0])
+	check.Equal(t, err.Error(), `blockize: loop "i" holds 2 blocks, want one`)
+	s, err = New(matmul(4, 6, 4))
+	check.NoError(t, err)
+	ls := loopsOf(t, s, "C")
+	f := must[LoopRV](t)(s.Fuse(ls[0], ls[1]))
+	sp := must[[]LoopRV](t)(s.Split(f, -1, 4))
+	_, err = s.Blockize(sp[1])
+	check.Equal(t, err.Error(), `blockize: the binding (((i_j_fused_0 * 4) + i_j_fused_1) // 6) of "v_i" mixes loops inside and outside loop "i_j_fused_1"`)
+}
