@@ -65,6 +65,18 @@ func (r *replayer) applyMore(a *args) (func() (any, error), bool) {
 			}
 			return s.Blockize(l)
 		}, true
+	case "tensorize":
+		return func() (any, error) {
+			l, err := r.loop(a, 0, "block_or_loop")
+			if err != nil {
+				return nil, err
+			}
+			name, err := a.str(1, "tensor_intrin")
+			if err != nil {
+				return nil, err
+			}
+			return nil, s.Tensorize(l, name)
+		}, true
 	case "pad_einsum":
 		return func() (any, error) {
 			b, err := r.block(a, 0, "block")

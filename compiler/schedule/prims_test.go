@@ -384,3 +384,50 @@ func TestBlockizeErrors(t *testing.T) {
 	_, err = s.Blockize(sp[1])
 	check.Equal(t, err.Error(), `blockize: the binding (((i_j_fused_0 * 4) + i_j_fused_1) // 6) of "v_i" mixes loops inside and outside loop "i_j_fused_1"`)
 }
+
+func TestTensorize(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "tensorize_vec_fma", fn: func() *ir.PrimFunc { return matmul(5, 32, 3) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 16))
+			check.NoError(t, s.Reorder(ls[0], j[0], ls[2], j[1]))
+			init := must[BlockRV](t)(s.DecomposeReduction(c, ls[2]))
+			il := must[[]LoopRV](t)(s.GetLoops(init))
+			check.NoError(t, s.Vectorize(il[len(il)-1]))
+			check.NoError(t, s.Tensorize(j[1], VecFMAIntrin(16)))
+		}},
+		{name: "tensorize_padded", fn: func() *ir.PrimFunc { return matmul(3, 13, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			check.NoError(t, s.PadEinsum(c, []int64{1, 8, 1}))
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+			check.NoError(t, s.Reorder(ls[0], j[0], ls[2], j[1]))
+			must[BlockRV](t)(s.DecomposeReduction(c, ls[2]))
+			check.NoError(t, s.Tensorize(j[1], VecFMAIntrin(8)))
+		}},
+	})
+}
+
+func TestTensorizeErrors(t *testing.T) {
+	setup := func(t *testing.T, n int64, decompose bool) (*Schedule, []LoopRV) {
+		s, err := New(matmul(4, n, 3))
+		check.NoError(t, err)
+		c := must[BlockRV](t)(s.GetBlock("C"))
+		ls := must[[]LoopRV](t)(s.GetLoops(c))
+		j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+		check.NoError(t, s.Reorder(ls[0], j[0], ls[2], j[1]))
+		if decompose {
+			must[BlockRV](t)(s.DecomposeReduction(c, ls[2]))
+		}
+		return s, j
+	}
+	s, j := setup(t, 16, false)
+	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(8)).Error(), `tensorize: block "C" has an init: decompose_reduction first`)
+	s, j = setup(t, 16, true)
+	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(16)).Error(), `tensorize: loop "j_1" runs over 8 from 0, loop 0 of "kiln.vec_fma_f32x16" over 16 from 0`)
+	check.Equal(t, s.Tensorize(j[1], "nope").Error(), `tensorize: no tensor intrinsic "nope" (registered: [kiln.vec_fma_f32x16 kiln.vec_fma_f32x4 kiln.vec_fma_f32x8])`)
+	s, j = setup(t, 12, true)
+	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(8)).Error(), `tensorize: block "C_update" runs under the predicate (((v_j_o * 8) + j_1) < 12): the intrinsic would compute the padding too (pad_einsum first)`)
+	check.True(t, RegisterTensorIntrin(vecFMA(8)) != nil, "registered twice")
+}
