@@ -431,3 +431,52 @@ func TestTensorizeErrors(t *testing.T) {
 	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(8)).Error(), `tensorize: block "C_update" runs under the predicate (((v_j_o * 8) + j_1) < 12): the intrinsic would compute the padding too (pad_einsum first)`)
 	check.True(t, RegisterTensorIntrin(vecFMA(8)) != nil, "registered twice")
 }
+
+// TestReplay replays traces written by hand: TVM's keyword arguments and
+// variable names, and lines that are wrong.
+func TestReplay(t *testing.T) {
+	f := matmul(8, 16, 4)
+	s, err := Replay(f, []string{
+		`b0 = sch.get_block(name="C")`,
+		`l1, l2, l3 = sch.get_loops(block=b0)`,
+		`l4, l5 = sch.split(loop=l2, factors=[None, 8])`,
+		`sch.reorder(l1, l4, l3, l5)`,
+		`b6 = sch.cache_read(block=b0, read_buffer_index=1, storage_scope="global")`,
+		`sch.compute_at(block=b6, loop=l4)`,
+		`sch.transform_layout(b6, ("write", 0), lambda k, n: (n // 8, k, n % 8))`,
+		`sch.annotate(block_or_loop=l1, ann_key="pragma_auto_unroll_max_step", ann_val=16)`,
+		`sch.vectorize(loop=l5)`,
+	})
+	check.NoError(t, err)
+	want, err := New(f)
+	check.NoError(t, err)
+	c := must[BlockRV](t)(want.GetBlock("C"))
+	ls := must[[]LoopRV](t)(want.GetLoops(c))
+	j := must[[]LoopRV](t)(want.Split(ls[1], -1, 8))
+	check.NoError(t, want.Reorder(ls[0], j[0], ls[2], j[1]))
+	p := must[BlockRV](t)(want.CacheRead(c, 1, "global"))
+	check.NoError(t, want.ComputeAt(p, j[0]))
+	check.NoError(t, want.TransformLayout(p, BufferIndex{Write: true}, imap(t, "lambda k, n: (n // 8, k, n % 8)"), nil))
+	check.NoError(t, want.Annotate(ls[0], "pragma_auto_unroll_max_step", int64(16)))
+	check.NoError(t, want.Vectorize(j[1]))
+	check.True(t, ir.StructuralEqual(s.Func(), want.Func()), "the hand-written trace gives another function")
+	// The replayed schedule prints the trace's own names.
+	check.Equal(t, s.Trace()[1], "l1, l2, l3 = sch.get_loops(b0)")
+
+	for _, tt := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{`sch.parallel(i)`}, `replay: line 1 "sch.parallel(i)": parallel: loop is name i, not a loop that an earlier line assigned`},
+		{[]string{`C = sch.get_block("C")`, `sch.fly(C)`}, `replay: line 2 "sch.fly(C)": unknown primitive sch.fly`},
+		{[]string{`C = sch.get_block("C"`}, `replay: line 1 "C = sch.get_block(\"C\"": column 22: want , or ) between arguments`},
+		{[]string{`C = sch.get_block("D")`}, `replay: line 1 "C = sch.get_block(\"D\")": get_block: no block named "D"`},
+		{[]string{`C = sch.get_block("C")`, `i, j = sch.get_loops(C)`}, `replay: line 2 "i, j = sch.get_loops(C)": get_loops returned 3 handles, the line assigns 2`},
+		{[]string{`C = sch.get_block("C")`, `i, j, k = sch.get_loops(C)`, `sch.split(i, [None, "4"])`}, `replay: line 3 "sch.split(i, [None, \"4\"])": split: element 1 of factors is "4", want an integer`},
+		{[]string{`x = 3`}, `replay: line 1 "x = 3": want sch.primitive(…)`},
+	} {
+		_, err := Replay(f, tt.lines)
+		check.True(t, err != nil, tt.lines)
+		check.Equal(t, err.Error(), tt.want)
+	}
+}

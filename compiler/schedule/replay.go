@@ -505,7 +505,7 @@ func (r *replayer) apply(a *args) (any, error) {
 		}
 		return s.GetLoops(b)
 	case "get_child_blocks":
-		l, err := r.loop(a, 0, "loop")
+		l, err := r.loop(a, 0, "block_or_loop")
 		if err != nil {
 			return nil, err
 		}
@@ -583,7 +583,7 @@ func (r *replayer) apply(a *args) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		i, err := a.int(1, "buffer_index")
+		i, err := a.int(1, strings.TrimPrefix(a.prim, "cache_")+"_buffer_index")
 		if err != nil {
 			return nil, err
 		}
