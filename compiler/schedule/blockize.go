@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
@@ -195,9 +196,95 @@ func (s *Schedule) blockized(l LoopRV) (string, ir.Stmt, error) {
 		return out
 	}
 	name := s.uniqueName(blk.Name + "_o")
-	// Bindings of the outer variables become the outer variables inside.
+	var oinit ir.Stmt
+	if blk.Init != nil {
+		// The init moves to the outer block, as a nest over the inner
+		// loops that bind spatial variables, around a block name_init.
+		if oinit, err = s.outerInit(nbr, inner); err != nil {
+			return "", nil, err
+		}
+		ib := *blk
+		ib.Init = nil
+		ib.Reads = slices.Clone(blk.Reads)
+		for i := len(blk.Writes) - 1; i >= 0; i-- {
+			if !reads(blk, blk.Writes[i].Buffer) {
+				ib.Reads = append([]ir.BufferRegion{blk.Writes[i]}, ib.Reads...)
+			}
+		}
+		nbr = &ir.BlockRealize{IterValues: nbr.IterValues, Predicate: nbr.Predicate, Block: &ib}
+	}
 	obody := replace(loop, map[ir.Stmt]ir.Stmt{br: nbr})
-	oblk := &ir.Block{Name: name, IterVars: ovs, Reads: relaxed(blk.Reads), Writes: relaxed(blk.Writes), Body: obody}
+	oblk := &ir.Block{Name: name, IterVars: ovs, Reads: relaxed(blk.Reads), Writes: relaxed(blk.Writes), Init: oinit, Body: obody}
 	obr := &ir.BlockRealize{IterValues: ovals, Predicate: ir.BoolImm(true), Block: oblk}
 	return name, replace(s.fn.Body, map[ir.Stmt]ir.Stmt{loop: obr}), nil
+}
+
+// outerInit returns the init of a blockized reduction: copies (named
+// loop_init) of the inner loops that bind its spatial variables, around a
+// block name_init storing the init over them.
+func (s *Schedule) outerInit(br *ir.BlockRealize, inner []*ir.For) (ir.Stmt, error) {
+	blk := br.Block
+	spatial, reduce := map[*ir.Var]bool{}, map[*ir.Var]bool{}
+	for i, iv := range blk.IterVars {
+		set := spatial
+		if iv.Kind != ir.IterSpatial {
+			set = reduce
+		}
+		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
+			if v, ok := n.(*ir.Var); ok {
+				set[v] = true
+			}
+			return true
+		})
+	}
+	vmap := map[*ir.Var]ir.Expr{}
+	var copies []*ir.For
+	for _, f := range inner {
+		if spatial[f.Var] && reduce[f.Var] {
+			return nil, fmt.Errorf("loop %q binds both spatial and reduction iteration variables of block %q", f.Var.Name, blk.Name)
+		}
+		if !spatial[f.Var] {
+			continue
+		}
+		c := *f
+		c.Var = ir.NewVar(f.Var.Name+"_init", f.Var.Type)
+		vmap[f.Var] = c.Var
+		copies = append(copies, &c)
+	}
+	ivmap := map[*ir.Var]ir.Expr{}
+	var ivs []ir.IterVar
+	var vals []ir.Expr
+	for i, iv := range blk.IterVars {
+		if iv.Kind != ir.IterSpatial {
+			continue
+		}
+		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
+		ivmap[iv.Var] = nv
+		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
+		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
+	}
+	writes := make([]ir.BufferRegion, len(blk.Writes))
+	for i, w := range blk.Writes {
+		writes[i] = substRegion(w, ivmap)
+	}
+	var pred ir.Expr = ir.BoolImm(true)
+	for _, c := range conjuncts(br.Predicate) {
+		ok := true
+		ir.Visit(c, func(n ir.Node) bool {
+			if v, isVar := n.(*ir.Var); isVar && reduce[v] {
+				ok = false
+			}
+			return ok
+		})
+		if ok {
+			pred = conjoin(pred, ir.SubstituteExpr(c, vmap))
+		}
+	}
+	ib := &ir.Block{Name: s.uniqueName(blk.Name + "_init"), IterVars: ivs, Writes: writes, Body: substitute(blk.Init, ivmap)}
+	var nest ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: pred, Block: ib}
+	for i := len(copies) - 1; i >= 0; i-- {
+		copies[i].Body = nest
+		nest = copies[i]
+	}
+	return nest, nil
 }

@@ -366,6 +366,33 @@ func TestBlockize(t *testing.T) {
 	})
 }
 
+func TestDecomposeReductionCases(t *testing.T) {
+	runCases(t, []schedCase{
+		// The spatial loops fused and split around the reduction loop:
+		// i = x // 6 and j = x % 6 give x back, so each iteration of the
+		// inner part is a distinct instance.
+		{name: "decompose_reduction_fused", fn: func() *ir.PrimFunc { return matmul(4, 6, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			f := must[LoopRV](t)(s.Fuse(ls[0], ls[1]))
+			sp := must[[]LoopRV](t)(s.Split(f, -1, 4))
+			check.NoError(t, s.Reorder(sp[0], ls[2], sp[1]))
+			must[BlockRV](t)(s.DecomposeReduction(c, ls[2]))
+		}},
+		// A blockized reduction: the outer block holds the init.
+		{name: "decompose_reduction_blockized", fn: func() *ir.PrimFunc { return matmul(5, 10, 3) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 4))
+			check.NoError(t, s.Reorder(j[0], ls[2], j[1]))
+			o := must[BlockRV](t)(s.Blockize(j[1]))
+			_, err := s.DecomposeReduction(must[BlockRV](t)(s.GetBlock("C")), j[1])
+			check.Equal(t, err.Error(), `decompose_reduction: block "C" has no init (it is not a reduction)`)
+			init := must[BlockRV](t)(s.DecomposeReduction(o, ls[2]))
+			check.Equal(t, init.String(), "C_o_init")
+		}},
+	})
+}
+
 func TestBlockizeErrors(t *testing.T) {
 	s, err := New(twoStage(4, 4))
 	check.NoError(t, err)
@@ -397,6 +424,13 @@ func TestTensorize(t *testing.T) {
 			check.NoError(t, s.Vectorize(il[len(il)-1]))
 			check.NoError(t, s.Tensorize(j[1], VecFMAIntrin(16)))
 		}},
+		{name: "tensorize_with_init", fn: func() *ir.PrimFunc { return matmul(3, 16, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			ls := must[[]LoopRV](t)(s.GetLoops(c))
+			j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+			check.NoError(t, s.Reorder(ls[0], j[0], ls[2], j[1]))
+			check.NoError(t, s.Tensorize(j[1], VecFMAIntrin(8)))
+		}},
 		{name: "tensorize_padded", fn: func() *ir.PrimFunc { return matmul(3, 13, 5) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
 			c := must[BlockRV](t)(s.GetBlock("C"))
 			check.NoError(t, s.PadEinsum(c, []int64{1, 8, 1}))
@@ -422,9 +456,7 @@ func TestTensorizeErrors(t *testing.T) {
 		}
 		return s, j
 	}
-	s, j := setup(t, 16, false)
-	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(8)).Error(), `tensorize: block "C" has an init: decompose_reduction first`)
-	s, j = setup(t, 16, true)
+	s, j := setup(t, 16, true)
 	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(16)).Error(), `tensorize: loop "j_1" runs over 8 from 0, loop 0 of "kiln.vec_fma_f32x16" over 16 from 0`)
 	check.Equal(t, s.Tensorize(j[1], "nope").Error(), `tensorize: no tensor intrinsic "nope" (registered: [kiln.vec_fma_f32x16 kiln.vec_fma_f32x4 kiln.vec_fma_f32x8])`)
 	s, j = setup(t, 12, true)

@@ -15,7 +15,11 @@ import (
 // (named loop_init) of the loops between l and b that bind spatial
 // iteration variables only. l must enclose b, no loop above l may carry
 // the reduction, and every loop from l down to b must bind an iteration
-// variable of b (a loop binding none would repeat the update). It returns the init block, named name_init.
+// variable of b (a loop binding none would repeat the update; bindings
+// x // c and x % c, a fused loop split again, count as binding x). The
+// reduction must not run over variables of an enclosing block (decompose
+// Blockize's outer block instead, which holds the init). It returns the
+// init block, named name_init.
 func (s *Schedule) DecomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	out, err := s.decomposeReduction(b, l)
 	if err != nil {
@@ -60,6 +64,17 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	for _, f := range loops[:at] {
 		if reduce[f.Var] {
 			return BlockRV{}, fmt.Errorf("loop %q, above loop %q, carries the reduction of block %q", f.Var.Name, loop.Var.Name, blk.Name)
+		}
+	}
+	// Nor may a variable of an enclosing block (Blockize's outer block
+	// holds the outer part of the reduction).
+	inNest := map[*ir.Var]bool{}
+	for _, f := range loops {
+		inNest[f.Var] = true
+	}
+	for v := range reduce {
+		if !inNest[v] {
+			return BlockRV{}, fmt.Errorf("the reduction of block %q also runs over %q, outside its loop nest: decompose the enclosing block's reduction instead", blk.Name, v.Name)
 		}
 	}
 	if f := repeated(loops[at:], br.IterValues); f != nil {
@@ -115,11 +130,18 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 		writes[i] = ir.BufferRegion{Buffer: w.Buffer, Region: reg}
 	}
 	initBlk := &ir.Block{Name: initName, IterVars: ivs, Writes: writes, Body: substitute(blk.Init, ivmap)}
+	// The init keeps the conjuncts of the predicate over the loops above
+	// l, the copied loops and variables of enclosing blocks; those over
+	// the reduction loops go.
+	below := map[*ir.Var]bool{}
+	for _, f := range loops[at:] {
+		below[f.Var] = true
+	}
 	var pred ir.Expr = ir.BoolImm(true)
 	for _, c := range conjuncts(br.Predicate) {
 		outerOnly := true
 		ir.Visit(c, func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok && !avail[v] {
+			if v, ok := n.(*ir.Var); ok && below[v] {
 				if _, copied := vmap[v]; !copied {
 					outerOnly = false
 				}
@@ -187,8 +209,22 @@ func repeated(loops []*ir.For, bindings []ir.Expr) *ir.For {
 		ext[f.Var] = e
 		vars[f.Var] = true
 	}
-	covered := map[*ir.Var]bool{}
+	// A pair x // c, x % c of bindings gives x back: x counts as a binding.
+	all := slices.Clone(bindings)
 	for _, b := range bindings {
+		d, ok := b.(*ir.Binary)
+		if !ok || d.Op != ir.OpFloorDiv {
+			continue
+		}
+		if slices.ContainsFunc(bindings, func(e ir.Expr) bool {
+			m, ok := e.(*ir.Binary)
+			return ok && m.Op == ir.OpFloorMod && ir.Equal(m.A, d.A) && ir.Equal(m.B, d.B)
+		}) {
+			all = append(all, d.A)
+		}
+	}
+	covered := map[*ir.Var]bool{}
+	for _, b := range all {
 		var ts []term
 		ok := true
 		for _, t := range toAffine(b).terms {

@@ -117,8 +117,8 @@ func descParts(f *ir.PrimFunc) ([]*ir.For, *ir.BlockRealize, error) {
 // under it against the intrinsic's description (the same loop extents in
 // the same order, the same computation, each buffer of the description
 // at one place of a real buffer) and makes the intrinsic's implementation
-// for the matched regions the body of the new block, name_o. The block
-// must not have an init: decompose the reduction first.
+// for the matched regions the body of the new block, name_o. A
+// reduction's init stays in name_o, as Blockize moved it (a loop nest).
 func (s *Schedule) Tensorize(l LoopRV, name string) error {
 	if err := s.tensorize(l, name); err != nil {
 		return fmt.Errorf("tensorize: %w", err)
@@ -151,9 +151,6 @@ func (s *Schedule) tensorize(l LoopRV, name string) error {
 	}
 	abr := st.(*ir.BlockRealize)
 	ablk := abr.Block
-	if ablk.Init != nil {
-		return fmt.Errorf("block %q has an init: decompose_reduction first", ablk.Name)
-	}
 	if len(aloops) != len(dloops) {
 		return fmt.Errorf("%q has %d loops, the nest under loop %q %d", name, len(dloops), aloops[0].Var.Name, len(aloops))
 	}
