@@ -490,177 +490,173 @@ func (p *pyParser) stringLit() (pyVal, error) {
 
 // apply runs one primitive; it returns nil, a handle or a list of them.
 func (r *replayer) apply(a *args) (any, error) {
-	s := r.s
-	switch a.prim {
-	case "get_block":
-		name, err := a.str(0, "name")
-		if err != nil {
-			return nil, err
-		}
-		return s.GetBlock(name)
-	case "get_loops":
-		b, err := r.block(a, 0, "block")
-		if err != nil {
-			return nil, err
-		}
-		return s.GetLoops(b)
-	case "get_child_blocks":
-		l, err := r.loop(a, 0, "block_or_loop")
-		if err != nil {
-			return nil, err
-		}
-		return s.GetChildBlocks(l)
-	case "split":
-		l, err := r.loop(a, 0, "loop")
-		if err != nil {
-			return nil, err
-		}
-		fs, err := a.ints(1, "factors", true)
-		if err != nil {
-			return nil, err
-		}
-		return s.Split(l, fs...)
-	case "fuse", "reorder":
-		ls, err := r.loops(a)
-		if err != nil {
-			return nil, err
-		}
-		if a.prim == "reorder" {
-			return nil, s.Reorder(ls...)
-		}
-		return s.Fuse(ls...)
-	case "parallel", "vectorize", "unroll":
-		l, err := r.loop(a, 0, "loop")
-		if err != nil {
-			return nil, err
-		}
-		switch a.prim {
-		case "parallel":
-			return nil, s.Parallel(l)
-		case "vectorize":
-			return nil, s.Vectorize(l)
-		}
-		return nil, s.Unroll(l)
-	case "bind":
-		l, err := r.loop(a, 0, "loop")
-		if err != nil {
-			return nil, err
-		}
-		tag, err := a.str(1, "thread_axis")
-		if err != nil {
-			return nil, err
-		}
-		return nil, s.Bind(l, tag)
-	case "annotate":
-		l, err := r.loop(a, 0, "block_or_loop")
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str(1, "ann_key")
-		if err != nil {
-			return nil, err
-		}
-		v, err := a.get(2, "ann_val")
-		if err != nil {
-			return nil, err
-		}
-		var val any
-		switch v.kind {
-		case 'i':
-			val = v.num
-		case 'f':
-			val = v.flt
-		case 's':
-			val = v.str
+	p, ok := replayPrims[a.prim]
+	if !ok {
+		return nil, fmt.Errorf("unknown primitive sch.%s", a.prim)
+	}
+	vals, err := r.read(a, p.params)
+	if err != nil {
+		return nil, err
+	}
+	return p.run(r.s, vals)
+}
+
+// A replayed primitive: its parameters, each kind:name (see read), and
+// the call.
+type replayPrim struct {
+	params string
+	run    func(s *Schedule, v []any) (any, error)
+}
+
+// noResult adapts a primitive that returns only an error.
+func noResult(err error) (any, error) { return nil, err }
+
+var replayPrims = map[string]replayPrim{
+	"get_block":        {"s:name", func(s *Schedule, v []any) (any, error) { return s.GetBlock(v[0].(string)) }},
+	"get_loops":        {"b:block", func(s *Schedule, v []any) (any, error) { return s.GetLoops(v[0].(BlockRV)) }},
+	"get_child_blocks": {"l:block_or_loop", func(s *Schedule, v []any) (any, error) { return s.GetChildBlocks(v[0].(LoopRV)) }},
+	"split":            {"l:loop N:factors", func(s *Schedule, v []any) (any, error) { return s.Split(v[0].(LoopRV), v[1].([]int64)...) }},
+	"fuse":             {"L:loops", func(s *Schedule, v []any) (any, error) { return s.Fuse(v[0].([]LoopRV)...) }},
+	"reorder":          {"L:loops", func(s *Schedule, v []any) (any, error) { return noResult(s.Reorder(v[0].([]LoopRV)...)) }},
+	"parallel":         {"l:loop", func(s *Schedule, v []any) (any, error) { return noResult(s.Parallel(v[0].(LoopRV))) }},
+	"vectorize":        {"l:loop", func(s *Schedule, v []any) (any, error) { return noResult(s.Vectorize(v[0].(LoopRV))) }},
+	"unroll":           {"l:loop", func(s *Schedule, v []any) (any, error) { return noResult(s.Unroll(v[0].(LoopRV))) }},
+	"bind":             {"l:loop s:thread_axis", func(s *Schedule, v []any) (any, error) { return noResult(s.Bind(v[0].(LoopRV), v[1].(string))) }},
+	"annotate": {"l:block_or_loop s:ann_key v:ann_val", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.Annotate(v[0].(LoopRV), v[1].(string), v[2]))
+	}},
+	"cache_read": {"b:block i:read_buffer_index s:storage_scope", func(s *Schedule, v []any) (any, error) {
+		return s.CacheRead(v[0].(BlockRV), int(v[1].(int64)), v[2].(string))
+	}},
+	"cache_write": {"b:block i:write_buffer_index s:storage_scope", func(s *Schedule, v []any) (any, error) {
+		return s.CacheWrite(v[0].(BlockRV), int(v[1].(int64)), v[2].(string))
+	}},
+	"compute_at": {"b:block l:loop", func(s *Schedule, v []any) (any, error) { return noResult(s.ComputeAt(v[0].(BlockRV), v[1].(LoopRV))) }},
+	"reverse_compute_at": {"b:block l:loop", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.ReverseComputeAt(v[0].(BlockRV), v[1].(LoopRV)))
+	}},
+	"compute_inline":         {"b:block", func(s *Schedule, v []any) (any, error) { return noResult(s.ComputeInline(v[0].(BlockRV))) }},
+	"reverse_compute_inline": {"b:block", func(s *Schedule, v []any) (any, error) { return noResult(s.ReverseComputeInline(v[0].(BlockRV))) }},
+	"decompose_reduction": {"b:block l:loop", func(s *Schedule, v []any) (any, error) {
+		return s.DecomposeReduction(v[0].(BlockRV), v[1].(LoopRV))
+	}},
+	"rfactor": {"l:loop i:factor_axis", func(s *Schedule, v []any) (any, error) { return s.RFactor(v[0].(LoopRV), int(v[1].(int64))) }},
+	"set_scope": {"b:block i:buffer_index s:storage_scope", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.SetScope(v[0].(BlockRV), int(v[1].(int64)), v[2].(string)))
+	}},
+	"storage_align": {"b:block i:buffer_index i:axis i:factor i:offset", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.StorageAlign(v[0].(BlockRV), int(v[1].(int64)), int(v[2].(int64)), v[3].(int64), v[4].(int64)))
+	}},
+	"transform_layout": {"b:block x:buffer m:index_map p:pad_value", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.TransformLayout(v[0].(BlockRV), v[1].(BufferIndex), v[2].(*IndexMap), v[3].(*float64)))
+	}},
+	"pad_einsum": {"b:block n:padding", func(s *Schedule, v []any) (any, error) { return noResult(s.PadEinsum(v[0].(BlockRV), v[1].([]int64))) }},
+	"blockize":   {"l:target", func(s *Schedule, v []any) (any, error) { return s.Blockize(v[0].(LoopRV)) }},
+	"tensorize": {"l:block_or_loop s:tensor_intrin", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.Tensorize(v[0].(LoopRV), v[1].(string)))
+	}},
+	"sample_perfect_tile": {"l:loop i:n i:max_innermost_factor n:decision", func(s *Schedule, v []any) (any, error) {
+		_, err := s.SamplePerfectTile(nil, v[0].(LoopRV), int(v[1].(int64)), v[2].(int64), v[3].([]int64))
+		return nil, err
+	}},
+	"sample_categorical": {"n:candidates f:probs i:decision", func(s *Schedule, v []any) (any, error) {
+		_, err := s.SampleCategorical(nil, v[0].([]int64), v[1].([]float64), int(v[2].(int64)))
+		return nil, err
+	}},
+}
+
+// read decodes the arguments by the kinds of params: b a block, l a loop,
+// L all the positional arguments as loops, s a string, i an integer, n a
+// list of integers, N one with None for -1, f a list of numbers, m an
+// index map, x a buffer index ("read", i), p an optional number and v an
+// annotation value.
+func (r *replayer) read(a *args, params string) ([]any, error) {
+	var out []any
+	for i, p := range strings.Fields(params) {
+		kind, name := p[0], p[2:]
+		var v any
+		var err error
+		switch kind {
 		case 'b':
-			val = v.str == "True"
-		default:
-			return nil, fmt.Errorf("annotate: value %s is not a bool, integer, float or string", v.describe())
+			v, err = r.block(a, i, name)
+		case 'l':
+			v, err = r.loop(a, i, name)
+		case 'L':
+			v, err = r.loops(a)
+		case 's':
+			v, err = a.str(i, name)
+		case 'i':
+			v, err = a.int(i, name)
+		case 'n', 'N':
+			v, err = a.ints(i, name, kind == 'N')
+		case 'f':
+			v, err = a.floats(i, name)
+		case 'x':
+			v, err = a.bufferIndex(i, name)
+		case 'p':
+			v, err = a.optFloat(i, name)
+		case 'm':
+			var x pyVal
+			if x, err = a.get(i, name); err == nil && x.kind != 'm' {
+				err = fmt.Errorf("%s: %s is %s, want a lambda", a.prim, name, x.describe())
+			}
+			v = x.index
+		case 'v':
+			v, err = a.annValue(i, name)
 		}
-		return nil, s.Annotate(l, key, val)
-	case "cache_read", "cache_write":
-		b, err := r.block(a, 0, "block")
 		if err != nil {
 			return nil, err
 		}
-		i, err := a.int(1, strings.TrimPrefix(a.prim, "cache_")+"_buffer_index")
-		if err != nil {
-			return nil, err
-		}
-		scope, err := a.str(2, "storage_scope")
-		if err != nil {
-			return nil, err
-		}
-		if a.prim == "cache_read" {
-			return s.CacheRead(b, int(i), scope)
-		}
-		return s.CacheWrite(b, int(i), scope)
-	case "compute_at", "reverse_compute_at":
-		b, err := r.block(a, 0, "block")
-		if err != nil {
-			return nil, err
-		}
-		l, err := r.loop(a, 1, "loop")
-		if err != nil {
-			return nil, err
-		}
-		if a.prim == "compute_at" {
-			return nil, s.ComputeAt(b, l)
-		}
-		return nil, s.ReverseComputeAt(b, l)
-	case "compute_inline":
-		b, err := r.block(a, 0, "block")
-		if err != nil {
-			return nil, err
-		}
-		return nil, s.ComputeInline(b)
-	case "decompose_reduction":
-		b, err := r.block(a, 0, "block")
-		if err != nil {
-			return nil, err
-		}
-		l, err := r.loop(a, 1, "loop")
-		if err != nil {
-			return nil, err
-		}
-		return s.DecomposeReduction(b, l)
-	case "sample_perfect_tile":
-		l, err := r.loop(a, 0, "loop")
-		if err != nil {
-			return nil, err
-		}
-		n, err := a.int(1, "n")
-		if err != nil {
-			return nil, err
-		}
-		m, err := a.int(2, "max_innermost_factor")
-		if err != nil {
-			return nil, err
-		}
-		d, err := a.ints(3, "decision", false)
-		if err != nil {
-			return nil, err
-		}
-		_, err = s.SamplePerfectTile(nil, l, int(n), m, d)
-		return nil, err
-	case "sample_categorical":
-		cs, err := a.ints(0, "candidates", false)
-		if err != nil {
-			return nil, err
-		}
-		ps, err := a.floats(1, "probs")
-		if err != nil {
-			return nil, err
-		}
-		d, err := a.int(2, "decision")
-		if err != nil {
-			return nil, err
-		}
-		_, err = s.SampleCategorical(nil, cs, ps, int(d))
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// annValue reads a bool, integer, float or string.
+func (a *args) annValue(i int, name string) (any, error) {
+	v, err := a.get(i, name)
+	if err != nil {
 		return nil, err
 	}
-	if ext, ok := r.applyMore(a); ok {
-		return ext()
+	switch v.kind {
+	case 'i':
+		return v.num, nil
+	case 'f':
+		return v.flt, nil
+	case 's':
+		return v.str, nil
+	case 'b':
+		return v.str == "True", nil
 	}
-	return nil, fmt.Errorf("unknown primitive sch.%s", a.prim)
+	return nil, fmt.Errorf("%s: %s %s is not a bool, integer, float or string", a.prim, name, v.describe())
+}
+
+// bufferIndex reads ("read", i) or ("write", i).
+func (a *args) bufferIndex(i int, name string) (BufferIndex, error) {
+	v, err := a.get(i, name)
+	if err != nil {
+		return BufferIndex{}, err
+	}
+	if v.kind != 'l' || len(v.list) != 2 || v.list[0].kind != 's' || v.list[1].kind != 'i' || v.list[0].str != "read" && v.list[0].str != "write" {
+		return BufferIndex{}, fmt.Errorf("%s: %s is %s, want (\"read\", i) or (\"write\", i)", a.prim, name, v.describe())
+	}
+	return BufferIndex{Write: v.list[0].str == "write", Index: int(v.list[1].num)}, nil
+}
+
+// optFloat reads a number or None; absent is None.
+func (a *args) optFloat(i int, name string) (*float64, error) {
+	if !a.has(i, name) {
+		return nil, nil
+	}
+	v, _ := a.get(i, name)
+	switch v.kind {
+	case '0':
+		return nil, nil
+	case 'i':
+		f := float64(v.num)
+		return &f, nil
+	case 'f':
+		return &v.flt, nil
+	}
+	return nil, fmt.Errorf("%s: %s is %s, want a number or None", a.prim, name, v.describe())
 }
