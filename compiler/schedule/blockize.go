@@ -224,19 +224,7 @@ func (s *Schedule) blockized(l LoopRV) (string, ir.Stmt, error) {
 // block name_init storing the init over them.
 func (s *Schedule) outerInit(br *ir.BlockRealize, inner []*ir.For) (ir.Stmt, error) {
 	blk := br.Block
-	spatial, reduce := map[*ir.Var]bool{}, map[*ir.Var]bool{}
-	for i, iv := range blk.IterVars {
-		set := spatial
-		if iv.Kind != ir.IterSpatial {
-			set = reduce
-		}
-		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok {
-				set[v] = true
-			}
-			return true
-		})
-	}
+	spatial, reduce := bindingVars(br)
 	vmap := map[*ir.Var]ir.Expr{}
 	var copies []*ir.For
 	for _, f := range inner {
@@ -251,35 +239,12 @@ func (s *Schedule) outerInit(br *ir.BlockRealize, inner []*ir.For) (ir.Stmt, err
 		vmap[f.Var] = c.Var
 		copies = append(copies, &c)
 	}
-	ivmap := map[*ir.Var]ir.Expr{}
-	var ivs []ir.IterVar
-	var vals []ir.Expr
-	for i, iv := range blk.IterVars {
-		if iv.Kind != ir.IterSpatial {
-			continue
-		}
-		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
-		ivmap[iv.Var] = nv
-		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
-		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
-	}
+	ivs, vals, ivmap := spatialCopies(br, vmap)
 	writes := make([]ir.BufferRegion, len(blk.Writes))
 	for i, w := range blk.Writes {
 		writes[i] = substRegion(w, ivmap)
 	}
-	var pred ir.Expr = ir.BoolImm(true)
-	for _, c := range conjuncts(br.Predicate) {
-		ok := true
-		ir.Visit(c, func(n ir.Node) bool {
-			if v, isVar := n.(*ir.Var); isVar && reduce[v] {
-				ok = false
-			}
-			return ok
-		})
-		if ok {
-			pred = conjoin(pred, ir.SubstituteExpr(c, vmap))
-		}
-	}
+	pred := keptPredicate(br.Predicate, func(v *ir.Var) bool { return reduce[v] }, vmap)
 	ib := &ir.Block{Name: s.uniqueName(blk.Name + "_init"), IterVars: ivs, Writes: writes, Body: substitute(blk.Init, ivmap)}
 	var nest ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: pred, Block: ib}
 	for i := len(copies) - 1; i >= 0; i-- {

@@ -529,25 +529,9 @@ func remapBuffer(body ir.Stmt, old, nb *ir.Buffer, m *IndexMap) ir.Stmt {
 // fillNest returns loops ax0 … over buf's shape around a block named name
 // that stores value in every element.
 func fillNest(name string, buf *ir.Buffer, value ir.Expr) ir.Stmt {
-	n := len(buf.Shape)
-	ivs := make([]ir.IterVar, n)
-	loops := make([]*ir.Var, n)
-	vals := make([]ir.Expr, n)
-	idx := make([]ir.Expr, n)
-	for d, ext := range buf.Shape {
-		t := ext.DType()
-		loops[d] = ir.NewVar(fmt.Sprintf("ax%d", d), t)
-		v := ir.NewVar(fmt.Sprintf("v%d", d), t)
-		ivs[d] = ir.IterVar{Var: v, Dom: ir.RangeFromExtent(ext), Kind: ir.IterSpatial}
-		vals[d] = loops[d]
-		idx[d] = v
-	}
-	blk := &ir.Block{Name: name, IterVars: ivs, Writes: []ir.BufferRegion{ir.PointRegion(buf, idx...)}, Body: buf.Store(value, idx...)}
-	var st ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: ir.BoolImm(true), Block: blk}
-	for d := n - 1; d >= 0; d-- {
-		st = ir.NewFor(loops[d], ir.NewIntImm(loops[d].Type, 0), buf.Shape[d], ir.ForSerial, st)
-	}
-	return st
+	return pointNest(name, buf.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
+		return buf.Store(value, idx...), nil
+	}, buf)
 }
 
 // CacheReadLayout is CacheRead followed by TransformLayout of the copy's

@@ -216,33 +216,13 @@ func mulFactors(e ir.Expr) []ir.Expr {
 // padCopy returns loops over the padded buffer dst around a block named
 // name that copies src into it, zero outside src's shape.
 func padCopy(name string, src, dst *ir.Buffer) ir.Stmt {
-	n := len(dst.Shape)
-	ivs := make([]ir.IterVar, n)
-	loops := make([]*ir.Var, n)
-	vals := make([]ir.Expr, n)
-	idx := make([]ir.Expr, n)
-	var cond ir.Expr = ir.BoolImm(true)
-	for d, ext := range dst.Shape {
-		t := ext.DType()
-		loops[d] = ir.NewVar(fmt.Sprintf("ax%d", d), t)
-		v := ir.NewVar(fmt.Sprintf("v%d", d), t)
-		ivs[d] = ir.IterVar{Var: v, Dom: ir.RangeFromExtent(ext), Kind: ir.IterSpatial}
-		vals[d] = loops[d]
-		idx[d] = v
-		if !ir.Equal(ext, src.Shape[d]) {
-			cond = conjoin(cond, ir.LT(v, src.Shape[d]))
+	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
+		var cond ir.Expr = ir.BoolImm(true)
+		for d, ext := range dst.Shape {
+			if !ir.Equal(ext, src.Shape[d]) {
+				cond = conjoin(cond, ir.LT(idx[d], src.Shape[d]))
+			}
 		}
-	}
-	blk := &ir.Block{
-		Name:     name,
-		IterVars: ivs,
-		Reads:    []ir.BufferRegion{ir.PointRegion(src, idx...)},
-		Writes:   []ir.BufferRegion{ir.PointRegion(dst, idx...)},
-		Body:     dst.Store(ir.NewIfThenElse(cond, src.Load(idx...), ir.Const(dst.DType, 0)), idx...),
-	}
-	var st ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: ir.BoolImm(true), Block: blk}
-	for d := n - 1; d >= 0; d-- {
-		st = ir.NewFor(loops[d], ir.NewIntImm(loops[d].Type, 0), dst.Shape[d], ir.ForSerial, st)
-	}
-	return st
+		return dst.Store(ir.NewIfThenElse(cond, src.Load(idx...), ir.Const(dst.DType, 0)), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}
+	}, dst)
 }

@@ -48,19 +48,7 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	if at < 0 {
 		return BlockRV{}, fmt.Errorf("loop %q does not enclose block %q", loop.Var.Name, blk.Name)
 	}
-	spatial, reduce := map[*ir.Var]bool{}, map[*ir.Var]bool{}
-	for i, iv := range blk.IterVars {
-		set := spatial
-		if iv.Kind != ir.IterSpatial {
-			set = reduce
-		}
-		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok {
-				set[v] = true
-			}
-			return true
-		})
-	}
+	spatial, reduce := bindingVars(br)
 	for _, f := range loops[:at] {
 		if reduce[f.Var] {
 			return BlockRV{}, fmt.Errorf("loop %q, above loop %q, carries the reduction of block %q", f.Var.Name, loop.Var.Name, blk.Name)
@@ -107,18 +95,7 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 		copies = append(copies, &c)
 	}
 	// The init block: the spatial iteration variables, renamed.
-	ivmap := map[*ir.Var]ir.Expr{}
-	var ivs []ir.IterVar
-	var vals []ir.Expr
-	for i, iv := range blk.IterVars {
-		if iv.Kind != ir.IterSpatial {
-			continue
-		}
-		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
-		ivmap[iv.Var] = nv
-		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
-		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
-	}
+	ivs, vals, ivmap := spatialCopies(br, vmap)
 	initName := s.uniqueName(blk.Name + "_init")
 	updateName := s.uniqueName(blk.Name + "_update")
 	writes := make([]ir.BufferRegion, len(blk.Writes))
@@ -137,21 +114,10 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	for _, f := range loops[at:] {
 		below[f.Var] = true
 	}
-	var pred ir.Expr = ir.BoolImm(true)
-	for _, c := range conjuncts(br.Predicate) {
-		outerOnly := true
-		ir.Visit(c, func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok && below[v] {
-				if _, copied := vmap[v]; !copied {
-					outerOnly = false
-				}
-			}
-			return outerOnly
-		})
-		if outerOnly {
-			pred = conjoin(pred, ir.SubstituteExpr(c, vmap))
-		}
-	}
+	pred := keptPredicate(br.Predicate, func(v *ir.Var) bool {
+		_, copied := vmap[v]
+		return below[v] && !copied
+	}, vmap)
 	var nest ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: pred, Block: initBlk}
 	for i := len(copies) - 1; i >= 0; i-- {
 		copies[i].Body = nest
@@ -261,4 +227,61 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
+}
+
+// bindingVars returns the variables that the bindings of br's spatial
+// and of its other iteration variables use.
+func bindingVars(br *ir.BlockRealize) (spatial, reduce map[*ir.Var]bool) {
+	spatial, reduce = map[*ir.Var]bool{}, map[*ir.Var]bool{}
+	for i, iv := range br.Block.IterVars {
+		set := spatial
+		if iv.Kind != ir.IterSpatial {
+			set = reduce
+		}
+		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
+			if v, ok := n.(*ir.Var); ok {
+				set[v] = true
+			}
+			return true
+		})
+	}
+	return spatial, reduce
+}
+
+// spatialCopies returns fresh copies of the spatial iteration variables
+// of br's block, their bindings with vmap substituted, and the map from
+// the old variables to the copies.
+func spatialCopies(br *ir.BlockRealize, vmap map[*ir.Var]ir.Expr) ([]ir.IterVar, []ir.Expr, map[*ir.Var]ir.Expr) {
+	ivmap := map[*ir.Var]ir.Expr{}
+	var ivs []ir.IterVar
+	var vals []ir.Expr
+	for i, iv := range br.Block.IterVars {
+		if iv.Kind != ir.IterSpatial {
+			continue
+		}
+		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
+		ivmap[iv.Var] = nv
+		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
+		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
+	}
+	return ivs, vals, ivmap
+}
+
+// keptPredicate conjoins the conjuncts of pred that use no variable drop
+// reports, with vmap substituted.
+func keptPredicate(pred ir.Expr, drop func(*ir.Var) bool, vmap map[*ir.Var]ir.Expr) ir.Expr {
+	var out ir.Expr = ir.BoolImm(true)
+	for _, c := range conjuncts(pred) {
+		keep := true
+		ir.Visit(c, func(n ir.Node) bool {
+			if v, ok := n.(*ir.Var); ok && drop(v) {
+				keep = false
+			}
+			return keep
+		})
+		if keep {
+			out = conjoin(out, ir.SubstituteExpr(c, vmap))
+		}
+	}
+	return out
 }

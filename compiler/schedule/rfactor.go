@@ -136,17 +136,7 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 	rfName := s.uniqueName(blk.Name + "_rf")
 	shape := slices.Insert(slices.Clone(out.Shape), factorAxis, rf.Extent)
 	rfBuf := ir.NewBuffer(rfName, out.DType, shape, out.StorageScope())
-	vmap := map[*ir.Var]ir.Expr{}
-	var ivs []ir.IterVar
-	var vals []ir.Expr
-	for i, iv := range blk.IterVars {
-		if iv.Kind == ir.IterSpatial {
-			nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
-			vmap[iv.Var] = nv
-			ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: ir.IterSpatial})
-			vals = append(vals, br.IterValues[i])
-		}
-	}
+	ivs, vals, vmap := spatialCopies(br, nil)
 	loopIter := map[*ir.Var]ir.Expr{}
 	var vk *ir.Var
 	for _, f := range loops {
@@ -222,17 +212,7 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 		copyOf[f.Var] = c.Var
 		nest = append(nest, &c)
 	}
-	wmap := map[*ir.Var]ir.Expr{}
-	var wivs []ir.IterVar
-	var wvals []ir.Expr
-	for i, iv := range blk.IterVars {
-		if iv.Kind == ir.IterSpatial {
-			nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
-			wmap[iv.Var] = nv
-			wivs = append(wivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: ir.IterSpatial})
-			wvals = append(wvals, ir.SubstituteExpr(br.IterValues[i], copyOf))
-		}
-	}
+	wivs, wvals, wmap := spatialCopies(br, copyOf)
 	vw := ir.NewVar("v"+rf.Var.Name, rf.Var.Type)
 	wivs = append(wivs, ir.IterVar{Var: vw, Dom: ir.Range{Min: rf.Min, Extent: rf.Extent}, Kind: ir.IterReduce})
 	wvals = append(wvals, copyOf[rf.Var])
@@ -249,21 +229,10 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 		Reads:    []ir.BufferRegion{ir.PointRegion(out, widx...), ir.PointRegion(rfBuf, wridx...)},
 		Writes:   []ir.BufferRegion{ir.PointRegion(out, widx...)},
 	}
-	var pred ir.Expr = ir.BoolImm(true)
-	for _, c := range conjuncts(br.Predicate) {
-		only := true
-		ir.Visit(c, func(nd ir.Node) bool {
-			if v, ok := nd.(*ir.Var); ok && loopVars[v] {
-				if _, copied := copyOf[v]; !copied {
-					only = false
-				}
-			}
-			return only
-		})
-		if only {
-			pred = conjoin(pred, ir.SubstituteExpr(c, copyOf))
-		}
-	}
+	pred := keptPredicate(br.Predicate, func(v *ir.Var) bool {
+		_, copied := copyOf[v]
+		return loopVars[v] && !copied
+	}, copyOf)
 	var wnest ir.Stmt = &ir.BlockRealize{IterValues: wvals, Predicate: pred, Block: wb}
 	for i := len(nest) - 1; i >= 0; i-- {
 		nest[i].Body = wnest
