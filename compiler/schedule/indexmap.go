@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -88,65 +89,91 @@ func (m *IndexMap) apply(idx []ir.Expr) []ir.Expr {
 	return out
 }
 
-// eval computes the map at a point.
-func (m *IndexMap) eval(point []int64, out []int64) error {
-	env := map[*ir.Var]int64{}
-	for i, v := range m.Vars {
-		env[v] = point[i]
-	}
+// compile returns a function computing the map at a point into out; it
+// reports false on a division by zero.
+func (m *IndexMap) compile() (func(point, out []int64) bool, error) {
+	fs := make([]func([]int64) (int64, bool), len(m.Indices))
 	for i, e := range m.Indices {
-		x, err := evalInt(e, env)
+		f, err := compileInt(e, m.Vars)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out[i] = x
+		fs[i] = f
 	}
-	return nil
+	return func(point, out []int64) bool {
+		for i, f := range fs {
+			x, ok := f(point)
+			if !ok {
+				return false
+			}
+			out[i] = x
+		}
+		return true
+	}, nil
 }
 
-func evalInt(e ir.Expr, env map[*ir.Var]int64) (int64, error) {
+// compileInt compiles integer arithmetic over vars (point[i] is vars[i]).
+func compileInt(e ir.Expr, vars []*ir.Var) (func([]int64) (int64, bool), error) {
 	switch n := e.(type) {
 	case *ir.IntImm:
-		return n.Value, nil
+		c := n.Value
+		return func([]int64) (int64, bool) { return c, true }, nil
 	case *ir.Var:
-		x, ok := env[n]
-		if !ok {
-			return 0, fmt.Errorf("%q is not a variable of the map", n.Name)
+		i := slices.Index(vars, n)
+		if i < 0 {
+			return nil, fmt.Errorf("%q is not a variable of the map", n.Name)
 		}
-		return x, nil
+		return func(p []int64) (int64, bool) { return p[i], true }, nil
 	case *ir.Cast:
-		return evalInt(n.Value, env)
+		return compileInt(n.Value, vars)
 	case *ir.Binary:
-		a, err := evalInt(n.A, env)
+		a, err := compileInt(n.A, vars)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		b, err := evalInt(n.B, env)
+		b, err := compileInt(n.B, vars)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
+		var op func(x, y int64) (int64, bool)
 		switch n.Op {
 		case ir.OpAdd:
-			return a + b, nil
+			op = func(x, y int64) (int64, bool) { return x + y, true }
 		case ir.OpSub:
-			return a - b, nil
+			op = func(x, y int64) (int64, bool) { return x - y, true }
 		case ir.OpMul:
-			return a * b, nil
-		case ir.OpFloorDiv, ir.OpFloorMod:
-			if b == 0 {
-				return 0, fmt.Errorf("division by zero in %s", e)
+			op = func(x, y int64) (int64, bool) { return x * y, true }
+		case ir.OpFloorDiv:
+			op = func(x, y int64) (int64, bool) { return floorDivSafe(x, y) }
+		case ir.OpFloorMod:
+			op = func(x, y int64) (int64, bool) {
+				q, ok := floorDivSafe(x, y)
+				return x - q*y, ok
 			}
-			if n.Op == ir.OpFloorDiv {
-				return floorDiv(a, b), nil
-			}
-			return floorMod(a, b), nil
 		case ir.OpMin:
-			return min(a, b), nil
+			op = func(x, y int64) (int64, bool) { return min(x, y), true }
 		case ir.OpMax:
-			return max(a, b), nil
+			op = func(x, y int64) (int64, bool) { return max(x, y), true }
+		default:
+			return nil, fmt.Errorf("%s is not integer arithmetic an index map can hold", e)
 		}
+		return func(p []int64) (int64, bool) {
+			x, ok1 := a(p)
+			y, ok2 := b(p)
+			if !ok1 || !ok2 {
+				return 0, false
+			}
+			return op(x, y)
+		}, nil
 	}
-	return 0, fmt.Errorf("%s is not integer arithmetic an index map can hold", e)
+	return nil, fmt.Errorf("%s is not integer arithmetic an index map can hold", e)
+}
+
+func floorDivSafe(x, y int64) (int64, bool) {
+	if y == 0 {
+		return 0, false
+	}
+	return floorDiv(x, y), true
 }
 
 // pyExpr prints an index expression in Python, parenthesized for the

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
@@ -273,8 +274,12 @@ func rebuildNest(nest, loopOf []*ir.For, exts []int64, inner ir.Stmt) ir.Stmt {
 func growDomain(m *IndexMap, dims, box []int64) []int64 {
 	ext := slices.Clone(dims)
 	out := make([]int64, len(m.Indices))
+	eval, err := m.compile()
+	if err != nil {
+		return nil
+	}
 	inBox := func(pt []int64) bool {
-		if m.eval(pt, out) != nil {
+		if !eval(pt, out) {
 			return false
 		}
 		for i, x := range out {
@@ -350,10 +355,36 @@ func growDomain(m *IndexMap, dims, box []int64) []int64 {
 	return ext
 }
 
+// imageShapes remembers imageShape's answers by map and shape: a tuner
+// replays the same layouts on the same buffers many times.
+var imageShapes sync.Map // string → imageResult
+
+type imageResult struct {
+	shape  []ir.Expr
+	padded bool
+	err    error
+}
+
 // imageShape returns the shape of the image of buf's indices under m and
 // whether the image leaves holes in it (padding). It fails when m is not
 // injective or maps below 0.
 func imageShape(m *IndexMap, buf *ir.Buffer) ([]ir.Expr, bool, error) {
+	for _, e := range buf.Shape {
+		if _, ok := ir.IsConstInt(e); !ok {
+			return computeImageShape(m, buf) // the answer holds buf's own variables
+		}
+	}
+	key := fmt.Sprintf("%s|%s|%s|%s", m, shapeString(buf.Shape), buf.Shape[0].DType(), buf.Name)
+	if r, ok := imageShapes.Load(key); ok {
+		r := r.(imageResult)
+		return r.shape, r.padded, r.err
+	}
+	shape, padded, err := computeImageShape(m, buf)
+	imageShapes.Store(key, imageResult{shape, padded, err})
+	return shape, padded, err
+}
+
+func computeImageShape(m *IndexMap, buf *ir.Buffer) ([]ir.Expr, bool, error) {
 	dims := make([]int64, len(buf.Shape))
 	total := int64(1)
 	for d, e := range buf.Shape {
@@ -370,27 +401,43 @@ func imageShape(m *IndexMap, buf *ir.Buffer) ([]ir.Expr, bool, error) {
 		}
 		total *= c
 	}
+	eval, err := m.compile()
+	if err != nil {
+		return nil, false, fmt.Errorf("index map %s: %w", m, err)
+	}
 	k := len(m.Indices)
 	hi := make([]int64, k)
-	images := make([][]int64, 0, total)
-	point := make([]int64, len(dims))
-	for n := int64(0); n < total; n++ {
-		r := n
-		for d := len(dims) - 1; d >= 0; d-- {
-			point[d] = r % dims[d]
-			r /= dims[d]
+	out := make([]int64, k)
+	// walk calls f at every index of the old shape, in row-major order.
+	walk := func(f func(n int64, point []int64) error) error {
+		point := make([]int64, len(dims))
+		for n := int64(0); n < total; n++ {
+			if err := f(n, point); err != nil {
+				return err
+			}
+			for d := len(dims) - 1; d >= 0; d-- {
+				if point[d]++; point[d] < dims[d] {
+					break
+				}
+				point[d] = 0
+			}
 		}
-		out := make([]int64, k)
-		if err := m.eval(point, out); err != nil {
-			return nil, false, fmt.Errorf("index map %s: %w", m, err)
+		return nil
+	}
+	err = walk(func(_ int64, point []int64) error {
+		if !eval(point, out) {
+			return fmt.Errorf("index map %s divides by zero at %v", m, point)
 		}
 		for i, x := range out {
 			if x < 0 {
-				return nil, false, fmt.Errorf("index map %s maps %v of %q to %v, below 0", m, point, buf.Name, out)
+				return fmt.Errorf("index map %s maps %v of %q to %v, below 0", m, point, buf.Name, out)
 			}
 			hi[i] = max(hi[i], x)
 		}
-		images = append(images, out)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	// Injective: the images, as numbers in the new shape, are distinct.
 	size := int64(1)
@@ -400,16 +447,40 @@ func imageShape(m *IndexMap, buf *ir.Buffer) ([]ir.Expr, bool, error) {
 		}
 		size *= h + 1
 	}
-	seen := make(map[int64]int64, total)
-	for n, out := range images {
-		key := int64(0)
+	if size < total {
+		size = total // not injective: found below
+	}
+	if size > 16*maxCheckedPoints {
+		return nil, false, fmt.Errorf("index map %s: the new shape of %q has %d elements, too many to check the map", m, buf.Name, size)
+	}
+	key := func() int64 {
+		n := int64(0)
 		for i, x := range out {
-			key = key*(hi[i]+1) + x
+			n = n*(hi[i]+1) + x
 		}
-		if prev, dup := seen[key]; dup {
-			return nil, false, fmt.Errorf("index map %s is not injective over %q: %v and %v both map to %v", m, buf.Name, unflatten(prev, dims), unflatten(int64(n), dims), out)
+		return n
+	}
+	seen := make([]uint64, (size+63)/64)
+	err = walk(func(n int64, point []int64) error {
+		eval(point, out)
+		kk := key()
+		if seen[kk/64]&(1<<(kk%64)) == 0 {
+			seen[kk/64] |= 1 << (kk % 64)
+			return nil
 		}
-		seen[key] = int64(n)
+		// The earlier index with the same image, for the message.
+		dup, at := slices.Clone(out), slices.Clone(point)
+		var prev []int64
+		_ = walk(func(q int64, p []int64) error {
+			if eval(p, out); q < n && prev == nil && slices.Equal(out, dup) {
+				prev = slices.Clone(p)
+			}
+			return nil
+		})
+		return fmt.Errorf("index map %s is not injective over %q: %v and %v both map to %v", m, buf.Name, prev, at, dup)
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	t := buf.Shape[0].DType()
 	shape := make([]ir.Expr, k)
@@ -417,15 +488,6 @@ func imageShape(m *IndexMap, buf *ir.Buffer) ([]ir.Expr, bool, error) {
 		shape[i] = ir.NewIntImm(t, h+1)
 	}
 	return shape, size != total, nil
-}
-
-func unflatten(n int64, dims []int64) []int64 {
-	out := make([]int64, len(dims))
-	for d := len(dims) - 1; d >= 0; d-- {
-		out[d] = n % dims[d]
-		n /= dims[d]
-	}
-	return out
 }
 
 // permutedShape handles a symbolic shape: m must permute the indices.
