@@ -75,6 +75,9 @@ func (s *Schedule) transformLayout(b BlockRV, bi BufferIndex, m *IndexMap, pad *
 	if m == nil {
 		return errors.New("nil index map")
 	}
+	if len(buf.Shape) == 0 {
+		return fmt.Errorf("%q has no dimensions to map", buf.Name)
+	}
 	if len(m.Vars) != len(buf.Shape) {
 		return fmt.Errorf("index map %s takes %d indices, %q has %d dimensions", m, len(m.Vars), buf.Name, len(buf.Shape))
 	}
