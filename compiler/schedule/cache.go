@@ -20,7 +20,7 @@ func (s *Schedule) CacheRead(b BlockRV, readIndex int, scope string) (BlockRV, e
 	if err != nil {
 		return BlockRV{}, fmt.Errorf("cache_read: %w", err)
 	}
-	s.record("sch.cache_read(%s, %d, %q)", b, readIndex, scope)
+	s.record("%s = sch.cache_read(%s, %d, %q)", s.bn(out), s.bn(b), readIndex, scope)
 	return out, nil
 }
 
@@ -92,7 +92,7 @@ func (s *Schedule) CacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV,
 	if err != nil {
 		return BlockRV{}, fmt.Errorf("cache_write: %w", err)
 	}
-	s.record("sch.cache_write(%s, %d, %q)", b, writeIndex, scope)
+	s.record("%s = sch.cache_write(%s, %d, %q)", s.bn(out), s.bn(b), writeIndex, scope)
 	return out, nil
 }
 

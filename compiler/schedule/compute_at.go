@@ -18,7 +18,7 @@ func (s *Schedule) ComputeAt(b BlockRV, l LoopRV) error {
 	if err := s.computeAt("compute_at", b, l, false); err != nil {
 		return err
 	}
-	s.record("sch.compute_at(%s, %s)", b, l)
+	s.record("sch.compute_at(%s, %s)", s.bn(b), s.ln(l))
 	return nil
 }
 
@@ -32,7 +32,7 @@ func (s *Schedule) ReverseComputeAt(b BlockRV, l LoopRV) error {
 	if err := s.computeAt("reverse_compute_at", b, l, true); err != nil {
 		return err
 	}
-	s.record("sch.reverse_compute_at(%s, %s)", b, l)
+	s.record("sch.reverse_compute_at(%s, %s)", s.bn(b), s.ln(l))
 	return nil
 }
 

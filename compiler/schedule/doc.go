@@ -12,11 +12,27 @@
 //
 // The primitives are GetBlock, GetLoops, GetChildBlocks, Split, Fuse,
 // Reorder, Parallel, Vectorize, Unroll, Bind, Annotate, CacheRead,
-// CacheWrite, ComputeAt, ReverseComputeAt, ComputeInline and
-// DecomposeReduction. Each checks its preconditions and returns an error
-// that names the primitive, the failed condition and the blocks and loops
-// involved, leaving the schedule unchanged. Trace lists the primitives
-// applied, in TVM's Python syntax.
+// CacheWrite (and CacheReadLayout, CacheWriteLayout, which store the copy
+// in another layout), ComputeAt, ReverseComputeAt, ComputeInline,
+// ReverseComputeInline, DecomposeReduction, RFactor, SetScope,
+// StorageAlign, TransformLayout (with an IndexMap), PadEinsum, Blockize
+// and Tensorize (with a TensorIntrin registered by RegisterTensorIntrin),
+// and the sampling primitives SamplePerfectTile and SampleCategorical.
+// Each checks its preconditions and returns an error that names the
+// primitive, the failed condition and the blocks and loops involved,
+// leaving the schedule unchanged.
+//
+// Trace lists the primitives applied, one line each, in TVM's Python
+// syntax, with the handles they return assigned to variables named after
+// the blocks and loops:
+//
+//	C = sch.get_block("C")
+//	i, j, k = sch.get_loops(C)
+//	j_0, j_1 = sch.split(loop=j, factors=[None, 16])
+//	C_rf = sch.rfactor(k, 0)
+//
+// Replay applies such a trace to the unscheduled function again and gives
+// a structurally equal PrimFunc.
 //
 // the tensor-expression tutorial's s[C].parallel(C.op.axis[0]) is
 //

@@ -208,8 +208,8 @@ func TestCopyAndTrace(t *testing.T) {
 	s2 := s.Copy()
 	must[[]LoopRV](t)(s.Split(ls[0], -1, 4))
 	check.NoError(t, s2.Parallel(ls[0]))
-	check.Equal(t, s.Trace(), []string{`sch.get_block("C")`, "sch.get_loops(C)", "sch.split(loop=i, factors=[None, 4])"})
-	check.Equal(t, s2.Trace(), []string{`sch.get_block("C")`, "sch.get_loops(C)", "sch.parallel(i)"})
+	check.Equal(t, s.Trace(), []string{`C = sch.get_block("C")`, "i, j, k = sch.get_loops(C)", "i_0, i_1 = sch.split(loop=i, factors=[None, 4])"})
+	check.Equal(t, s2.Trace(), []string{`C = sch.get_block("C")`, "i, j, k = sch.get_loops(C)", "sch.parallel(i)"})
 	// The loop split in s still exists in s2.
 	must[[]LoopRV](t)(s2.Split(ls[1], 2, 4))
 }

@@ -123,20 +123,62 @@ func Example_registerBlocked() {
 		fmt.Println(line)
 	}
 	// Output:
-	// sch.get_block("C")
-	// sch.get_loops(C)
-	// sch.split(loop=i, factors=[None, 8])
-	// sch.split(loop=j, factors=[None, 32])
+	// C = sch.get_block("C")
+	// i, j, k = sch.get_loops(C)
+	// i_0, i_1 = sch.split(loop=i, factors=[None, 8])
+	// j_0, j_1 = sch.split(loop=j, factors=[None, 32])
 	// sch.reorder(i_0, j_0, k, i_1, j_1)
-	// sch.cache_write(C, 0, "local")
+	// C_local = sch.cache_write(C, 0, "local")
 	// sch.reverse_compute_at(C_local, j_0)
-	// sch.decompose_reduction(C, k)
-	// sch.get_loops(C_init)
-	// sch.get_loops(C_local)
+	// C_init = sch.decompose_reduction(C, k)
+	// i_0, j_0, i_1_init, j_1_init = sch.get_loops(C_init)
+	// i_0, j_0, ax0, ax1 = sch.get_loops(C_local)
 	// sch.vectorize(j_1)
 	// sch.vectorize(j_1_init)
 	// sch.vectorize(ax1)
 	// sch.unroll(i_1)
-	// sch.fuse(i_0, j_0)
+	// i_0_j_0_fused = sch.fuse(i_0, j_0)
 	// sch.parallel(i_0_j_0_fused)
+}
+
+// A matmul's inner loop as the vector microkernel, and its trace replayed.
+func Example_tensorize() {
+	A := te.Placeholder(te.Shape(4, 3), ir.Float32, "A")
+	B := te.Placeholder(te.Shape(3, 32), ir.Float32, "B")
+	k := te.ReduceAxis(ir.RangeFromExtent(ir.I32(3)), "k")
+	C := te.Compute(te.Shape(4, 32), func(i, j ir.Expr) ir.Expr { return te.Sum(ir.Mul(A.At(i, k), B.At(k, j)), k) }, "C")
+	f, _ := te.CreatePrimFunc([]*te.Tensor{A, B, C})
+	s, _ := schedule.New(f)
+	err := func() error {
+		c, _ := s.GetBlock("C")
+		ls, _ := s.GetLoops(c)
+		j, err := s.Split(ls[1], -1, 16)
+		if err != nil {
+			return err
+		}
+		if err := s.Reorder(ls[0], j[0], ls[2], j[1]); err != nil {
+			return err
+		}
+		if _, err := s.DecomposeReduction(c, ls[2]); err != nil {
+			return err
+		}
+		return s.Tensorize(j[1], schedule.VecFMAIntrin(16))
+	}()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, line := range s.Trace() {
+		fmt.Println(line)
+	}
+	r, err := schedule.Replay(f, s.Trace())
+	fmt.Println(err == nil && ir.StructuralEqual(r.Func(), s.Func()))
+	// Output:
+	// C = sch.get_block("C")
+	// i, j, k = sch.get_loops(C)
+	// j_0, j_1 = sch.split(loop=j, factors=[None, 16])
+	// sch.reorder(i, j_0, k, j_1)
+	// C_init = sch.decompose_reduction(C, k)
+	// sch.tensorize(j_1, "kiln.vec_fma_f32x16")
+	// true
 }

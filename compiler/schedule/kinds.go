@@ -19,7 +19,7 @@ func (s *Schedule) Parallel(l LoopRV) error {
 	if err := s.setKind("parallel", l, ir.ForParallel, ""); err != nil {
 		return err
 	}
-	s.record("sch.parallel(%s)", l)
+	s.record("sch.parallel(%s)", s.ln(l))
 	return nil
 }
 
@@ -29,7 +29,7 @@ func (s *Schedule) Vectorize(l LoopRV) error {
 	if err := s.setKind("vectorize", l, ir.ForVectorized, ""); err != nil {
 		return err
 	}
-	s.record("sch.vectorize(%s)", l)
+	s.record("sch.vectorize(%s)", s.ln(l))
 	return nil
 }
 
@@ -38,7 +38,7 @@ func (s *Schedule) Unroll(l LoopRV) error {
 	if err := s.setKind("unroll", l, ir.ForUnrolled, ""); err != nil {
 		return err
 	}
-	s.record("sch.unroll(%s)", l)
+	s.record("sch.unroll(%s)", s.ln(l))
 	return nil
 }
 
@@ -51,7 +51,7 @@ func (s *Schedule) Bind(l LoopRV, tag string) error {
 	if err := s.setKind("bind", l, ir.ForThreadBinding, tag); err != nil {
 		return err
 	}
-	s.record("sch.bind(%s, %q)", l, tag)
+	s.record("sch.bind(%s, %q)", s.ln(l), tag)
 	return nil
 }
 
@@ -77,7 +77,7 @@ func (s *Schedule) Annotate(l LoopRV, key string, value any) error {
 	if err := s.commit("annotate", replace(s.fn.Body, map[ir.Stmt]ir.Stmt{st.loop(): &f})); err != nil {
 		return err
 	}
-	s.record("sch.annotate(%s, %q, %v)", l, key, value)
+	s.record("sch.annotate(%s, %q, %s)", s.ln(l), key, pyValue(value))
 	return nil
 }
 

@@ -21,14 +21,7 @@ func (s *Schedule) Split(l LoopRV, factors ...int64) ([]LoopRV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("split: %w", err)
 	}
-	fs := make([]string, len(factors))
-	for i, f := range factors {
-		fs[i] = fmt.Sprint(f)
-		if f == -1 {
-			fs[i] = "None"
-		}
-	}
-	s.record("sch.split(loop=%s, factors=[%s])", l, strings.Join(fs, ", "))
+	s.record("%ssch.split(loop=%s, factors=%s)", s.assignLoops(out), s.ln(l), pyInts(factors, true))
 	return out, nil
 }
 
@@ -148,7 +141,7 @@ func (s *Schedule) Fuse(loops ...LoopRV) (LoopRV, error) {
 	if err != nil {
 		return LoopRV{}, fmt.Errorf("fuse: %w", err)
 	}
-	s.record("sch.fuse(%s)", loopNames(loops))
+	s.record("%s = sch.fuse(%s)", s.ln(out), s.lns(loops))
 	return out, nil
 }
 
@@ -234,7 +227,7 @@ func (s *Schedule) Reorder(loops ...LoopRV) error {
 	if err := s.reorder(loops); err != nil {
 		return fmt.Errorf("reorder: %w", err)
 	}
-	s.record("sch.reorder(%s)", loopNames(loops))
+	s.record("sch.reorder(%s)", s.lns(loops))
 	return nil
 }
 

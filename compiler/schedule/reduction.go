@@ -15,13 +15,17 @@ import (
 // (named loop_init) of the loops between l and b that bind spatial
 // iteration variables only. l must enclose b, no loop above l may carry
 // the reduction, and every loop from l down to b must bind an iteration
-// variable of b (a loop binding none would repeat the update). It returns the init block, named name_init.
+// variable of b (a loop binding none would repeat the update; bindings
+// x // c and x % c, a fused loop split again, count as binding x). The
+// reduction must not run over variables of an enclosing block (decompose
+// Blockize's outer block instead, which holds the init). It returns the
+// init block, named name_init.
 func (s *Schedule) DecomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	out, err := s.decomposeReduction(b, l)
 	if err != nil {
 		return BlockRV{}, fmt.Errorf("decompose_reduction: %w", err)
 	}
-	s.record("sch.decompose_reduction(%s, %s)", b, l)
+	s.record("%s = sch.decompose_reduction(%s, %s)", s.bn(out), s.bn(b), s.ln(l))
 	return out, nil
 }
 
@@ -44,22 +48,21 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 	if at < 0 {
 		return BlockRV{}, fmt.Errorf("loop %q does not enclose block %q", loop.Var.Name, blk.Name)
 	}
-	spatial, reduce := map[*ir.Var]bool{}, map[*ir.Var]bool{}
-	for i, iv := range blk.IterVars {
-		set := spatial
-		if iv.Kind != ir.IterSpatial {
-			set = reduce
-		}
-		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok {
-				set[v] = true
-			}
-			return true
-		})
-	}
+	spatial, reduce := bindingVars(br)
 	for _, f := range loops[:at] {
 		if reduce[f.Var] {
 			return BlockRV{}, fmt.Errorf("loop %q, above loop %q, carries the reduction of block %q", f.Var.Name, loop.Var.Name, blk.Name)
+		}
+	}
+	// Nor may a variable of an enclosing block (Blockize's outer block
+	// holds the outer part of the reduction).
+	inNest := map[*ir.Var]bool{}
+	for _, f := range loops {
+		inNest[f.Var] = true
+	}
+	for v := range reduce {
+		if !inNest[v] {
+			return BlockRV{}, fmt.Errorf("the reduction of block %q also runs over %q, outside its loop nest: decompose the enclosing block's reduction instead", blk.Name, v.Name)
 		}
 	}
 	if f := repeated(loops[at:], br.IterValues); f != nil {
@@ -92,18 +95,7 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 		copies = append(copies, &c)
 	}
 	// The init block: the spatial iteration variables, renamed.
-	ivmap := map[*ir.Var]ir.Expr{}
-	var ivs []ir.IterVar
-	var vals []ir.Expr
-	for i, iv := range blk.IterVars {
-		if iv.Kind != ir.IterSpatial {
-			continue
-		}
-		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
-		ivmap[iv.Var] = nv
-		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
-		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
-	}
+	ivs, vals, ivmap := spatialCopies(br, vmap)
 	initName := s.uniqueName(blk.Name + "_init")
 	updateName := s.uniqueName(blk.Name + "_update")
 	writes := make([]ir.BufferRegion, len(blk.Writes))
@@ -115,21 +107,17 @@ func (s *Schedule) decomposeReduction(b BlockRV, l LoopRV) (BlockRV, error) {
 		writes[i] = ir.BufferRegion{Buffer: w.Buffer, Region: reg}
 	}
 	initBlk := &ir.Block{Name: initName, IterVars: ivs, Writes: writes, Body: substitute(blk.Init, ivmap)}
-	var pred ir.Expr = ir.BoolImm(true)
-	for _, c := range conjuncts(br.Predicate) {
-		outerOnly := true
-		ir.Visit(c, func(n ir.Node) bool {
-			if v, ok := n.(*ir.Var); ok && !avail[v] {
-				if _, copied := vmap[v]; !copied {
-					outerOnly = false
-				}
-			}
-			return outerOnly
-		})
-		if outerOnly {
-			pred = conjoin(pred, ir.SubstituteExpr(c, vmap))
-		}
+	// The init keeps the conjuncts of the predicate over the loops above
+	// l, the copied loops and variables of enclosing blocks; those over
+	// the reduction loops go.
+	below := map[*ir.Var]bool{}
+	for _, f := range loops[at:] {
+		below[f.Var] = true
 	}
+	pred := keptPredicate(br.Predicate, func(v *ir.Var) bool {
+		_, copied := vmap[v]
+		return below[v] && !copied
+	}, vmap)
 	var nest ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: pred, Block: initBlk}
 	for i := len(copies) - 1; i >= 0; i-- {
 		copies[i].Body = nest
@@ -187,8 +175,22 @@ func repeated(loops []*ir.For, bindings []ir.Expr) *ir.For {
 		ext[f.Var] = e
 		vars[f.Var] = true
 	}
-	covered := map[*ir.Var]bool{}
+	// A pair x // c, x % c of bindings gives x back: x counts as a binding.
+	all := slices.Clone(bindings)
 	for _, b := range bindings {
+		d, ok := b.(*ir.Binary)
+		if !ok || d.Op != ir.OpFloorDiv {
+			continue
+		}
+		if slices.ContainsFunc(bindings, func(e ir.Expr) bool {
+			m, ok := e.(*ir.Binary)
+			return ok && m.Op == ir.OpFloorMod && ir.Equal(m.A, d.A) && ir.Equal(m.B, d.B)
+		}) {
+			all = append(all, d.A)
+		}
+	}
+	covered := map[*ir.Var]bool{}
+	for _, b := range all {
 		var ts []term
 		ok := true
 		for _, t := range toAffine(b).terms {
@@ -225,4 +227,61 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
+}
+
+// bindingVars returns the variables that the bindings of br's spatial
+// and of its other iteration variables use.
+func bindingVars(br *ir.BlockRealize) (spatial, reduce map[*ir.Var]bool) {
+	spatial, reduce = map[*ir.Var]bool{}, map[*ir.Var]bool{}
+	for i, iv := range br.Block.IterVars {
+		set := spatial
+		if iv.Kind != ir.IterSpatial {
+			set = reduce
+		}
+		ir.Visit(br.IterValues[i], func(n ir.Node) bool {
+			if v, ok := n.(*ir.Var); ok {
+				set[v] = true
+			}
+			return true
+		})
+	}
+	return spatial, reduce
+}
+
+// spatialCopies returns fresh copies of the spatial iteration variables
+// of br's block, their bindings with vmap substituted, and the map from
+// the old variables to the copies.
+func spatialCopies(br *ir.BlockRealize, vmap map[*ir.Var]ir.Expr) ([]ir.IterVar, []ir.Expr, map[*ir.Var]ir.Expr) {
+	ivmap := map[*ir.Var]ir.Expr{}
+	var ivs []ir.IterVar
+	var vals []ir.Expr
+	for i, iv := range br.Block.IterVars {
+		if iv.Kind != ir.IterSpatial {
+			continue
+		}
+		nv := ir.NewVar(iv.Var.Name, iv.Var.Type)
+		ivmap[iv.Var] = nv
+		ivs = append(ivs, ir.IterVar{Var: nv, Dom: iv.Dom, Kind: iv.Kind})
+		vals = append(vals, ir.SubstituteExpr(br.IterValues[i], vmap))
+	}
+	return ivs, vals, ivmap
+}
+
+// keptPredicate conjoins the conjuncts of pred that use no variable drop
+// reports, with vmap substituted.
+func keptPredicate(pred ir.Expr, drop func(*ir.Var) bool, vmap map[*ir.Var]ir.Expr) ir.Expr {
+	var out ir.Expr = ir.BoolImm(true)
+	for _, c := range conjuncts(pred) {
+		keep := true
+		ir.Visit(c, func(n ir.Node) bool {
+			if v, ok := n.(*ir.Var); ok && drop(v) {
+				keep = false
+			}
+			return keep
+		})
+		if keep {
+			out = conjoin(out, ir.SubstituteExpr(c, vmap))
+		}
+	}
+	return out
 }

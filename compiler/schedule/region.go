@@ -94,15 +94,24 @@ func withAlloc(scope *ir.BlockRealize, body ir.Stmt, add []*ir.Buffer, drop *ir.
 	return &ir.BlockRealize{IterValues: scope.IterValues, Predicate: scope.Predicate, Block: &blk}
 }
 
-// copyNest returns loops ax0 … over buf's shape around a block named name
-// that stores src[v…] into dst[v…].
+// copyNest returns loops ax0 … over dst's shape around a block named
+// name that stores src[v…] into dst[v…].
 func copyNest(name string, src, dst *ir.Buffer) ir.Stmt {
-	n := len(dst.Shape)
+	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
+		return dst.Store(src.Load(idx...), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}
+	}, dst)
+}
+
+// pointNest returns loops ax0 … over shape around a block named name
+// with one spatial variable v0 … per dimension, which writes dst at them:
+// body gives the block's statement and read regions at the variables.
+func pointNest(name string, shape []ir.Expr, body func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion), dst *ir.Buffer) ir.Stmt {
+	n := len(shape)
 	ivs := make([]ir.IterVar, n)
 	loops := make([]*ir.Var, n)
 	vals := make([]ir.Expr, n)
 	idx := make([]ir.Expr, n)
-	for d, ext := range dst.Shape {
+	for d, ext := range shape {
 		t := ext.DType()
 		loops[d] = ir.NewVar(fmt.Sprintf("ax%d", d), t)
 		v := ir.NewVar(fmt.Sprintf("v%d", d), t)
@@ -110,16 +119,11 @@ func copyNest(name string, src, dst *ir.Buffer) ir.Stmt {
 		vals[d] = loops[d]
 		idx[d] = v
 	}
-	blk := &ir.Block{
-		Name:     name,
-		IterVars: ivs,
-		Reads:    []ir.BufferRegion{ir.PointRegion(src, idx...)},
-		Writes:   []ir.BufferRegion{ir.PointRegion(dst, idx...)},
-		Body:     dst.Store(src.Load(idx...), idx...),
-	}
+	st, reads := body(idx)
+	blk := &ir.Block{Name: name, IterVars: ivs, Reads: reads, Writes: []ir.BufferRegion{ir.PointRegion(dst, idx...)}, Body: st}
 	var s ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: ir.BoolImm(true), Block: blk}
 	for d := n - 1; d >= 0; d-- {
-		s = ir.NewFor(loops[d], ir.NewIntImm(loops[d].Type, 0), dst.Shape[d], ir.ForSerial, s)
+		s = ir.NewFor(loops[d], ir.NewIntImm(loops[d].Type, 0), shape[d], ir.ForSerial, s)
 	}
 	return s
 }

@@ -1,11 +1,13 @@
 package schedule
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
 
@@ -20,11 +22,18 @@ import (
 // poisoned, so an element that no block writes shows up in the result.
 func runFunc(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) map[string][]float64 {
 	t.Helper()
+	args, arrays := inputs(t, f, sizes)
+	check.NoError(t, interp.RunOptions(f, interp.Options{Poison: true, MaxSteps: 50_000_000}, args...))
+	return contents(t, arrays)
+}
+
+// inputs makes runFunc's arguments: the arrays, also by buffer name.
+func inputs(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) ([]any, map[string]*ndarray.NDArray) {
 	args := make([]any, len(f.Params))
 	arrays := map[string]*ndarray.NDArray{}
 	for i, p := range f.Params {
 		b := f.BufferMap[p]
-		check.True(t, b.DType == ir.Float32, "runFunc takes float32 buffers, not", b.DType)
+		check.True(t, b.DType == ir.Float32 || b.DType == ir.Float16 && i < len(f.Params)-1, "runFunc takes float32 buffers (float16 inputs), not", b.DType)
 		shape := make(ndarray.Shape, len(b.Shape))
 		n := int64(1)
 		for d, e := range b.Shape {
@@ -50,12 +59,29 @@ func runFunc(t testing.TB, f *ir.PrimFunc, sizes map[string]int64) map[string][]
 		}
 		a, err := ndarray.FromSlice(data, shape)
 		check.NoError(t, err)
+		if b.DType == ir.Float16 {
+			// Small integers: exact in float16.
+			raw := make([]byte, 2*n)
+			for j, x := range data {
+				binary.LittleEndian.PutUint16(raw[2*j:], halfBits(x))
+			}
+			a, err = ndarray.Empty(shape, ir.Float16, devices.CPUDevice)
+			check.NoError(t, err)
+			check.NoError(t, a.CopyFromBytes(raw))
+		}
 		args[i] = a
 		arrays[b.Name] = a
 	}
-	check.NoError(t, interp.RunOptions(f, interp.Options{Poison: true, MaxSteps: 50_000_000}, args...))
+	return args, arrays
+}
+
+// contents returns the arrays' elements as float64s.
+func contents(t testing.TB, arrays map[string]*ndarray.NDArray) map[string][]float64 {
 	out := map[string][]float64{}
 	for name, a := range arrays {
+		if a.DType() != ndarray.Float32 {
+			continue // an input
+		}
 		data, err := ndarray.ToSlice[float32](a)
 		check.NoError(t, err)
 		vals := make([]float64, len(data))
@@ -88,4 +114,18 @@ func sameResults(t testing.TB, got, want map[string][]float64) {
 			check.Equal(t, nan, 0, "unwritten elements of", name)
 		}
 	}
+}
+
+// halfBits is the float16 encoding of x, a small integer.
+func halfBits(x float32) uint16 {
+	if x == 0 {
+		return 0
+	}
+	var sign uint16
+	if x < 0 {
+		sign, x = 0x8000, -x
+	}
+	e := int(math.Floor(math.Log2(float64(x))))
+	mant := uint16((float64(x)/math.Ldexp(1, e) - 1) * 1024)
+	return sign | uint16(e+15)<<10 | mant
 }

@@ -19,11 +19,7 @@ func (s *Schedule) SamplePerfectTile(r *rand.Rand, l LoopRV, n int, maxInnermost
 	if err != nil {
 		return nil, fmt.Errorf("sample_perfect_tile: %w", err)
 	}
-	fs := make([]string, len(out))
-	for i, f := range out {
-		fs[i] = fmt.Sprint(f)
-	}
-	s.record("sch.sample_perfect_tile(loop=%s, n=%d, max_innermost_factor=%d, decision=[%s])", l, n, maxInnermost, strings.Join(fs, ", "))
+	s.record("sch.sample_perfect_tile(loop=%s, n=%d, max_innermost_factor=%d, decision=%s)", s.ln(l), n, maxInnermost, pyInts(out, false))
 	return out, nil
 }
 

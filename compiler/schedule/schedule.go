@@ -15,6 +15,9 @@ type Schedule struct {
 	fn     *ir.PrimFunc
 	blocks []blockEntry // indexed by BlockRV.id-1
 	trace  []string
+	// names and taken are the trace's variables for handles (trace.go).
+	names map[rvKey]string
+	taken map[string]bool
 }
 
 // blockEntry is what a BlockRV refers to: a block's current name, or why
@@ -94,7 +97,8 @@ func (s *Schedule) Func() *ir.PrimFunc { return s.fn }
 // Copy returns an independent schedule in the same state; handles of s
 // remain valid in the copy.
 func (s *Schedule) Copy() *Schedule {
-	return &Schedule{fn: s.fn, blocks: slices.Clone(s.blocks), trace: slices.Clone(s.trace)}
+	names, taken := s.cloneNames()
+	return &Schedule{fn: s.fn, blocks: slices.Clone(s.blocks), trace: slices.Clone(s.trace), names: names, taken: taken}
 }
 
 // Trace returns the primitives applied so far, one per line, in TVM's
@@ -110,8 +114,9 @@ func (s *Schedule) GetBlock(name string) (BlockRV, error) {
 	if name == ir.RootBlockName || findBlock(s.fn.Body, name) == nil {
 		return BlockRV{}, fmt.Errorf("get_block: no block named %q", name)
 	}
-	s.record("sch.get_block(%q)", name)
-	return s.blockRV(name), nil
+	b := s.blockRV(name)
+	s.record("%s = sch.get_block(%q)", s.bn(b), name)
+	return b, nil
 }
 
 // blockRV returns the handle of the block currently called name.
@@ -308,7 +313,7 @@ func (s *Schedule) GetLoops(b BlockRV) ([]LoopRV, error) {
 	for _, f := range st.loops() {
 		out = append(out, LoopRV{v: f.Var})
 	}
-	s.record("sch.get_loops(%s)", b)
+	s.record("%ssch.get_loops(%s)", s.assignLoops(out), s.bn(b))
 	return out, nil
 }
 
@@ -320,9 +325,20 @@ func (s *Schedule) GetChildBlocks(l LoopRV) ([]BlockRV, error) {
 		return nil, err
 	}
 	var out []BlockRV
+	names := make([]string, 0, 1)
 	for _, br := range childRealizes(st.loop().Body) {
-		out = append(out, s.blockRV(br.Block.Name))
+		b := s.blockRV(br.Block.Name)
+		out = append(out, b)
+		names = append(names, s.bn(b))
 	}
+	lhs := strings.Join(names, ", ") + " = "
+	switch len(names) {
+	case 0:
+		lhs = ""
+	case 1:
+		lhs = names[0] + ", = "
+	}
+	s.record("%ssch.get_child_blocks(%s)", lhs, s.ln(l))
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -81,6 +82,8 @@ type schedCase struct {
 	fn    func() *ir.PrimFunc
 	sizes map[string]int64
 	apply func(t *testing.T, s *Schedule)
+	// compiled also runs the scheduled function as generated C.
+	compiled bool
 }
 
 // runCases schedules each case, compares the printed result with its
@@ -100,7 +103,12 @@ func runCases(t *testing.T, cases []schedCase) {
 			m, err := script.Parse(c.name+".py", text)
 			check.NoError(t, err)
 			check.Equal(t, script.Print(m.PrimFunc("main")), text, "print(parse(print(f)))")
-			sameResults(t, runFunc(t, g, c.sizes), runFunc(t, f, c.sizes))
+			want := runFunc(t, f, c.sizes)
+			sameResults(t, runFunc(t, g, c.sizes), want)
+			checkReplay(t, f, s)
+			if c.compiled {
+				sameResults(t, runCompiled(t, g, c.sizes), want)
+			}
 		})
 	}
 }
@@ -228,4 +236,16 @@ func TestDataflowPrimitives(t *testing.T) {
 			check.Equal(t, len(ls2), 4)
 		}},
 	})
+}
+
+// checkReplay replays the trace of s on f and wants the same function
+// and the same trace.
+func checkReplay(t *testing.T, f *ir.PrimFunc, s *Schedule) {
+	t.Helper()
+	r, err := Replay(f, s.Trace())
+	check.NoError(t, err)
+	if !ir.StructuralEqual(r.Func(), s.Func()) {
+		t.Fatalf("the replayed trace gives another function:\n%s\nwant\n%s", script.Print(r.Func()), script.Print(s.Func()))
+	}
+	check.Equal(t, strings.Join(r.Trace(), "\n"), strings.Join(s.Trace(), "\n"), "trace of the replay")
 }
