@@ -17,7 +17,10 @@ import (
 // Task is one PrimFunc to tune, with its weight (how many times the
 // program calls it).
 type Task struct {
-	Name     string
+	Name string
+	// Funcs are the names of the module's functions that are this
+	// workload (a model's identical layers), Name first.
+	Funcs    []string
 	Func     *ir.PrimFunc
 	Weight   int
 	Workload Workload
@@ -33,7 +36,7 @@ func NewTask(name string, f *ir.PrimFunc, weight int, target rules.Target) (*Tas
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &Task{Name: name, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
+	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
 }
 
 // Flops counts the arithmetic operations of one call of f: for each
