@@ -301,6 +301,12 @@ func (p *pipeline) run(rng *rand.Rand) {
 				break
 			}
 			n := min(p.opts.Batch-p.inflight, p.opts.Trials-p.done-p.inflight)
+			if st.launched == 0 {
+				// First rounds take at most half the budget between them:
+				// with few trials for many tasks, a round is the default
+				// schedule alone, which still gives the task its weight.
+				n = min(n, max(1, p.opts.Trials/(2*len(p.states))))
+			}
 			st.refit()
 			cands := st.propose(rng, n, p.opts)
 			if len(cands) == 0 {
