@@ -528,9 +528,16 @@ func (d *tuneDisplay) line() string {
 	p := d.last
 	var b strings.Builder
 	fmt.Fprintf(&b, "tune: %d/%d trials", p.Done, p.Total)
-	for _, t := range p.Tasks {
-		if t.Best > 0 {
-			fmt.Fprintf(&b, ", %s %s (%.1f GFLOPS)", t.Name, fmtSeconds(t.Best), t.GFLOPS)
+	if len(p.Tasks) > 3 {
+		// A model's kernels do not fit one line: its estimated latency.
+		if best, dflt := p.Latency(); best > 0 {
+			fmt.Fprintf(&b, ", model %s (default %s)", fmtSeconds(best), fmtSeconds(dflt))
+		}
+	} else {
+		for _, t := range p.Tasks {
+			if t.Best > 0 {
+				fmt.Fprintf(&b, ", %s %s (%.1f GFLOPS)", t.Name, fmtSeconds(t.Best), t.GFLOPS)
+			}
 		}
 	}
 	if len(d.flight) > 0 {
