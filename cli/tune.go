@@ -231,6 +231,9 @@ func runTune(c *ucli.Context) error {
 	for _, s := range skipped {
 		fmt.Fprintf(errw, "tune: skipped %s\n", s)
 	}
+	if len(tasks) > 1 {
+		fmt.Fprintf(errw, "tune: %d kernels to tune: %s\n", len(tasks), describeTasks(tasks))
+	}
 	if c.Bool("resume") {
 		had := 0
 		for _, t := range tasks {
@@ -360,6 +363,23 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape 
 		return nil, nil, err
 	}
 	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+}
+
+// describeTasks is "a ×2, b, c (also c1)": the tasks with their weights
+// and the other functions of the same workload.
+func describeTasks(tasks []*tune.Task) string {
+	var parts []string
+	for _, t := range tasks {
+		p := t.Name
+		if t.Weight > 1 {
+			p += fmt.Sprintf(" ×%d", t.Weight)
+		}
+		if len(t.Funcs) > 1 {
+			p += " (also " + strings.Join(t.Funcs[1:], ", ") + ")"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // tuneSummaries summarizes what db holds for tasks (nothing measured in

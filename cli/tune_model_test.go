@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -33,31 +31,16 @@ func TestTuneModel(t *testing.T) {
 	_, _, err = runApp(t, "tune", src, "--trials", "4", "--db", db, "--input-shape", "x=1x2")
 	check.Error(t, err, "--input-shape is for ONNX models")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut bytes.Buffer
-	done := make(chan struct{})
-	var runErr error
-	go func() {
-		defer close(done)
-		app := App()
-		app.Writer, app.ErrWriter = &out, &errOut
-		runErr = Run(ctx, app, []string{"kiln", "tune", model, "--input-shape", "x=2x3x16x16", "--trials", "64", "--batch", "4",
-			"--db", db, "--seed", "1", "--json"})
-	}()
-	if waitRecords(t, db, 3, done) {
-		t.Fatalf("kiln tune ended before it was interrupted: %v\n%s", runErr, errOut.String())
-	}
-	cancel()
-	<-done
+	out, stderr, runErr := interruptTune(t, db, 3, model, "--input-shape", "x=2x3x16x16", "--trials", "64", "--batch", "4",
+		"--db", db, "--seed", "1", "--json")
 	check.Error(t, runErr, "interrupted")
-	s := decodeTuneSummary(t, out.String())
+	s := decodeTuneSummary(t, out)
 	check.True(t, s.Interrupted, s)
 	had := countLines(t, db)
 	check.Equal(t, s.Trials, had)
-	stderr := errOut.String()
 	check.True(t, strings.Contains(stderr, "fused_reshape_transpose: runs once per set of weights"), stderr)
 	check.True(t, strings.Contains(stderr, "trial 1/64: "), stderr)
+	check.True(t, strings.Contains(stderr, "kernels to tune: fused_"), stderr)
 	first := readFile(t, db)
 
 	// Every kernel gets a first round before any gets a second, and each
