@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
@@ -83,8 +85,9 @@ line names its kernel, its best and default times and the estimated model
 latency (the sum over the tuned kernels of weight × best time). kiln build
 FILE --tuning-db then gives every fused kernel its best record.
 
-Without --tracker an in-process fleet runs here (a tracker, a compiler node
-and --devices CPU device daemons on loopback), as kiln demo does.
+Without --tracker an in-process fleet runs here (a tracker, compiler nodes
+building --build-jobs candidates at once, by default as many as the machine
+has cores, and --devices CPU device daemons on loopback), as kiln demo does.
 
 Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl
@@ -100,6 +103,7 @@ Examples:
 			trackerFlag("HOST:PORT of the fleet's tracker (default: an in-process fleet)", false),
 			&ucli.StringFlag{Name: "key", Value: "cpu", Usage: "device key to lease"},
 			&ucli.IntFlag{Name: "devices", Usage: "measure on at most K devices (default: every free one; 1 in-process)"},
+			&ucli.IntFlag{Name: "build-jobs", Usage: "in-process fleet: candidates its compiler nodes build at once (default: the machine's cores)"},
 			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},
 			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates in flight at most; half of them are proposed anew whenever half have a result"},
 			&ucli.DurationFlag{Name: "build-timeout", Value: tunefleet.DefaultBuildTimeout, Usage: "longest a candidate's build may take on a compiler node; a slower one is killed and recorded invalid"},
@@ -193,6 +197,12 @@ func runTune(c *ucli.Context) error {
 	}
 	if c.Int("batch") < 1 {
 		return fmt.Errorf("tune: --batch %d: want at least 1", c.Int("batch"))
+	}
+	if c.Int("build-jobs") < 0 || c.IsSet("build-jobs") && c.Int("build-jobs") == 0 {
+		return fmt.Errorf("tune: --build-jobs %d: want at least 1", c.Int("build-jobs"))
+	}
+	if c.IsSet("build-jobs") && c.String("tracker") != "" {
+		return errors.New("tune: --build-jobs is for the in-process fleet; a fleet's compiler nodes set their own (kiln compiler --jobs)")
 	}
 	if c.Int("devices") < 0 {
 		return fmt.Errorf("tune: --devices %d: want at least 1", c.Int("devices"))
@@ -668,6 +678,38 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 			defer tf.wg.Done()
 			d.Run(dctx)
 		}()
+	}
+	// Candidates are built by as many jobs at once as asked: the demo's
+	// compiler node builds one, a second node the rest.
+	jobs := c.Int("build-jobs")
+	if jobs == 0 {
+		jobs = runtime.NumCPU()
+	}
+	if jobs > 1 {
+		ready, ended := make(chan struct{}), make(chan error, 1)
+		tf.wg.Add(1)
+		go func() {
+			defer tf.wg.Done()
+			err := node.Run(dctx, node.Config{Tracker: fl.tracker.Addr(), Options: client.TrackerOptions{Token: tok, Logger: log},
+				Command: []string{exe, "compiler-job"}, WorkDir: filepath.Join(dir, "compiler2"), Concurrency: jobs - 1, Ready: ready,
+				Version: Version(), Logger: log})
+			if err != nil && dctx.Err() == nil {
+				log.Error("in-process compiler node", "err", err)
+			}
+			ended <- err
+		}()
+		select {
+		case <-ready:
+		case err := <-ended:
+			if err == nil {
+				err = errors.New("stopped before it registered")
+			}
+			stopAll()
+			return nil, fmt.Errorf("compiler node: %w", err)
+		case <-time.After(30 * time.Second):
+			stopAll()
+			return nil, errors.New("the second compiler node did not register in 30 s")
+		}
 	}
 	// Wait until every device is free at the tracker.
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)

@@ -30,6 +30,8 @@ func TestTuneModel(t *testing.T) {
 	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
 	_, _, err = runApp(t, "tune", src, "--trials", "4", "--db", db, "--input-shape", "x=1x2")
 	check.Error(t, err, "--input-shape is for ONNX models")
+	_, _, err = runApp(t, "tune", model, "--input-shape", "x=2x3x16x16", "--trials", "4", "--db", db, "--build-jobs", "0")
+	check.Error(t, err, "--build-jobs 0: want at least 1")
 
 	out, stderr, runErr := interruptTune(t, db, 3, model, "--input-shape", "x=2x3x16x16", "--trials", "64", "--batch", "4",
 		"--db", db, "--seed", "1", "--json")
