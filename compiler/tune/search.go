@@ -202,9 +202,10 @@ type taskState struct {
 // Tune searches every task's space, measuring opts.Trials candidates in
 // all through runner, appending each measured candidate to db the moment
 // its result comes, and spending trials where the expected fall of the
-// program's latency (weight × time) is largest (see pick). Candidates are kept in flight as a pipeline: whenever half of
-// the opts.Batch in flight have a result, the model is retrained and a
-// new batch proposed, so a slow build holds up nothing but itself.
+// program's latency (weight × time) is largest (see pick). Candidates are
+// kept in flight as a pipeline: whenever half of the opts.Batch in flight
+// have a result, the model is retrained and a new batch proposed, so a
+// slow build holds up nothing but itself.
 // Records already in db for a task's workload count as measured: they
 // train the model and are never measured again (resume). A cancelled ctx
 // stops the search; every result that came before it ended is in db.
