@@ -79,10 +79,12 @@ Examples:
    kiln build matmul.py --cc clang --cflags "-O2 -march=x86-64-v3"
    kiln build matmul.py --tracker 127.0.0.1:9190 -o matmul.kiln
    kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln
+   kiln build resnet18.onnx --input-shape input=1x3x224x224 --tuning-db resnet18.jsonl
 
 --tuning-db applies the best record of each kernel (for a module with
-@R.function, each fused kernel the pipeline makes) and says which kernels it
-found no record for; those keep the default schedule. A kernel with symbolic
+@R.function or an ONNX model, each fused kernel the pipeline makes, lowered
+as kiln tune lowers it) and says which kernels it found no record for; those
+keep the default schedule. A kernel with symbolic
 sizes tuned with kiln tune --shape is specialized to the shape it was tuned
 for (said on the error writer): the artifact then takes those sizes only.
 Records of several shapes need --shape NAME=SIZE to pick one.`,

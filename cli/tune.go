@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -21,9 +22,9 @@ import (
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
-	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
+	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
@@ -36,7 +37,7 @@ func tuneCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "tune",
 		Usage:     "search schedules for a module's kernels on the fleet and record them in a tuning database",
-		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--shape NAME=SIZE] [--tracker HOST:PORT --key KEY] [--devices K] [--build-timeout D] [--resume] [--json]",
+		UsageText: "kiln tune FILE --trials N --db tuning.jsonl [--target cpu] [--shape NAME=SIZE] [--input-shape NAME=D1xD2…] [--tracker HOST:PORT --key KEY] [--devices K] [--build-timeout D] [--resume] [--json]",
 		Description: `Searches schedules for every kernel (PrimFunc) of FILE the way TVM's
 MetaSchedule does: schedule rules (multi-level tiling with cache_write and
 cache_read, auto-inline, random compute location, parallel-vectorize-unroll)
@@ -70,18 +71,30 @@ FILE is TVMScript: PrimFuncs are tuned as they are, a kernel with symbolic
 sizes (T.match_buffer(a, (N, K)) with N = T.int32()) bound to the sizes
 --shape gives (N=1024,K=1024,M=1024): the records are those of the bound
 kernel, and kiln build --tuning-db specializes the symbolic kernel to the
-shape it was tuned for; a module with @R.function
-goes through the graph pipeline first and its fused kernels are tuned, trials
-going where weight (calls) × best time is largest.
+shape it was tuned for. A module with @R.function, or an ONNX model
+(FILE.onnx, its symbolic dimensions fixed with --input-shape as for kiln
+build), goes through the graph pipeline first, the same lowering kiln build
+does, and its fused kernels are tuned: each distinct kernel (by structural
+hash: a model's identical layers are one) is a task weighted by how many
+times the graph calls it, and trials go where the model's latency (weight ×
+time, from the default schedule's time on) is expected to fall most, as
+MetaSchedule's gradient task scheduler does: every kernel first gets a round
+that measures its default schedule, then each round goes to the kernel whose
+recent and average gain per round, times its weight, is largest. Each trial's
+line names its kernel, its best and default times and the estimated model
+latency (the sum over the tuned kernels of weight × best time). kiln build
+FILE --tuning-db then gives every fused kernel its best record.
 
-Without --tracker an in-process fleet runs here (a tracker, a compiler node
-and --devices CPU device daemons on loopback), as kiln demo does.
+Without --tracker an in-process fleet runs here (a tracker, compiler nodes
+building --build-jobs candidates at once, by default as many as the machine
+has cores, and --devices CPU device daemons on loopback), as kiln demo does.
 
 Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl
    kiln tune mlp.py --tracker 127.0.0.1:9190 --key cpu --trials 256 --db tuning.jsonl --devices 4
    kiln tune matmul.py --trials 64 --db tuning.jsonl --resume
    kiln tune symbolic_matmul.py --shape N=1024,M=1024,K=1024 --trials 64 --db tuning.jsonl
+   kiln tune resnet18.onnx --input-shape input=1x3x224x224 --trials 2000 --db resnet18.jsonl
    kiln build matmul.py --tuning-db tuning.jsonl -o matmul.kiln`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "target", Value: "cpu", Usage: "target string: cpu [-mcpu=NAME] [-mtriple=TRIPLE] [-mattr=+FEATURE,...]"},
@@ -90,12 +103,14 @@ Examples:
 			trackerFlag("HOST:PORT of the fleet's tracker (default: an in-process fleet)", false),
 			&ucli.StringFlag{Name: "key", Value: "cpu", Usage: "device key to lease"},
 			&ucli.IntFlag{Name: "devices", Usage: "measure on at most K devices (default: every free one; 1 in-process)"},
+			&ucli.IntFlag{Name: "build-jobs", Usage: "in-process fleet: candidates its compiler nodes build at once (default: the machine's cores)"},
 			&ucli.BoolFlag{Name: "resume", Usage: "count the records --db already holds for these kernels against --trials"},
 			&ucli.IntFlag{Name: "batch", Value: 16, Usage: "candidates in flight at most; half of them are proposed anew whenever half have a result"},
 			&ucli.DurationFlag{Name: "build-timeout", Value: tunefleet.DefaultBuildTimeout, Usage: "longest a candidate's build may take on a compiler node; a slower one is killed and recorded invalid"},
 			&ucli.Uint64Flag{Name: "seed", Usage: "seed of the search's random source (default: from the clock)"},
 			&ucli.StringSliceFlag{Name: "shape", Usage: "NAME=SIZE binds a symbolic size of the kernels for tuning, e.g. N=1024 (repeatable, or comma-separated)"},
-			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function (default O2)"},
+			&ucli.StringSliceFlag{Name: "input-shape", Usage: "ONNX models: NAME=D1xD2… fixes the shape of an input with symbolic dims, as for kiln build (repeatable)"},
+			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function and ONNX models (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 6, Usage: "time evaluator repeats per candidate (6 or more give the median a 95% interval; fewer are always noisy and timed twice)"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 10, Usage: "time evaluator: shortest repeat in milliseconds"},
 			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
@@ -126,6 +141,25 @@ type tuneSummary struct {
 	// DefaultSchedule is each kernel's best time under kiln's default
 	// schedule (the search's first candidate), from the database.
 	DefaultSchedule map[string]float64 `json:"default_schedule_seconds,omitempty"`
+	// Model and ModelDefault estimate a run of the graph (seconds): the
+	// sum over its tuned kernels of weight × best time, and of weight ×
+	// the default schedule's time (for a module of several kernels).
+	Model        float64 `json:"model_seconds,omitempty"`
+	ModelDefault float64 `json:"model_default_seconds,omitempty"`
+}
+
+// estimate fills in the model latency estimates from the kernels'
+// summaries.
+func (r *tuneSummary) estimate() {
+	if len(r.Tasks) < 2 {
+		return
+	}
+	for i, t := range r.Tasks {
+		if t.Default == 0 {
+			r.Tasks[i].Default = r.DefaultSchedule[t.Name]
+		}
+	}
+	r.Model, r.ModelDefault = tune.Progress{Tasks: r.Tasks}.Latency()
 }
 
 // defaultScheduleTimes returns each task's best valid time under the
@@ -164,6 +198,12 @@ func runTune(c *ucli.Context) error {
 	if c.Int("batch") < 1 {
 		return fmt.Errorf("tune: --batch %d: want at least 1", c.Int("batch"))
 	}
+	if c.Int("build-jobs") < 0 || c.IsSet("build-jobs") && c.Int("build-jobs") == 0 {
+		return fmt.Errorf("tune: --build-jobs %d: want at least 1", c.Int("build-jobs"))
+	}
+	if c.IsSet("build-jobs") && c.String("tracker") != "" {
+		return errors.New("tune: --build-jobs is for the in-process fleet; a fleet's compiler nodes set their own (kiln compiler --jobs)")
+	}
 	if c.Int("devices") < 0 {
 		return fmt.Errorf("tune: --devices %d: want at least 1", c.Int("devices"))
 	}
@@ -174,11 +214,7 @@ func runTune(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
 	}
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("tune: %w", err)
-	}
-	mod, err := script.Parse(path, string(src))
+	mod, err := tuneModule(path, c.StringSlice("input-shape"))
 	if err != nil {
 		return err
 	}
@@ -205,6 +241,9 @@ func runTune(c *ucli.Context) error {
 	for _, s := range skipped {
 		fmt.Fprintf(errw, "tune: skipped %s\n", s)
 	}
+	if len(tasks) > 1 {
+		fmt.Fprintf(errw, "tune: %d kernels to tune: %s\n", len(tasks), describeTasks(tasks))
+	}
 	if c.Bool("resume") {
 		had := 0
 		for _, t := range tasks {
@@ -219,6 +258,7 @@ func runTune(c *ucli.Context) error {
 	if trials <= 0 {
 		res.Tasks = tuneSummaries(tasks, db)
 		res.DefaultSchedule = defaultScheduleTimes(tasks, db)
+		res.estimate()
 		return printTuneSummary(c, res)
 	}
 	tok, tlsCfg, err := clientAuth(c)
@@ -275,6 +315,7 @@ func runTune(c *ucli.Context) error {
 		}
 	}
 	res.DefaultSchedule = defaultScheduleTimes(tasks, db)
+	res.estimate()
 	for _, t := range sum {
 		res.Trials += t.Trials
 	}
@@ -298,19 +339,57 @@ func runTune(c *ucli.Context) error {
 	return printTuneSummary(c, res)
 }
 
+// tuneModule reads the module kiln tune tunes: TVMScript, or an ONNX
+// model imported with its input shapes (as kiln build imports it; the
+// weights are not needed, the kernels take them as arguments).
+func tuneModule(path string, inputShapes []string) (*ir.IRModule, error) {
+	shapes, err := onnx.ParseInputShapes(inputShapes)
+	if err != nil {
+		return nil, fmt.Errorf("tune: %w", err)
+	}
+	if onnx.IsModelPath(path) {
+		mod, _, err := onnx.ImportFile(path, onnx.Options{InputShapes: shapes})
+		if err != nil {
+			return nil, fmt.Errorf("tune: %w", err)
+		}
+		return mod, nil
+	}
+	if len(shapes) > 0 {
+		return nil, fmt.Errorf("tune: --input-shape is for ONNX models (FILE.onnx); a TVMScript kernel's symbolic sizes are bound with --shape")
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tune: %w", err)
+	}
+	return script.Parse(path, string(src))
+}
+
 // tuneTasks returns the tasks of mod: its PrimFuncs, or for a module with
-// graph functions the kernels the pipeline leaves.
+// graph functions the distinct kernels the graph pipeline leaves, lowered
+// as kiln build lowers them (compiler.GraphPipeline).
 func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape map[string]int64) ([]*tune.Task, []string, error) {
-	if vmgen.HasGraphFunctions(mod) && pipeline != "none" {
-		if pipeline == "" {
-			pipeline = compiler.DefaultPipeline
-		}
-		var err error
-		if mod, err = relaxtransform.RunPipeline(mod, pipeline); err != nil {
-			return nil, nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
-		}
+	mod, err := compiler.GraphPipeline(mod, target, pipeline, false)
+	if err != nil {
+		return nil, nil, err
 	}
 	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+}
+
+// describeTasks is "a ×2, b, c (also c1)": the tasks with their weights
+// and the other functions of the same workload.
+func describeTasks(tasks []*tune.Task) string {
+	var parts []string
+	for _, t := range tasks {
+		p := t.Name
+		if t.Weight > 1 {
+			p += fmt.Sprintf(" ×%d", t.Weight)
+		}
+		if len(t.Funcs) > 1 {
+			p += " (also " + strings.Join(t.Funcs[1:], ", ") + ")"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // tuneSummaries summarizes what db holds for tasks (nothing measured in
@@ -360,6 +439,16 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.Model > 0 {
+		timed := 0
+		for _, t := range r.Tasks {
+			if t.Best > 0 {
+				timed++
+			}
+		}
+		fmt.Fprintf(c.App.ErrWriter, "tune: estimated model latency (Σ weight × time over the %d of %d kernels timed): %s tuned, %s with the default schedules (%.2f×)\n",
+			timed, len(r.Tasks), fmtSeconds(r.Model), fmtSeconds(r.ModelDefault), r.ModelDefault/r.Model)
 	}
 	if r.Trials > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "tune: %d trials in %s (%.1f a minute) on %s; records in %s\n", r.Trials,
@@ -423,7 +512,10 @@ func (d *tuneDisplay) progress(p tune.Progress) {
 }
 
 // trialLine is the line of the trial p reports: "tune: mm trial 7/64:
-// 1.230ms (best 0.980ms, 5.1 trials/min, ETA 11m0s)".
+// 1.230ms (best 0.980ms, default 1.100ms, 5.1 trials/min, ETA 11m0s)";
+// with several kernels also the kernel's own trial count and the
+// estimated model latency: "(best 0.980ms, default 1.100ms, its trial 3;
+// model 2.31ms, default 2.50ms; 5.1 trials/min, ETA 11m0s)".
 func trialLine(p tune.Progress) string {
 	t := p.Last
 	var b strings.Builder
@@ -443,7 +535,18 @@ func trialLine(p tune.Progress) string {
 	} else {
 		b.WriteString("none yet")
 	}
-	fmt.Fprintf(&b, ", %.1f trials/min", p.PerMinute())
+	if t.Default > 0 {
+		fmt.Fprintf(&b, ", default %s", fmtSeconds(t.Default))
+	}
+	sep := ","
+	if len(p.Tasks) > 1 {
+		fmt.Fprintf(&b, ", its trial %d", t.Trials)
+		if best, dflt := p.Latency(); best > 0 {
+			fmt.Fprintf(&b, "; model %s, default %s", fmtSeconds(best), fmtSeconds(dflt))
+		}
+		sep = ";"
+	}
+	fmt.Fprintf(&b, "%s %.1f trials/min", sep, p.PerMinute())
 	if p.Done < p.Total {
 		fmt.Fprintf(&b, ", ETA %s", p.ETA().Round(time.Second))
 	}
@@ -455,9 +558,16 @@ func (d *tuneDisplay) line() string {
 	p := d.last
 	var b strings.Builder
 	fmt.Fprintf(&b, "tune: %d/%d trials", p.Done, p.Total)
-	for _, t := range p.Tasks {
-		if t.Best > 0 {
-			fmt.Fprintf(&b, ", %s %s (%.1f GFLOPS)", t.Name, fmtSeconds(t.Best), t.GFLOPS)
+	if len(p.Tasks) > 3 {
+		// A model's kernels do not fit one line: its estimated latency.
+		if best, dflt := p.Latency(); best > 0 {
+			fmt.Fprintf(&b, ", model %s (default %s)", fmtSeconds(best), fmtSeconds(dflt))
+		}
+	} else {
+		for _, t := range p.Tasks {
+			if t.Best > 0 {
+				fmt.Fprintf(&b, ", %s %s (%.1f GFLOPS)", t.Name, fmtSeconds(t.Best), t.GFLOPS)
+			}
 		}
 	}
 	if len(d.flight) > 0 {
@@ -568,6 +678,38 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 			defer tf.wg.Done()
 			d.Run(dctx)
 		}()
+	}
+	// Candidates are built by as many jobs at once as asked: the demo's
+	// compiler node builds one, a second node the rest.
+	jobs := c.Int("build-jobs")
+	if jobs == 0 {
+		jobs = runtime.NumCPU()
+	}
+	if jobs > 1 {
+		ready, ended := make(chan struct{}), make(chan error, 1)
+		tf.wg.Add(1)
+		go func() {
+			defer tf.wg.Done()
+			err := node.Run(dctx, node.Config{Tracker: fl.tracker.Addr(), Options: client.TrackerOptions{Token: tok, Logger: log},
+				Command: []string{exe, "compiler-job"}, WorkDir: filepath.Join(dir, "compiler2"), Concurrency: jobs - 1, Ready: ready,
+				Version: Version(), Logger: log})
+			if err != nil && dctx.Err() == nil {
+				log.Error("in-process compiler node", "err", err)
+			}
+			ended <- err
+		}()
+		select {
+		case <-ready:
+		case err := <-ended:
+			if err == nil {
+				err = errors.New("stopped before it registered")
+			}
+			stopAll()
+			return nil, fmt.Errorf("compiler node: %w", err)
+		case <-time.After(30 * time.Second):
+			stopAll()
+			return nil, errors.New("the second compiler node did not register in 30 s")
+		}
 	}
 	// Wait until every device is free at the tracker.
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)

@@ -501,6 +501,29 @@ func waitRecords(t *testing.T, path string, n int, done <-chan struct{}) (ended 
 	}
 }
 
+// interruptTune runs kiln tune with args and cancels its context (a
+// Ctrl-C) once the database at db holds n records; it returns the run's
+// stdout, stderr and error. A run that ends first fails the test.
+func interruptTune(t *testing.T, db string, n int, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		app := App()
+		app.Writer, app.ErrWriter = &out, &errOut
+		err = Run(ctx, app, append([]string{"kiln", "tune"}, args...))
+	}()
+	if waitRecords(t, db, n, done) {
+		t.Fatalf("kiln tune ended before it was interrupted: %v\n%s", err, errOut.String())
+	}
+	cancel()
+	<-done
+	return out.String(), errOut.String(), err
+}
+
 // countLines counts the complete lines of the file at path (0 when it
 // does not exist yet).
 func countLines(t *testing.T, path string) int {
@@ -522,29 +545,13 @@ func TestTuneInterrupted(t *testing.T) {
 	src := filepath.Join(dir, "mm.py")
 	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
 	db := filepath.Join(dir, "tuning.jsonl")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut bytes.Buffer
-	done := make(chan struct{})
-	var runErr error
-	go func() {
-		defer close(done)
-		app := App()
-		app.Writer, app.ErrWriter = &out, &errOut
-		runErr = Run(ctx, app, []string{"kiln", "tune", src, "--trials", "64", "--batch", "16", "--db", db, "--seed", "1", "--json"})
-	}()
-	if waitRecords(t, db, 3, done) {
-		t.Fatalf("kiln tune ended before it was interrupted: %v\n%s", runErr, errOut.String())
-	}
-	cancel()
-	<-done
+	out, stderr, runErr := interruptTune(t, db, 3, src, "--trials", "64", "--batch", "16", "--db", db, "--seed", "1", "--json")
 	check.Error(t, runErr, "interrupted")
-	s := decodeTuneSummary(t, out.String())
+	s := decodeTuneSummary(t, out)
 	check.True(t, s.Interrupted, s)
 	lines := countLines(t, db)
 	check.Equal(t, s.Trials, lines)
 	check.True(t, lines >= 3 && lines < 64, lines)
-	stderr := errOut.String()
 	check.True(t, strings.Contains(stderr, fmt.Sprintf("interrupted after %d trials", lines)), stderr)
 	for i := 1; i <= lines; i++ {
 		check.True(t, strings.Contains(stderr, fmt.Sprintf("tune: mm trial %d/64: ", i)), "no line for trial", i, stderr)

@@ -31,7 +31,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/codegen/c"
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
 	"github.com/kiln-ml/kiln/compiler/transform"
@@ -174,16 +173,8 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 			p = DefaultPipeline
 		}
 		end := stage(opts.Progress, "graph pipeline "+p)
-		if info.PackDense && (p == "O2" || p == "O3") && opts.Schedule == nil && !opts.NoDefaultSchedule {
-			// Dense layers' weights packed in the default schedule's
-			// column panels (not under a tuning database, whose records
-			// are for the layers as they are).
-			if mod, err = relaxtransform.AlterDenseLayout(mod, max(info.VectorBytes, 16)); err != nil {
-				return nil, fmt.Errorf("build: %w", err)
-			}
-		}
-		if mod, err = relaxtransform.RunPipeline(mod, p); err != nil {
-			return nil, fmt.Errorf("build: pipeline %s: %w", p, err)
+		if mod, err = GraphPipeline(mod, target, p, opts.NoDefaultSchedule); err != nil {
+			return nil, fmt.Errorf("build: %w", err)
 		}
 		end()
 	}

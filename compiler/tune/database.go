@@ -148,19 +148,31 @@ func (db *Database) Load(path string) ([]string, error) {
 	return db.Read(path, f)
 }
 
+// ErrNotDatabase is Read's error for a stream none of whose lines is a
+// record and whose first line is not even a JSON object: another kind of
+// file given as a tuning database.
+var ErrNotDatabase = errors.New("not a tuning database")
+
 // Read adds the records of db's target from r, a JSON-lines stream named
-// name in notes.
+// name in notes. A line that does not parse is a note; a stream with no
+// record at all whose first line is not a JSON object is ErrNotDatabase.
 func (db *Database) Read(name string, r io.Reader) ([]string, error) {
 	var notes []string
 	other := map[string]int{}
 	br := bufio.NewReader(r)
+	records, first := 0, ""
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
+		if t := bytes.TrimSpace(line); len(t) > 0 {
+			if first == "" && t[0] != '{' {
+				first = fmt.Sprintf("%s:%d", name, n)
+			} else if first == "" {
+				first = "-"
+			}
 			var rec Record
 			if perr := decodeRecord(line, &rec); perr != nil {
 				notes = append(notes, fmt.Sprintf("%s:%d: skipped: %v", name, n, perr))
-			} else if rec.Target != db.target {
+			} else if records++; rec.Target != db.target {
 				other[rec.Target]++
 			} else {
 				db.add(rec)
@@ -172,6 +184,9 @@ func (db *Database) Read(name string, r io.Reader) ([]string, error) {
 		if err != nil {
 			return notes, fmt.Errorf("tuning database %s: %w", name, err)
 		}
+	}
+	if records == 0 && first != "" && first != "-" {
+		return notes, fmt.Errorf("%s: %w: %s is not a JSON object (kiln tune writes one record a line)", name, ErrNotDatabase, first)
 	}
 	targets := make([]string, 0, len(other))
 	for t := range other {

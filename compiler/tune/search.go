@@ -17,7 +17,10 @@ import (
 // Task is one PrimFunc to tune, with its weight (how many times the
 // program calls it).
 type Task struct {
-	Name     string
+	Name string
+	// Funcs are the names of the module's functions that are this
+	// workload (a model's identical layers), Name first.
+	Funcs    []string
 	Func     *ir.PrimFunc
 	Weight   int
 	Workload Workload
@@ -33,7 +36,7 @@ func NewTask(name string, f *ir.PrimFunc, weight int, target rules.Target) (*Tas
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &Task{Name: name, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
+	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
 }
 
 // Flops counts the arithmetic operations of one call of f: for each
@@ -108,8 +111,32 @@ type Trial struct {
 	// Error and Stage say why it is invalid.
 	Seconds      float64
 	Error, Stage string
-	// Best is the task's best time after this trial (0: none valid yet).
-	Best float64
+	// Best is the task's best time after this trial (0: none valid yet),
+	// Default its default schedule's (0: not measured yet), Trials how
+	// many of its candidates this run has measured.
+	Best, Default float64
+	Trials        int
+}
+
+// Latency estimates the program's time per run from its tasks' times:
+// the sum of weight × time over the tasks with a valid measurement, with
+// each task's best time (best) and with its default schedule's (dflt;
+// the best time for a task whose default is not measured). Kernels that
+// are not tasks are not in it.
+func (p Progress) Latency() (best, dflt float64) {
+	for _, t := range p.Tasks {
+		if t.Best <= 0 {
+			continue
+		}
+		w := float64(t.Weight)
+		best += w * t.Best
+		if t.Default > 0 {
+			dflt += w * t.Default
+		} else {
+			dflt += w * t.Best
+		}
+	}
+	return best, dflt
 }
 
 // PerMinute is the pace so far in trials a minute.
@@ -138,6 +165,9 @@ type TaskSummary struct {
 	Previous int     `json:"previous,omitempty"` // records from the database before this run
 	Best     float64 `json:"best_seconds,omitempty"`
 	GFLOPS   float64 `json:"gflops,omitempty"`
+	// Default is the default schedule's time (0 before it is measured):
+	// Best is never above it.
+	Default float64 `json:"default_seconds,omitempty"`
 	// History is the best time after each trial of this run.
 	History []float64 `json:"-"`
 	// TrialsTo90 is the trial of this run after which the best time was
@@ -158,16 +188,24 @@ type taskState struct {
 	times    []float64 // +Inf for invalid
 	decs     [][]Decision
 	best     float64
+	dflt     float64 // the default schedule's time (+Inf: not measured)
 	model    *Model
 	sum      TaskSummary
+	// launched counts the batches of this run; rounds is the best time
+	// after each of them ended (see pick); exhausted is set once the
+	// space has no candidate left to propose.
+	launched  int
+	rounds    []float64
+	exhausted bool
 }
 
 // Tune searches every task's space, measuring opts.Trials candidates in
 // all through runner, appending each measured candidate to db the moment
-// its result comes, and spending trials where weight × best time is
-// largest. Candidates are kept in flight as a pipeline: whenever half of
-// the opts.Batch in flight have a result, the model is retrained and a
-// new batch proposed, so a slow build holds up nothing but itself.
+// its result comes, and spending trials where the expected fall of the
+// program's latency (weight × time) is largest (see pick). Candidates are
+// kept in flight as a pipeline: whenever half of the opts.Batch in flight
+// have a result, the model is retrained and a new batch proposed, so a
+// slow build holds up nothing but itself.
 // Records already in db for a task's workload count as measured: they
 // train the model and are never measured again (resume). A cancelled ctx
 // stops the search; every result that came before it ended is in db.
@@ -193,7 +231,7 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6b696c6e))
 	states := make([]*taskState, len(tasks))
 	for i, t := range tasks {
-		st := &taskState{task: t, measured: map[string]bool{}, pending: map[string]bool{}, best: math.Inf(1), model: NewModel(),
+		st := &taskState{task: t, measured: map[string]bool{}, pending: map[string]bool{}, best: math.Inf(1), dflt: math.Inf(1), model: NewModel(),
 			sum: TaskSummary{Name: t.Name, Workload: t.Workload.Hash, Weight: t.Weight}}
 		for _, r := range db.Records(t.Workload.Hash) {
 			st.learnRecord(r)
@@ -255,26 +293,31 @@ func (p *pipeline) run(rng *rand.Rand) {
 		p.wg.Wait()
 	}()
 	p.report(nil)
-	stuck := 0
 	for {
 		for !p.stop && p.ctx.Err() == nil && p.inflight <= p.opts.Batch/2 && p.done+p.inflight < p.opts.Trials {
-			st := pick(p.states)
+			st := pick(p.states, rng)
+			if st == nil {
+				// Every space is exhausted (each candidate measured).
+				p.stop = true
+				break
+			}
 			n := min(p.opts.Batch-p.inflight, p.opts.Trials-p.done-p.inflight)
+			if st.launched == 0 {
+				// First rounds take at most half the budget between them:
+				// with few trials for many tasks, a round is the default
+				// schedule alone, which still gives the task its weight.
+				n = min(n, max(1, p.opts.Trials/(2*len(p.states))))
+			}
 			st.refit()
 			cands := st.propose(rng, n, p.opts)
 			if len(cands) == 0 {
-				if p.inflight > 0 {
+				if len(st.pending) > 0 {
 					break // what is in flight may teach the model more
 				}
-				// This space is exhausted (every candidate measured).
-				if stuck++; stuck >= len(p.states) {
-					p.stop = true
-					break
-				}
-				st.exhausted()
+				st.exhausted = true
 				continue
 			}
-			stuck = 0
+			st.launched++
 			p.launch(rctx, st, cands)
 		}
 		if p.batches == 0 {
@@ -289,6 +332,7 @@ func (p *pipeline) run(rng *rand.Rand) {
 				delete(e.st.pending, c.Key())
 				p.inflight--
 			}
+			e.st.endRound()
 			if e.err != nil {
 				p.fail(e.err)
 			}
@@ -353,7 +397,10 @@ func (p *pipeline) record(a arrival) {
 	}
 	st.sum.History = append(st.sum.History, st.best)
 	p.done++
-	tr := &Trial{Task: st.task.Name, Error: r.Error, Stage: r.Stage}
+	tr := &Trial{Task: st.task.Name, Error: r.Error, Stage: r.Stage, Trials: st.sum.Trials}
+	if !math.IsInf(st.dflt, 1) {
+		tr.Default = st.dflt
+	}
 	if r.Valid() {
 		tr.Seconds = r.Median()
 	}
@@ -395,6 +442,9 @@ func summaries(states []*taskState) []TaskSummary {
 func (st *taskState) summary() TaskSummary {
 	s := st.sum
 	s.History = append([]float64(nil), s.History...)
+	if !math.IsInf(st.dflt, 1) {
+		s.Default = st.dflt
+	}
 	if !math.IsInf(st.best, 1) {
 		s.Best = st.best
 		if st.task.Flops > 0 {
@@ -408,32 +458,6 @@ func (st *taskState) summary() TaskSummary {
 		}
 	}
 	return s
-}
-
-// exhausted marks a task that has nothing left to propose so pick skips
-// it.
-func (st *taskState) exhausted() { st.task.Weight = 0 }
-
-// pick returns the task to measure next: one with no valid measurement
-// yet, else the one where weight × best time is largest.
-func pick(states []*taskState) *taskState {
-	var best *taskState
-	score := -1.0
-	for _, st := range states {
-		if st.task.Weight == 0 {
-			continue
-		}
-		if math.IsInf(st.best, 1) {
-			return st
-		}
-		if s := float64(st.task.Weight) * st.best; s > score {
-			best, score = st, s
-		}
-	}
-	if best == nil {
-		return states[0]
-	}
-	return best
 }
 
 // learnRecord adds a measured record (of this run or from the
@@ -454,6 +478,9 @@ func (st *taskState) learnRecord(r Record) {
 	st.decs = append(st.decs, r.Decisions)
 	if t < st.best {
 		st.best = t
+	}
+	if r.Schedule == DefaultSchedule && t < st.dflt {
+		st.dflt = t
 	}
 }
 

@@ -89,13 +89,15 @@ func candidateKey(schedule string, ds []Decision) string {
 // is when auto has no rule for it. The search measures it like any other
 // candidate, so a tuned kernel is never slower than the default one.
 func (sp *Space) Default() (*Candidate, error) {
-	g, ok, err := auto.Func(sp.fn, auto.Options{VectorBytes: max(sp.target.VectorBytes, 16)})
+	g, rule, err := auto.FuncRule(sp.fn, auto.Options{VectorBytes: max(sp.target.VectorBytes, 16)})
 	if err != nil {
 		return nil, fmt.Errorf("the default schedule: %w", err)
 	}
+	// The default rules do not record their primitives as a trace yet: the
+	// record names the rule, which replays to the same function.
 	trace := []string{"default schedule (none applies: the function as it is)"}
-	if ok {
-		trace[0] = "default schedule (compiler/schedule/auto)"
+	if rule != "" {
+		trace[0] = fmt.Sprintf("default schedule: rule %q of compiler/schedule/auto", rule)
 	}
 	if err := ir.Verify(g); err != nil {
 		return nil, fmt.Errorf("the default schedule does not verify: %w", err)

@@ -419,6 +419,15 @@ func TestDatabaseReadNotes(t *testing.T) {
 	check.True(t, strings.Contains(notes[3], `ignored 1 records for target "cuda -arch=sm_90"`), notes[3])
 	check.Equal(t, db.Records("00ab")[2].Schedule, DefaultSchedule)
 
+	// Another kind of file: no line is a record, the first not JSON.
+	_, err = NewDatabase("cpu").Read("model.onnx", strings.NewReader("\x08\x07\x12\x0bkiln\n{\"workload\":"))
+	check.ErrorIs(t, err, ErrNotDatabase)
+	check.Error(t, err, "model.onnx:1 is not a JSON object")
+	// A file that is all broken records is a database with notes.
+	notes, err = NewDatabase("cpu").Read("db.jsonl", strings.NewReader(`{"workload":`))
+	check.NoError(t, err)
+	check.Equal(t, len(notes), 1)
+
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
 	check.NoError(t, os.WriteFile(a, []byte(good+"\n"), 0o644))
@@ -469,6 +478,10 @@ func FuzzDatabaseRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src string) {
 		db := NewDatabase("cpu")
 		notes, err := db.Read("fuzz", strings.NewReader(src))
+		if errors.Is(err, ErrNotDatabase) {
+			check.Equal(t, db.Len(), 0)
+			return
+		}
 		check.NoError(t, err)
 		for _, n := range notes {
 			check.True(t, strings.HasPrefix(n, "fuzz"), n)
