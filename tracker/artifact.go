@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // artifactRecord is an artifact index entry.
@@ -136,11 +137,11 @@ func (s *Server) evictLocked(keep string) {
 	if len(gone) == 0 {
 		return
 	}
-	dels := make([]change, len(gone))
+	dels := make([]store.Change, len(gone))
 	for i, sha := range gone {
-		dels[i] = deleteRecord(tableArtifacts, sha)
+		dels[i] = store.Delete(store.Artifacts, sha)
 	}
-	durable := s.st.apply(dels...)
+	durable := s.st.Apply(dels...)
 	go func() {
 		if err := <-durable; err != nil {
 			s.log.Error("evict artifacts: index", "err", err)
@@ -165,7 +166,7 @@ func (s *Server) touchArtifactLocked(sha string, now time.Time) {
 	}
 	rec.Used = now
 	s.arti.recs[sha] = rec
-	s.st.apply(putRecord(tableArtifacts, sha, rec))
+	s.st.Apply(store.Put(store.Artifacts, sha, rec))
 }
 
 // hidePaths returns err as a peer may see it: a file operation's error
@@ -187,7 +188,7 @@ func (s *Server) hidePaths(err error) error {
 // artifactSize returns the size of a stored artifact, or an error wrapping
 // ErrNotFound.
 func (s *Server) artifactSize(sha string) (int64, error) {
-	rec, found, err := s.st.artifact(sha)
+	rec, found, err := s.storedArtifact(sha)
 	if err != nil {
 		return 0, fmt.Errorf("artifact %s: read index: %w", sha, err)
 	}
@@ -251,7 +252,7 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 		rec.Created, rec.Owners = old.Created, old.Owners
 	}
 	rec = rec.withOwner(artifactOwner(c))
-	durable := s.st.apply(putRecord(tableArtifacts, name, rec))
+	durable := s.st.Apply(store.Put(store.Artifacts, name, rec))
 	s.arti.add(name, rec)
 	s.evictLocked(name)
 	s.mu.Unlock()

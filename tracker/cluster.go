@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // ClusterConfig runs an embedded etcd member (go.etcd.io/etcd/server/v3/
@@ -198,7 +199,7 @@ func newReplica(cfg Config) (*Server, error) {
 		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: etcdCallTimeout, TLS: cfg.EtcdTLS, Logger: nopZap,
+		Endpoints: endpoints, DialTimeout: store.EtcdCallTimeout, TLS: cfg.EtcdTLS, Logger: nopZap,
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
 	})
 	if err != nil {
@@ -233,7 +234,7 @@ func (r *replica) checkFleet(endpoints []string) error {
 	key := r.prefix + "token-sha256"
 	sum := sha256.Sum256([]byte(r.cfg.Token))
 	hash := hex.EncodeToString(sum[:])
-	ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), store.EtcdCallTimeout)
 	defer cancel()
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", 0)).
 		Then(clientv3.OpPut(key, hash)).Else(clientv3.OpGet(key)).Commit()

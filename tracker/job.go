@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // job is a build job. Its BuildJob never holds the module: module does,
@@ -38,9 +39,9 @@ func (s *Server) persistJobLocked(j *job) <-chan error {
 	rec.Job.Module = ""
 	final := j.State.Final()
 	if final {
-		return s.st.apply(deleteRecord(tableModules, rec.Job.ID), putRecord(tableJobs, rec.Job.ID, rec))
+		return s.st.Apply(store.Delete(store.Modules, rec.Job.ID), store.Put(store.Jobs, rec.Job.ID, rec))
 	}
-	return s.st.apply(putRecord(tableJobs, rec.Job.ID, rec))
+	return s.st.Apply(store.Put(store.Jobs, rec.Job.ID, rec))
 }
 
 // changeJobLocked bumps j's Seq, persists it and wakes its waiters.
@@ -187,11 +188,11 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	j.Class, j.Priority, j.CancelOnDisconnect = a.Class, a.Priority, a.CancelOnDisconnect
 	adoptLocked(j, c)
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
-	var changes []change
+	var changes []store.Change
 	if unbuildable == nil {
-		changes = append(changes, putRecord(tableModules, rec.Job.ID, a.Module))
+		changes = append(changes, store.Put(store.Modules, rec.Job.ID, a.Module))
 	}
-	durable := s.st.apply(append(changes, putRecord(tableMeta, metaNextJob, next), putRecord(tableJobs, rec.Job.ID, rec))...)
+	durable := s.st.Apply(append(changes, store.Put(store.Meta, store.MetaNextJob, next), store.Put(store.Jobs, rec.Job.ID, rec))...)
 	s.mu.Unlock()
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("submit build: persist job: %w", err)
@@ -516,7 +517,7 @@ func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto
 	if rec, ok := s.arti.recs[a.Artifact]; ok && j.Owner != "" {
 		rec = rec.withOwner(j.Owner)
 		s.arti.recs[a.Artifact] = rec
-		owned = s.st.apply(putRecord(tableArtifacts, a.Artifact, rec))
+		owned = s.st.Apply(store.Put(store.Artifacts, a.Artifact, rec))
 	}
 	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
 	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
@@ -608,7 +609,7 @@ func (s *Server) forgetJobLocked(j *job) {
 	delete(s.jobs, j.ID)
 	notify(&j.changed)
 	id := j.ID
-	s.st.apply(deleteRecord(tableModules, id), deleteRecord(tableJobs, id))
+	s.st.Apply(store.Delete(store.Modules, id), store.Delete(store.Jobs, id))
 	s.log.Info("build job forgotten", "job", id, "state", j.State, "finished", finishedAt(j), "retention", s.cfg.JobRetention)
 }
 

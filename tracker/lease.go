@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // lease is a granted lease.
@@ -99,11 +100,11 @@ type leaseRecord struct {
 
 func (s *Server) persistLeaseLocked(l *lease) <-chan error {
 	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted, RequestKey: l.RequestKey}
-	return s.st.apply(putRecord(tableLeases, rec.Lease.ID, rec))
+	return s.st.Apply(store.Put(store.Leases, rec.Lease.ID, rec))
 }
 
 func (s *Server) deleteLeaseLocked(id string) {
-	s.st.apply(deleteRecord(tableLeases, id))
+	s.st.Apply(store.Delete(store.Leases, id))
 }
 
 // enqueueLocked creates a ticket for a and tries to grant it at once.
@@ -373,7 +374,7 @@ func (s *Server) deliverLocked(id string, l *lease) (any, error) {
 	rep := proto.LeaseTicket{Ticket: id, Served: true, Lease: new(l.Lease)}
 	s.mu.Unlock()
 	if durable != nil {
-		if err := s.st.wait(durable); err != nil {
+		if err := s.st.Wait(durable); err != nil {
 			s.mu.Lock()
 			if s.leases[l.ID] == l {
 				s.releaseLocked(l)

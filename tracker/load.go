@@ -1,9 +1,11 @@
 package tracker
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // load restores jobs, leases and the artifact index from the store:
@@ -11,9 +13,13 @@ import (
 // artifacts past the store's limit are evicted.
 func (s *Server) load() error {
 	now := time.Now()
-	snap, err := s.st.load()
+	stored, err := s.st.Load()
 	if err != nil {
 		return err
+	}
+	snap, err := decodeSnapshot(stored)
+	if err != nil {
+		return fmt.Errorf("tracker store: %w", err)
 	}
 	s.nextJob = snap.nextJob
 	var requeue []*job
@@ -40,18 +46,18 @@ func (s *Server) load() error {
 		s.arti.add(sha, rec)
 	}
 	s.results.load(snap.results)
-	var renewed []change
+	var renewed []store.Change
 	for i := range snap.creds {
 		c := &snap.creds[i]
 		if c.Expires.IsZero() {
 			// Written before credentials expired: its life starts now.
 			c.Expires = now.Add(s.cfg.CredentialTTL).UTC()
-			renewed = append(renewed, putRecord(tableCreds, c.NodeID, c))
+			renewed = append(renewed, store.Put(store.Creds, c.NodeID, c))
 		}
 		s.creds.add(c)
 	}
 	if len(renewed) > 0 {
-		s.st.apply(renewed...) // lost, it is done again at the next start
+		s.st.Apply(renewed...) // lost, it is done again at the next start
 	}
 	for _, rec := range snap.leases {
 		if now.After(rec.Lease.Expires) {
@@ -74,12 +80,12 @@ func (s *Server) load() error {
 		s.deleteLeaseLocked(id)
 	}
 	s.evictLocked("") // the limit may have been lowered since the last run
-	var capped []change
+	var capped []store.Change
 	for owner := range s.results.byOwner {
 		capped = append(capped, s.capResultsLocked(owner)...)
 	}
 	if len(capped) > 0 {
-		s.st.apply(capped...)
+		s.st.Apply(capped...)
 	}
 	s.mu.Unlock()
 	if len(s.jobs) > 0 || len(s.leases) > 0 {
@@ -87,3 +93,85 @@ func (s *Server) load() error {
 	}
 	return nil
 }
+
+// snapshot is the store's content decoded into the tracker's records.
+type snapshot struct {
+	nextJob   uint64
+	jobs      []storedJob // in key order
+	artifacts map[string]artifactRecord
+	leases    []leaseRecord
+	creds     []credential
+	results   []proto.Result // in key order
+}
+
+// storedJob is a job's record and, until it is final, its module.
+type storedJob struct {
+	rec    jobRecord
+	module string
+}
+
+// decodeSnapshot decodes every table of a store's snapshot with the
+// store's codec.
+func decodeSnapshot(st store.Snapshot) (snapshot, error) {
+	snap := snapshot{artifacts: map[string]artifactRecord{}}
+	var err error
+	if snap.nextJob, err = st.NextJob(); err != nil {
+		return snap, err
+	}
+	modules := map[string]string{}
+	err = store.Each(st, store.Modules, func(id string, m *string) error {
+		modules[id] = *m
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	err = store.Each(st, store.Jobs, func(_ string, rec *jobRecord) error {
+		snap.jobs = append(snap.jobs, storedJob{rec: *rec, module: modules[rec.Job.ID]})
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	err = store.Each(st, store.Artifacts, func(sha string, rec *artifactRecord) error {
+		snap.artifacts[sha] = *rec
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	err = store.Each(st, store.Leases, func(_ string, rec *leaseRecord) error {
+		snap.leases = append(snap.leases, *rec)
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	err = store.Each(st, store.Creds, func(_ string, c *credential) error {
+		snap.creds = append(snap.creds, *c)
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	snap.results, err = st.Results()
+	return snap, err
+}
+
+// storedArtifact reads an artifact's index record from the store; ok is
+// false when there is none.
+func (s *Server) storedArtifact(sha string) (rec artifactRecord, ok bool, err error) {
+	b, ok, err := s.st.Get(store.Artifacts, sha)
+	if err != nil || !ok {
+		return rec, false, err
+	}
+	if err := store.Decode(b, &rec); err != nil {
+		return rec, false, fmt.Errorf("artifact record %s: %w", sha, err)
+	}
+	return rec, true, nil
+}
+
+// writable returns nil while the store takes writes; otherwise an error
+// wrapping proto.ErrUnavailable, which clients take as "try again", so
+// that no new lease or build job is accepted that could not be kept.
+func (s *Server) writable() error { return s.st.Ready() }

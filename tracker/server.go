@@ -18,6 +18,7 @@ import (
 
 	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // Server is a tracker. New opens its store and listeners; Run serves until
@@ -25,7 +26,7 @@ import (
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	st    stateStore
+	st    store.Backend
 	blobs blobStore // the artifacts' bytes
 	rpc   *proto.Server
 
@@ -82,10 +83,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.replicated() {
 		return newReplica(cfg)
 	}
-	return newServer(cfg, nil, func(s *Server) (stateStore, error) {
-		return openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
-			synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
-			checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
+	return newServer(cfg, nil, func(s *Server) (store.Backend, error) {
+		return store.OpenBolt(filepath.Join(cfg.DataDir, "tracker.db"), store.Hooks{
+			Synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
+			Checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
 		})
 	})
 }
@@ -93,7 +94,7 @@ func New(cfg Config) (*Server, error) {
 // newServer builds a tracker over the store open returns. It binds the
 // configured listeners, or, with ho (a replica's term as leader), serves
 // the connections ho hands it.
-func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)) (*Server, error) {
+func newServer(cfg Config, ho *handoff, open func(s *Server) (store.Backend, error)) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		log:        cfg.Logger,
@@ -129,7 +130,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 	if cfg.UsersFile != "" {
 		s.users = &users{path: cfg.UsersFile}
 		if _, err := s.users.load(); err != nil {
-			st.close()
+			st.Close()
 			return nil, err
 		}
 	}
@@ -137,7 +138,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		s.log.Warn("the shared fleet token (--token-file) admits any role and acts as administrator; give nodes join tokens (kiln token create --role device|compiler --ttl 1h) and users named tokens (see docs/security.md)")
 	}
 	if err := s.load(); err != nil {
-		st.close()
+		st.Close()
 		return nil, fmt.Errorf("load tracker state: %w", err)
 	}
 	if ho != nil {
@@ -147,7 +148,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		}
 	} else if err := s.listen(); err != nil {
 		s.closeListeners()
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	scfg := proto.ServerConfig{
@@ -335,7 +336,7 @@ func (s *Server) shutdown() error {
 			s.dropTicketLocked(t, fmt.Errorf("lease request %s: tracker is shutting down: %w", t.id, proto.ErrUnavailable))
 		}
 		s.mu.Unlock()
-		s.closeErr = s.st.close()
+		s.closeErr = s.st.Close()
 	})
 	return s.closeErr
 }

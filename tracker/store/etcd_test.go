@@ -1,8 +1,9 @@
-package tracker
+package store
 
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -12,9 +13,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"github.com/kiln-ml/kiln/internal/check"
 )
+
+// guard bounds every wait in these tests.
+const guard = 20 * time.Second
 
 // The tests that need etcd share one single-member embedded etcd,
 // started by the first of them and stopped after the last; each works
@@ -57,15 +62,31 @@ func etcdURL(t testing.TB) string {
 			return
 		}
 		testEtcd.dir = dir
-		c := ClusterConfig{
-			Name:      "t",
-			Peers:     "t=http://127.0.0.1:" + freePort(t),
-			ClientURL: "http://127.0.0.1:" + freePort(t),
-			Dir:       dir,
-			noFsync:   true,
+		cfg := embed.NewConfig()
+		cfg.Name, cfg.Dir, cfg.UnsafeNoFsync = "t", dir, true
+		peer, err := url.Parse("http://127.0.0.1:" + freePort(t))
+		if err != nil {
+			testEtcd.err = err
+			return
 		}
-		testEtcd.e, testEtcd.err = startMember(c, dir, guard)
-		testEtcd.url = c.ClientURL
+		client, _ := url.Parse("http://127.0.0.1:" + freePort(t))
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+		cfg.InitialCluster = "t=" + peer.String()
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		e, err := embed.StartEtcd(cfg)
+		if err != nil {
+			testEtcd.err = err
+			return
+		}
+		select {
+		case <-e.Server.ReadyNotify():
+		case <-time.After(guard):
+			e.Close()
+			testEtcd.err = fmt.Errorf("etcd not ready within %v", guard)
+			return
+		}
+		testEtcd.e, testEtcd.url = e, client.String()
 	})
 	check.NoError(t, testEtcd.err, "embedded etcd")
 	return testEtcd.url
@@ -75,7 +96,7 @@ func etcdURL(t testing.TB) string {
 // test ends.
 func etcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: nopZap})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: zap.NewNop()})
 	check.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -91,34 +112,35 @@ func etcdPrefix(name string) string {
 func TestEtcdFence(t *testing.T) {
 	cli := etcdClient(t)
 	prefix := etcdPrefix("fence")
-	ctx := testCtx(t)
+	ctx := t.Context()
 	_, err := cli.Put(ctx, prefix+"leader", "me")
 	check.NoError(t, err)
 	resp, err := cli.Get(ctx, prefix+"leader")
 	check.NoError(t, err)
 	rev := resp.Kvs[0].CreateRevision
-	st := openEtcdStore(cli, prefix+"s/", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(prefix+"leader"), "=", rev)}, storeHooks{})
-	defer st.close()
-	check.NoError(t, st.wait(st.apply(putRecord(tableLeases, "l-1", leaseRecord{User: "a"}))))
-	check.NoError(t, st.probe(ctx))
-	check.NoError(t, st.ready())
+	st := OpenEtcd(cli, prefix+"s/", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(prefix+"leader"), "=", rev)}, Hooks{})
+	defer st.Close()
+	check.NoError(t, st.Wait(st.Apply(Put(Leases, "l-1", leaseRecord{User: "a"}))))
+	check.NoError(t, st.Probe(ctx))
+	check.NoError(t, st.Ready())
 
 	// Another replica takes over: the key is made again.
 	_, err = cli.Delete(ctx, prefix+"leader")
 	check.NoError(t, err)
 	_, err = cli.Put(ctx, prefix+"leader", "other")
 	check.NoError(t, err)
-	err = st.wait(st.apply(putRecord(tableLeases, "l-2", leaseRecord{User: "b"})))
-	check.ErrorIs(t, err, errFenced)
+	err = st.Wait(st.Apply(Put(Leases, "l-2", leaseRecord{User: "b"})))
+	check.ErrorIs(t, err, ErrFenced)
 	select {
-	case <-st.fencedCh():
+	case <-st.Fenced():
 	case <-time.After(guard):
 		t.Fatal("fenced channel not closed")
 	}
-	check.ErrorIs(t, st.ready(), errFenced)
-	check.ErrorIs(t, st.wait(st.apply(deleteRecord(tableLeases, "l-1"))), errFenced)
-	snap, err := openEtcdStore(cli, prefix+"s/", nil, storeHooks{}).load()
+	check.ErrorIs(t, st.Ready(), ErrFenced)
+	check.ErrorIs(t, st.Wait(st.Apply(Delete(Leases, "l-1"))), ErrFenced)
+	snap, err := OpenEtcd(cli, prefix+"s/", nil, Hooks{}).Load()
 	check.NoError(t, err)
-	check.Equal(t, len(snap.leases), 1)
-	check.Equal(t, snap.leases[0].User, "a")
+	ls := leases(t, snap)
+	check.Equal(t, len(ls), 1)
+	check.Equal(t, ls[0].User, "a")
 }
