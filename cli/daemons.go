@@ -43,9 +43,12 @@ With --store etcd://h1:2379,h2:2379,h3:2379 the state lives in etcd and
 several trackers given the same store and token are replicas of one tracker:
 one is elected to lead and serves; the others accept every connection (kiln
 and TVM protocols) and forward it to the leader; when the leader dies another
-takes over within about two seconds, from etcd's state. --cluster-name and
+takes over within about two seconds, from etcd's state; a store reached over
+plain http is refused unless --store-insecure. --cluster-name and
 --cluster-peers run an embedded etcd member beside each tracker instead, so
-three trackers form their own etcd cluster.
+three trackers form their own etcd cluster; its peer and client URLs speak
+mutual TLS only (https; the peers' CA is derived from the fleet token unless
+--tls-cert, --tls-key and --tls-client-ca are given).
 
 --tvm-listen opens a second listener speaking Apache TVM's tracker protocol,
 so TVM's rpc servers and tuning runners can use this tracker unchanged (that
@@ -55,7 +58,7 @@ Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
    kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --store etcd://h1:2379,h2:2379,h3:2379
-   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=http://h1:2380,b=http://h2:2380,c=http://h3:2380
+   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=https://h1:2380,b=https://h2:2380,c=https://h3:2380
    kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9190", Usage: "address of the kiln protocol listener"},

@@ -99,6 +99,9 @@ type Config struct {
 	// doc). EtcdTLS, when set, secures the connections to etcd.
 	Store   string
 	EtcdTLS *tls.Config
+	// StoreInsecure lets Store be reached without EtcdTLS, over plain
+	// http (New refuses that otherwise); the tracker then warns.
+	StoreInsecure bool
 	// Cluster, when set, runs an embedded etcd member in this process;
 	// without Store the tracker uses it as its store.
 	Cluster *ClusterConfig

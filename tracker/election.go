@@ -14,7 +14,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -34,11 +33,12 @@ type replica struct {
 	cfg        Config
 	log        *slog.Logger
 	cli        *clientv3.Client
-	member     *embed.Etcd // nil without an embedded member
+	member     *member // nil without an embedded member
 	memberOnce sync.Once
 	prefix     string // the keys of this fleet: prefix+"state/", prefix+"election/"
 	self       leaderInfo
 	fwd        proxies
+	leaseKey   []byte // makes lease tokens (see leasetoken.go)
 
 	mu     sync.Mutex
 	leader leaderInfo // the leader as last observed
@@ -324,6 +324,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	var st *store.Etcd
 	t0 := time.Now()
 	srv, err := newServer(cfg, ho, func(s *Server) (store.Backend, error) {
+		s.leaseKey = r.leaseKey
 		st = store.OpenEtcd(r.cli, r.prefix+"state/", fence, store.Hooks{
 			Synced: func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
 		})

@@ -5,12 +5,12 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -20,7 +20,7 @@ import (
 // under a key prefix of its own.
 var testEtcd struct {
 	once sync.Once
-	e    *embed.Etcd
+	e    *member
 	url  string
 	dir  string
 	err  error
@@ -58,12 +58,12 @@ func etcdURL(t testing.TB) string {
 		testEtcd.dir = dir
 		c := ClusterConfig{
 			Name:      "t",
-			Peers:     "t=http://127.0.0.1:" + freePort(t),
-			ClientURL: "http://127.0.0.1:" + freePort(t),
+			Peers:     "t=https://127.0.0.1:" + freePort(t),
+			ClientURL: "https://127.0.0.1:" + freePort(t),
 			Dir:       dir,
 			noFsync:   true,
 		}
-		testEtcd.e, testEtcd.err = startMember(c, dir, guard)
+		testEtcd.e, testEtcd.err = startMember(c, dir, "", guard, nil)
 		testEtcd.url = c.ClientURL
 	})
 	check.NoError(t, testEtcd.err, "embedded etcd")
@@ -74,7 +74,7 @@ func etcdURL(t testing.TB) string {
 // test ends.
 func etcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: nopZap})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: nopZap, TLS: testEtcd.e.clientTLS})
 	check.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -83,4 +83,24 @@ func etcdClient(t testing.TB) *clientv3.Client {
 // etcdPrefix returns a key prefix no other test uses.
 func etcdPrefix(name string) string {
 	return fmt.Sprintf("/test/%s-%d/", name, testEtcd.seq.Add(1))
+}
+
+// etcdStoreConfig points cfg at the shared etcd member as an external
+// store, with the member's client certificate.
+func etcdStoreConfig(t testing.TB, cfg *Config) {
+	cfg.Store = "etcd://" + strings.TrimPrefix(etcdURL(t), "https://")
+	cfg.EtcdTLS = testEtcd.e.clientTLS
+}
+
+// peerPKI writes a CA and a certificate for 127.0.0.1 it signed into a
+// directory of the test's, for embedded members' peer traffic, and
+// returns a function that sets them in a member's config.
+func peerPKI(t testing.TB) func(c *ClusterConfig) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caFile, err := localCA(dir, "ca", "test peers CA")
+	check.NoError(t, err)
+	cert, key, err := ca.issueFiles(dir, "peer", "test peer", []string{"127.0.0.1"})
+	check.NoError(t, err)
+	return func(c *ClusterConfig) { c.CertFile, c.KeyFile, c.CAFile = cert, key, caFile }
 }

@@ -24,6 +24,7 @@ func (s *Server) load() error {
 	s.nextJob = snap.nextJob
 	var requeue []*job
 	var expired []string
+	var rehashed []*lease
 	for _, sj := range snap.jobs {
 		j := &job{BuildJob: sj.rec.Job, queuedAt: sj.rec.QueuedAt, changed: make(chan struct{})}
 		if !j.State.Final() {
@@ -64,9 +65,16 @@ func (s *Server) load() error {
 			expired = append(expired, rec.Lease.ID)
 			continue
 		}
-		l := &lease{Lease: rec.Lease, User: rec.User, Granted: rec.Granted, RequestKey: rec.RequestKey}
+		l := &lease{Lease: rec.Lease, tokenHash: rec.TokenHash, User: rec.User, Granted: rec.Granted, RequestKey: rec.RequestKey}
+		if l.tokenHash == "" {
+			// Written when leases were stored with their token in clear:
+			// it is hashed, and the record written again without it.
+			l.tokenHash = tokenHash(l.Token)
+			rehashed = append(rehashed, l)
+		}
+		s.restoreLeaseToken(l)
 		s.leases[l.ID] = l
-		s.byToken[l.Token] = l
+		s.byToken[l.tokenHash] = l
 		if l.RequestKey != "" {
 			s.byRequest[idemKey{l.User, l.RequestKey}] = l
 		}
@@ -78,6 +86,9 @@ func (s *Server) load() error {
 	}
 	for _, id := range expired {
 		s.deleteLeaseLocked(id)
+	}
+	for _, l := range rehashed {
+		s.persistLeaseLocked(l) // lost, it is done again at the next start
 	}
 	s.evictLocked("") // the limit may have been lowered since the last run
 	var capped []store.Change

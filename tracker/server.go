@@ -39,7 +39,9 @@ type Server struct {
 	queues  map[string]*queue
 	tickets map[string]*ticket
 	leases  map[string]*lease // by id
-	byToken map[string]*lease
+	byToken map[string]*lease // by the token's sha256 (tokenHash)
+	// leaseKey makes lease tokens from lease ids (see leasetoken.go).
+	leaseKey []byte
 	// byRequest holds the leases granted to requests with a RequestKey.
 	byRequest map[idemKey]*lease
 	jobs      map[string]*job
@@ -84,6 +86,10 @@ func New(cfg Config) (*Server, error) {
 		return newReplica(cfg)
 	}
 	return newServer(cfg, nil, func(s *Server) (store.Backend, error) {
+		var err error
+		if s.leaseKey, err = fileLeaseKey(cfg.DataDir); err != nil {
+			return nil, err
+		}
 		return store.OpenBolt(filepath.Join(cfg.DataDir, "tracker.db"), store.Hooks{
 			Synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
 			Checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
