@@ -147,13 +147,14 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 			s.mu.Unlock()
 		}()
 	}
-	queued, queuedBytes, mine := 0, int64(0), 0
+	queued, queuedBytes, mine, mineBytes := 0, int64(0), 0, int64(0)
 	for _, q := range s.jobs {
 		if q.State == proto.JobQueued {
 			queued++
 			queuedBytes += int64(len(q.module))
 			if owner != "" && q.Owner == owner {
 				mine++
+				mineBytes += int64(len(q.module))
 			}
 		}
 	}
@@ -161,6 +162,10 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	case owner != "" && mine >= s.cfg.MaxQueuedJobsPerUser:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("submit build: user %q has %d jobs queued, the limit per user (--max-queued-jobs-per-user); try again when some have been built: %w", owner, mine, proto.ErrBusy)
+	case owner != "" && mineBytes+int64(len(a.Module)) > s.cfg.MaxQueuedBytesPerUser:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("submit build: user %q's queued modules hold %d bytes; %d more would pass the limit per user of %d (--max-queued-bytes-per-user); try again when some have been built: %w",
+			owner, mineBytes, len(a.Module), s.cfg.MaxQueuedBytesPerUser, proto.ErrBusy)
 	case queued >= s.cfg.MaxQueuedJobs:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("submit build: %d jobs are queued, the tracker's limit (--max-queued-jobs); try again when some have been built: %w", queued, proto.ErrBusy)
@@ -516,8 +521,9 @@ func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto
 	var owned <-chan error
 	if rec, ok := s.arti.recs[a.Artifact]; ok && j.Owner != "" {
 		rec = rec.withOwner(j.Owner)
-		s.arti.recs[a.Artifact] = rec
+		s.arti.add(a.Artifact, rec) // now charged to the job's owner
 		owned = s.st.Apply(store.Put(store.Artifacts, a.Artifact, rec))
+		s.evictLocked(a.Artifact)
 	}
 	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
 	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
