@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -211,7 +212,7 @@ func newReplica(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
-	r := &replica{s: s, cfg: cfg, log: cfg.Logger, prefix: etcdKeyPrefix, leaseKey: replicaLeaseKey(cfg.Token)}
+	r := &replica{s: s, cfg: cfg, log: cfg.Logger, prefix: cmp.Or(cfg.etcdPrefix, etcdKeyPrefix), leaseKey: replicaLeaseKey(cfg.Token)}
 	var endpoints []string
 	var etcdTLS *tls.Config
 	if cfg.Cluster != nil {

@@ -126,6 +126,10 @@ type Config struct {
 	ElectionTTL time.Duration
 	// Logger receives the tracker's logs (slog.Default() when nil).
 	Logger *slog.Logger
+
+	// etcdPrefix is where a replica's keys live in etcd (default
+	// etcdKeyPrefix; tests sharing one etcd give each its own).
+	etcdPrefix string
 }
 
 func (c *Config) setDefaults() error {

@@ -90,6 +90,7 @@ func etcdPrefix(name string) string {
 func etcdStoreConfig(t testing.TB, cfg *Config) {
 	cfg.Store = "etcd://" + strings.TrimPrefix(etcdURL(t), "https://")
 	cfg.EtcdTLS = testEtcd.e.clientTLS
+	cfg.etcdPrefix = etcdPrefix("replica")
 }
 
 // peerPKI writes a CA and a certificate for 127.0.0.1 it signed into a

@@ -28,7 +28,18 @@ func (s *Server) load() error {
 	for _, sj := range snap.jobs {
 		j := &job{BuildJob: sj.rec.Job, queuedAt: sj.rec.QueuedAt, changed: make(chan struct{})}
 		if !j.State.Final() {
-			j.module = sj.module
+			// Its module is in the module store, or in the modules
+			// table, read back when the job is taken; only an
+			// onnx-artifact job's (a digest) stays in memory.
+			j.moduleKey, j.moduleSize = sj.rec.ModuleKey, sj.rec.ModuleSize
+			if j.moduleKey == "" && sj.hasModule {
+				j.moduleSize = int64(len(sj.module))
+				if j.Format == "onnx-artifact" {
+					j.module = sj.module
+				} else {
+					j.moduleStored = true
+				}
+			}
 		}
 		if j.State == proto.JobRunning {
 			requeue = append(requeue, j)
@@ -115,10 +126,12 @@ type snapshot struct {
 	results   []proto.Result // in key order
 }
 
-// storedJob is a job's record and, until it is final, its module.
+// storedJob is a job's record and, until it is final, its module when
+// the modules table holds it.
 type storedJob struct {
-	rec    jobRecord
-	module string
+	hasModule bool
+	rec       jobRecord
+	module    string
 }
 
 // decodeSnapshot decodes every table of a store's snapshot with the
@@ -138,7 +151,8 @@ func decodeSnapshot(st store.Snapshot) (snapshot, error) {
 		return snap, err
 	}
 	err = store.Each(st, store.Jobs, func(_ string, rec *jobRecord) error {
-		snap.jobs = append(snap.jobs, storedJob{rec: *rec, module: modules[rec.Job.ID]})
+		m, ok := modules[rec.Job.ID]
+		snap.jobs = append(snap.jobs, storedJob{rec: *rec, module: m, hasModule: ok})
 		return nil
 	})
 	if err != nil {

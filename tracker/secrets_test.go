@@ -96,14 +96,14 @@ func TestStoreHoldsNoSecrets(t *testing.T) {
 		r := startTracker(t, cfg)
 		eventually(t, "the replica leads", func() bool { return r.rep.currentTerm() != nil && r.Ready() == nil })
 		secrets, _, _ := fleetSecrets(t, r.Addr(), cfg.UsersFile)
-		resp, err := etcdClient(t).Get(testCtx(t), "", clientv3.WithPrefix())
+		resp, err := etcdClient(t).Get(testCtx(t), "", clientv3.WithPrefix()) // every key, not only this fleet's
 		check.NoError(t, err)
 		var dump bytes.Buffer
 		for _, kv := range resp.Kvs {
 			dump.Write(kv.Key)
 			dump.Write(kv.Value)
 		}
-		check.True(t, bytes.Contains(dump.Bytes(), []byte(etcdKeyPrefix+"state/leases/")), "no lease was stored")
+		check.True(t, bytes.Contains(dump.Bytes(), []byte(cfg.etcdPrefix+"state/leases/")), "no lease was stored")
 		noSecretIn(t, "etcd", dump.Bytes(), secrets)
 	})
 }

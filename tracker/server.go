@@ -24,11 +24,12 @@ import (
 // Server is a tracker. New opens its store and listeners; Run serves until
 // its context is cancelled; Close (or the end of Run) stops it.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	st    store.Backend
-	blobs blobStore // the artifacts' bytes
-	rpc   *proto.Server
+	cfg     Config
+	log     *slog.Logger
+	st      store.Backend
+	blobs   blobStore // the artifacts' bytes
+	modules blobStore // queued and running jobs' module texts (see module.go)
+	rpc     *proto.Server
 
 	ln, tvmLn, metricsLn net.Listener
 	httpSrv              *http.Server
@@ -128,6 +129,9 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (store.Backend, err
 		return nil, err
 	}
 	s.blobs = blobs
+	if s.modules, err = blobs.sub("modules"); err != nil {
+		return nil, err
+	}
 	st, err := open(s)
 	if err != nil {
 		return nil, fmt.Errorf("open tracker store: %w", err)
