@@ -8,18 +8,6 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-func sampleResult(fn, label string, xs ...float64) proto.Result {
-	return proto.Result{
-		Label: label, Source: proto.ResultSourceBench, Function: fn, Target: "cpu",
-		Artifact: "ab12", DeviceKey: "cpu", NodeID: "device-1", KilnVersion: "v1.2.3",
-		DeviceAttrs: proto.NodeAttrs{DeviceTypes: []string{"cpu"}, CPUFeatures: []string{"avx2"}, CPUCores: 8},
-		Inputs:      []string{"A:float32[256]"},
-		Time: proto.TimeResult{Results: xs, Median: xs[len(xs)/2], Number: 10,
-			Report: &proto.TimeReport{Verdict: proto.VerdictNoisy, Reason: "too few samples", N: len(xs), Machine: proto.MachineState{CPUs: 8}}},
-		Kernels: []proto.KernelTime{{Name: "fused_add", Results: xs}},
-	}
-}
-
 // TestResultsStoreRoundTrip: results written to either store, and deleted
 // from it, read back as they were after a reopen.
 func TestResultsStoreRoundTrip(t *testing.T) {
@@ -29,10 +17,11 @@ func TestResultsStoreRoundTrip(t *testing.T) {
 			st, err := open()
 			check.NoError(t, err)
 			now := time.Now().UTC().Truncate(time.Millisecond)
-			r1 := sampleResult("vadd", "pr-1", 1e-3, 2e-3, 3e-3)
-			r1.ID, r1.Owner, r1.Recorded, r1.Shared = "r-1", "alice", now, true
-			r2 := sampleResult("matmul", "", 5e-3)
-			r2.ID, r2.Owner, r2.Recorded = "r-2", "bob", now
+			r1 := proto.Result{ID: "r-1", Owner: "alice", Recorded: now, Shared: true, Label: "pr-1", Function: "vadd",
+				DeviceAttrs: proto.NodeAttrs{CPUFeatures: []string{"avx2"}}, Inputs: []string{"A:float32[256]"},
+				Time:    proto.TimeResult{Results: []float64{1e-3, 2e-3, 3e-3}, Report: &proto.TimeReport{Machine: proto.MachineState{CPUs: 8}}},
+				Kernels: []proto.KernelTime{{Name: "fused_add", Results: []float64{1e-3}}}}
+			r2 := proto.Result{ID: "r-2", Owner: "bob", Recorded: now, Function: "matmul", Time: proto.TimeResult{Results: []float64{5e-3}}}
 			check.NoError(t, st.Wait(st.Apply(PutResult(&r1), PutResult(&r2), Put(Results, "r-3", &r2))))
 			check.NoError(t, st.Wait(st.Apply(DeleteResult("r-3"))))
 			check.NoError(t, st.Close())
