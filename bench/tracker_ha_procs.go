@@ -186,8 +186,8 @@ func startCluster(bin, dir string, n int, common []string) ([]*trackerProc, stri
 		name := fmt.Sprintf("t%d", i)
 		names = append(names, name)
 		listens = append(listens, addrs[0])
-		peers = append(peers, name+"=http://"+addrs[1])
-		clients = append(clients, "http://"+addrs[2])
+		peers = append(peers, name+"=https://"+addrs[1]) // members speak mutual TLS only
+		clients = append(clients, "https://"+addrs[2])
 	}
 	var procs []*trackerProc
 	for i := range n {

@@ -43,9 +43,12 @@ With --store etcd://h1:2379,h2:2379,h3:2379 the state lives in etcd and
 several trackers given the same store and token are replicas of one tracker:
 one is elected to lead and serves; the others accept every connection (kiln
 and TVM protocols) and forward it to the leader; when the leader dies another
-takes over within about two seconds, from etcd's state. --cluster-name and
+takes over within about two seconds, from etcd's state; a store reached over
+plain http is refused unless --store-insecure. --cluster-name and
 --cluster-peers run an embedded etcd member beside each tracker instead, so
-three trackers form their own etcd cluster.
+three trackers form their own etcd cluster; its peer and client URLs speak
+mutual TLS only (https; the peers' CA is derived from the fleet token unless
+--tls-cert, --tls-key and --tls-client-ca are given).
 
 --tvm-listen opens a second listener speaking Apache TVM's tracker protocol,
 so TVM's rpc servers and tuning runners can use this tracker unchanged (that
@@ -55,7 +58,7 @@ Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
    kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --store etcd://h1:2379,h2:2379,h3:2379
-   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=http://h1:2380,b=http://h2:2380,c=http://h3:2380
+   kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=https://h1:2380,b=https://h2:2380,c=https://h3:2380
    kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9190", Usage: "address of the kiln protocol listener"},
@@ -69,13 +72,15 @@ Examples:
 			&ucli.IntFlag{Name: "max-queued-jobs-per-user", Value: 64, Usage: "build jobs one named user (--users-file) may have queued at once"},
 			&ucli.IntFlag{Name: "max-results-per-user", Value: 10000, Usage: "results one user may keep in the results store (kiln results); recording past it evicts their oldest"},
 			&ucli.Int64Flag{Name: "max-queued-bytes", Value: 512 << 20, Usage: "bytes of module text the queued jobs may hold (they are kept in memory)"},
+			&ucli.Int64Flag{Name: "max-queued-bytes-per-user", Usage: "bytes of module text one named user's queued jobs may hold (default a quarter of --max-queued-bytes)"},
 			&ucli.DurationFlag{Name: "max-job-queue-timeout", Value: 24 * time.Hour, Usage: "longest a build job may ask to wait in the queue"},
 			&ucli.DurationFlag{Name: "max-job-run-timeout", Value: time.Hour, Usage: "longest a build job may ask to run on a compiler node"},
 			&ucli.StringFlag{Name: "users-file", Usage: "file of named user tokens (clients), join tokens and node revocations (kiln token); re-read when it changes. A node presents a join token once and gets its own credential, bound to its node id and role"},
 			&ucli.DurationFlag{Name: "credential-ttl", Value: 30 * 24 * time.Hour, Usage: "how long a node credential admits its node after its last use (a hello or heartbeat renews it); past it the node must join again"},
 			&ucli.DurationFlag{Name: "job-orphan-grace", Value: 30 * time.Second, Usage: "how long a queued build job submitted to be cancelled with its client (kiln tune's candidates) outlives its client's connection before it is cancelled, unless the client waits for it again"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
-			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
+			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it, from owners over an equal share of it only"},
+			&ucli.Int64Flag{Name: "max-artifact-bytes-per-user", Usage: "one owner's share of the artifact store (default a quarter of --max-artifact-bytes): past it, their own least recently used artifacts are evicted; uploads in flight count against it"},
 			insecureFlag(),
 		}, append(listenFlags(), trackerHAFlags()...)...),
 		OnUsageError: usageError,
@@ -97,9 +102,10 @@ func runTracker(c *ucli.Context) error {
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
-		MaxQueuedJobsPerUser: c.Int("max-queued-jobs-per-user"),
-		MaxResultsPerUser:    c.Int("max-results-per-user"),
-		MaxJobQueueTimeout:   c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
+		MaxQueuedJobsPerUser: c.Int("max-queued-jobs-per-user"), MaxQueuedBytesPerUser: c.Int64("max-queued-bytes-per-user"),
+		MaxArtifactBytesPerUser: c.Int64("max-artifact-bytes-per-user"),
+		MaxResultsPerUser:       c.Int("max-results-per-user"),
+		MaxJobQueueTimeout:      c.Duration("max-job-queue-timeout"), MaxJobRunTimeout: c.Duration("max-job-run-timeout"),
 		JobRetention: c.Duration("job-retention"), JobOrphanGrace: c.Duration("job-orphan-grace"), MaxArtifactBytes: c.Int64("max-artifact-bytes"),
 		UsersFile: c.String("users-file"), CredentialTTL: c.Duration("credential-ttl"),
 	}

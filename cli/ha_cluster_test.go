@@ -39,8 +39,8 @@ func startClusterTrackers(t *testing.T, f *procFleet, n int) *clusterTrackers {
 	for i := range n {
 		c.names = append(c.names, fmt.Sprintf("t%d", i))
 		listens = append(listens, freeAddr(t))
-		peers = append(peers, c.names[i]+"=http://"+freeAddr(t))
-		clients = append(clients, "http://"+freeAddr(t))
+		peers = append(peers, c.names[i]+"=https://"+freeAddr(t))
+		clients = append(clients, "https://"+freeAddr(t))
 	}
 	for i := range n {
 		args := []string{"tracker", "--listen", listens[i], "--advertise", listens[i],

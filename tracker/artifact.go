@@ -10,9 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // artifactRecord is an artifact index entry.
@@ -75,26 +77,51 @@ func (s *Server) mayReadArtifactLocked(c *proto.Conn, sha string) bool {
 
 // artIndex is the artifact store's accounting, guarded by Server.mu: each
 // artifact's size and last use, for the least-recently-used eviction that
-// keeps the store within MaxArtifactBytes.
+// keeps the store within MaxArtifactBytes, and the bytes charged to each
+// owner (stored, and uploads in flight), for their shares of it.
 type artIndex struct {
-	recs  map[string]artifactRecord
-	bytes int64
+	recs    map[string]artifactRecord
+	bytes   int64
+	byOwner map[string]int64 // stored bytes by charge (see charge)
+	// inflight and inflightBy are the bytes of uploads being received.
+	inflight   int64
+	inflightBy map[string]int64
+}
+
+// charge is the owner an artifact's bytes count against: its first named
+// user (a compiler node's upload counts against the user whose job it
+// built, once the job is done), else its first owner, else "" (an
+// administrator's, or a record from before artifacts had owners).
+func (rec artifactRecord) charge() string {
+	for _, o := range rec.Owners {
+		if !strings.HasPrefix(o, nodePrefix) {
+			return o
+		}
+	}
+	if len(rec.Owners) > 0 {
+		return rec.Owners[0]
+	}
+	return ""
 }
 
 func (x *artIndex) add(sha string, rec artifactRecord) {
-	if old, ok := x.recs[sha]; ok {
-		x.bytes -= old.Size
-	}
+	x.remove(sha)
 	if x.recs == nil {
 		x.recs = map[string]artifactRecord{}
+		x.byOwner = map[string]int64{}
 	}
 	x.recs[sha] = rec
 	x.bytes += rec.Size
+	x.byOwner[rec.charge()] += rec.Size
 }
 
 func (x *artIndex) remove(sha string) {
 	if old, ok := x.recs[sha]; ok {
 		x.bytes -= old.Size
+		o := old.charge()
+		if x.byOwner[o] -= old.Size; x.byOwner[o] <= 0 {
+			delete(x.byOwner, o)
+		}
 		delete(x.recs, sha)
 	}
 }
@@ -107,13 +134,45 @@ func (rec artifactRecord) lastUse() time.Time {
 	return rec.Used
 }
 
-// evictLocked removes least-recently-used artifacts other than keep until
-// the store holds at most MaxArtifactBytes. Their index entries go in one
+// reserveUploadLocked counts an upload of size bytes by owner against the
+// store and the owner's share before its first byte is received, so that
+// uploads in flight cannot hold more than the store takes; release gives
+// the reservation back.
+func (s *Server) reserveUploadLocked(sha, owner string, size int64) (release func(), err error) {
+	x := &s.arti
+	switch {
+	case owner != "" && size > s.cfg.MaxArtifactBytesPerUser:
+		return nil, fmt.Errorf("upload artifact %s: %d bytes is over one owner's share of the artifact store, %d bytes (--max-artifact-bytes-per-user): %w",
+			sha, size, s.cfg.MaxArtifactBytesPerUser, proto.ErrTooLarge)
+	case x.inflight+size > s.cfg.MaxArtifactBytes:
+		return nil, fmt.Errorf("upload artifact %s: uploads in flight hold %d bytes; %d more would pass the artifact store's limit of %d bytes (--max-artifact-bytes); try again: %w",
+			sha, x.inflight, size, s.cfg.MaxArtifactBytes, proto.ErrBusy)
+	case owner != "" && x.inflightBy[owner]+size > s.cfg.MaxArtifactBytesPerUser:
+		return nil, fmt.Errorf("upload artifact %s: %q's uploads in flight hold %d bytes; %d more would pass one owner's share of %d bytes (--max-artifact-bytes-per-user); try again when they are done: %w",
+			sha, owner, x.inflightBy[owner], size, s.cfg.MaxArtifactBytesPerUser, proto.ErrBusy)
+	}
+	if x.inflightBy == nil {
+		x.inflightBy = map[string]int64{}
+	}
+	x.inflight += size
+	x.inflightBy[owner] += size
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		x.inflight -= size
+		if x.inflightBy[owner] -= size; x.inflightBy[owner] <= 0 {
+			delete(x.inflightBy, owner)
+		}
+	}, nil
+}
+
+// evictLocked evicts least-recently-used artifacts other than keep: an
+// owner's own past their share (MaxArtifactBytesPerUser), then, while
+// the store holds more than MaxArtifactBytes, those of owners that hold
+// more than an equal share of it (one owner's uploads never evict an
+// artifact of an owner within theirs). Their index entries go in one
 // write; their files are removed once it is durable.
 func (s *Server) evictLocked(keep string) {
-	if s.arti.bytes <= s.cfg.MaxArtifactBytes {
-		return
-	}
 	shas := make([]string, 0, len(s.arti.recs))
 	for sha := range s.arti.recs {
 		if sha != keep {
@@ -124,23 +183,38 @@ func (s *Server) evictLocked(keep string) {
 		return s.arti.recs[a].lastUse().Compare(s.arti.recs[b].lastUse())
 	})
 	var gone []string
+	evict := func(sha, why string) {
+		rec := s.arti.recs[sha]
+		s.log.Info("artifact evicted", "sha256", sha, "size", rec.Size, "owner", rec.charge(), "last_used", rec.lastUse(), "why", why,
+			"store_bytes", s.arti.bytes, "limit", s.cfg.MaxArtifactBytes, "owner_bytes", s.arti.byOwner[rec.charge()], "owner_limit", s.cfg.MaxArtifactBytesPerUser)
+		s.arti.remove(sha)
+		gone = append(gone, sha)
+	}
+	for _, sha := range shas {
+		if o := s.arti.recs[sha].charge(); o != "" && s.arti.byOwner[o] > s.cfg.MaxArtifactBytesPerUser {
+			evict(sha, "its owner's share is full")
+		}
+	}
 	for _, sha := range shas {
 		if s.arti.bytes <= s.cfg.MaxArtifactBytes {
 			break
 		}
-		s.log.Info("artifact evicted", "sha256", sha, "size", s.arti.recs[sha].Size, "last_used", s.arti.recs[sha].lastUse(),
-			"store_bytes", s.arti.bytes, "limit", s.cfg.MaxArtifactBytes)
-		s.arti.remove(sha)
-		gone = append(gone, sha)
+		rec, ok := s.arti.recs[sha]
+		if !ok {
+			continue
+		}
+		if fair := s.cfg.MaxArtifactBytes / int64(max(1, len(s.arti.byOwner))); s.arti.byOwner[rec.charge()] > fair {
+			evict(sha, "the store is full and its owner holds more than an equal share")
+		}
 	}
 	if len(gone) == 0 {
 		return
 	}
-	dels := make([]change, len(gone))
+	dels := make([]store.Change, len(gone))
 	for i, sha := range gone {
-		dels[i] = deleteRecord(tableArtifacts, sha)
+		dels[i] = store.Delete(store.Artifacts, sha)
 	}
-	durable := s.st.apply(dels...)
+	durable := s.st.Apply(dels...)
 	go func() {
 		if err := <-durable; err != nil {
 			s.log.Error("evict artifacts: index", "err", err)
@@ -165,7 +239,7 @@ func (s *Server) touchArtifactLocked(sha string, now time.Time) {
 	}
 	rec.Used = now
 	s.arti.recs[sha] = rec
-	s.st.apply(putRecord(tableArtifacts, sha, rec))
+	s.st.Apply(store.Put(store.Artifacts, sha, rec))
 }
 
 // hidePaths returns err as a peer may see it: a file operation's error
@@ -187,7 +261,7 @@ func (s *Server) hidePaths(err error) error {
 // artifactSize returns the size of a stored artifact, or an error wrapping
 // ErrNotFound.
 func (s *Server) artifactSize(sha string) (int64, error) {
-	rec, found, err := s.st.artifact(sha)
+	rec, found, err := s.storedArtifact(sha)
 	if err != nil {
 		return 0, fmt.Errorf("artifact %s: read index: %w", sha, err)
 	}
@@ -218,6 +292,13 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 	}
 	// Anyone else proves they hold the bytes by sending them: naming a
 	// digest is not enough to become one of its owners.
+	s.mu.Lock()
+	release, err := s.reserveUploadLocked(in.Name, artifactOwner(c), in.Size)
+	s.mu.Unlock()
+	if err != nil {
+		return proto.Bulk{}, err
+	}
+	defer release()
 	tmp, err := os.CreateTemp(s.blobs.spoolDir(), "upload-*")
 	if err != nil {
 		return proto.Bulk{}, fmt.Errorf("upload artifact %s: %w", in.Name, s.hidePaths(err))
@@ -251,7 +332,7 @@ func (s *Server) handleArtifactUpload(ctx context.Context, c *proto.Conn, in pro
 		rec.Created, rec.Owners = old.Created, old.Owners
 	}
 	rec = rec.withOwner(artifactOwner(c))
-	durable := s.st.apply(putRecord(tableArtifacts, name, rec))
+	durable := s.st.Apply(store.Put(store.Artifacts, name, rec))
 	s.arti.add(name, rec)
 	s.evictLocked(name)
 	s.mu.Unlock()

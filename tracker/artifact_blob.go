@@ -30,6 +30,9 @@ type blobStore interface {
 	remove(ctx context.Context, sha string) error
 	// String names the store for logs (never credentials).
 	String() string
+	// sub returns a store of its own beside this one's blobs (a
+	// subdirectory, a key prefix), for another kind of blob.
+	sub(name string) (blobStore, error)
 }
 
 // openBlobStore opens the store spec names: "" for DATA/artifacts, a
@@ -65,6 +68,10 @@ func openDirStore(dir string) (*dirStore, error) {
 func (d *dirStore) path(sha string) string { return filepath.Join(d.dir, sha[:2], sha) }
 func (d *dirStore) spoolDir() string       { return filepath.Join(d.dir, "tmp") }
 func (d *dirStore) String() string         { return d.dir }
+
+func (d *dirStore) sub(name string) (blobStore, error) {
+	return openDirStore(filepath.Join(d.dir, name))
+}
 
 func (d *dirStore) put(_ context.Context, sha string, f *os.File, _ int64) error {
 	dst := d.path(sha)

@@ -81,6 +81,12 @@ func openS3Store(ctx context.Context, u *url.URL, spool string) (*s3Store, error
 func (s *s3Store) key(sha string) string { return path.Join(s.prefix, sha[:2], sha) }
 func (s *s3Store) spoolDir() string      { return s.spool }
 
+func (s *s3Store) sub(name string) (blobStore, error) {
+	c := *s
+	c.prefix = path.Join(s.prefix, name)
+	return &c, nil
+}
+
 func (s *s3Store) String() string {
 	return "s3://" + path.Join(s.bucket, s.prefix) + " at " + s.endpoint
 }

@@ -1,10 +1,13 @@
 package tracker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -12,12 +15,12 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // ClusterConfig runs an embedded etcd member (go.etcd.io/etcd/server/v3/
@@ -27,18 +30,21 @@ type ClusterConfig struct {
 	// Name is this member's name among Peers.
 	Name string
 	// Peers lists every member as NAME=PEER-URL, comma-separated
-	// ("a=http://h1:2380,b=http://h2:2380,c=http://h3:2380"): the
+	// ("a=https://h1:2380,b=https://h2:2380,c=https://h3:2380"): the
 	// initial cluster. Each member listens for its peers on its own URL's
 	// port (on the URL's address when it is an IP, on every address
-	// otherwise).
+	// otherwise). Peer URLs are https: peers speak mutual TLS only.
 	Peers string
 	// ClientURL is where the member serves etcd clients, this tracker
-	// among them (default http://127.0.0.1:2379).
+	// among them (default https://127.0.0.1:2379, an IP address: the
+	// member binds it). Only a client with a certificate of the member's
+	// own client CA is served (see cluster_tls.go).
 	ClientURL string
-	// Dir holds the member's data (default DataDir/etcd).
+	// Dir holds the member's data and its TLS files (default DataDir/etcd).
 	Dir string
-	// CertFile, KeyFile and CAFile secure peer traffic with mutual TLS
-	// when the peer URLs use https (they are required then).
+	// CertFile, KeyFile and CAFile, when all are set, authenticate peer
+	// traffic (the tracker's --tls-cert, --tls-key, --tls-client-ca);
+	// otherwise the peers' CA is derived from the fleet token.
 	CertFile, KeyFile, CAFile string
 
 	// noFsync runs the member without fsync (tests only).
@@ -79,54 +85,80 @@ func bindURL(u url.URL) url.URL {
 	return u
 }
 
-// startMember starts the embedded member and waits until it has joined
-// its cluster (which needs a majority of the members up), for at most
-// wait.
-func startMember(c ClusterConfig, dataDir string, wait time.Duration) (*embed.Etcd, error) {
+// member is a running embedded etcd member and what the tracker needs to
+// reach it.
+type member struct {
+	*embed.Etcd
+	clientURL string
+	clientTLS *tls.Config
+}
+
+// startMember starts the embedded member, its client and peer URLs over
+// mutual TLS (see cluster_tls.go; token is the fleet token, which the
+// peers' CA may be derived from), and waits until it has joined its
+// cluster (which needs a majority of the members up), for at most wait.
+func startMember(c ClusterConfig, dataDir, token string, wait time.Duration, log *slog.Logger) (*member, error) {
 	peers, err := c.peerURLs()
 	if err != nil {
 		return nil, err
 	}
+	for name, u := range peers {
+		if err := checkHTTPS("cluster peer "+name+"'s URL", u.String(), u); err != nil {
+			return nil, err
+		}
+	}
 	c.ClientURL = c.clientURL()
 	client, err := url.Parse(c.ClientURL)
-	if err != nil || client.Port() == "" {
-		return nil, fmt.Errorf("cluster client URL %q is not an http(s)://HOST:PORT URL", c.ClientURL)
+	if err != nil || client.Port() == "" || (client.Scheme != "http" && client.Scheme != "https") {
+		return nil, fmt.Errorf("cluster client URL %q is not an https://IP:PORT URL", c.ClientURL)
+	}
+	if err := checkHTTPS("cluster client URL", c.ClientURL, client); err != nil {
+		return nil, err
+	}
+	if h := client.Hostname(); h != "localhost" && net.ParseIP(h) == nil {
+		return nil, fmt.Errorf("cluster client URL %q: the member binds it, so its host is an IP address (127.0.0.1 unless another is needed), not the name %q", c.ClientURL, h)
 	}
 	if c.Dir == "" {
 		c.Dir = filepath.Join(dataDir, "etcd")
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd member %s: %w", c.Name, err)
+	}
+	self := peers[c.Name]
+	mt, err := c.prepareTLS(c.Dir, self.Hostname(), client.Hostname(), len(peers), token)
+	if err != nil {
+		return nil, err
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = c.Dir
 	cfg.InitialCluster = c.Peers
 	cfg.InitialClusterToken = "kiln-tracker"
-	self := peers[c.Name]
 	cfg.AdvertisePeerUrls = []url.URL{*self}
 	cfg.ListenPeerUrls = []url.URL{bindURL(*self)}
 	cfg.AdvertiseClientUrls = []url.URL{*client}
-	cfg.ListenClientUrls = []url.URL{bindURL(*client)}
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.ClientTLSInfo = mt.client
+	cfg.PeerTLSInfo = mt.peer
 	cfg.UnsafeNoFsync = c.noFsync
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(nopZap)
-	if self.Scheme == "https" {
-		if c.CertFile == "" || c.KeyFile == "" || c.CAFile == "" {
-			return nil, fmt.Errorf("cluster member %s: https peer URLs need the tracker's certificate, its key and the CA bundle of its peers' certificates (--tls-cert, --tls-key, --tls-client-ca)", c.Name)
-		}
-		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile, ClientCertAuth: true}
-	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd member %s (peers %s): %w", c.Name, c.Peers, err)
 	}
+	if log != nil {
+		log.Info("embedded etcd member", "name", c.Name, "client", c.ClientURL, "peer", self.String(), "peer_auth", mt.peerAuth)
+	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return e, nil
+		return &member{Etcd: e, clientURL: c.ClientURL, clientTLS: mt.clientCfg}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd member %s: %w", c.Name, err)
 	case <-time.After(wait):
 		e.Server.Stop()
 		e.Close()
-		return nil, fmt.Errorf("embedded etcd member %s did not join its cluster within %v: are a majority of the members in %s started?", c.Name, wait, c.Peers)
+		return nil, fmt.Errorf("embedded etcd member %s did not join its cluster within %v: are a majority of the members in %s started, with the same --token-file (or certificates from one CA)?", c.Name, wait, c.Peers)
 	}
 }
 
@@ -137,7 +169,7 @@ var nopZap = zap.NewNop()
 // clientURL is ClientURL or its default.
 func (c *ClusterConfig) clientURL() string {
 	if c.ClientURL == "" {
-		return "http://127.0.0.1:2379"
+		return "https://127.0.0.1:2379"
 	}
 	return c.ClientURL
 }
@@ -180,15 +212,17 @@ func newReplica(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create tracker data dir: %w", err)
 	}
-	r := &replica{s: s, cfg: cfg, log: cfg.Logger, prefix: etcdKeyPrefix}
+	r := &replica{s: s, cfg: cfg, log: cfg.Logger, prefix: cmp.Or(cfg.etcdPrefix, etcdKeyPrefix), leaseKey: replicaLeaseKey(cfg.Token)}
 	var endpoints []string
+	var etcdTLS *tls.Config
 	if cfg.Cluster != nil {
-		m, err := startMember(*cfg.Cluster, cfg.DataDir, memberStartWait)
+		m, err := startMember(*cfg.Cluster, cfg.DataDir, cfg.Token, memberStartWait, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
 		r.member = m
-		endpoints = []string{cfg.Cluster.clientURL()}
+		endpoints = []string{m.clientURL}
+		etcdTLS = m.clientTLS
 	}
 	if cfg.Store != "" {
 		var err error
@@ -196,9 +230,17 @@ func newReplica(cfg Config) (*Server, error) {
 			r.close()
 			return nil, err
 		}
+		etcdTLS = cfg.EtcdTLS
+		if etcdTLS == nil {
+			if !cfg.StoreInsecure {
+				r.close()
+				return nil, fmt.Errorf("store %s: etcd over plain http lets anything that reaches it read every lease and rewrite the fleet's state: give the CA of etcd's certificates (--etcd-cacert, with --etcd-cert and --etcd-key for a client certificate), or --store-insecure to accept it", cfg.Store)
+			}
+			s.log.Warn("the tracker's etcd store is reached over plain http, without authentication (--store-insecure): anything that reaches etcd reads and rewrites the fleet's state", "store", cfg.Store)
+		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: etcdCallTimeout, TLS: cfg.EtcdTLS, Logger: nopZap,
+		Endpoints: endpoints, DialTimeout: store.EtcdCallTimeout, TLS: etcdTLS, Logger: nopZap,
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
 	})
 	if err != nil {
@@ -233,7 +275,7 @@ func (r *replica) checkFleet(endpoints []string) error {
 	key := r.prefix + "token-sha256"
 	sum := sha256.Sum256([]byte(r.cfg.Token))
 	hash := hex.EncodeToString(sum[:])
-	ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), store.EtcdCallTimeout)
 	defer cancel()
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", 0)).
 		Then(clientv3.OpPut(key, hash)).Else(clientv3.OpGet(key)).Commit()

@@ -59,6 +59,10 @@ type Config struct {
 	// UsersFile; default 64).
 	MaxQueuedJobsPerUser int
 	MaxQueuedBytes       int64
+	// MaxQueuedBytesPerUser bounds the module bytes of one named user's
+	// queued jobs (default a quarter of MaxQueuedBytes), so that one user
+	// cannot take the whole queue.
+	MaxQueuedBytesPerUser int64
 	// MaxResultsPerUser bounds the results store per owner: recording
 	// past it evicts the owner's oldest (default 10000).
 	MaxResultsPerUser int
@@ -88,6 +92,12 @@ type Config struct {
 	// upload over it is refused, and storing one evicts the least recently
 	// used (stored or downloaded) others until the store fits.
 	MaxArtifactBytes int64
+	// MaxArtifactBytesPerUser is one owner's share of the artifact store
+	// (default a quarter of MaxArtifactBytes): an owner's artifacts past
+	// it evict their own least recently used, and a full store evicts
+	// only from owners over an equal share of it, never from one within
+	// it. Uploads in flight count against both from their first byte.
+	MaxArtifactBytesPerUser int64
 	// RecentJobs is how many jobs a query lists by default (20).
 	RecentJobs int
 	// Tick is how often expiries are checked (default HeartbeatInterval/4,
@@ -99,6 +109,9 @@ type Config struct {
 	// doc). EtcdTLS, when set, secures the connections to etcd.
 	Store   string
 	EtcdTLS *tls.Config
+	// StoreInsecure lets Store be reached without EtcdTLS, over plain
+	// http (New refuses that otherwise); the tracker then warns.
+	StoreInsecure bool
 	// Cluster, when set, runs an embedded etcd member in this process;
 	// without Store the tracker uses it as its store.
 	Cluster *ClusterConfig
@@ -113,6 +126,10 @@ type Config struct {
 	ElectionTTL time.Duration
 	// Logger receives the tracker's logs (slog.Default() when nil).
 	Logger *slog.Logger
+
+	// etcdPrefix is where a replica's keys live in etcd (default
+	// etcdKeyPrefix; tests sharing one etcd give each its own).
+	etcdPrefix string
 }
 
 func (c *Config) setDefaults() error {
@@ -153,6 +170,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxQueuedBytes <= 0 {
 		c.MaxQueuedBytes = 512 << 20
 	}
+	if c.MaxQueuedBytesPerUser <= 0 {
+		c.MaxQueuedBytesPerUser = max(c.MaxQueuedBytes/4, 1)
+	}
 	if c.Tick <= 0 {
 		c.Tick = min(max(c.HeartbeatInterval/4, 10*time.Millisecond), time.Second)
 	}
@@ -168,6 +188,10 @@ func (c *Config) setDefaults() error {
 	if c.MaxArtifactBytes <= 0 {
 		c.MaxArtifactBytes = 10 << 30
 	}
+	if c.MaxArtifactBytesPerUser <= 0 {
+		c.MaxArtifactBytesPerUser = max(c.MaxArtifactBytes/4, 1)
+	}
+	c.MaxArtifactBytesPerUser = min(c.MaxArtifactBytesPerUser, c.MaxArtifactBytes)
 	if c.RecentJobs <= 0 {
 		c.RecentJobs = 20
 	}

@@ -5,18 +5,20 @@
 // listener and the /metrics endpoint.
 //
 // tracker builds on rpcserver/proto (the wire types and the RPC endpoint),
-// bbolt and etcd. It must not import client, cli, rpcserver (the daemon), the
-// compiler, vm or devices: it moves text and bytes, it never builds or runs
-// them.
+// tracker/store (its state layer, over bbolt or etcd) and etcd's client
+// and embedded server. It must not import client, cli, rpcserver (the
+// daemon), the compiler, vm or devices: it moves text and bytes, it never
+// builds or runs them.
 //
 // # State and persistence
 //
 // The tracker keeps its working state in memory and its durable state
-// behind one interface (stateStore): it tells the store each change as a
-// record put or deleted in a table (jobs, modules, artifacts, leases,
-// credentials, meta), waits where a change must be durable before it
-// answers, and reads everything back at start. No storage type crosses
-// that interface; boltStore (the default) and etcdStore implement it.
+// behind one interface (store.Backend, in package tracker/store): it tells
+// the store each change as a record put or deleted in a table (jobs,
+// modules, artifacts, leases, credentials, meta, results), waits where a
+// change must be durable before it answers, and reads everything back at
+// start, decoding it with the store's one codec. No storage type crosses
+// that interface; store.Bolt (the default) and store.Etcd implement it.
 //
 // DataDir/tracker.db (bbolt) holds build jobs with their modules, the
 // artifact index, the outstanding leases and node credentials; artifacts
@@ -46,7 +48,7 @@
 //
 // With Config.Store (etcd://...) or Config.Cluster (an embedded etcd
 // member, go.etcd.io/etcd/server/v3/embed, in the tracker's process) the
-// state lives in etcd (etcdStore: a key per record under /kiln/tracker/)
+// state lives in etcd (store.Etcd: a key per record under /kiln/tracker/)
 // and several trackers are replicas of one. The choice is an elected
 // leader with fenced writes, not every request as etcd transactions: the
 // leader keeps the working state in memory exactly as a single tracker

@@ -14,16 +14,16 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // replica is a tracker run as one of several over one etcd cluster. Each
 // campaigns to lead; the leader loads the state from etcd and serves as a
 // single tracker does, its writes fenced by its leadership (see
-// etcdStore); the others forward every connection to it byte for byte.
+// store.Etcd); the others forward every connection to it byte for byte.
 // Leadership ends when its etcd session does (the process died, or lost
 // etcd for ElectionTTL), when a write fails its fence, or at stop; the
 // term's tracker then stops, closing its connections, and the replica
@@ -33,11 +33,12 @@ type replica struct {
 	cfg        Config
 	log        *slog.Logger
 	cli        *clientv3.Client
-	member     *embed.Etcd // nil without an embedded member
+	member     *member // nil without an embedded member
 	memberOnce sync.Once
 	prefix     string // the keys of this fleet: prefix+"state/", prefix+"election/"
 	self       leaderInfo
 	fwd        proxies
+	leaseKey   []byte // makes lease tokens (see leasetoken.go)
 
 	mu     sync.Mutex
 	leader leaderInfo // the leader as last observed
@@ -182,7 +183,7 @@ func (r *replica) leaderRefused(leader leaderInfo) {
 		return
 	}
 	r.log.Warn("the leader refuses connections: ending its session", "leader", leader.ID, "addr", leader.Kiln)
-	ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), store.EtcdProbeTimeout)
 	defer cancel()
 	if _, err := r.cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
 		r.log.Warn("end the dead leader's session", "leader", leader.ID, "err", err)
@@ -215,7 +216,7 @@ func (r *replica) observe(ctx context.Context) {
 // readLeader reads the current leader and records it, closing forwarded
 // connections when it changed; it returns the revision it read at.
 func (r *replica) readLeader(ctx context.Context) (int64, error) {
-	cctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, store.EtcdCallTimeout)
 	defer cancel()
 	resp, err := r.cli.Get(cctx, r.electionPrefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
@@ -250,7 +251,7 @@ func (r *replica) probe(ctx context.Context) {
 	tick := time.NewTicker(etcdProbeEvery)
 	defer tick.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
+		cctx, cancel := context.WithTimeout(ctx, store.EtcdProbeTimeout)
 		_, err := r.cli.Get(cctx, r.electionPrefix(), clientv3.WithCountOnly())
 		cancel()
 		r.mu.Lock()
@@ -258,9 +259,7 @@ func (r *replica) probe(ctx context.Context) {
 		t := r.term
 		r.mu.Unlock()
 		if t != nil {
-			if st, ok := t.srv.st.(*etcdStore); ok {
-				st.probe(ctx)
-			}
+			t.srv.st.Probe(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -301,11 +300,11 @@ func (r *replica) campaign(ctx context.Context) {
 		cancel()
 		// Hand the leadership on at once when etcd answers; otherwise it
 		// lapses with the session.
-		rctx, rcancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
+		rctx, rcancel := context.WithTimeout(context.Background(), store.EtcdProbeTimeout)
 		el.Resign(rctx)
 		rcancel()
 		sess.Orphan()
-		rctx, rcancel = context.WithTimeout(context.Background(), etcdProbeTimeout)
+		rctx, rcancel = context.WithTimeout(context.Background(), store.EtcdProbeTimeout)
 		r.cli.Revoke(rctx, sess.Lease())
 		rcancel()
 	}
@@ -320,13 +319,14 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	ho := newHandoff(r.s.ln, r.s.tvmLn)
 	cfg := r.cfg
 	cfg.MetricsListen = ""
-	cfg.MaxModuleSize = min(cfg.MaxModuleSize, etcdMaxValue) // a module is one etcd record
+	cfg.MaxModuleSize = min(cfg.MaxModuleSize, store.EtcdMaxValue) // a module is one etcd record
 	cfg.Logger = r.log.With("term", el.Rev())
-	var st *etcdStore
+	var st *store.Etcd
 	t0 := time.Now()
-	srv, err := newServer(cfg, ho, func(s *Server) (stateStore, error) {
-		st = openEtcdStore(r.cli, r.prefix+"state/", fence, storeHooks{
-			synced: func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
+	srv, err := newServer(cfg, ho, func(s *Server) (store.Backend, error) {
+		s.leaseKey = r.leaseKey
+		st = store.OpenEtcd(r.cli, r.prefix+"state/", fence, store.Hooks{
+			Synced: func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
 		})
 		return st, nil
 	})
@@ -351,7 +351,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	select {
 	case <-ctx.Done():
 		why = "stopping or etcd session lost"
-	case <-st.fencedCh():
+	case <-st.Fenced():
 		why = "a write failed its fence: another replica leads"
 	case err := <-done:
 		why = fmt.Sprintf("its tracker stopped: %v", err)
@@ -360,7 +360,7 @@ func (r *replica) lead(ctx context.Context, sess *concurrency.Session, el *concu
 	r.mu.Lock()
 	r.term = nil
 	r.mu.Unlock()
-	st.abandon() // what it could not write by now is another leader's to redo
+	st.Abandon() // what it could not write by now is another leader's to redo
 	stop()
 	ho.close()
 	if err := <-done; err != nil {

@@ -24,15 +24,17 @@ func startReplicas(t testing.TB, setup ...func(*Config)) *replicaSet {
 	names := []string{"a", "b", "c"}
 	var peers []string
 	for _, n := range names {
-		peers = append(peers, fmt.Sprintf("%s=http://127.0.0.1:%s", n, freePort(t)))
+		peers = append(peers, fmt.Sprintf("%s=https://127.0.0.1:%s", n, freePort(t)))
 	}
+	pki := peerPKI(t)
 	cfgs := make([]Config, len(names))
 	for i, n := range names {
 		cfgs[i] = fastConfig(t)
 		cfgs[i].ElectionTTL = time.Second
 		cfgs[i].Cluster = &ClusterConfig{
-			Name: n, Peers: strings.Join(peers, ","), ClientURL: "http://127.0.0.1:" + freePort(t), noFsync: true,
+			Name: n, Peers: strings.Join(peers, ","), ClientURL: "https://127.0.0.1:" + freePort(t), noFsync: true,
 		}
+		pki(cfgs[i].Cluster)
 		for _, f := range setup {
 			f(&cfgs[i])
 		}
@@ -171,15 +173,16 @@ func TestReplicas(t *testing.T) {
 // serves again, with the job queued before the outage.
 func TestEtcdLost(t *testing.T) {
 	member := ClusterConfig{
-		Name: "solo", Peers: "solo=http://127.0.0.1:" + freePort(t),
-		ClientURL: "http://127.0.0.1:" + freePort(t), Dir: t.TempDir(), noFsync: true,
+		Name: "solo", Peers: "solo=https://127.0.0.1:" + freePort(t),
+		ClientURL: "https://127.0.0.1:" + freePort(t), Dir: t.TempDir(), noFsync: true,
 	}
-	e, err := startMember(member, "", guard)
+	e, err := startMember(member, "", "", guard, nil)
 	check.NoError(t, err)
 	defer func() { e.Close() }()
 	cfg := fastConfig(t)
 	cfg.ElectionTTL = time.Second
-	cfg.Store = "etcd://" + strings.TrimPrefix(member.ClientURL, "http://")
+	cfg.Store = "etcd://" + strings.TrimPrefix(member.ClientURL, "https://")
+	cfg.EtcdTLS = e.clientTLS
 	r := startTracker(t, cfg)
 	ctx := testCtx(t)
 	eventually(t, "the replica leads", func() bool { return r.rep.currentTerm() != nil && r.Ready() == nil })
@@ -197,7 +200,7 @@ func TestEtcdLost(t *testing.T) {
 	_, err = tc.RequestLease(ctx, client.LeaseRequest{Key: "k"})
 	check.ErrorIs(t, err, proto.ErrUnavailable)
 
-	e, err = startMember(member, "", guard)
+	e, err = startMember(member, "", "", guard, nil)
 	check.NoError(t, err)
 	eventually(t, "ready again", func() bool { return r.Ready() == nil })
 	got, err := tc.BuildStatus(ctx, job.ID)

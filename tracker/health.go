@@ -2,13 +2,6 @@ package tracker
 
 import "errors"
 
-// readier is a store that can lose its backing service while the tracker
-// runs (a store over the network); ready says whether it reaches it now.
-// A store that does not implement it (bbolt) is ready once open.
-type readier interface {
-	ready() error
-}
-
 // Ready returns nil while the tracker can take requests: it is not
 // stopping and its store is reachable. The metrics listener's /readyz
 // answers with it, so a load balancer or Kubernetes sends no new work to
@@ -23,8 +16,5 @@ func (s *Server) Ready() error {
 	if s.rep != nil {
 		return s.rep.ready()
 	}
-	if r, ok := s.st.(readier); ok {
-		return r.ready()
-	}
-	return nil
+	return s.st.Ready()
 }

@@ -9,16 +9,17 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // unreachableStore is a store whose backing service can be cut, as a
 // network store's can.
 type unreachableStore struct {
-	stateStore
+	store.Backend
 	down atomic.Bool
 }
 
-func (u *unreachableStore) ready() error {
+func (u *unreachableStore) Ready() error {
 	if u.down.Load() {
 		return errors.New("store: etcd endpoints 127.0.0.1:1 unreachable")
 	}
@@ -46,7 +47,7 @@ func TestHealthProbes(t *testing.T) {
 	s, err := New(cfg)
 	check.NoError(t, err)
 	check.NoError(t, s.Ready(), "bbolt store")
-	st := &unreachableStore{stateStore: s.st}
+	st := &unreachableStore{Backend: s.st}
 	s.st = st
 	tr := runServer(t, s)
 	addr := tr.MetricsAddr()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // Identities. A connection is admitted as one of:
@@ -323,7 +324,7 @@ func (s *Server) handleJoin(ctx context.Context, c *proto.Conn, a proto.JoinArgs
 	}
 	now := time.Now().UTC()
 	rec := &credential{NodeID: id, Role: role, Hash: hash, Issued: now, JoinID: joinID, Expires: now.Add(s.cfg.CredentialTTL)}
-	if err := s.st.wait(s.st.apply(putRecord(tableCreds, rec.NodeID, rec))); err != nil {
+	if err := s.st.Wait(s.st.Apply(store.Put(store.Creds, rec.NodeID, rec))); err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	cr = rec
@@ -382,7 +383,7 @@ func (s *Server) renewCredential(node string, now time.Time) bool {
 		// A renewal the store loses costs nothing: the next use renews
 		// again, long before the old expiry.
 		rec := *c
-		s.st.apply(putRecord(tableCreds, rec.NodeID, &rec))
+		s.st.Apply(store.Put(store.Creds, rec.NodeID, &rec))
 	}
 	return true
 }
@@ -398,18 +399,18 @@ func (s *Server) expireCredentials(now time.Time) {
 			expired = append(expired, c)
 		}
 	}
-	var gone []change
+	var gone []store.Change
 	for _, c := range expired {
 		if j, ok := s.users.joinByID(c.JoinID); ok && now.Before(j.expires) {
 			continue
 		}
 		delete(s.creds.byNode, c.NodeID)
 		delete(s.creds.byHash, c.Hash)
-		gone = append(gone, deleteRecord(tableCreds, c.NodeID))
+		gone = append(gone, store.Delete(store.Creds, c.NodeID))
 		s.log.Info("node credential expired", "node", c.NodeID, "expired", c.Expires)
 	}
 	if len(gone) > 0 {
-		s.st.apply(gone...)
+		s.st.Apply(gone...)
 	}
 	s.creds.mu.Unlock()
 	if len(expired) > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // identityConfig is a tracker config with a fleet token and a users file.
@@ -457,10 +458,10 @@ func TestCredentialExpires(t *testing.T) {
 	// A credential stored without an expiry loads, and admits its node.
 	cfg := identityConfig(t)
 	legacy, legacyHash := newSecret(CredentialPrefix)
-	st, err := openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{})
+	st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "tracker.db"), store.Hooks{})
 	check.NoError(t, err)
-	check.NoError(t, st.wait(st.apply(putRecord(tableCreds, "device-old", &credential{NodeID: "device-old", Role: proto.RoleDevice, Hash: legacyHash, Issued: time.Now().Add(-time.Hour)}))))
-	check.NoError(t, st.close())
+	check.NoError(t, st.Wait(st.Apply(store.Put(store.Creds, "device-old", &credential{NodeID: "device-old", Role: proto.RoleDevice, Hash: legacyHash, Issued: time.Now().Add(-time.Hour)}))))
+	check.NoError(t, st.Close())
 	old := startTracker(t, cfg)
 	_, err = rawDial(t, old.Addr(), legacy, proto.RoleDevice)
 	check.NoError(t, err)

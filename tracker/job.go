@@ -7,25 +7,38 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
-// job is a build job. Its BuildJob never holds the module: module does,
-// while the job is queued or running.
+// job is a build job. Its BuildJob never holds the module: while the job
+// is queued or running, a module's text is in the module store under
+// moduleKey (a single tracker's: out of its heap and of tracker.db) or in
+// the state store's modules table (a replica's: etcd, which every replica
+// reaches), and module holds only an onnx-artifact job's model digest.
 type job struct {
 	proto.BuildJob
-	module   string
-	queuedAt time.Time
-	changed  chan struct{} // closed and replaced on every change
+	module    string
+	moduleKey string // the module's key in Server.modules ("" when none)
+	// moduleStored is set when the module's text is in the state store's
+	// modules table instead (a replica's, and jobs stored before the
+	// module store).
+	moduleStored bool
+	moduleSize   int64 // the module's bytes, wherever they are
+	queuedAt     time.Time
+	changed      chan struct{} // closed and replaced on every change
 	// conn is the connection a cancel-on-disconnect job belongs to;
 	// orphaned, when set, is when it closed (see orphanJobsLocked).
 	conn     *proto.Conn
 	orphaned time.Time
 }
 
-// jobRecord is a job as stored (the module lives in its own bucket).
+// jobRecord is a job as stored. Its module text lives in the module store
+// under ModuleKey (jobs stored before that have it in the modules table).
 type jobRecord struct {
-	Job      proto.BuildJob `msgpack:"job"`
-	QueuedAt time.Time      `msgpack:"queued_at"`
+	Job        proto.BuildJob `msgpack:"job"`
+	QueuedAt   time.Time      `msgpack:"queued_at"`
+	ModuleKey  string         `msgpack:"module_key,omitempty"`
+	ModuleSize int64          `msgpack:"module_size,omitempty"`
 }
 
 const (
@@ -34,21 +47,23 @@ const (
 )
 
 func (s *Server) persistJobLocked(j *job) <-chan error {
-	rec := jobRecord{Job: j.BuildJob, QueuedAt: j.queuedAt}
+	rec := jobRecord{Job: j.BuildJob, QueuedAt: j.queuedAt, ModuleKey: j.moduleKey, ModuleSize: j.moduleSize}
 	rec.Job.Module = ""
 	final := j.State.Final()
 	if final {
-		return s.st.apply(deleteRecord(tableModules, rec.Job.ID), putRecord(tableJobs, rec.Job.ID, rec))
+		return s.st.Apply(store.Delete(store.Modules, rec.Job.ID), store.Put(store.Jobs, rec.Job.ID, rec))
 	}
-	return s.st.apply(putRecord(tableJobs, rec.Job.ID, rec))
+	return s.st.Apply(store.Put(store.Jobs, rec.Job.ID, rec))
 }
 
 // changeJobLocked bumps j's Seq, persists it and wakes its waiters.
 func (s *Server) changeJobLocked(j *job) <-chan error {
 	j.Seq++
 	notify(&j.changed)
+	var key string
 	if j.State.Final() {
-		j.module = ""
+		j.module, j.moduleSize, j.moduleStored = "", 0, false
+		key, j.moduleKey = j.moduleKey, ""
 		if !j.Finished.IsZero() && !j.Started.IsZero() {
 			s.m.jobRun.Observe(j.Finished.Sub(j.Started).Seconds())
 			if j.State != proto.JobCancelled {
@@ -56,7 +71,11 @@ func (s *Server) changeJobLocked(j *job) <-chan error {
 			}
 		}
 	}
-	return s.persistJobLocked(j)
+	durable := s.persistJobLocked(j)
+	if key != "" {
+		durable = s.removeModuleAfter(key, durable)
+	}
+	return durable
 }
 
 // Limits on what a job carries besides its module: they are shown to
@@ -146,27 +165,28 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 			s.mu.Unlock()
 		}()
 	}
-	queued, queuedBytes, mine := 0, int64(0), 0
-	for _, q := range s.jobs {
-		if q.State == proto.JobQueued {
-			queued++
-			queuedBytes += int64(len(q.module))
-			if owner != "" && q.Owner == owner {
-				mine++
-			}
-		}
+	size := int64(len(a.Module))
+	if err := s.queueRoomLocked(owner, size); err != nil {
+		s.mu.Unlock()
+		return nil, err
 	}
-	switch {
-	case owner != "" && mine >= s.cfg.MaxQueuedJobsPerUser:
+	// The text goes to the module store, not the tracker's memory or its
+	// state store; a replica's goes to etcd, which every replica reaches
+	// (an onnx-artifact module is a digest: it stays inline as well).
+	var key string
+	inline := a.Format == "onnx-artifact"
+	if !inline && !s.cfg.replicated() {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("submit build: user %q has %d jobs queued, the limit per user (--max-queued-jobs-per-user); try again when some have been built: %w", owner, mine, proto.ErrBusy)
-	case queued >= s.cfg.MaxQueuedJobs:
-		s.mu.Unlock()
-		return nil, fmt.Errorf("submit build: %d jobs are queued, the tracker's limit (--max-queued-jobs); try again when some have been built: %w", queued, proto.ErrBusy)
-	case queuedBytes+int64(len(a.Module)) > s.cfg.MaxQueuedBytes:
-		s.mu.Unlock()
-		return nil, fmt.Errorf("submit build: the queued modules hold %d bytes; %d more would pass the tracker's limit of %d (--max-queued-bytes); try again when some have been built: %w",
-			queuedBytes, len(a.Module), s.cfg.MaxQueuedBytes, proto.ErrBusy)
+		var err error
+		if key, err = s.putModule(ctx, a.Module); err != nil {
+			return nil, fmt.Errorf("submit build: %w", err)
+		}
+		s.mu.Lock()
+		if err := s.queueRoomLocked(owner, size); err != nil { // it may have filled meanwhile
+			s.mu.Unlock()
+			go s.removeModule(key)
+			return nil, err
+		}
 	}
 	s.nextJob++
 	next := s.nextJob
@@ -175,25 +195,38 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 			ID: fmt.Sprintf("j-%08d", next), Name: a.Name, Target: a.Target, Format: a.Format, Options: a.Options, Owner: owner,
 			State: proto.JobQueued, Submitted: now, QueueTimeout: a.QueueTimeout, RunTimeout: a.RunTimeout,
 		},
-		module: a.Module, queuedAt: now, changed: make(chan struct{}),
+		moduleKey: key, moduleSize: size, queuedAt: now, changed: make(chan struct{}),
+	}
+	switch {
+	case inline:
+		j.module = a.Module
+	case key == "":
+		j.moduleStored = true
 	}
 	// A job no registered compiler node can build fails at once (it is
 	// kept, failed, so that query shows it and the client's wait ends).
 	unbuildable := s.unbuildableLocked(a.Target)
 	if unbuildable != nil {
-		j.State, j.Error, j.Finished, j.module = proto.JobFailed, unbuildable.Error(), now, ""
+		j.State, j.Error, j.Finished = proto.JobFailed, unbuildable.Error(), now
+		j.module, j.moduleKey, j.moduleSize, j.moduleStored = "", "", 0, false
 	}
 	j.SubmitKey = a.SubmitKey
 	j.Class, j.Priority, j.CancelOnDisconnect = a.Class, a.Priority, a.CancelOnDisconnect
 	adoptLocked(j, c)
-	rec := jobRecord{Job: j.BuildJob, QueuedAt: now}
-	var changes []change
-	if unbuildable == nil {
-		changes = append(changes, putRecord(tableModules, rec.Job.ID, a.Module))
+	rec := jobRecord{Job: j.BuildJob, QueuedAt: now, ModuleKey: j.moduleKey, ModuleSize: j.moduleSize}
+	var changes []store.Change
+	if unbuildable == nil && key == "" {
+		changes = append(changes, store.Put(store.Modules, rec.Job.ID, a.Module))
 	}
-	durable := s.st.apply(append(changes, putRecord(tableMeta, metaNextJob, next), putRecord(tableJobs, rec.Job.ID, rec))...)
+	durable := s.st.Apply(append(changes, store.Put(store.Meta, store.MetaNextJob, next), store.Put(store.Jobs, rec.Job.ID, rec))...)
 	s.mu.Unlock()
+	if key != "" && unbuildable != nil {
+		go s.removeModule(key)
+	}
 	if err := <-durable; err != nil {
+		if key != "" {
+			go s.removeModule(key)
+		}
 		return nil, fmt.Errorf("submit build: persist job: %w", err)
 	}
 	s.mu.Lock()
@@ -210,6 +243,36 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	}
 	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target)
 	return out, nil
+}
+
+// queueRoomLocked refuses a module of size bytes that would pass a cap of
+// the build queue: queued jobs and module bytes, the tracker's and the
+// named owner's.
+func (s *Server) queueRoomLocked(owner string, size int64) error {
+	queued, queuedBytes, mine, mineBytes := 0, int64(0), 0, int64(0)
+	for _, q := range s.jobs {
+		if q.State == proto.JobQueued {
+			queued++
+			queuedBytes += q.moduleSize
+			if owner != "" && q.Owner == owner {
+				mine++
+				mineBytes += q.moduleSize
+			}
+		}
+	}
+	switch {
+	case owner != "" && mine >= s.cfg.MaxQueuedJobsPerUser:
+		return fmt.Errorf("submit build: user %q has %d jobs queued, the limit per user (--max-queued-jobs-per-user); try again when some have been built: %w", owner, mine, proto.ErrBusy)
+	case owner != "" && mineBytes+size > s.cfg.MaxQueuedBytesPerUser:
+		return fmt.Errorf("submit build: user %q's queued modules hold %d bytes; %d more would pass the limit per user of %d (--max-queued-bytes-per-user); try again when some have been built: %w",
+			owner, mineBytes, size, s.cfg.MaxQueuedBytesPerUser, proto.ErrBusy)
+	case queued >= s.cfg.MaxQueuedJobs:
+		return fmt.Errorf("submit build: %d jobs are queued, the tracker's limit (--max-queued-jobs); try again when some have been built: %w", queued, proto.ErrBusy)
+	case queuedBytes+size > s.cfg.MaxQueuedBytes:
+		return fmt.Errorf("submit build: the queued modules hold %d bytes; %d more would pass the tracker's limit of %d (--max-queued-bytes); try again when some have been built: %w",
+			queuedBytes, size, s.cfg.MaxQueuedBytes, proto.ErrBusy)
+	}
+	return nil
 }
 
 // idemKey is a user's idempotency key (a build submission's SubmitKey, a
@@ -432,7 +495,21 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 			s.nodeChangedLocked(n)
 			out := j.BuildJob
 			out.Module = j.module
+			key, size, stored := j.moduleKey, j.moduleSize, j.moduleStored
 			s.mu.Unlock()
+			if key != "" || stored {
+				text, err := s.jobModule(ctx, j.ID, key, size)
+				if err != nil {
+					s.mu.Lock()
+					if j.State == proto.JobRunning && j.Node == n.id {
+						s.finishJobLocked(j, proto.JobFailed, fmt.Sprintf("its module could not be read back: %v", err), time.Now())
+					}
+					s.mu.Unlock()
+					s.log.Error("build job's module", "job", j.ID, "err", err)
+					return nil, fmt.Errorf("take build job: job %s: %w", j.ID, err)
+				}
+				out.Module = text
+			}
 			s.log.Info("build job started", "job", j.ID, "node", n.id, "attempt", j.Attempt)
 			return proto.BuildTakeReply{Job: &out}, nil
 		}
@@ -515,8 +592,9 @@ func (s *Server) handleBuildComplete(ctx context.Context, c *proto.Conn, a proto
 	var owned <-chan error
 	if rec, ok := s.arti.recs[a.Artifact]; ok && j.Owner != "" {
 		rec = rec.withOwner(j.Owner)
-		s.arti.recs[a.Artifact] = rec
-		owned = s.st.apply(putRecord(tableArtifacts, a.Artifact, rec))
+		s.arti.add(a.Artifact, rec) // now charged to the job's owner
+		owned = s.st.Apply(store.Put(store.Artifacts, a.Artifact, rec))
+		s.evictLocked(a.Artifact)
 	}
 	j.Artifact, j.ArtifactSize, j.Log, j.Progress = a.Artifact, size, a.Log, 1
 	durable := s.finishJobLocked(j, proto.JobSucceeded, "", time.Now())
@@ -608,7 +686,7 @@ func (s *Server) forgetJobLocked(j *job) {
 	delete(s.jobs, j.ID)
 	notify(&j.changed)
 	id := j.ID
-	s.st.apply(deleteRecord(tableModules, id), deleteRecord(tableJobs, id))
+	s.st.Apply(store.Delete(store.Modules, id), store.Delete(store.Jobs, id))
 	s.log.Info("build job forgotten", "job", id, "state", j.State, "finished", finishedAt(j), "retention", s.cfg.JobRetention)
 }
 

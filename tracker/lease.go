@@ -8,13 +8,19 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // lease is a granted lease.
 type lease struct {
 	proto.Lease
-	User    string `msgpack:"user"`
-	Granted time.Time
+	// tokenHash is the hex sha256 of Token: what the store keeps, and what
+	// a presented token is compared with. Token itself is known only to
+	// the tracker that granted the lease (it is "" in one loaded from the
+	// store, until a retried request is delivered a fresh one).
+	tokenHash string
+	User      string `msgpack:"user"`
+	Granted   time.Time
 	// RequestKey is the RequestKey of the request it was granted to.
 	RequestKey string
 	// durable receives the result of persisting the grant; nil once read.
@@ -90,20 +96,23 @@ func (q *queue) remove(t *ticket) {
 
 // leaseRecord is a lease as stored.
 type leaseRecord struct {
-	Lease   proto.Lease `msgpack:"lease"`
-	User    string      `msgpack:"user"`
-	Granted time.Time   `msgpack:"granted"`
+	// Lease is stored without its Token: TokenHash stands for it.
+	Lease     proto.Lease `msgpack:"lease"`
+	TokenHash string      `msgpack:"token_sha256,omitempty"`
+	User      string      `msgpack:"user"`
+	Granted   time.Time   `msgpack:"granted"`
 	// RequestKey is the idempotency key of the request it was granted to.
 	RequestKey string `msgpack:"request_key,omitempty"`
 }
 
 func (s *Server) persistLeaseLocked(l *lease) <-chan error {
-	rec := leaseRecord{Lease: l.Lease, User: l.User, Granted: l.Granted, RequestKey: l.RequestKey}
-	return s.st.apply(putRecord(tableLeases, rec.Lease.ID, rec))
+	rec := leaseRecord{Lease: l.Lease, TokenHash: l.tokenHash, User: l.User, Granted: l.Granted, RequestKey: l.RequestKey}
+	rec.Lease.Token = "" // a secret: the store keeps only its hash
+	return s.st.Apply(store.Put(store.Leases, rec.Lease.ID, rec))
 }
 
 func (s *Server) deleteLeaseLocked(id string) {
-	s.st.apply(deleteRecord(tableLeases, id))
+	s.st.Apply(store.Delete(store.Leases, id))
 }
 
 // enqueueLocked creates a ticket for a and tries to grant it at once.
@@ -231,14 +240,14 @@ func (s *Server) offerLocked(n *node) {
 func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 	l := &lease{
 		Lease: proto.Lease{
-			ID: randomID("l-", 8), Token: randomID("", 16), NodeID: n.id, Key: n.key, Addr: n.addr,
+			ID: randomID("l-", 8), NodeID: n.id, Key: n.key, Addr: n.addr,
 			Expires: now.Add(t.ttl), TTL: t.ttl, SessionTimeout: t.sessionTimeout, Attrs: n.attrs,
 		},
 		User: t.user, Granted: now, RequestKey: t.requestKey,
 	}
+	s.newLeaseTokenLocked(l)
 	l.durable = s.persistLeaseLocked(l)
 	s.leases[l.ID] = l
-	s.byToken[l.Token] = l
 	if l.RequestKey != "" {
 		s.byRequest[idemKey{l.User, l.RequestKey}] = l
 	}
@@ -284,7 +293,7 @@ func (s *Server) dropTicketLocked(t *ticket, err error) {
 // releaseLocked ends l and offers its device again.
 func (s *Server) releaseLocked(l *lease) {
 	delete(s.leases, l.ID)
-	delete(s.byToken, l.Token)
+	delete(s.byToken, l.tokenHash)
 	if k := (idemKey{l.User, l.RequestKey}); l.RequestKey != "" && s.byRequest[k] == l {
 		delete(s.byRequest, k)
 	}
@@ -368,12 +377,19 @@ func (s *Server) ticketReply(ctx context.Context, t *ticket) (any, error) {
 // deliverLocked answers lease l, granted to ticket id, once it is
 // durable. It unlocks s.mu.
 func (s *Server) deliverLocked(id string, l *lease) (any, error) {
+	if l.Token == "" {
+		// Loaded from the store, which keeps no token, and not one this
+		// tracker's key makes: the request sent again (its client never
+		// had the first answer) gets a new one.
+		s.newLeaseTokenLocked(l)
+		l.durable = s.persistLeaseLocked(l)
+	}
 	durable := l.durable
 	l.durable = nil
 	rep := proto.LeaseTicket{Ticket: id, Served: true, Lease: new(l.Lease)}
 	s.mu.Unlock()
 	if durable != nil {
-		if err := s.st.wait(durable); err != nil {
+		if err := s.st.Wait(durable); err != nil {
 			s.mu.Lock()
 			if s.leases[l.ID] == l {
 				s.releaseLocked(l)
@@ -510,7 +526,7 @@ func (s *Server) handleLeaseCancel(ctx context.Context, c *proto.Conn, a proto.L
 
 func (s *Server) leaseByIDLocked(what string, a proto.LeaseRenewArgs) (*lease, error) {
 	l := s.leases[a.ID]
-	if l == nil || l.Token != a.Token {
+	if l == nil || !l.tokenIs(a.Token) {
 		return nil, fmt.Errorf("%s lease %q: no such lease (expired, released or wrong token): %w", what, a.ID, proto.ErrSessionExpired)
 	}
 	return l, nil
@@ -526,6 +542,7 @@ func (s *Server) handleLeaseRenew(ctx context.Context, c *proto.Conn, a proto.Le
 	l.Expires = time.Now().Add(l.TTL)
 	durable := s.persistLeaseLocked(l)
 	out := l.Lease
+	out.Token = a.Token // the token it was named by (a loaded lease knows only its hash)
 	s.mu.Unlock()
 	if err := <-durable; err != nil {
 		return nil, fmt.Errorf("renew lease %q: %w", a.ID, err)
@@ -553,8 +570,8 @@ func (s *Server) handleLeaseVerify(ctx context.Context, c *proto.Conn, a proto.L
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.byToken[a.Token]
-	if l == nil {
+	l := s.byToken[tokenHash(a.Token)]
+	if l == nil || a.Token == "" {
 		return nil, fmt.Errorf("verify lease: unknown token (never issued, released or expired): %w", proto.ErrNotFound)
 	}
 	if l.NodeID != a.NodeID {

@@ -299,7 +299,7 @@ func (s *Server) handleReport(ctx context.Context, c *proto.Conn, a proto.Report
 		n = own
 	case a.LeaseID != "":
 		l := s.leases[a.LeaseID]
-		if l == nil || l.Token != a.Token {
+		if l == nil || !l.tokenIs(a.Token) {
 			return nil, fmt.Errorf("report: lease %q: unknown lease or wrong token: %w", a.LeaseID, proto.ErrNotFound)
 		}
 		n = s.nodes[l.NodeID]

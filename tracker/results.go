@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // resultIndex is the results store as the tracker holds it, guarded by
@@ -48,16 +49,16 @@ func (x *resultIndex) load(rs []proto.Result) {
 
 // capLocked drops owner's oldest results past MaxResultsPerUser and
 // returns their deletions.
-func (s *Server) capResultsLocked(owner string) []change {
+func (s *Server) capResultsLocked(owner string) []store.Change {
 	ids := s.results.byOwner[owner]
 	over := len(ids) - s.cfg.MaxResultsPerUser
 	if over <= 0 {
 		return nil
 	}
-	dels := make([]change, over)
+	dels := make([]store.Change, over)
 	for i, id := range ids[:over] {
 		delete(s.results.byID, id)
-		dels[i] = deleteRecord(tableResults, id)
+		dels[i] = store.DeleteResult(id)
 	}
 	s.results.byOwner[owner] = slices.Clone(ids[over:])
 	s.log.Info("results evicted", "owner", owner, "count", over, "limit", s.cfg.MaxResultsPerUser)
@@ -125,10 +126,10 @@ func (s *Server) handleResultRecord(ctx context.Context, c *proto.Conn, a proto.
 	r.ID = randomID("r-", 8)
 	s.mu.Lock()
 	s.results.add(&r)
-	changes := append([]change{putRecord(tableResults, r.ID, &r)}, s.capResultsLocked(r.Owner)...)
-	durable := s.st.apply(changes...)
+	changes := append([]store.Change{store.PutResult(&r)}, s.capResultsLocked(r.Owner)...)
+	durable := s.st.Apply(changes...)
 	s.mu.Unlock()
-	if err := s.st.wait(durable); err != nil {
+	if err := s.st.Wait(durable); err != nil {
 		s.mu.Lock()
 		s.dropResultLocked(r.ID)
 		s.mu.Unlock()

@@ -22,44 +22,6 @@ func sampleResult(fn, label string, xs ...float64) proto.Result {
 	}
 }
 
-// TestResultsStoreRoundTrip: results written to either store, and deleted
-// from it, read back as they were after a reopen.
-func TestResultsStoreRoundTrip(t *testing.T) {
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			open := kind.opener(t)
-			st, err := open()
-			check.NoError(t, err)
-			now := time.Now().UTC().Truncate(time.Millisecond)
-			r1 := sampleResult("vadd", "pr-1", 1e-3, 2e-3, 3e-3)
-			r1.ID, r1.Owner, r1.Recorded, r1.Shared = "r-1", "alice", now, true
-			r2 := sampleResult("matmul", "", 5e-3)
-			r2.ID, r2.Owner, r2.Recorded = "r-2", "bob", now
-			check.NoError(t, st.wait(st.apply(putRecord(tableResults, r1.ID, &r1), putRecord(tableResults, r2.ID, &r2), putRecord(tableResults, "r-3", &r2))))
-			check.NoError(t, st.wait(st.apply(deleteRecord(tableResults, "r-3"))))
-			check.NoError(t, st.close())
-
-			st, err = open()
-			check.NoError(t, err)
-			defer st.close()
-			snap, err := st.load()
-			check.NoError(t, err)
-			check.Equal(t, len(snap.results), 2)
-			got := snap.results[0]
-			check.Equal(t, got.ID, "r-1")
-			check.Equal(t, got.Owner, "alice")
-			check.True(t, got.Shared && got.Recorded.Equal(now), got)
-			check.Equal(t, got.Label, "pr-1")
-			check.Equal(t, got.Time.Results, []float64{1e-3, 2e-3, 3e-3})
-			check.True(t, got.Time.Report != nil && got.Time.Report.Machine.CPUs == 8, got.Time.Report)
-			check.Equal(t, got.DeviceAttrs.CPUFeatures, []string{"avx2"})
-			check.Equal(t, got.Kernels[0].Name, "fused_add")
-			check.Equal(t, got.Inputs, []string{"A:float32[256]"})
-			check.Equal(t, snap.results[1].Owner, "bob")
-		})
-	}
-}
-
 // resultsFleet starts a tracker with a users file holding alice and bob,
 // and the fleet token "fleet"; it returns it and a dialer.
 func resultsFleet(t *testing.T, cfg Config) (*running, func(user string) *client.Tracker) {

@@ -18,16 +18,18 @@ import (
 
 	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/tracker/store"
 )
 
 // Server is a tracker. New opens its store and listeners; Run serves until
 // its context is cancelled; Close (or the end of Run) stops it.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	st    stateStore
-	blobs blobStore // the artifacts' bytes
-	rpc   *proto.Server
+	cfg     Config
+	log     *slog.Logger
+	st      store.Backend
+	blobs   blobStore // the artifacts' bytes
+	modules blobStore // queued and running jobs' module texts (see module.go)
+	rpc     *proto.Server
 
 	ln, tvmLn, metricsLn net.Listener
 	httpSrv              *http.Server
@@ -38,7 +40,9 @@ type Server struct {
 	queues  map[string]*queue
 	tickets map[string]*ticket
 	leases  map[string]*lease // by id
-	byToken map[string]*lease
+	byToken map[string]*lease // by the token's sha256 (tokenHash)
+	// leaseKey makes lease tokens from lease ids (see leasetoken.go).
+	leaseKey []byte
 	// byRequest holds the leases granted to requests with a RequestKey.
 	byRequest map[idemKey]*lease
 	jobs      map[string]*job
@@ -82,10 +86,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.replicated() {
 		return newReplica(cfg)
 	}
-	return newServer(cfg, nil, func(s *Server) (stateStore, error) {
-		return openBoltStore(filepath.Join(cfg.DataDir, "tracker.db"), storeHooks{
-			synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
-			checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
+	return newServer(cfg, nil, func(s *Server) (store.Backend, error) {
+		var err error
+		if s.leaseKey, err = fileLeaseKey(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		return store.OpenBolt(filepath.Join(cfg.DataDir, "tracker.db"), store.Hooks{
+			Synced:       func(d time.Duration) { s.m.storeSync.Observe(d.Seconds()) },
+			Checkpointed: func(d time.Duration) { s.m.storeCheckpoint.Observe(d.Seconds()) },
 		})
 	})
 }
@@ -93,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 // newServer builds a tracker over the store open returns. It binds the
 // configured listeners, or, with ho (a replica's term as leader), serves
 // the connections ho hands it.
-func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)) (*Server, error) {
+func newServer(cfg Config, ho *handoff, open func(s *Server) (store.Backend, error)) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		log:        cfg.Logger,
@@ -121,6 +129,9 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		return nil, err
 	}
 	s.blobs = blobs
+	if s.modules, err = blobs.sub("modules"); err != nil {
+		return nil, err
+	}
 	st, err := open(s)
 	if err != nil {
 		return nil, fmt.Errorf("open tracker store: %w", err)
@@ -129,7 +140,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 	if cfg.UsersFile != "" {
 		s.users = &users{path: cfg.UsersFile}
 		if _, err := s.users.load(); err != nil {
-			st.close()
+			st.Close()
 			return nil, err
 		}
 	}
@@ -137,7 +148,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		s.log.Warn("the shared fleet token (--token-file) admits any role and acts as administrator; give nodes join tokens (kiln token create --role device|compiler --ttl 1h) and users named tokens (see docs/security.md)")
 	}
 	if err := s.load(); err != nil {
-		st.close()
+		st.Close()
 		return nil, fmt.Errorf("load tracker state: %w", err)
 	}
 	if ho != nil {
@@ -147,7 +158,7 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		}
 	} else if err := s.listen(); err != nil {
 		s.closeListeners()
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	scfg := proto.ServerConfig{
@@ -335,7 +346,7 @@ func (s *Server) shutdown() error {
 			s.dropTicketLocked(t, fmt.Errorf("lease request %s: tracker is shutting down: %w", t.id, proto.ErrUnavailable))
 		}
 		s.mu.Unlock()
-		s.closeErr = s.st.close()
+		s.closeErr = s.st.Close()
 	})
 	return s.closeErr
 }

@@ -39,6 +39,7 @@ var operatorSecrets = map[string][]string{
 	"kiln-token":       {"token"},
 	"kiln-tls":         {"tls.crt", "tls.key", "ca.crt"},
 	"kiln-etcd-client": {"ca.crt", "tls.crt", "tls.key"},
+	"kiln-etcd-tls":    {"ca.crt", "tls.crt", "tls.key"},
 	"kiln-s3":          {"access-key-id", "secret-access-key"},
 }
 

@@ -5,13 +5,12 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -21,7 +20,7 @@ import (
 // under a key prefix of its own.
 var testEtcd struct {
 	once sync.Once
-	e    *embed.Etcd
+	e    *member
 	url  string
 	dir  string
 	err  error
@@ -59,12 +58,12 @@ func etcdURL(t testing.TB) string {
 		testEtcd.dir = dir
 		c := ClusterConfig{
 			Name:      "t",
-			Peers:     "t=http://127.0.0.1:" + freePort(t),
-			ClientURL: "http://127.0.0.1:" + freePort(t),
+			Peers:     "t=https://127.0.0.1:" + freePort(t),
+			ClientURL: "https://127.0.0.1:" + freePort(t),
 			Dir:       dir,
 			noFsync:   true,
 		}
-		testEtcd.e, testEtcd.err = startMember(c, dir, guard)
+		testEtcd.e, testEtcd.err = startMember(c, dir, "", guard, nil)
 		testEtcd.url = c.ClientURL
 	})
 	check.NoError(t, testEtcd.err, "embedded etcd")
@@ -75,7 +74,7 @@ func etcdURL(t testing.TB) string {
 // test ends.
 func etcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: nopZap})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL(t)}, DialTimeout: guard, Logger: nopZap, TLS: testEtcd.e.clientTLS})
 	check.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -86,39 +85,23 @@ func etcdPrefix(name string) string {
 	return fmt.Sprintf("/test/%s-%d/", name, testEtcd.seq.Add(1))
 }
 
-// TestEtcdFence: a write guarded by a comparison that no longer holds
-// fails, changes nothing, and fences the store for good.
-func TestEtcdFence(t *testing.T) {
-	cli := etcdClient(t)
-	prefix := etcdPrefix("fence")
-	ctx := testCtx(t)
-	_, err := cli.Put(ctx, prefix+"leader", "me")
-	check.NoError(t, err)
-	resp, err := cli.Get(ctx, prefix+"leader")
-	check.NoError(t, err)
-	rev := resp.Kvs[0].CreateRevision
-	st := openEtcdStore(cli, prefix+"s/", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(prefix+"leader"), "=", rev)}, storeHooks{})
-	defer st.close()
-	check.NoError(t, st.wait(st.apply(putRecord(tableLeases, "l-1", leaseRecord{User: "a"}))))
-	check.NoError(t, st.probe(ctx))
-	check.NoError(t, st.ready())
+// etcdStoreConfig points cfg at the shared etcd member as an external
+// store, with the member's client certificate.
+func etcdStoreConfig(t testing.TB, cfg *Config) {
+	cfg.Store = "etcd://" + strings.TrimPrefix(etcdURL(t), "https://")
+	cfg.EtcdTLS = testEtcd.e.clientTLS
+	cfg.etcdPrefix = etcdPrefix("replica")
+}
 
-	// Another replica takes over: the key is made again.
-	_, err = cli.Delete(ctx, prefix+"leader")
+// peerPKI writes a CA and a certificate for 127.0.0.1 it signed into a
+// directory of the test's, for embedded members' peer traffic, and
+// returns a function that sets them in a member's config.
+func peerPKI(t testing.TB) func(c *ClusterConfig) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caFile, err := localCA(dir, "ca", "test peers CA")
 	check.NoError(t, err)
-	_, err = cli.Put(ctx, prefix+"leader", "other")
+	cert, key, err := ca.issueFiles(dir, "peer", "test peer", []string{"127.0.0.1"})
 	check.NoError(t, err)
-	err = st.wait(st.apply(putRecord(tableLeases, "l-2", leaseRecord{User: "b"})))
-	check.ErrorIs(t, err, errFenced)
-	select {
-	case <-st.fencedCh():
-	case <-time.After(guard):
-		t.Fatal("fenced channel not closed")
-	}
-	check.ErrorIs(t, st.ready(), errFenced)
-	check.ErrorIs(t, st.wait(st.apply(deleteRecord(tableLeases, "l-1"))), errFenced)
-	snap, err := openEtcdStore(cli, prefix+"s/", nil, storeHooks{}).load()
-	check.NoError(t, err)
-	check.Equal(t, len(snap.leases), 1)
-	check.Equal(t, snap.leases[0].User, "a")
+	return func(c *ClusterConfig) { c.CertFile, c.KeyFile, c.CAFile = cert, key, caFile }
 }

@@ -1,4 +1,4 @@
-package tracker
+package store
 
 import (
 	"encoding/binary"
@@ -14,7 +14,7 @@ import (
 
 // The write-ahead log makes a batch of changes durable with one sequential
 // write and one fdatasync into a file whose blocks already exist, where a
-// bbolt commit needs scattered page writes and two syncs. boltStore
+// bbolt commit needs scattered page writes and two syncs. Bolt
 // writes every batch to the log first and answers its callers, then
 // applies the logged batches to tracker.db in a synced transaction now and
 // then (a checkpoint), recording the last applied batch's number there;
@@ -41,16 +41,8 @@ var walCRC = crc32.MakeTable(crc32.Castagnoli)
 
 // walRecord is one logged batch.
 type walRecord struct {
-	Seq     uint64      `msgpack:"seq"`
-	Changes []walChange `msgpack:"changes"`
-}
-
-// walChange is a change with its value encoded (Delete: no value).
-type walChange struct {
-	Table  table  `msgpack:"t"`
-	Key    string `msgpack:"k"`
-	Value  []byte `msgpack:"v,omitempty"`
-	Delete bool   `msgpack:"d,omitempty"`
+	Seq     uint64    `msgpack:"seq"`
+	Changes []encoded `msgpack:"changes"`
 }
 
 // wal is the log file.
@@ -155,25 +147,3 @@ func (w *wal) records() ([]walRecord, error) {
 }
 
 func (w *wal) close() error { return w.f.Close() }
-
-// encodeChanges encodes changes for the log: a string value as its bytes,
-// any other value msgpack-encoded.
-func encodeChanges(changes []change) ([]walChange, error) {
-	out := make([]walChange, len(changes))
-	for i, c := range changes {
-		out[i] = walChange{Table: c.table, Key: c.key}
-		switch v := c.value.(type) {
-		case nil:
-			out[i].Delete = true
-		case string:
-			out[i].Value = []byte(v)
-		default:
-			b, err := msgpack.Marshal(v)
-			if err != nil {
-				return nil, fmt.Errorf("encode %s/%s: %w", c.table, c.key, err)
-			}
-			out[i].Value = b
-		}
-	}
-	return out, nil
-}

@@ -1,4 +1,4 @@
-package tracker
+package store
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -17,9 +16,8 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// etcdStore keeps the tracker's state in etcd, a key a record
-// (prefix + table + "/" + key, the value encoded as boltStore encodes
-// it). Queued writes are committed in batches, a batch in one etcd
+// Etcd keeps the tracker's state in etcd, a key a record
+// (prefix + table + "/" + key, the value as the codec encodes it). Queued writes are committed in batches, a batch in one etcd
 // transaction guarded by fence: the comparisons that hold only while this
 // tracker is the elected leader, so a replica that lost its leadership
 // can never write. A transaction that fails its guard makes the store
@@ -28,11 +26,11 @@ import (
 // tried again (the same puts and deletes: trying again is harmless) until
 // it succeeds, its guard fails or the store closes; meanwhile ready
 // reports the failure and the batch's callers wait.
-type etcdStore struct {
+type Etcd struct {
 	cli    *clientv3.Client
 	prefix string
 	fence  []clientv3.Cmp
-	hooks  storeHooks
+	hooks  Hooks
 
 	groupCommit
 
@@ -45,7 +43,7 @@ type etcdStore struct {
 	quitOnce sync.Once
 }
 
-var _ stateStore = (*etcdStore)(nil)
+var _ Backend = (*Etcd)(nil)
 
 const (
 	// etcdMaxOps is the most operations in one transaction (etcd's
@@ -54,35 +52,35 @@ const (
 	// etcdMaxTxnBytes is the most value bytes in one transaction, under
 	// etcd's default request limit of 1.5 MiB.
 	etcdMaxTxnBytes = 1 << 20
-	// etcdMaxValue is the largest record the store writes.
-	etcdMaxValue = etcdMaxTxnBytes
-	// etcdCallTimeout bounds one etcd call; a transaction that times out
+	// EtcdMaxValue is the largest record the etcd backend writes.
+	EtcdMaxValue = etcdMaxTxnBytes
+	// EtcdCallTimeout bounds one etcd call; a transaction that times out
 	// is tried again.
-	etcdCallTimeout = 5 * time.Second
+	EtcdCallTimeout = 5 * time.Second
 	// etcdCloseGrace is how long close keeps trying queued batches while
 	// etcd cannot be reached.
 	etcdCloseGrace = 2 * time.Second
-	// etcdProbeTimeout bounds a readiness probe.
-	etcdProbeTimeout = time.Second
+	// EtcdProbeTimeout bounds a readiness probe.
+	EtcdProbeTimeout = time.Second
 )
 
-// errFenced is what writes fail with once the store's guard has failed.
-var errFenced = fmt.Errorf("this tracker replica is no longer the leader: its writes are refused: %w", proto.ErrUnavailable)
+// ErrFenced is what writes fail with once the store's guard has failed.
+var ErrFenced = fmt.Errorf("this tracker replica is no longer the leader: its writes are refused: %w", proto.ErrUnavailable)
 
-// openEtcdStore returns a store over cli under prefix (which should end in
+// OpenEtcd returns a store over cli under prefix (which should end in
 // "/"), writing only while every comparison in fence holds.
-func openEtcdStore(cli *clientv3.Client, prefix string, fence []clientv3.Cmp, hooks storeHooks) *etcdStore {
-	st := &etcdStore{cli: cli, prefix: prefix, fence: fence, hooks: hooks, lost: make(chan struct{}), quit: make(chan struct{})}
+func OpenEtcd(cli *clientv3.Client, prefix string, fence []clientv3.Cmp, hooks Hooks) *Etcd {
+	st := &Etcd{cli: cli, prefix: prefix, fence: fence, hooks: hooks, lost: make(chan struct{}), quit: make(chan struct{})}
 	st.start(st.commit)
 	return st
 }
 
-func (st *etcdStore) key(t table, key string) string { return st.prefix + t.String() + "/" + key }
+func (st *Etcd) key(t Table, key string) string { return st.prefix + t.String() + "/" + key }
 
 // commit writes batch in one transaction, or in several in order when it
 // is larger than etcd takes in one request; a write that cannot be
-// encoded, or holds a record larger than etcdMaxValue, fails alone.
-func (st *etcdStore) commit(batch []pendingWrite) {
+// encoded, or holds a record larger than EtcdMaxValue, fails alone.
+func (st *Etcd) commit(batch []pendingWrite) {
 	var ok []pendingWrite
 	var txns [][]clientv3.Op
 	var ops []clientv3.Op
@@ -131,10 +129,10 @@ func (st *etcdStore) commit(batch []pendingWrite) {
 	answer(ok, nil)
 }
 
-func checkSizes(enc []walChange) error {
+func checkSizes(enc []encoded) error {
 	for _, c := range enc {
-		if len(c.Value) > etcdMaxValue {
-			return fmt.Errorf("%s/%s: a record of %d bytes is larger than the etcd store takes (%d): %w", c.Table, c.Key, len(c.Value), etcdMaxValue, proto.ErrTooLarge)
+		if len(c.Value) > EtcdMaxValue {
+			return fmt.Errorf("%s/%s: a record of %d bytes is larger than the etcd store takes (%d): %w", c.Table, c.Key, len(c.Value), EtcdMaxValue, proto.ErrTooLarge)
 		}
 	}
 	return nil
@@ -142,7 +140,7 @@ func checkSizes(enc []walChange) error {
 
 // txn commits ops in one guarded transaction, trying again while etcd
 // cannot be reached.
-func (st *etcdStore) txn(ops []clientv3.Op) error {
+func (st *Etcd) txn(ops []clientv3.Op) error {
 	backoff := 50 * time.Millisecond
 	var giveUp <-chan time.Time
 	for {
@@ -150,17 +148,17 @@ func (st *etcdStore) txn(ops []clientv3.Op) error {
 			return err
 		}
 		t0 := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), EtcdCallTimeout)
 		resp, err := st.cli.Txn(ctx).If(st.fence...).Then(ops...).Commit()
 		cancel()
 		if err == nil && !resp.Succeeded {
 			st.setFenced()
-			return errFenced
+			return ErrFenced
 		}
 		st.setErr(err)
 		if err == nil {
-			if st.hooks.synced != nil {
-				st.hooks.synced(time.Since(t0))
+			if st.hooks.Synced != nil {
+				st.hooks.Synced(time.Since(t0))
 			}
 			return nil
 		}
@@ -173,7 +171,7 @@ func (st *etcdStore) txn(ops []clientv3.Op) error {
 		select {
 		case <-time.After(backoff):
 		case <-st.quit:
-			return errFenced
+			return ErrFenced
 		case <-giveUp:
 			return fmt.Errorf("etcd transaction: %v: gave up at close: %w", err, proto.ErrUnavailable)
 		}
@@ -196,41 +194,41 @@ func permanent(err error) bool {
 	return false
 }
 
-func (st *etcdStore) setErr(err error) {
+func (st *Etcd) setErr(err error) {
 	st.stateMu.Lock()
 	st.lastErr = err
 	st.stateMu.Unlock()
 }
 
-func (st *etcdStore) setFenced() {
+func (st *Etcd) setFenced() {
 	st.stateMu.Lock()
 	defer st.stateMu.Unlock()
 	if st.fenced == nil {
-		st.fenced = errFenced
+		st.fenced = ErrFenced
 		close(st.lost)
 	}
 }
 
-func (st *etcdStore) fencedErr() error {
+func (st *Etcd) fencedErr() error {
 	st.stateMu.Lock()
 	defer st.stateMu.Unlock()
 	return st.fenced
 }
 
-// abandon makes the store give up the batch it is trying again and fail
+// Abandon makes the store give up the batch it is trying again and fail
 // every later one, as a fenced store does: its owner lost the leadership
 // the fence stands for while etcd could not be reached.
-func (st *etcdStore) abandon() {
+func (st *Etcd) Abandon() {
 	st.quitOnce.Do(func() { close(st.quit) })
 	st.setFenced()
 }
 
-// fencedCh is closed when a write fails its guard.
-func (st *etcdStore) fencedCh() <-chan struct{} { return st.lost }
+// Fenced is closed when a write fails its guard.
+func (st *Etcd) Fenced() <-chan struct{} { return st.lost }
 
-// ready reports whether the last transaction (or probe) reached etcd and
+// Ready reports whether the last transaction (or probe) reached etcd and
 // the store may still write.
-func (st *etcdStore) ready() error {
+func (st *Etcd) Ready() error {
 	st.stateMu.Lock()
 	defer st.stateMu.Unlock()
 	if st.fenced != nil {
@@ -242,96 +240,59 @@ func (st *etcdStore) ready() error {
 	return nil
 }
 
-// probe checks that etcd answers and that the guard still holds, and
+// Probe checks that etcd answers and that the guard still holds, and
 // records the result for ready; the store's owner calls it now and then
 // so that readiness follows etcd while no write is made.
-func (st *etcdStore) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
+func (st *Etcd) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, EtcdProbeTimeout)
 	defer cancel()
 	resp, err := st.cli.Txn(ctx).If(st.fence...).Commit()
 	if err == nil && !resp.Succeeded {
 		st.setFenced()
-		return errFenced
+		return ErrFenced
 	}
 	st.setErr(err)
 	return err
 }
 
-func (st *etcdStore) artifact(sha string) (artifactRecord, bool, error) {
-	var rec artifactRecord
-	ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+// Get reads one record.
+func (st *Etcd) Get(t Table, key string) ([]byte, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), EtcdCallTimeout)
 	defer cancel()
-	resp, err := st.cli.Get(ctx, st.key(tableArtifacts, sha))
+	resp, err := st.cli.Get(ctx, st.key(t, key))
 	if err != nil {
-		return rec, false, fmt.Errorf("etcd: read artifact %s: %w", sha, err)
+		return nil, false, fmt.Errorf("etcd: read %s/%s: %w", t, key, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return rec, false, nil
+		return nil, false, nil
 	}
-	return rec, true, msgpack.Unmarshal(resp.Kvs[0].Value, &rec)
+	return resp.Kvs[0].Value, true, nil
 }
 
-// load reads every table at one revision.
-func (st *etcdStore) load() (snapshot, error) {
-	snap := snapshot{artifacts: make(map[string]artifactRecord)}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*etcdCallTimeout)
+// Load reads every table at one revision.
+func (st *Etcd) Load() (Snapshot, error) {
+	snap := Snapshot{}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*EtcdCallTimeout)
 	defer cancel()
 	resp, err := st.cli.Get(ctx, st.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return snap, fmt.Errorf("etcd: read %s: %w", st.prefix, err)
 	}
-	modules := map[string]string{}
-	var jobs [][]byte
 	for _, kv := range resp.Kvs {
-		t, key, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), st.prefix), "/")
+		name, key, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), st.prefix), "/")
 		if !ok {
 			continue
 		}
-		var err error
-		switch t {
-		case tableMeta.String():
-			if key == metaNextJob {
-				err = msgpack.Unmarshal(kv.Value, &snap.nextJob)
-			}
-		case tableModules.String():
-			modules[key] = string(kv.Value)
-		case tableJobs.String():
-			jobs = append(jobs, kv.Value)
-		case tableArtifacts.String():
-			var rec artifactRecord
-			err = msgpack.Unmarshal(kv.Value, &rec)
-			snap.artifacts[key] = rec
-		case tableCreds.String():
-			var c credential
-			err = msgpack.Unmarshal(kv.Value, &c)
-			snap.creds = append(snap.creds, c)
-		case tableLeases.String():
-			var rec leaseRecord
-			err = msgpack.Unmarshal(kv.Value, &rec)
-			snap.leases = append(snap.leases, rec)
-		case tableResults.String():
-			var r proto.Result
-			err = msgpack.Unmarshal(kv.Value, &r)
-			snap.results = append(snap.results, r)
+		if t, ok := tableNamed(name); ok {
+			snap[t] = append(snap[t], Record{Key: key, Value: kv.Value})
 		}
-		if err != nil {
-			return snap, fmt.Errorf("etcd: record %s: %w", kv.Key, err)
-		}
-	}
-	for _, v := range jobs {
-		var sj storedJob
-		if err := msgpack.Unmarshal(v, &sj.rec); err != nil {
-			return snap, fmt.Errorf("etcd: job record: %w", err)
-		}
-		sj.module = modules[sj.rec.Job.ID]
-		snap.jobs = append(snap.jobs, sj)
 	}
 	return snap, nil
 }
 
-// close commits what is queued (giving up after etcdCloseGrace while etcd
+// Close commits what is queued (giving up after etcdCloseGrace while etcd
 // cannot be reached); it leaves the client open: its owner closes it.
-func (st *etcdStore) close() error {
+func (st *Etcd) Close() error {
 	st.groupCommit.stop()
 	return nil
 }

@@ -1,20 +1,20 @@
-package tracker
+package store
 
 import (
 	"errors"
 	"sync"
 )
 
-// groupCommit is the write queue both stores share: apply queues changes
+// groupCommit is the write queue both backends share: Apply queues changes
 // in order, and batches of them go to the store's commit function, from a
 // commit loop or, when no commit is running, from a caller waiting in
-// wait, which saves a hand-off between goroutines on a machine short of
+// Wait, which saves a hand-off between goroutines on a machine short of
 // CPU. commit must answer every write of its batch on its done channel.
 type groupCommit struct {
 	commit func(batch []pendingWrite)
 
 	// commitMu is held by whichever goroutine commits a batch: the commit
-	// loop, or a caller in wait that found no commit running.
+	// loop, or a caller in Wait that found no commit running.
 	commitMu sync.Mutex
 
 	mu      sync.Mutex
@@ -24,9 +24,9 @@ type groupCommit struct {
 	done    chan struct{} // closed when the commit loop has returned
 }
 
-// pendingWrite is the changes of one apply call and where its result goes.
+// pendingWrite is the changes of one Apply call and where its result goes.
 type pendingWrite struct {
-	changes []change
+	changes []Change
 	done    chan error // 1-buffered
 }
 
@@ -38,7 +38,7 @@ func (g *groupCommit) start(commit func(batch []pendingWrite)) {
 	go g.loop()
 }
 
-func (g *groupCommit) apply(changes ...change) <-chan error {
+func (g *groupCommit) Apply(changes ...Change) <-chan error {
 	done := make(chan error, 1)
 	g.mu.Lock()
 	if g.closing {
@@ -65,11 +65,11 @@ func (g *groupCommit) take() ([]pendingWrite, bool) {
 	return batch, g.closing
 }
 
-// wait returns the result of the write whose channel is done. When no
+// Wait returns the result of the write whose channel is done. When no
 // commit is running it commits the queue itself rather than waking the
 // commit loop and waiting for it: one hand-off less between a write and
 // its caller's answer.
-func (g *groupCommit) wait(done <-chan error) error {
+func (g *groupCommit) Wait(done <-chan error) error {
 	select {
 	case err := <-done:
 		return err

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package tracker
+package store
 
 import "os"
 

@@ -1,22 +1,21 @@
-package tracker
+package store
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
-// boltStore keeps the tracker's state in one bbolt file, a bucket a table,
-// behind a write-ahead log (see store_wal.go), with group commit: changes
+// Bolt keeps the tracker's state in one bbolt file, a bucket a table,
+// behind a write-ahead log (see wal.go), with group commit: changes
 // are queued in order and written in batches, one log record and one
 // fdatasync a batch, so many concurrent writers share one sync; the
 // logged batches reach tracker.db in checkpoints.
-type boltStore struct {
+type Bolt struct {
 	db  *bolt.DB
 	log *wal
 	seq uint64 // the last batch logged (under commitMu)
@@ -30,32 +29,21 @@ type boltStore struct {
 	ckptStop chan struct{}
 	ckptDone chan struct{}
 
-	hooks storeHooks
+	hooks Hooks
 
 	groupCommit
 }
 
-var _ stateStore = (*boltStore)(nil)
-
-// storeHooks observe a store's work (for metrics); nil ones are skipped.
-type storeHooks struct {
-	synced       func(time.Duration) // a batch logged and synced
-	checkpointed func(time.Duration) // logged batches applied to tracker.db
-}
+var _ Backend = (*Bolt)(nil)
 
 // ckptInterval is the least time between two checkpoints.
 const ckptInterval = 50 * time.Millisecond
 
-// metaWALSeq is the meta record of the last logged batch tracker.db holds.
-const metaWALSeq = "wal_seq"
+func bucketName(t Table) []byte { return []byte(t.String()) }
 
-var boltTables = []table{tableJobs, tableModules, tableArtifacts, tableLeases, tableCreds, tableMeta, tableResults}
-
-func bucketName(t table) []byte { return []byte(t.String()) }
-
-// openBoltStore opens tracker.db at path and its log at path+".wal",
+// OpenBolt opens tracker.db at path and its log at path+".wal",
 // applying the batches logged after the last checkpoint.
-func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
+func OpenBolt(path string, hooks Hooks) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: 2 * time.Second,
 		// The free-page list is rebuilt by scanning on open rather than
@@ -71,7 +59,7 @@ func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, t := range boltTables {
+		for _, t := range tables {
 			if _, err := tx.CreateBucketIfNotExists(bucketName(t)); err != nil {
 				return err
 			}
@@ -82,7 +70,7 @@ func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 		db.Close()
 		return nil, fmt.Errorf("create buckets in %s: %w", path, err)
 	}
-	st := &boltStore{
+	st := &Bolt{
 		db:       db,
 		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 		hooks: hooks,
@@ -103,10 +91,10 @@ func openBoltStore(path string, hooks storeHooks) (*boltStore, error) {
 
 // recover applies the logged batches tracker.db does not hold yet and
 // starts the log over.
-func (st *boltStore) recover() error {
+func (st *Bolt) recover() error {
 	var applied uint64
 	err := st.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketName(tableMeta)).Get([]byte(metaWALSeq)); b != nil {
+		if b := tx.Bucket(bucketName(Meta)).Get([]byte(metaWALSeq)); b != nil {
 			return msgpack.Unmarshal(b, &applied)
 		}
 		return nil
@@ -140,7 +128,7 @@ func (st *boltStore) recover() error {
 
 // applyDB applies logged batches to tracker.db in one synced transaction,
 // with the last one's number.
-func (st *boltStore) applyDB(recs []walRecord) error {
+func (st *Bolt) applyDB(recs []walRecord) error {
 	return st.db.Update(func(tx *bolt.Tx) error {
 		for _, r := range recs {
 			for _, c := range r.Changes {
@@ -160,12 +148,12 @@ func (st *boltStore) applyDB(recs []walRecord) error {
 			}
 		}
 		enc, _ := msgpack.Marshal(recs[len(recs)-1].Seq)
-		return tx.Bucket(bucketName(tableMeta)).Put([]byte(metaWALSeq), enc)
+		return tx.Bucket(bucketName(Meta)).Put([]byte(metaWALSeq), enc)
 	})
 }
 
 // checkpoint applies what is logged to tracker.db.
-func (st *boltStore) checkpoint() error {
+func (st *Bolt) checkpoint() error {
 	st.ckptMu.Lock()
 	defer st.ckptMu.Unlock()
 	st.pendMu.Lock()
@@ -178,8 +166,8 @@ func (st *boltStore) checkpoint() error {
 	if err := st.applyDB(recs); err != nil {
 		return err
 	}
-	if st.hooks.checkpointed != nil {
-		st.hooks.checkpointed(time.Since(t0))
+	if st.hooks.Checkpointed != nil {
+		st.hooks.Checkpointed(time.Since(t0))
 	}
 	st.pendMu.Lock()
 	st.pending = st.pending[len(recs):]
@@ -190,7 +178,7 @@ func (st *boltStore) checkpoint() error {
 // checkpointLoop checkpoints at most every ckptInterval while batches are
 // logged, and starts the log over when everything in it is applied and no
 // batch is being logged.
-func (st *boltStore) checkpointLoop() {
+func (st *Bolt) checkpointLoop() {
 	defer close(st.ckptDone)
 	for {
 		select {
@@ -221,9 +209,9 @@ func (st *boltStore) checkpointLoop() {
 // commit logs batch as one record and answers its writers once it is
 // synced; a write whose changes cannot be encoded fails alone. A batch
 // too large for the log is applied to tracker.db directly.
-func (st *boltStore) commit(batch []pendingWrite) {
+func (st *Bolt) commit(batch []pendingWrite) {
 	var ok []pendingWrite
-	var changes []walChange
+	var changes []encoded
 	for _, w := range batch {
 		enc, err := encodeChanges(w.changes)
 		if err != nil {
@@ -264,8 +252,8 @@ func (st *boltStore) commit(batch []pendingWrite) {
 		reply(err)
 		return
 	}
-	if st.hooks.synced != nil {
-		st.hooks.synced(time.Since(t0))
+	if st.hooks.Synced != nil {
+		st.hooks.Synced(time.Since(t0))
 	}
 	st.seq = rec.Seq
 	st.pendMu.Lock()
@@ -278,106 +266,72 @@ func (st *boltStore) commit(batch []pendingWrite) {
 	reply(nil)
 }
 
-func (st *boltStore) artifact(sha string) (artifactRecord, bool, error) {
-	var rec artifactRecord
-	// What is logged and not yet checkpointed is newer than tracker.db.
+// Get returns a record, from the log when a batch not yet checkpointed
+// changed it (that is newer than tracker.db), from tracker.db otherwise.
+func (st *Bolt) Get(t Table, key string) ([]byte, bool, error) {
 	st.pendMu.Lock()
 	for i := len(st.pending) - 1; i >= 0; i-- {
 		ch := st.pending[i].Changes
 		for k := len(ch) - 1; k >= 0; k-- {
-			if c := ch[k]; c.Table == tableArtifacts && c.Key == sha {
+			if c := ch[k]; c.Table == t && c.Key == key {
 				st.pendMu.Unlock()
 				if c.Delete {
-					return rec, false, nil
+					return nil, false, nil
 				}
-				return rec, true, msgpack.Unmarshal(c.Value, &rec)
+				return c.Value, true, nil
 			}
 		}
 	}
 	st.pendMu.Unlock()
-	found := false
+	var out []byte
 	err := st.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketName(tableArtifacts)).Get([]byte(sha))
+		b := tx.Bucket(bucketName(t))
 		if b == nil {
-			return nil
+			return fmt.Errorf("unknown table %d", t)
 		}
-		found = true
-		return msgpack.Unmarshal(b, &rec)
+		if v := b.Get([]byte(key)); v != nil {
+			out = append([]byte(nil), v...)
+		}
+		return nil
 	})
-	return rec, found, err
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s/%s: %w", t, key, err)
+	}
+	return out, out != nil, nil
 }
 
-func (st *boltStore) load() (snapshot, error) {
-	snap := snapshot{artifacts: make(map[string]artifactRecord)}
+// Load checkpoints what is logged and reads every bucket.
+func (st *Bolt) Load() (Snapshot, error) {
+	snap := Snapshot{}
 	if err := st.checkpoint(); err != nil {
 		return snap, fmt.Errorf("checkpoint: %w", err)
 	}
 	err := st.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketName(tableMeta)).Get([]byte(metaNextJob)); b != nil {
-			if err := msgpack.Unmarshal(b, &snap.nextJob); err != nil {
-				return fmt.Errorf("next job counter: %w", err)
+		for _, t := range tables {
+			err := tx.Bucket(bucketName(t)).ForEach(func(k, v []byte) error {
+				if t == Meta && string(k) == metaWALSeq {
+					return nil
+				}
+				snap[t] = append(snap[t], Record{Key: string(k), Value: append([]byte(nil), v...)})
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
-		modules := tx.Bucket(bucketName(tableModules))
-		err := tx.Bucket(bucketName(tableJobs)).ForEach(func(k, v []byte) error {
-			var sj storedJob
-			if err := msgpack.Unmarshal(v, &sj.rec); err != nil {
-				return fmt.Errorf("job %s: %w", k, err)
-			}
-			sj.module = string(modules.Get(k))
-			snap.jobs = append(snap.jobs, sj)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketName(tableArtifacts)).ForEach(func(k, v []byte) error {
-			var rec artifactRecord
-			if err := msgpack.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("artifact %s: %w", k, err)
-			}
-			snap.artifacts[string(k)] = rec
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketName(tableCreds)).ForEach(func(k, v []byte) error {
-			var c credential
-			if err := msgpack.Unmarshal(v, &c); err != nil {
-				return fmt.Errorf("credential of node %s: %w", k, err)
-			}
-			snap.creds = append(snap.creds, c)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = tx.Bucket(bucketName(tableResults)).ForEach(func(k, v []byte) error {
-			var r proto.Result
-			if err := msgpack.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("result %s: %w", k, err)
-			}
-			snap.results = append(snap.results, r)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketName(tableLeases)).ForEach(func(k, v []byte) error {
-			var rec leaseRecord
-			if err := msgpack.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("lease %s: %w", k, err)
-			}
-			snap.leases = append(snap.leases, rec)
-			return nil
-		})
+		return nil
 	})
 	return snap, err
 }
 
-// close commits what is queued and closes the database. It is idempotent.
-func (st *boltStore) close() error {
+// Ready is nil: a local file is ready once open.
+func (st *Bolt) Ready() error { return nil }
+
+// Probe has nothing to check on a local file.
+func (st *Bolt) Probe(context.Context) error { return nil }
+
+// Close commits what is queued and closes the database. It is idempotent.
+func (st *Bolt) Close() error {
 	if st.stop() {
 		return nil
 	}
