@@ -508,14 +508,31 @@ func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 	return nil
 }
 
-// take gives s one of the device's session slots or refuses it with
-// ErrBusy.
-func (d *Daemon) take(s *session) error {
+// take gives s one of the device's session slots, under lease (its id;
+// "" for a session without one), or refuses it with ErrBusy. A lease holds
+// one session at a time: the tracker counts a multi-session board's
+// sessions by the leases it granted there, so a second session under one
+// lease would take a slot that the tracker grants to someone else.
+func (d *Daemon) take(s *session, lease string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.draining {
 		d.m.refused.Inc("shutting_down")
 		return fmt.Errorf("device daemon is shutting down: %w", proto.ErrUnavailable)
+	}
+	if lease != "" {
+		for o := range d.sessions {
+			o.mu.Lock()
+			same := o.lease == lease && o.state != stateEnded
+			o.mu.Unlock()
+			if same {
+				d.m.refused.Inc("lease_in_use")
+				return fmt.Errorf("lease %s already has a session on this device (session %s): a lease holds one session at a time; close that one first or ask the tracker for another lease: %w", lease, o.id, proto.ErrBusy)
+			}
+		}
+		s.mu.Lock()
+		s.lease = lease
+		s.mu.Unlock()
 	}
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.m.refused.Inc("busy")

@@ -50,23 +50,31 @@ func startLeasedFleet(t *testing.T) *leasedFleet {
 		}
 	})
 	f := &leasedFleet{tracker: tr.Addr(), alice: alice}
-	device := func(key string) *testDaemon {
-		var reg *client.Registrar
-		td := startDaemon(t, rpcserver.Config{Token: "fleet", Key: key, SessionTimeout: time.Minute}, func(d *rpcserver.Daemon) {
-			reg = client.NewRegistrar(tr.Addr(), client.TrackerOptions{Token: "fleet", Logger: quietLog()}, proto.RegisterArgs{
-				Role: proto.NodeDevice, Key: key, Addr: d.Addr().String(),
-			})
-			d.SetTracker(reg)
-		})
-		select {
-		case <-reg.Ready():
-		case <-time.After(guard):
-			t.Fatalf("device %s did not register", key)
-		}
-		return td
-	}
-	f.a, f.b = device("a"), device("b")
+	f.a = f.device(t, "a", rpcserver.Config{}, 1)
+	f.b = f.device(t, "b", rpcserver.Config{}, 1)
 	return f
+}
+
+// device starts a daemon under key with cfg (the fleet token and a
+// minute's session timeout added) and registers it with the tracker as
+// serving maxSessions sessions at once (said to be sandboxed when more
+// than one, so that the tracker grants that many leases on it).
+func (f *leasedFleet) device(t *testing.T, key string, cfg rpcserver.Config, maxSessions int) *testDaemon {
+	t.Helper()
+	cfg.Token, cfg.Key, cfg.SessionTimeout = "fleet", key, time.Minute
+	var reg *client.Registrar
+	td := startDaemon(t, cfg, func(d *rpcserver.Daemon) {
+		reg = client.NewRegistrar(f.tracker, client.TrackerOptions{Token: "fleet", Logger: quietLog()}, proto.RegisterArgs{
+			Role: proto.NodeDevice, Key: key, Addr: d.Addr().String(), MaxSessions: maxSessions, Sandboxed: maxSessions > 1,
+		})
+		d.SetTracker(reg)
+	})
+	select {
+	case <-reg.Ready():
+	case <-time.After(guard):
+		t.Fatalf("device %s did not register", key)
+	}
+	return td
 }
 
 // lease asks the tracker, as alice, for the device under key.
@@ -153,4 +161,45 @@ func TestExpiredLeaseRefused(t *testing.T) {
 	})
 	_, err = client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: l.Token})
 	check.ErrorIs(t, err, proto.ErrUnauthorized)
+}
+
+// TestOneSessionPerLease: on a board that serves two sessions at once, a
+// client opens a second session under the lease of its first; the daemon
+// refuses it, so the board's other slot stays for the second lease the
+// tracker grants there, whose session opens.
+func TestOneSessionPerLease(t *testing.T) {
+	f := startLeasedFleet(t)
+	m := f.device(t, "m", rpcserver.Config{MaxSessions: 2, Sandbox: rpcserver.SandboxOff, InsecureShared: true}, 2)
+	ctx := testCtx(t)
+
+	l1 := f.lease(t, "m")
+	s1, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.NoError(t, err)
+	defer s1.Close()
+	// The same lease again, by hello and by session.open under the fleet token.
+	_, err = client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.Error(t, err, "already has a session")
+	_, err = client.Connect(ctx, m.addr, client.SessionOptions{Token: "fleet", LeaseToken: l1.Token})
+	check.ErrorIs(t, err, proto.ErrBusy)
+
+	// The tracker grants the board's second slot to another lease, and
+	// the daemon has it free.
+	l2 := f.lease(t, "m")
+	check.True(t, l2.ID != l1.ID, "the tracker granted the same lease twice")
+	s2, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l2.Token})
+	check.NoError(t, err, "the second lease's session")
+	defer s2.Close()
+	met := m.metrics(t)
+	check.True(t, strings.Contains(met, "kiln_rpcserver_sessions_active 2\n"), "two sessions are not open")
+	check.True(t, strings.Contains(met, `kiln_rpcserver_sessions_refused_total{reason="lease_in_use"} `), "no lease_in_use refusal in the metrics")
+
+	// Closed, the first lease's session frees its slot for the same lease.
+	check.NoError(t, s1.Close())
+	eventually(t, "the first session's slot is free", func() bool {
+		return strings.Contains(m.metrics(t), "kiln_rpcserver_sessions_active 1\n")
+	})
+	s3, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.NoError(t, err, "the first lease's new session")
+	check.NoError(t, s3.Close())
 }
