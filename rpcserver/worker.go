@@ -456,7 +456,13 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
 		}
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
-		art, err = artifact.Read(f, size)
+		// Within the session's disk quota: what it inflates to must fit
+		// there anyway, and an artifact that declares more is refused
+		// before anything is inflated into the worker.
+		art, err = artifact.ReadWithin(f, size, w.quota)
+		if errors.Is(err, artifact.ErrTooLarge) && w.quota > 0 {
+			return nil, fmt.Errorf("load module %q: %v (the session's disk quota, the daemon's --max-session-bytes): %w", a.Name, err, proto.ErrQuota)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
