@@ -54,8 +54,8 @@ type Manifest struct {
 	// Sizes are the entries' sizes in bytes, which a reader checks
 	// against the zip's headers and its limit before it inflates anything
 	// (absent in artifacts written before it was added).
-	Sizes map[string]int64 `json:"sizes,omitempty"`
-	Attrs         map[string]string `json:"attrs,omitempty"`
+	Sizes map[string]int64  `json:"sizes,omitempty"`
+	Attrs map[string]string `json:"attrs,omitempty"`
 }
 
 // Artifact is an artifact in memory: its manifest and entries.
