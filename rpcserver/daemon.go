@@ -146,6 +146,7 @@ type Daemon struct {
 	cfg Config
 	log *slog.Logger
 	ln  net.Listener
+	mln net.Listener // the metrics listener (nil without MetricsListen)
 	srv *proto.Server
 	reg *metrics.Registry
 	m   daemonMetrics
@@ -280,10 +281,19 @@ func New(cfg Config) (*Daemon, error) {
 		closePlugins(plugins)
 		return nil, fmt.Errorf("rpcserver: listen: %w", err)
 	}
+	var mln net.Listener
+	if cfg.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			ln.Close()
+			iso.close()
+			closePlugins(plugins)
+			return nil, fmt.Errorf("rpcserver: metrics listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
 	if cfg.TLS != nil {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
-	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(), iso: iso,
+	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, mln: mln, reg: metrics.NewRegistry(), iso: iso,
 		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs(), plugins: plugins}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
@@ -346,6 +356,15 @@ func (d *Daemon) SetTracker(t Tracker) { d.cfg.Tracker = t }
 
 // Addr is the address the daemon listens on.
 func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
+
+// MetricsAddr is the address of the metrics listener ("" without
+// Config.MetricsListen).
+func (d *Daemon) MetricsAddr() string {
+	if d.mln == nil {
+		return ""
+	}
+	return d.mln.Addr().String()
+}
 
 // MetricsHandler serves the daemon's metrics in Prometheus's text format.
 func (d *Daemon) MetricsHandler() http.Handler {
@@ -422,18 +441,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	var hs *http.Server
-	if d.cfg.MetricsListen != "" {
+	if d.mln != nil {
 		hs = metrics.NewServer(d.HTTPHandler())
-		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
-		if err != nil {
-			d.log.Error("metrics listener", "err", err)
-		} else {
-			parts.Go(func() {
-				if err := hs.Serve(metrics.LimitListener(mln, metrics.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					d.log.Error("metrics listener", "err", err)
-				}
-			})
-		}
+		parts.Go(func() {
+			if err := metrics.Serve(hs, d.mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics listener", "err", err)
+			}
+		})
 	}
 
 	select {

@@ -274,7 +274,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.metricsLn != nil {
 		s.httpSrv = metricsrv.NewServer(s.metricsHandler())
 		wg.Go(func() {
-			if err := s.httpSrv.Serve(metricsrv.LimitListener(s.metricsLn, metricsrv.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := metricsrv.Serve(s.httpSrv, s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail(fmt.Errorf("tracker metrics: %w", err))
 			}
 		})
