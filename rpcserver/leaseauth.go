@@ -38,7 +38,7 @@ func (d *Daemon) authenticate(token string, role proto.Role) (string, error) {
 	li, err := d.cfg.Tracker.VerifyLease(ctx, token)
 	if err != nil {
 		d.m.refused.Inc("lease")
-		d.log.Info("hello refused: its token is neither the fleet token nor a live lease on this device", "role", role, "err", err)
+		d.log.Debug("hello refused: its token is neither the fleet token nor a live lease on this device", "role", role, "err", err)
 		return "", proto.ErrUnauthorized
 	}
 	return li.User, nil

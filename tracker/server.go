@@ -157,6 +157,12 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (stateStore, error)
 		Logger:       s.log,
 		OnDisconnect: s.disconnected,
 	}
+	if cfg.replicated() {
+		// Followers forward their clients' connections: here they all
+		// come from a follower's address, so one guesser must not turn
+		// every client of that follower away.
+		scfg.MaxAuthFailures = -1
+	}
 	if s.users != nil {
 		scfg.Authenticate = s.authenticate
 		scfg.OnConnect = s.connected
