@@ -2,10 +2,12 @@ package rpcserver_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,4 +204,42 @@ func TestOneSessionPerLease(t *testing.T) {
 	s3, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
 	check.NoError(t, err, "the first lease's new session")
 	check.NoError(t, s3.Close())
+}
+
+// countingTracker counts the lease checks a daemon asks of its tracker.
+type countingTracker struct {
+	fakeTracker
+	verifies atomic.Int32
+}
+
+func (c *countingTracker) VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error) {
+	c.verifies.Add(1)
+	return c.fakeTracker.VerifyLease(ctx, token)
+}
+
+// TestWrongTokenFlood: 200 hellos with guessed lease tokens from one peer
+// cost the daemon ten lease checks with the tracker and a few log lines,
+// not one of each per hello; the guesser is told to wait.
+func TestWrongTokenFlood(t *testing.T) {
+	ct := &countingTracker{}
+	td := startDaemon(t, rpcserver.Config{Token: "fleet", Tracker: ct})
+	ctx := testCtx(t)
+	var last error
+	for i := range 200 {
+		c, err := proto.Dial(ctx, td.addr, proto.DialOptions{Role: proto.RoleClient, Token: fmt.Sprintf("guess-%d", i), Logger: quietLog()})
+		if err == nil {
+			c.Close()
+		}
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		last = err
+	}
+	check.Error(t, last, "too many wrong tokens from this address")
+	check.Equal(t, ct.verifies.Load(), int32(10), "lease checks asked of the tracker")
+	lines := 0
+	for _, l := range strings.Split(td.logs.String(), "\n") {
+		if strings.Contains(l, "hello refused") && !strings.Contains(l, "level=DEBUG") {
+			lines++
+		}
+	}
+	check.True(t, lines <= 3, "log lines about refused hellos above debug:", lines)
 }
