@@ -106,6 +106,9 @@ func runTracker(c *ucli.Context) error {
 	if err := trackerHA(c, &cfg); err != nil {
 		return err
 	}
+	if tok != "" {
+		cfg.Logger.Warn("the fleet token (--token-file) admits every role at this tracker: keep it for bootstrap (kiln token create), give nodes join tokens and users tokens of their own")
+	}
 	srv, err := tracker.New(cfg)
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)
@@ -202,6 +205,7 @@ func runCompilerNode(c *ucli.Context) error {
 			mem = -1
 		}
 	}
+	warnFleetToken(logger(c), "compiler node", tok, c.String("credential-file"))
 	return node.Run(c.Context, node.Config{
 		Sandbox:       c.String("sandbox"),
 		JobEnv:        c.StringSlice("job-env"),
@@ -327,6 +331,7 @@ Examples:
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
+			&ucli.BoolFlag{Name: "accept-fleet-token", Usage: "with --tracker and the fleet token in --token-file, also open sessions to hellos that carry the fleet token (by default they need a lease token)"},
 			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file (a join token: see --credential-file)"},
 			credentialFlag(),
 			&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the tracker's certificate (turns TLS on toward the tracker; --tls-cert/--tls-key, when given, are presented to it as this daemon's client certificate)"},
@@ -388,19 +393,26 @@ func runRPCServer(c *ucli.Context) error {
 		cfg.Worker.Env = append(cfg.Worker.Env, rpcserver.EnvEmulated+"="+emulator)
 		log.Warn("running under an emulator: times measured here are not the board's", "emulator", emulator)
 	}
+	trTok := tok
+	if f := c.String("tracker-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--tracker-token-file: %w", err)
+		}
+		trTok = strings.TrimSpace(string(b))
+	}
+	// A daemon that registers with its own listener token holds the
+	// fleet token there: it opens sessions to leases, not to that token.
+	cfg.TokenIsFleet = c.String("tracker") != "" && tok != "" && trTok == tok
+	cfg.AcceptFleetToken = c.Bool("accept-fleet-token")
+	if c.String("tracker") != "" && !cfg.TokenIsFleet {
+		warnFleetToken(log, "device daemon", trTok, c.String("credential-file"))
+	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {
 		return err // it names the daemon already ("rpcserver: ...")
 	}
 	if addr := c.String("tracker"); addr != "" {
-		trTok := tok
-		if f := c.String("tracker-token-file"); f != "" {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return fmt.Errorf("--tracker-token-file: %w", err)
-			}
-			trTok = strings.TrimSpace(string(b))
-		}
 		adv := c.String("advertise")
 		if adv == "" {
 			_, port, err := net.SplitHostPort(d.Addr().String())
@@ -429,6 +441,21 @@ func runRPCServer(c *ucli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
 	return d.Run(c.Context)
+}
+
+// warnFleetToken warns when a node registers with the tracker on tok and
+// tok is neither a join token nor replaced by a stored credential: then it
+// is the fleet token, an all-role secret meant for bootstrap.
+func warnFleetToken(log *slog.Logger, what, tok, credFile string) {
+	if tok == "" || client.IsJoinToken(tok) {
+		return
+	}
+	if credFile != "" {
+		if _, err := os.Stat(credFile); err == nil {
+			return
+		}
+	}
+	log.Warn("this "+what+" registers with the fleet token, an all-role secret meant for bootstrap: give it a join token (kiln token create --role ...) and --credential-file instead", "node", what)
 }
 
 // nodeIDFile is the file in a device daemon's --dir that keeps its node id.

@@ -96,6 +96,15 @@ type Config struct {
 	// AllowWithoutLease lets clients without a lease token open sessions
 	// when Tracker is set.
 	AllowWithoutLease bool
+	// TokenIsFleet says Token is the tracker's fleet token (the daemon
+	// registers with it): an all-role secret for bootstrap, which then
+	// opens no session here unless AcceptFleetToken; clients connect with
+	// their lease tokens instead.
+	TokenIsFleet bool
+	// AcceptFleetToken lets hellos carrying the fleet token open sessions
+	// although TokenIsFleet (`kiln rpcserver --accept-fleet-token`); the
+	// daemon then warns at start.
+	AcceptFleetToken bool
 	// DrainTimeout bounds how long Run waits for open sessions to end once
 	// its context is cancelled, before it cuts them (DefaultDrainTimeout when 0).
 	DrainTimeout time.Duration
@@ -269,6 +278,17 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 		log.Warn("INSECURE: the device daemon accepts anyone who can reach it, and will run the native code they upload", "listen", cfg.Listen)
+	}
+	if cfg.TokenIsFleet {
+		if cfg.AllowWithoutLease && !cfg.AcceptFleetToken {
+			iso.close()
+			return nil, errors.New("rpcserver: --allow-without-lease: a session without a lease is admitted by the fleet token, which this daemon refuses for sessions; give --accept-fleet-token too, or a board token of its own in --token-file (and the fleet token in --tracker-token-file)")
+		}
+		if cfg.AcceptFleetToken {
+			log.Warn("the fleet token opens sessions on this device (--accept-fleet-token): anyone holding it, which every node's bootstrap may have, runs code here without a lease")
+		} else {
+			log.Warn("this daemon registers with the fleet token, an all-role secret meant for bootstrap: join with a join token and --credential-file instead; sessions here need a lease token, the fleet token opens none")
+		}
 	}
 	plugins, err := openPlugins(cfg.Plugins)
 	if err != nil {

@@ -243,3 +243,37 @@ func TestWrongTokenFlood(t *testing.T) {
 	}
 	check.True(t, lines <= 3, "log lines about refused hellos above debug:", lines)
 }
+
+// TestFleetTokenBootstrapOnly: a daemon that registers with the fleet
+// token warns at start and refuses that token's hellos, saying what to
+// connect with instead; a lease opens its sessions. With AcceptFleetToken
+// the fleet token opens them too, and it warns so.
+func TestFleetTokenBootstrapOnly(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+	dev := f.device(t, "f", rpcserver.Config{TokenIsFleet: true}, 1)
+	check.True(t, strings.Contains(dev.logs.String(), "registers with the fleet token"), "no warning at start")
+	_, err := client.Connect(ctx, dev.addr, client.SessionOptions{Token: "fleet"})
+	check.Error(t, err, "opens no session on the fleet token")
+	check.Error(t, err, "--accept-fleet-token")
+	// Nor does it admit the session's raw connections on it.
+	_, err = proto.Dial(ctx, dev.addr, proto.DialOptions{Role: proto.RoleBulk, Token: "fleet", Logger: quietLog()})
+	check.Error(t, err, "opens no session on the fleet token")
+	l := f.lease(t, "f")
+	s, err := client.Connect(ctx, dev.addr, client.SessionOptions{Token: "fleet", LeaseToken: l.Token})
+	check.NoError(t, err, "a lease's session")
+	check.NoError(t, s.Upload(ctx, "x.bin", []byte("data")))
+	check.NoError(t, s.Close())
+
+	open := f.device(t, "g", rpcserver.Config{TokenIsFleet: true, AcceptFleetToken: true}, 1)
+	check.True(t, strings.Contains(open.logs.String(), "--accept-fleet-token"), "no warning at start")
+	s, err = client.Connect(ctx, open.addr, client.SessionOptions{Token: "fleet", LeaseToken: f.lease(t, "g").Token})
+	check.NoError(t, err)
+	check.NoError(t, s.Close())
+	c, err := proto.Dial(ctx, open.addr, proto.DialOptions{Role: proto.RoleClient, Token: "fleet", Logger: quietLog()})
+	check.NoError(t, err, "the fleet token's hello")
+	c.Close()
+
+	_, err = rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), Token: "fleet", TokenIsFleet: true, AllowWithoutLease: true})
+	check.Error(t, err, "give --accept-fleet-token too")
+}
