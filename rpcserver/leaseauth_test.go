@@ -25,6 +25,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 type leasedFleet struct {
 	tracker string
 	alice   string
+	users   string // the users file
 	a, b    *testDaemon
 }
 
@@ -51,7 +52,7 @@ func startLeasedFleet(t *testing.T) *leasedFleet {
 			t.Errorf("tracker did not stop within %s", guard)
 		}
 	})
-	f := &leasedFleet{tracker: tr.Addr(), alice: alice}
+	f := &leasedFleet{tracker: tr.Addr(), alice: alice, users: users}
 	f.a = f.device(t, "a", rpcserver.Config{}, 1)
 	f.b = f.device(t, "b", rpcserver.Config{}, 1)
 	return f
@@ -276,4 +277,45 @@ func TestFleetTokenBootstrapOnly(t *testing.T) {
 
 	_, err = rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), Token: "fleet", TokenIsFleet: true, AllowWithoutLease: true})
 	check.Error(t, err, "give --accept-fleet-token too")
+}
+
+// TestRevokedUserSessionEnds: revoking a user ends their lease at the
+// tracker and their session on the device, which is free for the next
+// user, long before the lease's TTL.
+func TestRevokedUserSessionEnds(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+	bob, err := tracker.CreateUserToken(f.users, "bob", "client")
+	check.NoError(t, err)
+	tc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: f.alice, Logger: quietLog()})
+	check.NoError(t, err)
+	defer tc.Close()
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "a", TTL: time.Hour})
+	check.NoError(t, err)
+	s, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: l.Token})
+	check.NoError(t, err)
+	defer s.Close()
+	check.NoError(t, s.Upload(ctx, "x.bin", []byte("data")))
+
+	n, err := tracker.RevokeUser(f.users, "alice")
+	check.NoError(t, err)
+	check.Equal(t, n, 1)
+	var endErr error
+	eventually(t, "alice's session ends", func() bool {
+		_, endErr = s.List(ctx)
+		return endErr != nil
+	})
+	check.ErrorIs(t, endErr, proto.ErrSessionExpired)
+	check.Error(t, endErr, "its lease "+l.ID+" was released or expired")
+	f.a.waitIdle(t)
+
+	// The device is free again: bob's lease on it is granted at once.
+	bc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: bob, Logger: quietLog()})
+	check.NoError(t, err)
+	defer bc.Close()
+	lb, err := bc.RequestLease(ctx, client.LeaseRequest{Key: "a"})
+	check.NoError(t, err)
+	sb, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: lb.Token})
+	check.NoError(t, err)
+	check.NoError(t, sb.Close())
 }
