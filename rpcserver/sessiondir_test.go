@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -295,4 +296,27 @@ func TestArtifactInflateBounded(t *testing.T) {
 	check.NoError(t, s2.Upload(ctx, "big.kiln", b))
 	_, err = s2.LoadModule(ctx, "big.kiln")
 	check.NoError(t, err)
+}
+
+// TestErrorsNameNoDaemonPath: errors a client gets (a module that fails to
+// load, a file that is not there) name the session's files relative to the
+// session directory, never by the daemon's absolute paths.
+func TestErrorsNameNoDaemonPath(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	check.NoError(t, s.Upload(ctx, "sub/broken.so", []byte("\x7fELF not a library")))
+	_, err := s.LoadModule(ctx, "sub/broken.so")
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	check.Error(t, err, `"sub/broken.so"`)
+	check.Error(t, err, "modules/")
+	first := err
+	_, err = s.LoadModule(ctx, "missing.so")
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	_, derr := s.Download(ctx, "missing.bin", io.Discard)
+	check.ErrorIs(t, derr, proto.ErrNotFound)
+	for _, e := range []error{first, err, derr} {
+		check.True(t, !strings.Contains(e.Error(), td.dir), "an error names the daemon's directory:", e)
+		check.True(t, !strings.Contains(e.Error(), "/session-"), "an error names the session directory's path:", e)
+	}
 }

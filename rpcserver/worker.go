@@ -352,6 +352,9 @@ func (w *worker) handle(srv *proto.Server, method string, fn proto.HandlerFunc) 
 	mi := boardMethod(method)
 	watch := method == proto.FuncCall || method == proto.FuncTime
 	srv.Handle(method, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (out any, err error) {
+		// The client sees its files by their names in the session, not
+		// by the daemon's paths.
+		defer func() { err = relativeErr(err, w.dir, "") }()
 		if w.board == nil {
 			return fn(ctx, c, raw)
 		}
@@ -388,8 +391,12 @@ func (w *worker) register(srv *proto.Server) {
 		return CollectDeviceAttrs(), nil
 	})
 	w.handle(srv, proto.WorkerBulkSize, handler(w.bulkSize))
-	srv.HandleBulk(proto.ArrayCopyFrom, w.copyFrom)
-	srv.HandleBulk(proto.ArrayCopyTo, w.copyTo)
+	for m, fn := range map[string]proto.BulkHandlerFunc{proto.ArrayCopyFrom: w.copyFrom, proto.ArrayCopyTo: w.copyTo} {
+		srv.HandleBulk(m, func(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+			out, err := fn(ctx, c, in)
+			return out, relativeErr(err, w.dir, "")
+		})
+	}
 }
 
 // loadModule loads a .kiln artifact's host.so, or a bare shared object,
