@@ -43,7 +43,10 @@ type isolation struct {
 	uidUsed map[int]bool
 
 	memory int64 // bytes per session; 0: no cap
-	procs  int   // processes per session; 0: no cap
+	// quota caps what a sandboxed session writes (the size of its
+	// directory's tmpfs, and of its /tmp's); 0: no cap.
+	quota int64
+	procs int // processes per session; 0: no cap
 	// cgroups are the cgroup directories under which each session gets
 	// one of its own (memory and pids; v1 has one per controller); empty
 	// when the caps are rlimits (prlimit) instead.
@@ -79,7 +82,7 @@ func (iso *isolation) capsBy() string {
 
 // newIsolation decides how workers are confined.
 func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, error) {
-	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs}
+	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs, quota: cfg.SessionQuota}
 	mode := cfg.Sandbox
 	if mode == "" {
 		mode = SandboxAuto
@@ -241,7 +244,11 @@ func (iso *isolation) giveUID(u int) {
 func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string, path string, args []string) []string {
 	argv := append(append(append([]string{}, wrapper...), path), args...)
 	if iso.bwrap != "" {
-		argv = append(append([]string{iso.bwrap}, box.Args(dir, path, wrapperProgram(wrapper))...), argv...)
+		// The session directory is a tmpfs of the session's quota in the
+		// sandbox, with the uploads (files/) bound read-only from the
+		// host: whatever the worker and its kernels write is capped.
+		argv = append(append([]string{iso.bwrap}, box.CappedArgs(dir, path, wrapperProgram(wrapper), iso.quota,
+			[]string{filepath.Join(dir, "files")}, []string{filepath.Join(dir, "modules")})...), argv...)
 	}
 	if uid > 0 {
 		argv = append(box.DropArgs(iso.setpriv, uid), argv...)

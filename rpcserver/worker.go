@@ -507,6 +507,9 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		if art != nil && isCUDA(art) && !cudaOK {
 			err = fmt.Errorf("%w (this device daemon has no usable cuda device: %s)", err, noCUDA)
 		}
+		if errors.Is(err, syscall.ENOSPC) && w.quota > 0 {
+			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (its cap is %d bytes, the daemon's --max-session-bytes): %w", a.Name, err, w.quota, proto.ErrQuota)
+		}
 		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
 	if g, ok := mod.(*graph); ok {
