@@ -130,14 +130,15 @@ type Config struct {
 	// A root daemon given none takes MaxSessions uids from
 	// sandbox.AutoUIDBase up: its workers never run as root.
 	WorkerUIDs []int
-	// MaxSessionMemory caps the memory of a session's processes in bytes
-	// (a cgroup's memory limit where the daemon can make one, else
-	// RLIMIT_AS); 0: no cap.
+	// MaxSessionMemory caps the memory of all of a session's processes
+	// together in bytes, with a cgroup's memory limit (New fails where the
+	// daemon can make no cgroup); 0: no cap.
 	MaxSessionMemory int64
-	// MaxSessionProcs caps a session's processes (a cgroup's pids limit,
-	// else RLIMIT_NPROC); 0: DefaultMaxSessionProcs when sandboxed, none
-	// otherwise (and none where the cap would be an rlimit shared with the
-	// daemon's user, with neither a cgroup nor WorkerUIDs); negative: none.
+	// MaxSessionProcs caps a session's processes, all counted (a cgroup's
+	// pids limit, else RLIMIT_NPROC of the session's own worker uid; New
+	// fails with neither); 0: DefaultMaxSessionProcs when sandboxed, none
+	// otherwise (and none with neither a cgroup nor a worker uid);
+	// negative: none.
 	MaxSessionProcs int
 	// Plugins are shared objects of kiln's packed ABI (each exports
 	// kiln_module_metadata, as every kiln module does) whose functions
