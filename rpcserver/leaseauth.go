@@ -2,7 +2,6 @@ package rpcserver
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
@@ -14,7 +13,7 @@ const leaseCheckTimeout = 10 * time.Second
 
 // errFleetToken refuses a hello that carries the fleet token on a daemon
 // that takes it for bootstrap only (Config.TokenIsFleet).
-var errFleetToken = errors.New("this device opens no session on the fleet token (a secret for joining the fleet): connect with the token of a tracker lease on this device (kiln asks the tracker for one), or start the daemon with --accept-fleet-token")
+var errFleetToken = &proto.TokenRefusal{Reason: "this device opens no session on the fleet token (a secret for joining the fleet): connect with the token of a tracker lease on this device (kiln asks the tracker for one), or start the daemon with --accept-fleet-token"}
 
 // authenticate admits a hello. The fleet token (Config.Token) admits any
 // role, as does any token when the daemon has none. A daemon registered

@@ -255,6 +255,7 @@ func TestFleetTokenBootstrapOnly(t *testing.T) {
 	dev := f.device(t, "f", rpcserver.Config{TokenIsFleet: true}, 1)
 	check.True(t, strings.Contains(dev.logs.String(), "registers with the fleet token"), "no warning at start")
 	_, err := client.Connect(ctx, dev.addr, client.SessionOptions{Token: "fleet"})
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
 	check.Error(t, err, "opens no session on the fleet token")
 	check.Error(t, err, "--accept-fleet-token")
 	// Nor does it admit the session's raw connections on it.

@@ -410,6 +410,11 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 		// token check (a device asks the tracker about every lease token).
 		rep.Status, rep.Message = StatusBadToken, fmt.Sprintf("authentication failed: too many wrong tokens from this address; retry in %s", left.Round(time.Second))
 		err = newError(CodeUnauthorized, rep.Message)
+	case authErr != nil && errors.As(authErr, new(*TokenRefusal)):
+		// A token this listener knows and refuses, for a reason its
+		// holder is told.
+		rep.Status, rep.Message = StatusBadToken, "authentication failed: "+authErr.Error()
+		err = newError(CodeUnauthorized, rep.Message)
 	case authErr != nil && errors.Is(authErr, ErrUnauthorized):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
 		err = tokenRefused(h)
@@ -440,7 +445,7 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 			}
 		}
 	}
-	if rep.Status == StatusBadToken && !blocked && s.fails != nil {
+	if rep.Status == StatusBadToken && !blocked && s.fails != nil && !errors.As(authErr, new(*TokenRefusal)) {
 		s.fails.Fail(peer)
 	}
 	werr := WriteHelloReply(nc, rep)
@@ -878,6 +883,14 @@ func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 
 // tokenRefused is the server side's error for a hello whose token was
 // refused: it says whether the peer sent none or a wrong one.
+// TokenRefusal is an error of ServerConfig.Authenticate that refuses a
+// token it knows, for a reason the peer is told (a wrong token is told
+// nothing but that). It is ErrUnauthorized to errors.Is.
+type TokenRefusal struct{ Reason string }
+
+func (e *TokenRefusal) Error() string        { return e.Reason }
+func (e *TokenRefusal) Is(target error) bool { return target == ErrUnauthorized }
+
 // peerHost is the IP address of nc's peer (its whole address when it has
 // no port).
 func peerHost(nc net.Conn) string {
