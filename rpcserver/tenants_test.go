@@ -170,18 +170,26 @@ func TestTwoTenants(t *testing.T) {
 // callIntrude runs the intrude kernel against path and pid.
 func callIntrude(t *testing.T, s *client.Session, f *client.Func, path string, pid int) [3]int64 {
 	t.Helper()
+	out := callWithPath(t, s, f, path, int64(pid), 3)
+	return [3]int64{out[0], out[1], out[2]}
+}
+
+// callWithPath calls f(path, arg, out) with path as a NUL-terminated
+// uint8 tensor and out an int64 tensor of n elements, which it returns.
+func callWithPath(t *testing.T, s *client.Session, f *client.Func, path string, arg int64, n int64) []int64 {
+	t.Helper()
 	ctx := testCtx(t)
 	p := append([]byte(path), 0)
 	pa, err := s.Empty(ctx, ndarray.Shape{int64(len(p))}, ndarray.Uint8, devices.CPUDevice)
 	check.NoError(t, err)
 	check.NoError(t, pa.CopyFromBytes(ctx, p))
-	out, err := s.Empty(ctx, ndarray.Shape{3}, ndarray.Int64, devices.CPUDevice)
+	out, err := s.Empty(ctx, ndarray.Shape{n}, ndarray.Int64, devices.CPUDevice)
 	check.NoError(t, err)
-	_, err = s.Call(ctx, f, pa, int64(pid), out)
+	_, err = s.Call(ctx, f, pa, arg, out)
 	check.NoError(t, err)
 	b, err := out.ReadBytes(ctx)
 	check.NoError(t, err)
-	var got [3]int64
+	got := make([]int64, n)
 	for i := range got {
 		got[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
@@ -238,18 +246,8 @@ func TestSessionMemoryCap(t *testing.T) {
 // that was refused.
 func callFill(t *testing.T, s *client.Session, f *client.Func, path string, mib int64) (int64, int64) {
 	t.Helper()
-	ctx := testCtx(t)
-	p := append([]byte(path), 0)
-	pa, err := s.Empty(ctx, ndarray.Shape{int64(len(p))}, ndarray.Uint8, devices.CPUDevice)
-	check.NoError(t, err)
-	check.NoError(t, pa.CopyFromBytes(ctx, p))
-	out, err := s.Empty(ctx, ndarray.Shape{2}, ndarray.Int64, devices.CPUDevice)
-	check.NoError(t, err)
-	_, err = s.Call(ctx, f, pa, mib, out)
-	check.NoError(t, err)
-	b, err := out.ReadBytes(ctx)
-	check.NoError(t, err)
-	return int64(binary.LittleEndian.Uint64(b)), int64(binary.LittleEndian.Uint64(b[8:]))
+	out := callWithPath(t, s, f, path, mib, 2)
+	return out[0], out[1]
 }
 
 // TestKernelWritesCapped: a kernel of a sandboxed session writes 64 MiB
