@@ -63,6 +63,8 @@ Examples:
 			&ucli.StringFlag{Name: "artifacts", Usage: "where artifacts are kept: a directory (default DATA/artifacts; trackers may share one on a ReadWriteMany volume) or an S3-compatible bucket, s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT[&region=R], with credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the AWS credentials file or an IAM role"},
 			&ucli.StringFlag{Name: "tvm-listen", Usage: "address of an Apache TVM tracker-protocol listener"},
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
+			&ucli.DurationFlag{Name: "tvm-idle-timeout", Value: tracker.DefaultTVMIdleTimeout, Usage: "close a TVM-protocol connection silent this long that waits for no server"},
+			&ucli.IntFlag{Name: "tvm-max-conns-per-peer", Value: tracker.DefaultTVMMaxConnsPerPeer, Usage: "TVM-protocol connections one peer (IP address) may hold at once"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
 			&ucli.IntFlag{Name: "max-queued-jobs", Value: 256, Usage: "build jobs that may wait in the queue at once"},
@@ -94,6 +96,7 @@ func runTracker(c *ucli.Context) error {
 	cfg := tracker.Config{
 		Listen: c.String("listen"), DataDir: c.String("data"), Artifacts: c.String("artifacts"),
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
+		TVMIdleTimeout: c.Duration("tvm-idle-timeout"), TVMMaxConnsPerPeer: c.Int("tvm-max-conns-per-peer"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
