@@ -61,7 +61,11 @@ type Manifest struct {
 	Kiln          string            `json:"kiln,omitempty"`
 	Functions     []abi.FuncInfo    `json:"functions"`
 	Entries       map[string]string `json:"entries"` // name -> sha256 hex
-	Attrs         map[string]string `json:"attrs,omitempty"`
+	// Sizes are the entries' sizes in bytes, which a reader checks
+	// against the zip's headers and its limit before it inflates anything
+	// (absent in artifacts written before it was added).
+	Sizes map[string]int64  `json:"sizes,omitempty"`
+	Attrs map[string]string `json:"attrs,omitempty"`
 }
 
 // Artifact is an artifact in memory: its manifest and entries.
@@ -118,9 +122,11 @@ func (a *Artifact) Function(name string) (abi.FuncInfo, bool) {
 func (a *Artifact) Write(w io.Writer) error {
 	a.Manifest.FormatVersion = FormatVersion
 	a.Manifest.Entries = map[string]string{}
+	a.Manifest.Sizes = map[string]int64{}
 	for n, b := range a.Files {
 		sum := sha256.Sum256(b)
 		a.Manifest.Entries[n] = hex.EncodeToString(sum[:])
+		a.Manifest.Sizes[n] = int64(len(b))
 	}
 	man, err := json.MarshalIndent(a.Manifest, "", "  ")
 	if err != nil {
@@ -190,11 +196,28 @@ const (
 	maxManifestBytes = 16 << 20
 )
 
-// Read decodes an artifact and verifies every entry against the manifest.
-// It reads the manifest first and inflates only the entries it lists,
-// each no larger than its zip header says, within MaxEntryBytes and, all
-// together, MaxTotalBytes.
+// ErrTooLarge reports an artifact whose entries, by the sizes it declares,
+// exceed the reader's limit; nothing of it was inflated.
+var ErrTooLarge = errors.New("artifact too large")
+
+// Read decodes an artifact and verifies every entry against the manifest,
+// within MaxTotalBytes (see ReadWithin).
 func Read(r io.ReaderAt, size int64) (*Artifact, error) {
+	return ReadWithin(r, size, MaxTotalBytes)
+}
+
+// ReadWithin decodes an artifact and verifies every entry against the
+// manifest. It reads the manifest first and, before it inflates anything,
+// checks that the zip holds exactly the entries the manifest lists, each
+// of the size the manifest declares (where it declares sizes), within
+// MaxEntryBytes each and limit bytes all together (MaxTotalBytes when
+// limit is 0 or above it; ErrTooLarge otherwise). Each entry is then
+// inflated no further than its declared size, its digest taken as it
+// inflates.
+func ReadWithin(r io.ReaderAt, size, limit int64) (*Artifact, error) {
+	if limit <= 0 || limit > MaxTotalBytes {
+		limit = MaxTotalBytes
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("read artifact: not a .kiln file: %w", err)
@@ -203,19 +226,14 @@ func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 		return nil, fmt.Errorf("read artifact: %d entries, over the limit of %d: %w", len(zr.File), MaxEntries, ErrCorrupt)
 	}
 	byName := make(map[string]*zip.File, len(zr.File))
-	var total uint64
 	for _, f := range zr.File {
 		if _, dup := byName[f.Name]; dup {
 			return nil, fmt.Errorf("read artifact: entry %q twice: %w", f.Name, ErrCorrupt)
 		}
 		byName[f.Name] = f
 		if f.UncompressedSize64 > MaxEntryBytes {
-			return nil, fmt.Errorf("read artifact: entry %q is %d bytes, over the %d limit", f.Name, f.UncompressedSize64, int64(MaxEntryBytes))
+			return nil, fmt.Errorf("read artifact: entry %q is %d bytes, over the %d limit: %w", f.Name, f.UncompressedSize64, int64(MaxEntryBytes), ErrTooLarge)
 		}
-		total += f.UncompressedSize64
-	}
-	if total > MaxTotalBytes {
-		return nil, fmt.Errorf("read artifact: entries total %d bytes inflated, over the %d limit", total, int64(MaxTotalBytes))
 	}
 	mf, ok := byName[ManifestName]
 	if !ok {
@@ -224,7 +242,7 @@ func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 	if mf.UncompressedSize64 > maxManifestBytes {
 		return nil, fmt.Errorf("read artifact: %s is %d bytes, over the %d limit: %w", ManifestName, mf.UncompressedSize64, maxManifestBytes, ErrCorrupt)
 	}
-	man, err := readEntry(mf)
+	man, _, err := readEntry(mf)
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +253,8 @@ func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 	if a.Manifest.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("read artifact: format version %d, this kiln reads %d", a.Manifest.FormatVersion, FormatVersion)
 	}
-	// The manifest and the zip must name the same entries before any is
-	// inflated.
+	// The manifest and the zip must name the same entries, of the same
+	// sizes, before any is inflated.
 	for n := range byName {
 		if n == ManifestName {
 			continue
@@ -248,17 +266,32 @@ func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 			return nil, fmt.Errorf("read artifact: entry %q is not in the manifest: %w", n, ErrCorrupt)
 		}
 	}
-	for n, want := range a.Manifest.Entries {
+	total := int64(mf.UncompressedSize64)
+	for n := range a.Manifest.Entries {
 		f, ok := byName[n]
 		if !ok || n == ManifestName {
 			return nil, fmt.Errorf("read artifact: manifest lists %q but the file lacks it: %w", n, ErrCorrupt)
 		}
-		b, err := readEntry(f)
+		if a.Manifest.Sizes != nil {
+			want, ok := a.Manifest.Sizes[n]
+			if !ok {
+				return nil, fmt.Errorf("read artifact: manifest gives no size for entry %q: %w", n, ErrCorrupt)
+			}
+			if want < 0 || uint64(want) != f.UncompressedSize64 {
+				return nil, fmt.Errorf("read artifact: entry %q: the manifest says %d bytes, its zip header %d: %w", n, want, f.UncompressedSize64, ErrCorrupt)
+			}
+		}
+		total += int64(f.UncompressedSize64)
+	}
+	if total > limit {
+		return nil, fmt.Errorf("read artifact: its entries declare %d bytes inflated, over the reader's limit of %d: %w", total, limit, ErrTooLarge)
+	}
+	for n, want := range a.Manifest.Entries {
+		b, got, err := readEntry(byName[n])
 		if err != nil {
 			return nil, err
 		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != want {
+		if got != want {
 			return nil, fmt.Errorf("read artifact: entry %q has sha256 %s, manifest says %s: %w", n, got, want, ErrCorrupt)
 		}
 		a.Files[n] = b
@@ -267,23 +300,24 @@ func Read(r io.ReaderAt, size int64) (*Artifact, error) {
 }
 
 // readEntry inflates one entry, no further than the size its header
-// declares.
-func readEntry(f *zip.File) ([]byte, error) {
+// declares, and returns it with its sha256 (hex), taken as it inflates.
+func readEntry(f *zip.File) ([]byte, string, error) {
 	rc, err := f.Open()
 	if err != nil {
-		return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
+		return nil, "", fmt.Errorf("read artifact entry %q: %w", f.Name, err)
 	}
 	defer rc.Close()
 	// Grow with what actually inflates, not with what the header claims.
 	buf := bytes.NewBuffer(make([]byte, 0, min(f.UncompressedSize64, 1<<20)))
-	n, err := io.Copy(buf, io.LimitReader(rc, int64(f.UncompressedSize64)+1))
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(buf, h), io.LimitReader(rc, int64(f.UncompressedSize64)+1))
 	if err != nil {
-		return nil, fmt.Errorf("read artifact entry %q: %w", f.Name, err)
+		return nil, "", fmt.Errorf("read artifact entry %q: %w", f.Name, err)
 	}
 	if uint64(n) != f.UncompressedSize64 {
-		return nil, fmt.Errorf("read artifact entry %q: inflates to %d bytes, its header says %d: %w", f.Name, n, f.UncompressedSize64, ErrCorrupt)
+		return nil, "", fmt.Errorf("read artifact entry %q: inflates to %d bytes, its header says %d: %w", f.Name, n, f.UncompressedSize64, ErrCorrupt)
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Load reads an artifact file.

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,10 +83,18 @@ func TestCorrupt(t *testing.T) {
 		{"not zip", []byte("hello"), "not a .kiln file"},
 		{"tampered", rezip(t, good, func(n string, b []byte) []byte {
 			if n == artifact.HostLib {
-				return []byte("evil")
+				evil := bytes.Clone(b)
+				evil[0] ^= 0xff
+				return evil
 			}
 			return b
 		}), `entry "host.so" has sha256`},
+		{"size differs from the manifest", rezip(t, good, func(n string, b []byte) []byte {
+			if n == artifact.HostLib {
+				return []byte("evil")
+			}
+			return b
+		}), `entry "host.so": the manifest says`},
 		{"missing entry", rezip(t, good, func(n string, b []byte) []byte {
 			if n == "device/k.ptx" {
 				return nil
@@ -178,4 +187,37 @@ func TestReadBounded(t *testing.T) {
 	b = zipWith(t, many, manifest)
 	_, err = artifact.Read(bytes.NewReader(b), int64(len(b)))
 	check.Error(t, err, "over the limit of 1024")
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestReadWithin: an artifact whose manifest declares (truly) entries
+// past the reader's limit is refused with ErrTooLarge before any entry is
+// read, let alone inflated; within the limit it reads.
+func TestReadWithin(t *testing.T) {
+	a := artifact.New("cpu", "gcc 12")
+	check.NoError(t, a.Add("one.bin", make([]byte, 32<<20)))
+	check.NoError(t, a.Add("two.bin", make([]byte, 32<<20)))
+	b, err := a.Bytes()
+	check.NoError(t, err)
+	r := &countingReader{r: bytes.NewReader(b)}
+	_, err = artifact.ReadWithin(r, int64(len(b)), 48<<20)
+	check.ErrorIs(t, err, artifact.ErrTooLarge)
+	check.Error(t, err, "over the reader's limit of 50331648")
+	// The central directory and the manifest, not the entries' data.
+	check.True(t, r.n < int64(len(b))/2, "read", r.n, "of", len(b))
+
+	got, err := artifact.ReadWithin(bytes.NewReader(b), int64(len(b)), 80<<20)
+	check.NoError(t, err)
+	check.Equal(t, len(got.Files["two.bin"]), 32<<20)
 }

@@ -66,6 +66,8 @@ Examples:
 			&ucli.StringFlag{Name: "artifacts", Usage: "where artifacts are kept: a directory (default DATA/artifacts; trackers may share one on a ReadWriteMany volume) or an S3-compatible bucket, s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT[&region=R], with credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the AWS credentials file or an IAM role"},
 			&ucli.StringFlag{Name: "tvm-listen", Usage: "address of an Apache TVM tracker-protocol listener"},
 			&ucli.StringFlag{Name: "tvm-stop-key", Usage: "key a TVM STOP message must carry to stop the tracker (none: STOP refused)"},
+			&ucli.DurationFlag{Name: "tvm-idle-timeout", Value: tracker.DefaultTVMIdleTimeout, Usage: "close a TVM-protocol connection silent this long that waits for no server"},
+			&ucli.IntFlag{Name: "tvm-max-conns-per-peer", Value: tracker.DefaultTVMMaxConnsPerPeer, Usage: "TVM-protocol connections one peer (IP address) may hold at once"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.DurationFlag{Name: "heartbeat", Value: 2 * time.Second, Usage: "heartbeat interval nodes are told to keep"},
 			&ucli.IntFlag{Name: "max-queued-jobs", Value: 256, Usage: "build jobs that may wait in the queue at once"},
@@ -99,6 +101,7 @@ func runTracker(c *ucli.Context) error {
 	cfg := tracker.Config{
 		Listen: c.String("listen"), DataDir: c.String("data"), Artifacts: c.String("artifacts"),
 		TVMListen: c.String("tvm-listen"), TVMStopKey: c.String("tvm-stop-key"),
+		TVMIdleTimeout: c.Duration("tvm-idle-timeout"), TVMMaxConnsPerPeer: c.Int("tvm-max-conns-per-peer"),
 		MetricsListen: c.String("metrics-listen"), Token: tok, TLS: tlsCfg,
 		HeartbeatInterval: c.Duration("heartbeat"), Logger: logger(c), Insecure: c.Bool("insecure"),
 		MaxQueuedJobs: c.Int("max-queued-jobs"), MaxQueuedBytes: c.Int64("max-queued-bytes"),
@@ -111,6 +114,9 @@ func runTracker(c *ucli.Context) error {
 	}
 	if err := trackerHA(c, &cfg); err != nil {
 		return err
+	}
+	if tok != "" {
+		cfg.Logger.Warn("the fleet token (--token-file) admits every role at this tracker: keep it for bootstrap (kiln token create), give nodes join tokens and users tokens of their own")
 	}
 	srv, err := tracker.New(cfg)
 	if err != nil {
@@ -208,6 +214,7 @@ func runCompilerNode(c *ucli.Context) error {
 			mem = -1
 		}
 	}
+	warnFleetToken(logger(c), "compiler node", tok, c.String("credential-file"))
 	return node.Run(c.Context, node.Config{
 		Sandbox:       c.String("sandbox"),
 		JobEnv:        c.StringSlice("job-env"),
@@ -322,17 +329,18 @@ Examples:
 			&ucli.BoolFlag{Name: "insecure-shared", Usage: "allow --max-sessions above 1 although sessions are not sandboxed from each other"},
 			&ucli.StringFlag{Name: "sandbox", Value: rpcserver.SandboxAuto, Usage: "how workers are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
 			&ucli.StringFlag{Name: "worker-uids", Usage: "uids sandboxed workers run as, one per session at a time, as FIRST-LAST or a comma list (the daemon must run as root; at least --max-sessions of them; default as root: uids from 1879048192 up)"},
-			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of a session's processes, e.g. 4GiB (a cgroup's limit where the daemon can make one, else RLIMIT_AS; default: none)"},
+			&ucli.StringFlag{Name: "max-session-memory", Usage: "memory cap of all of a session's processes together, e.g. 4GiB (a cgroup's limit: the daemon must be root or run in a cgroup delegated to its user, else it refuses the flag; default: none)"},
 			&ucli.StringSliceFlag{Name: "plugin", Usage: "a shared object of kiln's packed ABI (exporting kiln_module_metadata) whose functions every session serves as globals; repeat for several"},
-			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session (a cgroup's pids limit, else RLIMIT_NPROC; default: 1024 when sandboxed with a cgroup or --worker-uids, else none; -1: none)"},
+			&ucli.IntFlag{Name: "max-session-procs", Usage: "process cap of a session, all its processes counted (a cgroup's pids limit, else RLIMIT_NPROC of the session's own uid; refused with neither; default: 1024 when sandboxed with a cgroup or a worker uid, else none; -1: none)"},
 			&ucli.StringFlag{Name: "dir", Usage: "directory for session files, and for the node id the tracker gave the daemon (file " + nodeIDFile + "), kept across restarts (default: a directory in the system's temporary directory, shared by the daemons that have none, which keeps no node id); one daemon per --dir"},
 			&ucli.IntFlag{Name: "threads", Usage: "threads each session worker runs kernels' parallel loops on, the calling thread included (sets " + cpu.EnvThreads + "; default: the CPUs the worker may use, from its CPU affinity and cgroup quota)"},
 			&ucli.StringSliceFlag{Name: "worker-env", Usage: "NAME=VALUE set in each session worker's environment (repeatable), e.g. CUDA_MODULE_LOADING=LAZY; of the daemon's own variables workers inherit only those the C runtime, kiln's thread pool, CUDA and Go need (PATH, HOME, the locale, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES, " + cpu.EnvThreads + ", ...)"},
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
-			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies (default: a quarter of the space free in --dir at start; -1: no limit)"},
+			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may upload, with its loaded modules' copies; a sandboxed session's writes are capped at it too (its directory and /tmp are tmpfs mounts of this size, in memory) (default: a quarter of the space free in --dir at start; -1: no limit)"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
+			&ucli.BoolFlag{Name: "accept-fleet-token", Usage: "with --tracker and the fleet token in --token-file, also open sessions to hellos that carry the fleet token (by default they need a lease token)"},
 			&ucli.StringFlag{Name: "tracker-token-file", Usage: "token for the tracker when it differs from --token-file (a join token: see --credential-file)"},
 			credentialFlag(),
 			&ucli.StringFlag{Name: "tls-ca", Usage: "PEM bundle of the CAs that sign the tracker's certificate (turns TLS on toward the tracker; --tls-cert/--tls-key, when given, are presented to it as this daemon's client certificate)"},
@@ -394,19 +402,26 @@ func runRPCServer(c *ucli.Context) error {
 		cfg.Worker.Env = append(cfg.Worker.Env, rpcserver.EnvEmulated+"="+emulator)
 		log.Warn("running under an emulator: times measured here are not the board's", "emulator", emulator)
 	}
+	trTok := tok
+	if f := c.String("tracker-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--tracker-token-file: %w", err)
+		}
+		trTok = strings.TrimSpace(string(b))
+	}
+	// A daemon that registers with its own listener token holds the
+	// fleet token there: it opens sessions to leases, not to that token.
+	cfg.TokenIsFleet = c.String("tracker") != "" && tok != "" && trTok == tok
+	cfg.AcceptFleetToken = c.Bool("accept-fleet-token")
+	if c.String("tracker") != "" && !cfg.TokenIsFleet {
+		warnFleetToken(log, "device daemon", trTok, c.String("credential-file"))
+	}
 	d, err := rpcserver.New(cfg)
 	if err != nil {
 		return err // it names the daemon already ("rpcserver: ...")
 	}
 	if addr := c.String("tracker"); addr != "" {
-		trTok := tok
-		if f := c.String("tracker-token-file"); f != "" {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return fmt.Errorf("--tracker-token-file: %w", err)
-			}
-			trTok = strings.TrimSpace(string(b))
-		}
 		adv := c.String("advertise")
 		if adv == "" {
 			_, port, err := net.SplitHostPort(d.Addr().String())
@@ -435,6 +450,21 @@ func runRPCServer(c *ucli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kiln rpcserver %q listening on %s\n", cfg.Key, d.Addr())
 	return d.Run(c.Context)
+}
+
+// warnFleetToken warns when a node registers with the tracker on tok and
+// tok is neither a join token nor replaced by a stored credential: then it
+// is the fleet token, an all-role secret meant for bootstrap.
+func warnFleetToken(log *slog.Logger, what, tok, credFile string) {
+	if tok == "" || client.IsJoinToken(tok) {
+		return
+	}
+	if credFile != "" {
+		if _, err := os.Stat(credFile); err == nil {
+			return
+		}
+	}
+	log.Warn("this "+what+" registers with the fleet token, an all-role secret meant for bootstrap: give it a join token (kiln token create --role ...) and --credential-file instead", "node", what)
 }
 
 // nodeIDFile is the file in a device daemon's --dir that keeps its node id.

@@ -347,7 +347,11 @@ func TestFailBadInput(t *testing.T) {
 		}
 	})
 	t.Run("malformed and oversized frames", func(t *testing.T) {
-		for _, target := range []struct{ name, addr string }{{"tracker", f.trackerAddr}, {"daemon", devAddr}} {
+		// The daemon, registered with the fleet token, admits a lease's
+		// token, not that one.
+		lease, err := f.dialTracker(ctx).RequestLease(ctx, client.LeaseRequest{Key: "cpu", User: t.Name()})
+		check.NoError(t, err)
+		for _, target := range []struct{ name, addr, tok string }{{"tracker", f.trackerAddr, f.tok}, {"daemon", devAddr, lease.Token}} {
 			for _, tc := range []struct {
 				name  string
 				frame []byte
@@ -363,7 +367,7 @@ func TestFailBadInput(t *testing.T) {
 				{"million-deep args", deepRequestFrame(t, 1<<20), proto.CodeBadRequest, "nesting deeper than"},
 			} {
 				t.Run(target.name+"/"+tc.name, func(t *testing.T) {
-					resp := rawFrame(t, ctx, target.addr, f.tok, tc.frame)
+					resp := rawFrame(t, ctx, target.addr, target.tok, tc.frame)
 					check.True(t, resp.Error != nil, "no error for a bad frame:", resp)
 					check.Equal(t, resp.ID, uint64(0))
 					check.Equal(t, resp.Error.Code, tc.code, resp.Error.Message)
@@ -387,6 +391,7 @@ func TestFailBadInput(t *testing.T) {
 				t.Logf("%s answered a version %d hello: %s %q", target.name, proto.ProtocolVersion+7, rep.Status, rep.Message)
 			})
 		}
+		check.NoError(t, lease.Release(ctx))
 		// Both keep serving: a run through the tracker on the daemon.
 		x, err := ndarray.FromSlice([]float32{1, 2, 3, 4}, ndarray.Shape{4})
 		check.NoError(t, err)

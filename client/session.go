@@ -34,8 +34,8 @@ type (
 
 // SessionOptions configures Connect.
 type SessionOptions struct {
-	// Token is the daemon's listener token (the fleet token). A client with
-	// a lease leaves it empty: its hellos then carry LeaseToken, which a
+	// Token is the daemon's listener token. A client with a lease need
+	// not give it: its hellos carry LeaseToken whenever it is set, which a
 	// daemon registered with the tracker admits in its place.
 	Token string
 	// TLS, when set, dials with TLS (see proto.TLSConfig.Client).
@@ -65,14 +65,15 @@ type Session struct {
 	endErr error // set once the daemon said the session ended
 }
 
-// helloToken is the token the hellos carry: the daemon's token, else the
-// lease token, which a daemon registered with a tracker takes in its place
-// (the lease names the user; no fleet token is needed).
+// helloToken is the token the hellos carry: the lease token, which a
+// daemon registered with a tracker takes (the lease names the user; no
+// fleet token is needed, and such a daemon may refuse the fleet token),
+// else the daemon's token.
 func (o SessionOptions) helloToken() string {
-	if o.Token != "" {
-		return o.Token
+	if o.LeaseToken != "" {
+		return o.LeaseToken
 	}
-	return o.LeaseToken
+	return o.Token
 }
 
 // Connect dials the device daemon at addr and opens a session. A device in

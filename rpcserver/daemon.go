@@ -96,6 +96,15 @@ type Config struct {
 	// AllowWithoutLease lets clients without a lease token open sessions
 	// when Tracker is set.
 	AllowWithoutLease bool
+	// TokenIsFleet says Token is the tracker's fleet token (the daemon
+	// registers with it): an all-role secret for bootstrap, which then
+	// opens no session here unless AcceptFleetToken; clients connect with
+	// their lease tokens instead.
+	TokenIsFleet bool
+	// AcceptFleetToken lets hellos carrying the fleet token open sessions
+	// although TokenIsFleet (`kiln rpcserver --accept-fleet-token`); the
+	// daemon then warns at start.
+	AcceptFleetToken bool
 	// DrainTimeout bounds how long Run waits for open sessions to end once
 	// its context is cancelled, before it cuts them (DefaultDrainTimeout when 0).
 	DrainTimeout time.Duration
@@ -121,14 +130,15 @@ type Config struct {
 	// A root daemon given none takes MaxSessions uids from
 	// sandbox.AutoUIDBase up: its workers never run as root.
 	WorkerUIDs []int
-	// MaxSessionMemory caps the memory of a session's processes in bytes
-	// (a cgroup's memory limit where the daemon can make one, else
-	// RLIMIT_AS); 0: no cap.
+	// MaxSessionMemory caps the memory of all of a session's processes
+	// together in bytes, with a cgroup's memory limit (New fails where the
+	// daemon can make no cgroup); 0: no cap.
 	MaxSessionMemory int64
-	// MaxSessionProcs caps a session's processes (a cgroup's pids limit,
-	// else RLIMIT_NPROC); 0: DefaultMaxSessionProcs when sandboxed, none
-	// otherwise (and none where the cap would be an rlimit shared with the
-	// daemon's user, with neither a cgroup nor WorkerUIDs); negative: none.
+	// MaxSessionProcs caps a session's processes, all counted (a cgroup's
+	// pids limit, else RLIMIT_NPROC of the session's own worker uid; New
+	// fails with neither); 0: DefaultMaxSessionProcs when sandboxed, none
+	// otherwise (and none with neither a cgroup nor a worker uid);
+	// negative: none.
 	MaxSessionProcs int
 	// Plugins are shared objects of kiln's packed ABI (each exports
 	// kiln_module_metadata, as every kiln module does) whose functions
@@ -146,6 +156,7 @@ type Daemon struct {
 	cfg Config
 	log *slog.Logger
 	ln  net.Listener
+	mln net.Listener // the metrics listener (nil without MetricsListen)
 	srv *proto.Server
 	reg *metrics.Registry
 	m   daemonMetrics
@@ -269,6 +280,17 @@ func New(cfg Config) (*Daemon, error) {
 		}
 		log.Warn("INSECURE: the device daemon accepts anyone who can reach it, and will run the native code they upload", "listen", cfg.Listen)
 	}
+	if cfg.TokenIsFleet {
+		if cfg.AllowWithoutLease && !cfg.AcceptFleetToken {
+			iso.close()
+			return nil, errors.New("rpcserver: --allow-without-lease: a session without a lease is admitted by the fleet token, which this daemon refuses for sessions; give --accept-fleet-token too, or a board token of its own in --token-file (and the fleet token in --tracker-token-file)")
+		}
+		if cfg.AcceptFleetToken {
+			log.Warn("the fleet token opens sessions on this device (--accept-fleet-token): anyone holding it, which every node's bootstrap may have, runs code here without a lease")
+		} else {
+			log.Warn("this daemon registers with the fleet token, an all-role secret meant for bootstrap: join with a join token and --credential-file instead; sessions here need a lease token, the fleet token opens none")
+		}
+	}
 	plugins, err := openPlugins(cfg.Plugins)
 	if err != nil {
 		iso.close()
@@ -280,10 +302,19 @@ func New(cfg Config) (*Daemon, error) {
 		closePlugins(plugins)
 		return nil, fmt.Errorf("rpcserver: listen: %w", err)
 	}
+	var mln net.Listener
+	if cfg.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			ln.Close()
+			iso.close()
+			closePlugins(plugins)
+			return nil, fmt.Errorf("rpcserver: metrics listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
 	if cfg.TLS != nil {
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
-	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, reg: metrics.NewRegistry(), iso: iso,
+	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, mln: mln, reg: metrics.NewRegistry(), iso: iso,
 		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs(), plugins: plugins}
 	d.m = daemonMetrics{
 		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
@@ -346,6 +377,15 @@ func (d *Daemon) SetTracker(t Tracker) { d.cfg.Tracker = t }
 
 // Addr is the address the daemon listens on.
 func (d *Daemon) Addr() net.Addr { return d.ln.Addr() }
+
+// MetricsAddr is the address of the metrics listener ("" without
+// Config.MetricsListen).
+func (d *Daemon) MetricsAddr() string {
+	if d.mln == nil {
+		return ""
+	}
+	return d.mln.Addr().String()
+}
 
 // MetricsHandler serves the daemon's metrics in Prometheus's text format.
 func (d *Daemon) MetricsHandler() http.Handler {
@@ -422,18 +462,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	var hs *http.Server
-	if d.cfg.MetricsListen != "" {
+	if d.mln != nil {
 		hs = metrics.NewServer(d.HTTPHandler())
-		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
-		if err != nil {
-			d.log.Error("metrics listener", "err", err)
-		} else {
-			parts.Go(func() {
-				if err := hs.Serve(metrics.LimitListener(mln, metrics.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					d.log.Error("metrics listener", "err", err)
-				}
-			})
-		}
+		parts.Go(func() {
+			if err := metrics.Serve(hs, d.mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics listener", "err", err)
+			}
+		})
 	}
 
 	select {
@@ -508,14 +543,31 @@ func (d *Daemon) admit(_ context.Context, c *proto.Conn) error {
 	return nil
 }
 
-// take gives s one of the device's session slots or refuses it with
-// ErrBusy.
-func (d *Daemon) take(s *session) error {
+// take gives s one of the device's session slots, under lease (its id;
+// "" for a session without one), or refuses it with ErrBusy. A lease holds
+// one session at a time: the tracker counts a multi-session board's
+// sessions by the leases it granted there, so a second session under one
+// lease would take a slot that the tracker grants to someone else.
+func (d *Daemon) take(s *session, lease string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.draining {
 		d.m.refused.Inc("shutting_down")
 		return fmt.Errorf("device daemon is shutting down: %w", proto.ErrUnavailable)
+	}
+	if lease != "" {
+		for o := range d.sessions {
+			o.mu.Lock()
+			same := o.lease == lease && o.state != stateEnded
+			o.mu.Unlock()
+			if same {
+				d.m.refused.Inc("lease_in_use")
+				return fmt.Errorf("lease %s already has a session on this device (session %s): a lease holds one session at a time; close that one first or ask the tracker for another lease: %w", lease, o.id, proto.ErrBusy)
+			}
+		}
+		s.mu.Lock()
+		s.lease = lease
+		s.mu.Unlock()
 	}
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.m.refused.Inc("busy")

@@ -44,7 +44,7 @@ func TestUploadLoadCall(t *testing.T) {
 
 	mod := loadKernels(t, s)
 	check.Equal(t, mod.Type, "cpu")
-	check.Equal(t, mod.Functions, []string{"abort_now", "crash", "fail", "hog", "intrude", "nop", "orphan", "privs", "sleep_ms", "vadd"})
+	check.Equal(t, mod.Functions, []string{"abort_now", "crash", "fail", "fill", "hog", "intrude", "nop", "orphan", "privs", "sleep_ms", "vadd"})
 	vadd, err := mod.GetFunction(ctx, "vadd")
 	check.NoError(t, err)
 

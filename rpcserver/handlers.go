@@ -119,6 +119,7 @@ func (d *Daemon) handle(method string, fn func(ctx context.Context, s *session, 
 			err = fmt.Errorf("%s: no session on this connection: %w", method, proto.ErrInternal)
 		} else {
 			out, err = fn(ctx, s, raw)
+			err = s.relative(err)
 		}
 		d.observe(method, start, err)
 		return out, err
@@ -136,6 +137,7 @@ func (d *Daemon) handleBulk(method string, fn func(ctx context.Context, s *sessi
 			err = fmt.Errorf("%s: no session on this connection: %w", method, proto.ErrInternal)
 		} else {
 			out, err = fn(ctx, s, c, in)
+			err = s.relative(err)
 		}
 		d.observe(method, start, err)
 		return out, err
@@ -150,4 +152,16 @@ func (d *Daemon) observe(method string, start time.Time, err error) {
 	}
 	d.m.calls.Inc(method, code)
 	d.m.latency.Observe(time.Since(start).Seconds(), method)
+}
+
+// relative rewrites err to name no absolute path of the daemon's (see
+// relativeErr).
+func (s *session) relative(err error) error {
+	if err == nil {
+		return nil
+	}
+	s.mu.Lock()
+	dir := s.dir
+	s.mu.Unlock()
+	return relativeErr(err, dir, s.d.cfg.Dir)
 }

@@ -2,6 +2,7 @@ package rpcserver_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
 )
@@ -67,4 +69,25 @@ func TestHealthProbes(t *testing.T) {
 	check.True(t, strings.Contains(body, "not connected to tracker "+tr.Addr()), body)
 	code, body = td.probe("/healthz")
 	check.Equal(t, code, http.StatusOK, body)
+}
+
+// TestProbesUnderIdleFlood: more idle, unauthenticated connections than
+// the metrics listener holds do not keep the daemon's probes and scrapes
+// unanswered.
+func TestProbesUnderIdleFlood(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{MetricsListen: "127.0.0.1:0"})
+	addr := td.d.MetricsAddr()
+	for range metrics.MaxConns + 16 {
+		c, err := net.Dial("tcp", addr)
+		check.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+	}
+	// Longer than Kubernetes' default probe timeout (1 s).
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := probe.Get("http://" + addr + path)
+		check.NoError(t, err, path)
+		resp.Body.Close()
+		check.Equal(t, resp.StatusCode, http.StatusOK, path)
+	}
 }

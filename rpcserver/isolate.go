@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,12 +44,16 @@ type isolation struct {
 	uidUsed map[int]bool
 
 	memory int64 // bytes per session; 0: no cap
-	procs  int   // processes per session; 0: no cap
+	// quota caps what a sandboxed session writes (the size of its
+	// directory's tmpfs, and of its /tmp's); 0: no cap.
+	quota int64
+	procs int // processes per session; 0: no cap
 	// cgroups are the cgroup directories under which each session gets
 	// one of its own (memory and pids; v1 has one per controller); empty
-	// when the caps are rlimits (prlimit) instead.
+	// when there is no memory cap and the process cap is an rlimit of the
+	// session's own uid (prlimit), or no cap at all.
 	cgroups []cgroupDir
-	prlimit string // the prlimit executable, when the caps are rlimits
+	prlimit string // the prlimit executable, when the process cap is an rlimit
 	setpriv string // the setpriv executable, to drop to a pool uid
 	// exes maps a worker program to the path a pool uid runs it by (a
 	// copy when the program lies where other uids cannot reach it).
@@ -79,7 +84,7 @@ func (iso *isolation) capsBy() string {
 
 // newIsolation decides how workers are confined.
 func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, error) {
-	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs}
+	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs, quota: cfg.SessionQuota}
 	mode := cfg.Sandbox
 	if mode == "" {
 		mode = SandboxAuto
@@ -158,21 +163,44 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 	}
 	if iso.memory > 0 || iso.procs > 0 {
 		iso.cgroups = makeCgroupDirs(log)
-		if len(iso.cgroups) == 0 && cfg.MaxSessionProcs == 0 && len(iso.uids) == 0 {
-			// The default process cap needs a cgroup or a uid of the
-			// session's own: RLIMIT_NPROC counts every process and thread
-			// of the uid, the daemon's user's others included.
-			iso.procs = 0
+	}
+	if len(iso.cgroups) == 0 {
+		// Without a cgroup a cap is an rlimit, which counts the wrong
+		// things: RLIMIT_AS one process's address space (a session's
+		// children each get the whole cap, and the Go worker's own
+		// reservations exceed a small one), RLIMIT_NPROC every process of
+		// the uid (the daemon's user's others too, unless the session has
+		// a uid of its own).
+		if iso.memory > 0 {
+			return nil, fmt.Errorf("rpcserver: --max-session-memory needs a cgroup for each session, and this daemon can make none (%s); run it as root, or in a cgroup delegated to its user with the memory and pids controllers (systemd: Delegate=yes in its unit, or systemd-run --user --scope -p Delegate=yes kiln rpcserver ...), or leave --max-session-memory out", cgroupWhy())
+		}
+		if iso.procs > 0 && len(iso.uids) == 0 {
+			if cfg.MaxSessionProcs > 0 {
+				return nil, fmt.Errorf("rpcserver: --max-session-procs needs a cgroup for each session, or a worker uid of its own (--worker-uids, as root), and this daemon has neither (%s): RLIMIT_NPROC would count every process of the daemon's user; run it as root or in a delegated cgroup, or leave --max-session-procs out", cgroupWhy())
+			}
+			iso.procs = 0 // the default cap is not an rlimit shared with the daemon's user
 		}
 	}
-	if len(iso.cgroups) == 0 && (iso.memory > 0 || iso.procs > 0) {
+	if len(iso.cgroups) == 0 && iso.procs > 0 {
+		// A uid of the session's own: RLIMIT_NPROC counts the session's
+		// processes, all of them and only them.
 		p, err := exec.LookPath("prlimit")
 		if err != nil {
-			return nil, errors.New("rpcserver: --max-session-memory and --max-session-procs need a cgroup the daemon can create or the prlimit command (util-linux); found neither")
+			return nil, errors.New("rpcserver: --max-session-procs needs a cgroup the daemon can create or the prlimit command (util-linux); found neither")
 		}
 		iso.prlimit = p
 	}
 	return iso, nil
+}
+
+// cgroupWhy says why the daemon has no cgroup for its sessions.
+func cgroupWhy() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	where := "an unknown cgroup"
+	if err == nil {
+		where = "cgroup " + strings.Join(strings.Fields(strings.TrimSpace(string(b))), " ")
+	}
+	return fmt.Sprintf("it runs as user %d in %s, with no memory and pids controllers it may use under %s", os.Geteuid(), where, cgroupFS)
 }
 
 // runnable returns the path by which a pool uid runs the worker program
@@ -241,16 +269,17 @@ func (iso *isolation) giveUID(u int) {
 func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string, path string, args []string) []string {
 	argv := append(append(append([]string{}, wrapper...), path), args...)
 	if iso.bwrap != "" {
-		argv = append(append([]string{iso.bwrap}, box.Args(dir, path, wrapperProgram(wrapper))...), argv...)
+		// The session directory is a tmpfs of the session's quota in the
+		// sandbox, with the uploads (files/) bound read-only from the
+		// host: whatever the worker and its kernels write is capped.
+		argv = append(append([]string{iso.bwrap}, box.CappedArgs(dir, path, wrapperProgram(wrapper), iso.quota,
+			[]string{filepath.Join(dir, "files")}, []string{filepath.Join(dir, "modules")})...), argv...)
 	}
 	if uid > 0 {
 		argv = append(box.DropArgs(iso.setpriv, uid), argv...)
 	}
 	if iso.prlimit != "" {
 		pre := []string{iso.prlimit}
-		if iso.memory > 0 {
-			pre = append(pre, "--as="+strconv.FormatInt(iso.memory, 10))
-		}
 		if iso.procs > 0 {
 			pre = append(pre, "--nproc="+strconv.Itoa(iso.procs))
 		}
@@ -338,6 +367,10 @@ func (iso *isolation) close() {
 	}
 }
 
+// cgroupFS is where the cgroup hierarchies are mounted (a variable for
+// the tests of a daemon without them).
+var cgroupFS = "/sys/fs/cgroup"
+
 // cgroupSeq tells apart the cgroup directories of daemons in one process.
 var cgroupSeq atomic.Int64
 
@@ -371,7 +404,12 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 	}
 	// cgroup v2: memory and pids enabled for the daemon's cgroup's children.
 	if rel, ok := own[""]; ok {
-		base := filepath.Join("/sys/fs/cgroup", rel)
+		base := filepath.Join(cgroupFS, rel)
+		if filepath.Base(base) == daemonLeaf() {
+			base = filepath.Dir(base) // moved there by an earlier daemon of this process
+		} else {
+			delegate(base)
+		}
 		if ctl, err := os.ReadFile(filepath.Join(base, "cgroup.subtree_control")); err == nil &&
 			strings.Contains(string(ctl), "memory") && strings.Contains(string(ctl), "pids") {
 			if p, ok := mk(base); ok {
@@ -394,7 +432,7 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 			continue
 		}
 		base := ""
-		for _, cand := range []string{filepath.Join("/sys/fs/cgroup", c.ctl, rel), filepath.Join("/sys/fs/cgroup", c.ctl)} {
+		for _, cand := range []string{filepath.Join(cgroupFS, c.ctl, rel), filepath.Join(cgroupFS, c.ctl)} {
 			if fi, err := os.Stat(cand); err == nil && fi.IsDir() {
 				base = cand
 				break
@@ -408,9 +446,47 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 		}
 	}
 	if len(dirs) == 0 && log != nil {
-		log("no cgroup for session caps: they are rlimits (prlimit) instead")
+		log("no cgroup for session caps")
 	}
 	return dirs
+}
+
+// daemonLeaf is the name of the cgroup this process moves itself into,
+// under a delegated cgroup (see delegate).
+func daemonLeaf() string { return fmt.Sprintf("kiln-rpcserver-%d-daemon", os.Getpid()) }
+
+// delegate readies a cgroup v2 base that is delegated to the daemon's user
+// (systemd's Delegate=yes: the daemon may write its files) for session
+// cgroups below it: a cgroup with processes cannot enable controllers for
+// its children, so the daemon moves itself into a leaf of its own below
+// base and then enables memory and pids in base. It does nothing where
+// base has them enabled already, lacks them, or is not writable.
+func delegate(base string) {
+	has := func(file string) bool {
+		b, err := os.ReadFile(filepath.Join(base, file))
+		f := strings.Fields(string(b))
+		return err == nil && slices.Contains(f, "memory") && slices.Contains(f, "pids")
+	}
+	if has("cgroup.subtree_control") || !has("cgroup.controllers") {
+		return
+	}
+	if syscall.Access(filepath.Join(base, "cgroup.subtree_control"), 2 /* W_OK */) != nil {
+		return
+	}
+	leaf := filepath.Join(base, daemonLeaf())
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if os.WriteFile(filepath.Join(leaf, "cgroup.procs"), pid, 0) != nil {
+		syscall.Rmdir(leaf)
+		return
+	}
+	if os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+memory +pids"), 0) != nil {
+		// Other processes share base: go back where we were.
+		os.WriteFile(filepath.Join(base, "cgroup.procs"), pid, 0)
+		syscall.Rmdir(leaf)
+	}
 }
 
 // removeStaleCgroups removes the session cgroups left under base by

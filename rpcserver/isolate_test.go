@@ -2,6 +2,7 @@ package rpcserver
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,8 @@ func TestIsolationCommand(t *testing.T) {
 	plain := (&isolation{}).command("/d", nil, -1, wrapper, path, args)
 	check.True(t, slices.Equal(plain, []string{"taskset", "-c", "1", path, "rpcserver-worker"}), plain)
 
-	rl := (&isolation{prlimit: "/usr/bin/prlimit", memory: 1 << 30, procs: 64}).command("/d", nil, -1, nil, path, args)
-	check.True(t, slices.Equal(rl, []string{"/usr/bin/prlimit", "--as=1073741824", "--nproc=64", "--", path, "rpcserver-worker"}), rl)
+	rl := (&isolation{prlimit: "/usr/bin/prlimit", procs: 64}).command("/d", nil, -1, nil, path, args)
+	check.True(t, slices.Equal(rl, []string{"/usr/bin/prlimit", "--nproc=64", "--", path, "rpcserver-worker"}), rl)
 
 	iso := &isolation{bwrap: "/usr/bin/bwrap", setpriv: "/usr/bin/setpriv", memory: 1 << 30}
 	argv := iso.command("/srv/s1", []string{"/cg/mem/s1/cgroup.procs", "/cg/pids/s1/cgroup.procs"}, 61001, wrapper, path, args)
@@ -55,4 +56,27 @@ func TestExitReasonBwrap(t *testing.T) {
 	got, crashed = exitReasonCode(0, nil, true)
 	check.Equal(t, got, "exited")
 	check.True(t, !crashed)
+}
+
+// TestCapsNeedCgroup: a daemon that can make no cgroup for its sessions
+// refuses a memory cap, and a process cap shared with its user's other
+// processes, with errors that say what to do; rlimits stood in for them
+// before, under which one session's children each held the whole memory
+// cap and a small cap stopped the Go worker from starting.
+func TestCapsNeedCgroup(t *testing.T) {
+	old := cgroupFS
+	cgroupFS = filepath.Join(t.TempDir(), "no-cgroups")
+	defer func() { cgroupFS = old }()
+	dir := t.TempDir()
+	_, err := New(Config{Listen: "127.0.0.1:0", Dir: dir, Sandbox: SandboxOff, MaxSessionMemory: 1 << 30})
+	check.Error(t, err, "--max-session-memory needs a cgroup for each session")
+	check.Error(t, err, "Delegate=yes")
+	_, err = New(Config{Listen: "127.0.0.1:0", Dir: dir, Sandbox: SandboxOff, MaxSessionProcs: 64})
+	check.Error(t, err, "--max-session-procs needs a cgroup for each session")
+	// The default process cap is dropped, not refused: the daemon starts.
+	d, err := New(Config{Listen: "127.0.0.1:0", Dir: dir, Sandbox: SandboxOff})
+	check.NoError(t, err)
+	check.Equal(t, d.iso.capsBy(), "none")
+	d.ln.Close()
+	d.iso.close()
 }

@@ -2,10 +2,12 @@ package rpcserver_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 type leasedFleet struct {
 	tracker string
 	alice   string
+	users   string // the users file
 	a, b    *testDaemon
 }
 
@@ -49,24 +52,32 @@ func startLeasedFleet(t *testing.T) *leasedFleet {
 			t.Errorf("tracker did not stop within %s", guard)
 		}
 	})
-	f := &leasedFleet{tracker: tr.Addr(), alice: alice}
-	device := func(key string) *testDaemon {
-		var reg *client.Registrar
-		td := startDaemon(t, rpcserver.Config{Token: "fleet", Key: key, SessionTimeout: time.Minute}, func(d *rpcserver.Daemon) {
-			reg = client.NewRegistrar(tr.Addr(), client.TrackerOptions{Token: "fleet", Logger: quietLog()}, proto.RegisterArgs{
-				Role: proto.NodeDevice, Key: key, Addr: d.Addr().String(),
-			})
-			d.SetTracker(reg)
-		})
-		select {
-		case <-reg.Ready():
-		case <-time.After(guard):
-			t.Fatalf("device %s did not register", key)
-		}
-		return td
-	}
-	f.a, f.b = device("a"), device("b")
+	f := &leasedFleet{tracker: tr.Addr(), alice: alice, users: users}
+	f.a = f.device(t, "a", rpcserver.Config{}, 1)
+	f.b = f.device(t, "b", rpcserver.Config{}, 1)
 	return f
+}
+
+// device starts a daemon under key with cfg (the fleet token and a
+// minute's session timeout added) and registers it with the tracker as
+// serving maxSessions sessions at once (said to be sandboxed when more
+// than one, so that the tracker grants that many leases on it).
+func (f *leasedFleet) device(t *testing.T, key string, cfg rpcserver.Config, maxSessions int) *testDaemon {
+	t.Helper()
+	cfg.Token, cfg.Key, cfg.SessionTimeout = "fleet", key, time.Minute
+	var reg *client.Registrar
+	td := startDaemon(t, cfg, func(d *rpcserver.Daemon) {
+		reg = client.NewRegistrar(f.tracker, client.TrackerOptions{Token: "fleet", Logger: quietLog()}, proto.RegisterArgs{
+			Role: proto.NodeDevice, Key: key, Addr: d.Addr().String(), MaxSessions: maxSessions, Sandboxed: maxSessions > 1,
+		})
+		d.SetTracker(reg)
+	})
+	select {
+	case <-reg.Ready():
+	case <-time.After(guard):
+		t.Fatalf("device %s did not register", key)
+	}
+	return td
 }
 
 // lease asks the tracker, as alice, for the device under key.
@@ -153,4 +164,159 @@ func TestExpiredLeaseRefused(t *testing.T) {
 	})
 	_, err = client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: l.Token})
 	check.ErrorIs(t, err, proto.ErrUnauthorized)
+}
+
+// TestOneSessionPerLease: on a board that serves two sessions at once, a
+// client opens a second session under the lease of its first; the daemon
+// refuses it, so the board's other slot stays for the second lease the
+// tracker grants there, whose session opens.
+func TestOneSessionPerLease(t *testing.T) {
+	f := startLeasedFleet(t)
+	m := f.device(t, "m", rpcserver.Config{MaxSessions: 2, Sandbox: rpcserver.SandboxOff, InsecureShared: true}, 2)
+	ctx := testCtx(t)
+
+	l1 := f.lease(t, "m")
+	s1, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.NoError(t, err)
+	defer s1.Close()
+	// The same lease again, by hello and by session.open under the fleet token.
+	_, err = client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.ErrorIs(t, err, proto.ErrBusy)
+	check.Error(t, err, "already has a session")
+	_, err = client.Connect(ctx, m.addr, client.SessionOptions{Token: "fleet", LeaseToken: l1.Token})
+	check.ErrorIs(t, err, proto.ErrBusy)
+
+	// The tracker grants the board's second slot to another lease, and
+	// the daemon has it free.
+	l2 := f.lease(t, "m")
+	check.True(t, l2.ID != l1.ID, "the tracker granted the same lease twice")
+	s2, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l2.Token})
+	check.NoError(t, err, "the second lease's session")
+	defer s2.Close()
+	met := m.metrics(t)
+	check.True(t, strings.Contains(met, "kiln_rpcserver_sessions_active 2\n"), "two sessions are not open")
+	check.True(t, strings.Contains(met, `kiln_rpcserver_sessions_refused_total{reason="lease_in_use"} `), "no lease_in_use refusal in the metrics")
+
+	// Closed, the first lease's session frees its slot for the same lease.
+	check.NoError(t, s1.Close())
+	eventually(t, "the first session's slot is free", func() bool {
+		return strings.Contains(m.metrics(t), "kiln_rpcserver_sessions_active 1\n")
+	})
+	s3, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.NoError(t, err, "the first lease's new session")
+	check.NoError(t, s3.Close())
+}
+
+// countingTracker counts the lease checks a daemon asks of its tracker.
+type countingTracker struct {
+	fakeTracker
+	verifies atomic.Int32
+}
+
+func (c *countingTracker) VerifyLease(ctx context.Context, token string) (proto.LeaseInfo, error) {
+	c.verifies.Add(1)
+	return c.fakeTracker.VerifyLease(ctx, token)
+}
+
+// TestWrongTokenFlood: 200 hellos with guessed lease tokens from one peer
+// cost the daemon ten lease checks with the tracker and a few log lines,
+// not one of each per hello; the guesser is told to wait.
+func TestWrongTokenFlood(t *testing.T) {
+	ct := &countingTracker{}
+	td := startDaemon(t, rpcserver.Config{Token: "fleet", Tracker: ct})
+	ctx := testCtx(t)
+	var last error
+	for i := range 200 {
+		c, err := proto.Dial(ctx, td.addr, proto.DialOptions{Role: proto.RoleClient, Token: fmt.Sprintf("guess-%d", i), Logger: quietLog()})
+		if err == nil {
+			c.Close()
+		}
+		check.ErrorIs(t, err, proto.ErrUnauthorized)
+		last = err
+	}
+	check.Error(t, last, "too many wrong tokens from this address")
+	check.Equal(t, ct.verifies.Load(), int32(10), "lease checks asked of the tracker")
+	lines := 0
+	for _, l := range strings.Split(td.logs.String(), "\n") {
+		if strings.Contains(l, "hello refused") && !strings.Contains(l, "level=DEBUG") {
+			lines++
+		}
+	}
+	check.True(t, lines <= 3, "log lines about refused hellos above debug:", lines)
+}
+
+// TestFleetTokenBootstrapOnly: a daemon that registers with the fleet
+// token warns at start and refuses that token's hellos, saying what to
+// connect with instead; a lease opens its sessions. With AcceptFleetToken
+// the fleet token opens them too, and it warns so.
+func TestFleetTokenBootstrapOnly(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+	dev := f.device(t, "f", rpcserver.Config{TokenIsFleet: true}, 1)
+	check.True(t, strings.Contains(dev.logs.String(), "registers with the fleet token"), "no warning at start")
+	_, err := client.Connect(ctx, dev.addr, client.SessionOptions{Token: "fleet"})
+	check.ErrorIs(t, err, proto.ErrUnauthorized)
+	check.Error(t, err, "opens no session on the fleet token")
+	check.Error(t, err, "--accept-fleet-token")
+	// Nor does it admit the session's raw connections on it.
+	_, err = proto.Dial(ctx, dev.addr, proto.DialOptions{Role: proto.RoleBulk, Token: "fleet", Logger: quietLog()})
+	check.Error(t, err, "opens no session on the fleet token")
+	l := f.lease(t, "f")
+	s, err := client.Connect(ctx, dev.addr, client.SessionOptions{Token: "fleet", LeaseToken: l.Token})
+	check.NoError(t, err, "a lease's session")
+	check.NoError(t, s.Upload(ctx, "x.bin", []byte("data")))
+	check.NoError(t, s.Close())
+
+	open := f.device(t, "g", rpcserver.Config{TokenIsFleet: true, AcceptFleetToken: true}, 1)
+	check.True(t, strings.Contains(open.logs.String(), "--accept-fleet-token"), "no warning at start")
+	s, err = client.Connect(ctx, open.addr, client.SessionOptions{Token: "fleet", LeaseToken: f.lease(t, "g").Token})
+	check.NoError(t, err)
+	check.NoError(t, s.Close())
+	c, err := proto.Dial(ctx, open.addr, proto.DialOptions{Role: proto.RoleClient, Token: "fleet", Logger: quietLog()})
+	check.NoError(t, err, "the fleet token's hello")
+	c.Close()
+
+	_, err = rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Dir: t.TempDir(), Token: "fleet", TokenIsFleet: true, AllowWithoutLease: true})
+	check.Error(t, err, "give --accept-fleet-token too")
+}
+
+// TestRevokedUserSessionEnds: revoking a user ends their lease at the
+// tracker and their session on the device, which is free for the next
+// user, long before the lease's TTL.
+func TestRevokedUserSessionEnds(t *testing.T) {
+	f := startLeasedFleet(t)
+	ctx := testCtx(t)
+	bob, err := tracker.CreateUserToken(f.users, "bob", "client")
+	check.NoError(t, err)
+	tc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: f.alice, Logger: quietLog()})
+	check.NoError(t, err)
+	defer tc.Close()
+	l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "a", TTL: time.Hour})
+	check.NoError(t, err)
+	s, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: l.Token})
+	check.NoError(t, err)
+	defer s.Close()
+	check.NoError(t, s.Upload(ctx, "x.bin", []byte("data")))
+
+	n, err := tracker.RevokeUser(f.users, "alice")
+	check.NoError(t, err)
+	check.Equal(t, n, 1)
+	var endErr error
+	eventually(t, "alice's session ends", func() bool {
+		_, endErr = s.List(ctx)
+		return endErr != nil
+	})
+	check.ErrorIs(t, endErr, proto.ErrSessionExpired)
+	check.Error(t, endErr, "its lease "+l.ID+" was released or expired")
+	f.a.waitIdle(t)
+
+	// The device is free again: bob's lease on it is granted at once.
+	bc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: bob, Logger: quietLog()})
+	check.NoError(t, err)
+	defer bc.Close()
+	lb, err := bc.RequestLease(ctx, client.LeaseRequest{Key: "a"})
+	check.NoError(t, err)
+	sb, err := client.Connect(ctx, f.a.addr, client.SessionOptions{LeaseToken: lb.Token})
+	check.NoError(t, err)
+	check.NoError(t, sb.Close())
 }

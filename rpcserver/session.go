@@ -207,14 +207,14 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 			}
 			s.mu.Lock()
 			s.user = li.User
-			s.mu.Unlock()
-			if err := d.take(s); err != nil {
-				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
-			}
-			s.mu.Lock()
-			s.lease = li.ID
 			s.leaseToken = a.LeaseToken
 			s.mu.Unlock()
+			if err := d.take(s, li.ID); err != nil {
+				s.mu.Lock()
+				s.leaseToken = ""
+				s.mu.Unlock()
+				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
+			}
 			d.m.users.Inc(li.User)
 			d.m.usersActive.Add(1, li.User)
 			// A lease may ask for a shorter session than the daemon
@@ -226,11 +226,11 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		case !d.cfg.AllowWithoutLease:
 			return proto.SessionInfo{}, fmt.Errorf("open session: this device serves clients with a tracker lease only; request one from the tracker: %w", proto.ErrUnauthorized)
 		default:
-			if err := d.take(s); err != nil {
+			if err := d.take(s, ""); err != nil {
 				return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 			}
 		}
-	} else if err := d.take(s); err != nil {
+	} else if err := d.take(s, ""); err != nil {
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
 	dir, err := os.MkdirTemp(d.cfg.Dir, "session-"+s.id+"-")

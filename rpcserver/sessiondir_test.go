@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
@@ -264,4 +266,57 @@ func TestModuleCopyNoSymlink(t *testing.T) {
 	// The next copy goes to a directory of its own, and loads.
 	_, err = s.LoadModule(ctx, "kernels.so")
 	check.NoError(t, err)
+}
+
+// TestArtifactInflateBounded: an artifact of a few hundred KiB whose
+// manifest declares entries beyond the session's disk quota is refused at
+// load before anything is inflated into the worker, with an error that
+// names the quota; a session whose quota holds them loads it.
+func TestArtifactInflateBounded(t *testing.T) {
+	a := artifact.New("c", kernelsTC)
+	check.NoError(t, a.Add(artifact.HostLib, kernels(t)))
+	check.NoError(t, a.Add("params/one.bin", make([]byte, 24<<20)))
+	check.NoError(t, a.Add("params/two.bin", make([]byte, 24<<20)))
+	b, err := a.Bytes()
+	check.NoError(t, err)
+	check.True(t, len(b) < 1<<20, "the artifact is small on the wire", len(b))
+
+	td := startDaemon(t, rpcserver.Config{SessionQuota: 16 << 20})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	check.NoError(t, s.Upload(ctx, "bomb.kiln", b))
+	_, err = s.LoadModule(ctx, "bomb.kiln")
+	check.ErrorIs(t, err, proto.ErrQuota)
+	check.Error(t, err, "over the reader's limit of 16777216")
+	check.Error(t, err, "--max-session-bytes")
+	check.Equal(t, moduleCopies(t, td.dir), 0, "copies after a refused load")
+
+	roomy := startDaemon(t, rpcserver.Config{SessionQuota: 128 << 20})
+	s2 := roomy.connect(t, client.SessionOptions{})
+	check.NoError(t, s2.Upload(ctx, "big.kiln", b))
+	_, err = s2.LoadModule(ctx, "big.kiln")
+	check.NoError(t, err)
+}
+
+// TestErrorsNameNoDaemonPath: errors a client gets (a module that fails to
+// load, a file that is not there) name the session's files relative to the
+// session directory, never by the daemon's absolute paths.
+func TestErrorsNameNoDaemonPath(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{})
+	s := td.connect(t, client.SessionOptions{})
+	ctx := testCtx(t)
+	check.NoError(t, s.Upload(ctx, "sub/broken.so", []byte("\x7fELF not a library")))
+	_, err := s.LoadModule(ctx, "sub/broken.so")
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+	check.Error(t, err, `"sub/broken.so"`)
+	check.Error(t, err, "modules/")
+	first := err
+	_, err = s.LoadModule(ctx, "missing.so")
+	check.ErrorIs(t, err, proto.ErrNotFound)
+	_, derr := s.Download(ctx, "missing.bin", io.Discard)
+	check.ErrorIs(t, derr, proto.ErrNotFound)
+	for _, e := range []error{first, err, derr} {
+		check.True(t, !strings.Contains(e.Error(), td.dir), "an error names the daemon's directory:", e)
+		check.True(t, !strings.Contains(e.Error(), "/session-"), "an error names the session directory's path:", e)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,18 +170,26 @@ func TestTwoTenants(t *testing.T) {
 // callIntrude runs the intrude kernel against path and pid.
 func callIntrude(t *testing.T, s *client.Session, f *client.Func, path string, pid int) [3]int64 {
 	t.Helper()
+	out := callWithPath(t, s, f, path, int64(pid), 3)
+	return [3]int64{out[0], out[1], out[2]}
+}
+
+// callWithPath calls f(path, arg, out) with path as a NUL-terminated
+// uint8 tensor and out an int64 tensor of n elements, which it returns.
+func callWithPath(t *testing.T, s *client.Session, f *client.Func, path string, arg int64, n int64) []int64 {
+	t.Helper()
 	ctx := testCtx(t)
 	p := append([]byte(path), 0)
 	pa, err := s.Empty(ctx, ndarray.Shape{int64(len(p))}, ndarray.Uint8, devices.CPUDevice)
 	check.NoError(t, err)
 	check.NoError(t, pa.CopyFromBytes(ctx, p))
-	out, err := s.Empty(ctx, ndarray.Shape{3}, ndarray.Int64, devices.CPUDevice)
+	out, err := s.Empty(ctx, ndarray.Shape{n}, ndarray.Int64, devices.CPUDevice)
 	check.NoError(t, err)
-	_, err = s.Call(ctx, f, pa, int64(pid), out)
+	_, err = s.Call(ctx, f, pa, arg, out)
 	check.NoError(t, err)
 	b, err := out.ReadBytes(ctx)
 	check.NoError(t, err)
-	var got [3]int64
+	got := make([]int64, n)
 	for i := range got {
 		got[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
@@ -230,4 +239,55 @@ func TestSessionMemoryCap(t *testing.T) {
 	s2 := td.connect(t, client.SessionOptions{})
 	_, err = s2.List(ctx)
 	check.NoError(t, err)
+}
+
+// callFill runs the fill kernel: it writes mib MiB to path in the
+// session's sandbox and returns the bytes written and -errno of the write
+// that was refused.
+func callFill(t *testing.T, s *client.Session, f *client.Func, path string, mib int64) (int64, int64) {
+	t.Helper()
+	out := callWithPath(t, s, f, path, mib, 2)
+	return out[0], out[1]
+}
+
+// TestKernelWritesCapped: a kernel of a sandboxed session writes 64 MiB
+// into its session directory, into a subdirectory and into /tmp, under a
+// 20 MB --max-session-bytes: each write stops at the cap (ENOSPC), and
+// the host's disk never holds the bytes; the uploads stay read-only to
+// the kernel.
+func TestKernelWritesCapped(t *testing.T) {
+	const quota = 20 << 20
+	cfg := sandboxedConfig(t, rpcserver.Config{SessionQuota: quota})
+	td := startDaemon(t, cfg)
+	s := td.connect(t, client.SessionOptions{})
+	mod := loadKernels(t, s)
+	ctx := testCtx(t)
+	fill, err := mod.GetFunction(ctx, "fill")
+	check.NoError(t, err)
+	for _, path := range []string{"scratch.bin", "modules/more.bin", "/tmp/scratch.bin"} {
+		n, errno := callFill(t, s, fill, path, 64)
+		check.True(t, n <= quota, path, "wrote", n, "bytes under a cap of", quota)
+		check.Equal(t, errno, -int64(syscall.ENOSPC), path, "the refused write's errno")
+		held := hostBytes(t, td.dir)
+		check.True(t, held < quota, "the host's session directory holds", held)
+		// Truncated, the file frees its space for the next one.
+		callFill(t, s, fill, path, 0)
+	}
+	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
+	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
+}
+
+// hostBytes sums the sizes of the regular files under dir on the host.
+func hostBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	check.NoError(t, filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return err
+	}))
+	return n
 }

@@ -353,6 +353,9 @@ func (w *worker) handle(srv *proto.Server, method string, fn proto.HandlerFunc) 
 	mi := boardMethod(method)
 	watch := method == proto.FuncCall || method == proto.FuncTime
 	srv.Handle(method, func(ctx context.Context, c *proto.Conn, raw msgpack.RawMessage) (out any, err error) {
+		// The client sees its files by their names in the session, not
+		// by the daemon's paths.
+		defer func() { err = relativeErr(err, w.dir, "") }()
 		if w.board == nil {
 			return fn(ctx, c, raw)
 		}
@@ -389,8 +392,12 @@ func (w *worker) register(srv *proto.Server) {
 		return CollectDeviceAttrs(), nil
 	})
 	w.handle(srv, proto.WorkerBulkSize, handler(w.bulkSize))
-	srv.HandleBulk(proto.ArrayCopyFrom, w.copyFrom)
-	srv.HandleBulk(proto.ArrayCopyTo, w.copyTo)
+	for m, fn := range map[string]proto.BulkHandlerFunc{proto.ArrayCopyFrom: w.copyFrom, proto.ArrayCopyTo: w.copyTo} {
+		srv.HandleBulk(m, func(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+			out, err := fn(ctx, c, in)
+			return out, relativeErr(err, w.dir, "")
+		})
+	}
 }
 
 // loadModule loads a .kiln artifact's host.so, or a bare shared object,
@@ -457,7 +464,13 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 			return nil, fmt.Errorf("load module %q: the artifact has no %s: %w", a.Name, artifact.HostLib, proto.ErrBadRequest)
 		}
 	case bytes.Equal(magic[:], []byte("PK\x03\x04")):
-		art, err = artifact.Read(f, size)
+		// Within the session's disk quota: what it inflates to must fit
+		// there anyway, and an artifact that declares more is refused
+		// before anything is inflated into the worker.
+		art, err = artifact.ReadWithin(f, size, w.quota)
+		if errors.Is(err, artifact.ErrTooLarge) && w.quota > 0 {
+			return nil, fmt.Errorf("load module %q: %v (the session's disk quota, the daemon's --max-session-bytes): %w", a.Name, err, proto.ErrQuota)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 		}
@@ -500,6 +513,9 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		// Nothing of a failed load stays behind. A library that did load
 		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
 		w.root.RemoveAll(rel)
+		if errors.Is(err, syscall.ENOSPC) && w.quota > 0 {
+			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (its cap is %d bytes, the daemon's --max-session-bytes): %w", a.Name, err, w.quota, proto.ErrQuota)
+		}
 		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 	}
 	if k, ok := mod.Kernels().(*cuda.HostModule); ok {

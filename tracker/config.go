@@ -21,6 +21,15 @@ type Config struct {
 	TVMListen string
 	// TVMStopKey, when set, lets a TVM STOP message carrying it stop the tracker.
 	TVMStopKey string
+	// TVMIdleTimeout closes a TVM-protocol connection that sends nothing
+	// for this long while it has no request waiting for a server
+	// (DefaultTVMIdleTimeout when 0). TVM's rpc servers ask for their
+	// pending match keys every few seconds, so they are never idle that
+	// long.
+	TVMIdleTimeout time.Duration
+	// TVMMaxConnsPerPeer bounds the TVM-protocol connections of one peer
+	// (an IP address) at once (DefaultTVMMaxConnsPerPeer when 0).
+	TVMMaxConnsPerPeer int
 	// Token, when set, is required in every kiln hello.
 	Token string
 	// TLS, when set, wraps the kiln listener (see proto.TLSConfig.Server).
@@ -150,6 +159,10 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaseTTL, time.Minute)
 	def(&c.MaxLeaseTTL, time.Hour)
 	def(&c.LeaseWait, time.Second)
+	def(&c.TVMIdleTimeout, DefaultTVMIdleTimeout)
+	if c.TVMMaxConnsPerPeer <= 0 {
+		c.TVMMaxConnsPerPeer = DefaultTVMMaxConnsPerPeer
+	}
 	def(&c.FailureWindow, 10*time.Minute)
 	def(&c.JobQueueTimeout, time.Hour)
 	def(&c.JobRunTimeout, 10*time.Minute)

@@ -89,7 +89,7 @@ func (r *replica) run(ctx context.Context) error {
 	if r.s.metricsLn != nil {
 		srv := metricsrv.NewServer(r.metricsHandler())
 		wg.Go(func() {
-			if err := srv.Serve(metricsrv.LimitListener(r.s.metricsLn, metricsrv.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := metricsrv.Serve(srv, r.s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("tracker metrics: %w", err)
 			}
 		})

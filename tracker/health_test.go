@@ -3,12 +3,15 @@ package tracker
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
+	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
 	"github.com/kiln-ml/kiln/tracker/store"
 )
 
@@ -70,4 +73,28 @@ func TestHealthProbes(t *testing.T) {
 
 	tr.stop(t)
 	check.True(t, tr.Ready() != nil, "a stopped tracker says it is ready")
+}
+
+// TestProbesUnderIdleFlood: more idle, unauthenticated connections than
+// the metrics listener holds do not keep the tracker's probes unanswered.
+func TestProbesUnderIdleFlood(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.MetricsListen = "127.0.0.1:0"
+	s, err := New(cfg)
+	check.NoError(t, err)
+	tr := runServer(t, s)
+	addr := tr.MetricsAddr()
+	for range metricsrv.MaxConns + 16 {
+		c, err := net.Dial("tcp", addr)
+		check.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+	}
+	// Longer than Kubernetes' default probe timeout (1 s).
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := probe.Get("http://" + addr + path)
+		check.NoError(t, err, path)
+		resp.Body.Close()
+		check.Equal(t, resp.StatusCode, http.StatusOK, path)
+	}
 }

@@ -231,6 +231,9 @@ func (s *Server) reloadUsers() {
 	s.usersGen = gen
 	s.log.Info("users file reloaded", "path", s.users.path)
 	s.closeInvalid()
+	s.mu.Lock()
+	s.releaseRevokedLocked()
+	s.mu.Unlock()
 }
 
 // closeInvalid closes the connections whose identity no longer holds.

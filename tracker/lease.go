@@ -306,6 +306,35 @@ func (s *Server) releaseLocked(l *lease) {
 	}
 }
 
+// releaseRevokedLocked ends the leases (and the waiting requests) of
+// users who no longer have a token in the users file: a revoked user's
+// sessions end within a heartbeat, when each device hears that the lease
+// ended, instead of living on until the lease's TTL.
+func (s *Server) releaseRevokedLocked() {
+	gone := map[string]bool{}
+	revoked := func(user string) bool {
+		if user == "" {
+			return false // the fleet token's, or a tracker without a users file
+		}
+		if r, ok := gone[user]; ok {
+			return r
+		}
+		gone[user] = !s.users.has(user)
+		return gone[user]
+	}
+	for _, l := range s.leases {
+		if revoked(l.User) {
+			s.log.Info("lease ended: its user's token was revoked", "lease", l.ID, "user", l.User, "node", l.NodeID)
+			s.releaseLocked(l)
+		}
+	}
+	for _, t := range s.tickets {
+		if t.lease == nil && revoked(t.user) {
+			s.dropTicketLocked(t, fmt.Errorf("lease request: the token of user %q was revoked: %w", t.user, proto.ErrUnauthorized))
+		}
+	}
+}
+
 // changedQueuesLocked wakes every waiter, since positions or the set of
 // serving devices may have changed.
 func (s *Server) changedQueuesLocked() {

@@ -168,6 +168,12 @@ func newServer(cfg Config, ho *handoff, open func(s *Server) (store.Backend, err
 		Logger:       s.log,
 		OnDisconnect: s.disconnected,
 	}
+	if cfg.replicated() {
+		// Followers forward their clients' connections: here they all
+		// come from a follower's address, so one guesser must not turn
+		// every client of that follower away.
+		scfg.MaxAuthFailures = -1
+	}
 	if s.users != nil {
 		scfg.Authenticate = s.authenticate
 		scfg.OnConnect = s.connected
@@ -285,7 +291,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.metricsLn != nil {
 		s.httpSrv = metricsrv.NewServer(s.metricsHandler())
 		wg.Go(func() {
-			if err := s.httpSrv.Serve(metricsrv.LimitListener(s.metricsLn, metricsrv.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := metricsrv.Serve(s.httpSrv, s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail(fmt.Errorf("tracker metrics: %w", err))
 			}
 		})

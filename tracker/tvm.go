@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-ml/kiln/internal/refusal"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
@@ -24,6 +25,13 @@ import (
 // per connection, and info keys.
 // Limits of the TVM listener.
 const (
+	// DefaultTVMIdleTimeout is Config.TVMIdleTimeout's default.
+	DefaultTVMIdleTimeout = 2 * time.Minute
+	// DefaultTVMMaxConnsPerPeer is Config.TVMMaxConnsPerPeer's default: a
+	// host may run many TVM rpc servers (one per board), but one peer
+	// must not hold the listener's whole tvmMaxConns.
+	DefaultTVMMaxConnsPerPeer = 128
+
 	tvmMaxConns    = 1024
 	tvmMaxPuts     = 64   // distinct keys one connection serves
 	tvmMaxPending  = 1024 // match keys one connection has outstanding
@@ -33,9 +41,12 @@ const (
 type tvmState struct {
 	mu     sync.Mutex
 	conns  map[*tvmConn]struct{}
-	queues map[string]*tvmQueue
-	seq    uint64
-	closed bool
+	byPeer map[string]int // connections by peer host
+	// refusals summarizes refused connections in the log.
+	refusals refusal.Log
+	queues   map[string]*tvmQueue
+	seq      uint64
+	closed   bool
 }
 
 type tvmConn struct {
@@ -71,6 +82,7 @@ type tvmQueue struct {
 
 func (t *tvmState) init() {
 	t.conns = make(map[*tvmConn]struct{})
+	t.byPeer = make(map[string]int)
 	t.queues = make(map[string]*tvmQueue)
 }
 
@@ -159,6 +171,7 @@ func (s *Server) serveTVM(ctx context.Context) {
 	}
 	s.tvm.closeAll()
 	wg.Wait()
+	s.tvm.refusals.Close()
 }
 
 func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
@@ -173,11 +186,18 @@ func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
 	}
 	if len(s.tvm.conns) >= tvmMaxConns {
 		s.tvm.mu.Unlock()
-		log.Warn("tvm tracker: too many connections, refusing one", "limit", tvmMaxConns)
+		s.tvm.refusals.Note(s.log, host, "tvm tracker: too many connections, refusing", "limit", tvmMaxConns)
+		nc.Close()
+		return
+	}
+	if s.tvm.byPeer[host] >= s.cfg.TVMMaxConnsPerPeer {
+		s.tvm.mu.Unlock()
+		s.tvm.refusals.Note(s.log, host, "tvm tracker: a peer holds too many connections, refusing", "limit_per_peer", s.cfg.TVMMaxConnsPerPeer)
 		nc.Close()
 		return
 	}
 	s.tvm.conns[c] = struct{}{}
+	s.tvm.byPeer[host]++
 	s.tvm.mu.Unlock()
 	defer s.tvmConnClosed(c)
 
@@ -195,8 +215,23 @@ func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
 		return
 	}
 	nc.SetDeadline(time.Time{})
+	in := &countingReader{r: nc}
 	for {
-		b, err := readTVMFrame(nc)
+		// A connection that sends nothing for TVMIdleTimeout is closed,
+		// unless it waits for a server (TVM's REQUEST is answered only
+		// when one is free); one that stops in the middle of a frame is
+		// closed too.
+		nc.SetReadDeadline(time.Now().Add(s.cfg.TVMIdleTimeout))
+		before := in.n
+		b, err := readTVMFrame(in)
+		var ne net.Error
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && in.n == before && s.tvm.waiting(c) {
+			continue
+		}
+		if err != nil && errors.As(err, &ne) && ne.Timeout() {
+			log.Debug("tvm tracker: closing an idle connection", "idle_timeout", s.cfg.TVMIdleTimeout)
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 				log.Warn("tvm tracker: closing connection", "err", err)
@@ -212,6 +247,32 @@ func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// waiting reports whether c has a request queued for a server.
+func (t *tvmState) waiting(c *tvmConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, q := range t.queues {
+		for _, r := range q.requests {
+			if r.conn == c {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // tvmReply writes one frame to c; it reports whether that worked.
@@ -348,7 +409,12 @@ func (s *Server) tvmConnClosed(c *tvmConn) {
 	s.tvm.mu.Lock()
 	defer s.tvm.mu.Unlock()
 	c.closed = true
-	delete(s.tvm.conns, c)
+	if _, ok := s.tvm.conns[c]; ok {
+		delete(s.tvm.conns, c)
+		if s.tvm.byPeer[c.host]--; s.tvm.byPeer[c.host] <= 0 {
+			delete(s.tvm.byPeer, c.host)
+		}
+	}
 	for key, q := range s.tvm.queues {
 		q.values = slices.DeleteFunc(q.values, func(v *tvmValue) bool { return v.conn == c })
 		q.requests = slices.DeleteFunc(q.requests, func(r *tvmReq) bool { return r.conn == c })

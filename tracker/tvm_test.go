@@ -287,3 +287,59 @@ func TestTVMSummaryKeysWithColon(t *testing.T) {
 	}
 	check.Equal(t, keys, []string{"server:rasp"})
 }
+
+// TestTVMPeerCap: one peer opening more connections than the whole TVM
+// listener holds gets TVMMaxConnsPerPeer of them; a TVM client from
+// another address still gets in and is served. The flooding peer dials
+// from 127.0.0.2, another loopback address.
+func TestTVMPeerCap(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.TVMListen = "127.0.0.1:0"
+	tr := startTracker(t, cfg)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	held := 0
+	for range tvmMaxConns + 6 {
+		nc, err := d.Dial("tcp", tr.TVMAddr())
+		if err != nil {
+			t.Skipf("cannot dial from 127.0.0.2: %v", err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(guard))
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], tvmMagic)
+		if _, err := nc.Write(b[:]); err == nil {
+			if _, err := io.ReadFull(nc, b[:]); err == nil {
+				held++
+			}
+		}
+	}
+	check.Equal(t, held, DefaultTVMMaxConnsPerPeer, "connections the flooding peer holds")
+	cli := dialTVM(t, tr.TVMAddr())
+	check.Equal(t, cli.call([]any{tvmPing}), any(float64(tvmSuccess)))
+}
+
+// TestTVMIdleTimeout: a connection that sends nothing after its handshake
+// is closed after TVMIdleTimeout; one that waits for a server outlives
+// it and is served when a server puts itself; one that keeps asking (as
+// TVM's rpc servers do) stays.
+func TestTVMIdleTimeout(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.TVMListen = "127.0.0.1:0"
+	cfg.TVMIdleTimeout = 200 * time.Millisecond
+	tr := startTracker(t, cfg)
+
+	idle := dialTVM(t, tr.TVMAddr())
+	waiter := dialTVM(t, tr.TVMAddr())
+	waiter.send([]any{tvmRequest, "late", "", 1})
+	// The idle one is closed; the waiter outlives it, and the server's
+	// three idle timeouts more.
+	_, err := idle.nc.Read(make([]byte, 1))
+	check.ErrorIs(t, err, io.EOF)
+	srv := dialTVM(t, tr.TVMAddr())
+	for range 3 {
+		check.Equal(t, srv.call([]any{tvmGetPendingMatchkeys}), any([]any{}))
+		time.Sleep(cfg.TVMIdleTimeout / 2)
+	}
+	check.Equal(t, srv.call([]any{tvmPut, "late", []any{9091, "late:1"}, nil}), any(float64(tvmSuccess)))
+	check.Equal(t, waiter.recv(), any([]any{float64(tvmSuccess), []any{"127.0.0.1", float64(9091), "late:1"}}))
+}

@@ -285,7 +285,7 @@ func (n *node) serveMetrics() (stop func(), err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(metrics.LimitListener(ln, metrics.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := metrics.Serve(srv, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("compiler node metrics", "err", err)
 		}
 	}()

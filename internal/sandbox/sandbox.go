@@ -74,6 +74,34 @@ func FindSetpriv() (string, error) {
 // wrapper's program, a toolchain's directory) where they exist outside
 // /usr. The caller's descriptors pass through.
 func Args(dir, exe string, ro []string) []string {
+	return args(dir, exe, ro, 0, nil)
+}
+
+// CappedArgs are Args for a program whose writes are capped: its
+// directory dir is a tmpfs of capBytes (as is its /tmp), empty but for
+// the subdirectories of dir named in shared, bound read-only from the
+// host (files the caller put there for it), and those named in made,
+// made empty. Whatever it writes (its caller's copies, a kernel's files)
+// lives in those tmpfs mounts, in memory, which a write past capBytes
+// finds full (ENOSPC); the memory counts against the program's memory
+// cgroup, where it has one. capBytes of 0 or less is Args.
+func CappedArgs(dir, exe string, ro []string, capBytes int64, shared, made []string) []string {
+	if capBytes <= 0 {
+		return Args(dir, exe, ro)
+	}
+	return args(dir, exe, ro, capBytes, &capped{shared: shared, made: made})
+}
+
+// capped are CappedArgs' directories.
+type capped struct{ shared, made []string }
+
+func args(dir, exe string, ro []string, capBytes int64, c *capped) []string {
+	size := func(a []string) []string {
+		if c == nil {
+			return a
+		}
+		return append(a, "--size", strconv.FormatInt(capBytes, 10))
+	}
 	args := []string{"--die-with-parent"}
 	if HasControllingTTY() {
 		// A sandboxed program must not push input into the terminal the
@@ -111,7 +139,8 @@ func Args(dir, exe string, ro []string) []string {
 	}
 	// /proc/sys read-only: the host's sysctls (kernel.core_pattern among
 	// them) are not the sandbox's to set.
-	args = append(args, "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--tmpfs", "/tmp")
+	args = append(args, "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev")
+	args = append(size(args), "--tmpfs", "/tmp")
 	if nodes, _ := filepath.Glob("/dev/nvidia*"); len(nodes) > 0 {
 		// A CUDA board: the driver's device nodes, and /sys (read-only),
 		// where the driver library looks the GPUs up.
@@ -130,7 +159,18 @@ func Args(dir, exe string, ro []string) []string {
 			bound[p] = true
 		}
 	}
-	args = append(args, "--bind", dir, dir, "--chdir", dir,
+	if c == nil {
+		args = append(args, "--bind", dir, dir)
+	} else {
+		args = append(size(args), "--tmpfs", dir)
+		for _, d := range c.shared {
+			args = append(args, "--ro-bind", d, d)
+		}
+		for _, d := range c.made {
+			args = append(args, "--dir", d)
+		}
+	}
+	args = append(args, "--chdir", dir,
 		"--setenv", "HOME", dir, "--setenv", "TMPDIR", "/tmp", "--")
 	return args
 }

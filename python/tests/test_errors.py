@@ -301,5 +301,5 @@ def test_a_device_the_daemon_does_not_have(remote):
 
 
 def test_direct_session_on_a_daemon_that_serves_leases_only(fleet):
-    with pytest.raises(kiln.SessionError, match="tracker lease only"):
+    with pytest.raises(kiln.SessionError, match="opens no session on the fleet token"):
         kiln.rpc.connect("127.0.0.1", fleet.device_port, token=fleet.token)

@@ -282,6 +282,9 @@ func (rep HelloReply) Err() error {
 		return versionError(rep.Version)
 	case rep.Status == StatusOK:
 		return nil
+	case rep.Status == StatusBadToken && strings.HasPrefix(rep.Message, "authentication failed: "):
+		// The listener's reason (a wrong token, or too many of them).
+		return newError(CodeUnauthorized, rep.Message)
 	case rep.Status == StatusBadToken:
 		return newError(CodeUnauthorized, "authentication failed: wrong token")
 	case rep.Status == StatusRefused:

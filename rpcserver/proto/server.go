@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kiln-ml/kiln/internal/refusal"
 )
 
 // DefaultMaxInFlight bounds the requests one connection may have running at
@@ -82,6 +84,12 @@ type ServerConfig struct {
 	KeepAlive time.Duration
 	// Logger receives the server's logs (slog.Default() when nil).
 	Logger *slog.Logger
+	// MaxAuthFailures is how many hellos with a wrong token one peer (an
+	// IP address) may send in refusal.DefaultInterval; past it the peer's
+	// hellos are refused unchecked, saying so, until the interval ends
+	// (refusal.DefaultBurst when 0; no limit when negative: a listener
+	// whose peers arrive through a proxy, all from its address).
+	MaxAuthFailures int
 	// OnConnect, when set, runs once a hello has passed the token and role
 	// checks, before the reply: an error refuses the connection, and the
 	// dialer's Dial fails with an error that wraps the same sentinel (a
@@ -112,6 +120,11 @@ type Server struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
+
+	// fails turns away peers that keep sending wrong tokens (nil: no
+	// limit); refused logs wrong-token hellos, one line per interval.
+	fails   *refusal.Limiter
+	refused refusal.Log
 }
 
 // NewServer returns a Server with cfg; add methods with Handle and HandleBulk.
@@ -136,7 +149,7 @@ func NewServer(cfg ServerConfig) *Server {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		log:      log,
 		handlers: make(map[string]HandlerFunc),
@@ -144,6 +157,10 @@ func NewServer(cfg ServerConfig) *Server {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
+	if cfg.MaxAuthFailures >= 0 {
+		s.fails = &refusal.Limiter{Burst: cfg.MaxAuthFailures}
+	}
+	return s
 }
 
 // Handle registers fn for method, replacing any earlier handler.
@@ -285,6 +302,8 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn, plain bool) error {
 			c.log.Debug("handshake cut short: server stopping", "err", err)
 		} else if errors.Is(err, errBadMagic) {
 			c.log.Warn("dropped a connection that does not speak kiln", "err", err)
+		} else if errors.Is(err, ErrUnauthorized) {
+			s.refused.Note(s.log, peerHost(nc), "hello refused", "err", err)
 		} else {
 			c.log.Warn("handshake failed", "err", err)
 		}
@@ -363,7 +382,13 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 	rep := HelloReply{Version: ProtocolVersion, Status: StatusOK, Message: s.cfg.Kind}
 	var user string
 	var authErr error
-	if err == nil && s.cfg.Authenticate != nil {
+	peer := peerHost(nc)
+	var blocked bool
+	var left time.Duration
+	if s.fails != nil {
+		blocked, left = s.fails.Blocked(peer)
+	}
+	if err == nil && s.cfg.Authenticate != nil && !blocked {
 		user, authErr = s.cfg.Authenticate(h.Token, h.Role)
 	}
 	switch {
@@ -380,6 +405,16 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 			return fmt.Errorf("handshake: %w", ctx.Err())
 		}
 		return err
+	case blocked:
+		// Checked before the token, so that a guesser's hellos cost no
+		// token check (a device asks the tracker about every lease token).
+		rep.Status, rep.Message = StatusBadToken, fmt.Sprintf("authentication failed: too many wrong tokens from this address; retry in %s", left.Round(time.Second))
+		err = newError(CodeUnauthorized, rep.Message)
+	case authErr != nil && errors.As(authErr, new(*TokenRefusal)):
+		// A token this listener knows and refuses, for a reason its
+		// holder is told.
+		rep.Status, rep.Message = StatusBadToken, "authentication failed: "+authErr.Error()
+		err = newError(CodeUnauthorized, rep.Message)
 	case authErr != nil && errors.Is(authErr, ErrUnauthorized):
 		rep.Status, rep.Message = StatusBadToken, "authentication failed: wrong token"
 		err = tokenRefused(h)
@@ -409,6 +444,9 @@ func (s *Server) handshake(ctx context.Context, c *Conn) error {
 				err = fmt.Errorf("connection refused: %w", err)
 			}
 		}
+	}
+	if rep.Status == StatusBadToken && !blocked && s.fails != nil && !errors.As(authErr, new(*TokenRefusal)) {
+		s.fails.Fail(peer)
 	}
 	werr := WriteHelloReply(nc, rep)
 	if !stop() {
@@ -845,6 +883,24 @@ func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 
 // tokenRefused is the server side's error for a hello whose token was
 // refused: it says whether the peer sent none or a wrong one.
+// TokenRefusal is an error of ServerConfig.Authenticate that refuses a
+// token it knows, for a reason the peer is told (a wrong token is told
+// nothing but that). It is ErrUnauthorized to errors.Is.
+type TokenRefusal struct{ Reason string }
+
+func (e *TokenRefusal) Error() string        { return e.Reason }
+func (e *TokenRefusal) Is(target error) bool { return target == ErrUnauthorized }
+
+// peerHost is the IP address of nc's peer (its whole address when it has
+// no port).
+func peerHost(nc net.Conn) string {
+	a := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		return h
+	}
+	return a
+}
+
 func tokenRefused(h Hello) error {
 	if h.Token == "" {
 		return newError(CodeUnauthorized, fmt.Sprintf("authentication failed: no token from a %s", h.Role))

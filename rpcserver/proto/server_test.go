@@ -173,6 +173,7 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 func TestWrongToken(t *testing.T) {
 	var calls atomic.Int32
 	ts := startServer(t, ServerConfig{Token: "right"}, func(s *Server) {
+		s.refused.Interval = 100 * time.Millisecond
 		s.Handle("empty", func(ctx context.Context, c *Conn, args msgpack.RawMessage) (any, error) {
 			calls.Add(1)
 			return nil, nil
@@ -191,8 +192,9 @@ func TestWrongToken(t *testing.T) {
 		}
 	}
 	check.Equal(t, calls.Load(), int32(0))
-	// The server's log tells a missing token from a wrong one.
-	for _, want := range []string{"no token from a client", "wrong token from a client"} {
+	// The server's log says the interval's first refusal, then how many
+	// more.
+	for _, want := range []string{"wrong token from a client", `msg="hello refused (summary)" refused=3 peers=1`} {
 		deadline := time.Now().Add(guard)
 		for !ts.logs.contains(want) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
@@ -805,4 +807,35 @@ func TestServeConn(t *testing.T) {
 	check.NoError(t, <-served)
 	<-c.Done()
 	c.Close()
+}
+
+// TestAuthFailureLimit: a peer that keeps sending wrong tokens is refused
+// unchecked after MaxAuthFailures of them, the right token included, and
+// told why; the token check (here a counting Authenticate) is not called
+// for it any more.
+func TestAuthFailureLimit(t *testing.T) {
+	var checks atomic.Int32
+	ts := startServer(t, ServerConfig{MaxAuthFailures: 3, Authenticate: func(token string, role Role) (string, error) {
+		checks.Add(1)
+		if token != "right" {
+			return "", ErrUnauthorized
+		}
+		return "alice", nil
+	}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	c, err := Dial(ctx, ts.addr, DialOptions{Token: "right"})
+	check.NoError(t, err)
+	c.Close()
+	for i := range 20 {
+		_, err := Dial(ctx, ts.addr, DialOptions{Token: fmt.Sprintf("guess-%d", i)})
+		check.ErrorIs(t, err, ErrUnauthorized)
+		if i >= 3 {
+			check.Error(t, err, "too many wrong tokens from this address")
+		}
+	}
+	check.Equal(t, checks.Load(), int32(1+3), "token checks")
+	_, err = Dial(ctx, ts.addr, DialOptions{Token: "right"})
+	check.Error(t, err, "too many wrong tokens from this address; retry in")
+	check.Equal(t, checks.Load(), int32(1+3), "token checks")
 }

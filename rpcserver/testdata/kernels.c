@@ -122,6 +122,42 @@ KILN_EXPORT int32_t intrude(KilnValue* args, int32_t* codes, int32_t n) {
   return 0;
 }
 
+// fill writes args[1] MiB to a new file at the path in the uint8 tensor
+// args[0], a MiB at a time, until done or refused; out (args[2], int64[2])
+// gets the bytes written and -errno of the write that failed (0: none).
+KILN_EXPORT int32_t fill(KilnValue* args, int32_t* codes, int32_t n) {
+  DLTensor* p = (DLTensor*)args[0].v_handle;
+  int64_t mib = args[1].v_int64;
+  DLTensor* o = (DLTensor*)args[2].v_handle;
+  const char* path = (const char*)p->data + p->byte_offset;
+  int64_t* out = (int64_t*)((char*)o->data + o->byte_offset);
+  static char chunk[1 << 20];
+  memset(chunk, 7, sizeof chunk);
+  out[0] = 0;
+  out[1] = 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    out[1] = -errno;
+    return 0;
+  }
+  for (int64_t i = 0; i < mib; i++) {
+    size_t done = 0;
+    while (done < sizeof chunk) {
+      ssize_t w = write(fd, chunk + done, sizeof chunk - done);
+      if (w < 0) {
+        out[1] = -errno;
+        close(fd);
+        return 0;
+      }
+      done += (size_t)w;
+      out[0] += w;
+    }
+  }
+  if (fsync(fd) != 0) out[1] = -errno;
+  close(fd);
+  return 0;
+}
+
 // hog allocates and touches args[0] MiB; it fails when malloc does.
 KILN_EXPORT int32_t hog(KilnValue* args, int32_t* codes, int32_t n) {
   size_t sz = (size_t)args[0].v_int64 << 20;
@@ -200,6 +236,10 @@ KILN_EXPORT const char* kiln_module_metadata(void) {
          "{\"name\":\"pid\",\"kind\":\"int\"},"
          "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[3]}]},"
          "{\"name\":\"hog\",\"params\":[{\"name\":\"mb\",\"kind\":\"int\"}]},"
+         "{\"name\":\"fill\",\"params\":["
+         "{\"name\":\"path\",\"kind\":\"tensor\",\"dtype\":\"uint8\",\"shape\":[\"n\"]},"
+         "{\"name\":\"mib\",\"kind\":\"int\"},"
+         "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[2]}]},"
          "{\"name\":\"privs\",\"params\":["
          "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[4]}]}"
          "]}";
