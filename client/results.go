@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
 
 // RecordResult stores a timing in the tracker's results store, owned by
@@ -36,4 +39,65 @@ func (t *Tracker) GetResult(ctx context.Context, id string) (proto.Result, error
 		return out, fmt.Errorf("result %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// ResultComparison is one line of a comparison of two sets of results: a
+// function's timings, or one of its kernels' (Kernel set).
+type ResultComparison struct {
+	Function string `json:"function"`
+	Kernel   string `json:"kernel,omitempty"`
+	timer.Comparison
+}
+
+// Name is "function" or "function/kernel".
+func (x ResultComparison) Name() string {
+	if x.Kernel != "" {
+		return x.Function + "/" + x.Kernel
+	}
+	return x.Function
+}
+
+// pooledResults gathers a set's figures per function and per kernel
+// ("function/kernel").
+func pooledResults(rs []proto.Result) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, r := range rs {
+		out[r.Function] = append(out[r.Function], r.Time.Results...)
+		for _, k := range r.Kernels {
+			out[r.Function+"/"+k.Name] = append(out[r.Function+"/"+k.Name], k.Results...)
+		}
+	}
+	return out
+}
+
+// CompareResults compares a's and b's figures (a is the baseline) per
+// function and per kernel with timer.Compare; two single results are
+// compared whatever their functions are named. It returns the comparisons
+// in name order and the names only one side has.
+func CompareResults(a, b []proto.Result, threshold float64) ([]ResultComparison, []string) {
+	pa, pb := pooledResults(a), pooledResults(b)
+	if len(a) == 1 && len(b) == 1 && a[0].Function != b[0].Function {
+		pb = map[string][]float64{a[0].Function: b[0].Time.Results}
+	}
+	var names, onlyOne []string
+	for n := range pa {
+		if _, ok := pb[n]; ok {
+			names = append(names, n)
+		} else {
+			onlyOne = append(onlyOne, n)
+		}
+	}
+	for n := range pb {
+		if _, ok := pa[n]; !ok {
+			onlyOne = append(onlyOne, n)
+		}
+	}
+	slices.Sort(names)
+	slices.Sort(onlyOne)
+	out := make([]ResultComparison, len(names))
+	for i, n := range names {
+		fn, kernel, _ := strings.Cut(n, "/")
+		out[i] = ResultComparison{Function: fn, Kernel: kernel, Comparison: timer.Compare(pa[n], pb[n], threshold)}
+	}
+	return out, onlyOne
 }
