@@ -54,6 +54,7 @@ protocol has no authentication: bind it to a trusted network).
 Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
    kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
+   kiln tracker --data ./t --users-file users --ui-listen 127.0.0.1:9180
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --store etcd://h1:2379,h2:2379,h3:2379
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=http://h1:2380,b=http://h2:2380,c=http://h3:2380
    kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
@@ -76,6 +77,7 @@ Examples:
 			&ucli.DurationFlag{Name: "job-orphan-grace", Value: 30 * time.Second, Usage: "how long a queued build job submitted to be cancelled with its client (kiln tune's candidates) outlives its client's connection before it is cancelled, unless the client waits for it again"},
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it"},
+			consoleFlag(),
 			insecureFlag(),
 		}, append(listenFlags(), trackerHAFlags()...)...),
 		OnUsageError: usageError,
@@ -118,7 +120,19 @@ func runTracker(c *ucli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, ", metrics on http://%s/metrics", a)
 	}
 	fmt.Fprintln(c.App.ErrWriter)
-	return srv.Run(c.Context)
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	wait, err := startConsole(ctx, c, srv, cfg)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("tracker: %w", err)
+	}
+	err = srv.Run(ctx)
+	cancel()
+	if cerr := wait(); err == nil && cerr != nil {
+		err = fmt.Errorf("console: %w", cerr)
+	}
+	return err
 }
 
 func compilerCommand() *ucli.Command {
