@@ -96,7 +96,7 @@ func record(t *testing.T, tc *client.Tracker, fn, label string, shared bool, sam
 	r, err := tc.RecordResult(context.Background(), proto.Result{
 		Function: fn, Label: label, Shared: shared, Source: proto.ResultSourceBench, DeviceKey: "cpu", NodeID: "board-7",
 		Target: "cpu", Inputs: []string{"A:float32[1024]"},
-		Time: proto.TimeResult{Results: s, Median: med, Mean: med, Min: s[0], Max: s[len(s)-1], Number: 10},
+		Time:    proto.TimeResult{Results: s, Median: med, Mean: med, Min: s[0], Max: s[len(s)-1], Number: 10},
 		Kernels: []proto.KernelTime{{Name: fn + "_kernel0", Results: s}, {Name: fn + "_kernel1", Results: s}},
 	})
 	check.NoError(t, err)

@@ -58,11 +58,11 @@
   }
 
   function line(box, c) {
-    var W = 800, H = 300, L = 72, R = 14, T = 12, B = 34;
-    var series = c.series || [];
+    var W = width(box), H = W < 500 ? 220 : 300, L = 68, R = 16, T = 12, B = 34;
+    var series = c.series || [], cols = W < 500 ? 1 : 3;
     var xs = [], ys = [];
     series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); }); });
-    var legendRows = Math.ceil(series.length / 3);
+    var legendRows = Math.ceil(series.length / cols);
     var svg = el("svg", { viewBox: "0 0 " + W + " " + (H + legendRows * 18), role: "img", "aria-label": (c.y || "") + " by " + (c.x || "") });
     var xr = extent(xs), yr = extent(ys);
     if (yr[0] > 0 && yr[0] < 0.5 * yr[1]) { yr[0] = 0; }
@@ -74,12 +74,14 @@
       el("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end" }, svg, fmtY(c, v));
     });
     var xt = c.x === "time" ? ticks(xr[0], xr[1], 6) : ticks(xr[0], xr[1], 8).filter(function (v) { return Math.abs(v - Math.round(v)) < 1e-9; });
+    if (W < 500 && xt.length > 4) { xt = xt.filter(function (v, i) { return i % 2 === 0; }); }
     xt.forEach(function (v) {
-      el("text", { x: X(v), y: H - B + 16, "text-anchor": "middle" }, svg, fmtX(c, v, xr[1] - xr[0]));
+      var x = X(v), anchor = x > W - R - 30 ? "end" : "middle";
+      el("text", { x: x, y: H - B + 16, "text-anchor": anchor }, svg, fmtX(c, v, xr[1] - xr[0]));
     });
     el("line", { "class": "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }, svg);
     el("line", { "class": "axis", x1: L, x2: L, y1: T, y2: H - B }, svg);
-    el("text", { x: W - R, y: H - 4, "text-anchor": "end" }, svg, c.x || "");
+    el("text", { x: L, y: H - 4 }, svg, c.x === "time" ? "time recorded" : (c.x || ""));
     el("text", { x: 4, y: T + 4 }, svg, c.y || "");
     series.forEach(function (s, i) {
       var color = COLORS[i % COLORS.length], d = "";
@@ -94,7 +96,7 @@
         el("title", {}, pt, s.name + ": " + fmtY(c, p[1]) + " at " + fmtX(c, p[0], 0));
       });
       var lg = el("g", { "class": "legend" }, svg);
-      var lx = 8 + (i % 3) * (W / 3), ly = H + 6 + Math.floor(i / 3) * 18;
+      var lx = 8 + (i % cols) * (W / cols), ly = H + 6 + Math.floor(i / cols) * 18;
       el("rect", { x: lx, y: ly, width: 10, height: 10, fill: color }, lg);
       el("text", { x: lx + 14, y: ly + 9 }, lg, s.name.length > 40 ? s.name.slice(0, 39) + "…" : s.name);
     });
@@ -103,7 +105,9 @@
 
   function bars(box, c) {
     var list = c.bars || [];
-    var W = 800, L = Math.min(260, 40 + 7 * Math.max.apply(null, list.map(function (b) { return b.name.length; }).concat([4]))), R = 80, T = 8, RowH = 24, B = 24;
+    var W = width(box), R = 64, T = 8, RowH = 24, B = 24;
+    var L = Math.min(Math.round(W * 0.4), 16 + 6.5 * Math.max.apply(null, list.map(function (b) { return b.name.length; }).concat([4])));
+    var maxChars = Math.floor((L - 10) / 6.5);
     var H = T + list.length * RowH + B;
     var svg = el("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": c.y || "bars" });
     var hi = 0;
@@ -117,7 +121,7 @@
     });
     list.forEach(function (b, i) {
       var y = T + i * RowH;
-      var name = b.name.length > 34 ? b.name.slice(0, 33) + "…" : b.name;
+      var name = b.name.length > maxChars ? "…" + b.name.slice(b.name.length - maxChars + 1) : b.name;
       el("text", { x: L - 6, y: y + RowH / 2 + 4, "text-anchor": "end" }, svg, name);
       var r = el("rect", { "class": "bar " + (b["class"] || ""), x: L, y: y + 4, width: Math.max(1, X(b.value) - L), height: RowH - 8 }, svg);
       el("title", {}, r, b.name + ": " + fmtY(c, b.value) + (b.range ? " (" + fmtY(c, b.range[0]) + "–" + fmtY(c, b.range[1]) + ")" : ""));
@@ -132,6 +136,12 @@
     if (c.ref) { el("line", { "class": "ref", x1: X(c.ref), x2: X(c.ref), y1: T, y2: H - B }, svg); }
     el("line", { "class": "axis", x1: L, x2: L, y1: T, y2: H - B }, svg);
     box.appendChild(svg);
+  }
+
+  // width is the box's inner width in CSS pixels: the chart is drawn at
+  // its real size, so its text stays legible on a phone.
+  function width(box) {
+    return Math.max(280, Math.round(box.clientWidth - 8) || 800);
   }
 
   function draw(box) {
@@ -150,4 +160,9 @@
 
   window.KilnChart = { draw: draw, drawAll: drawAll, secs: secs };
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
+  var resized = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resized);
+    resized = setTimeout(function () { drawAll(document); }, 150);
+  });
 })();
