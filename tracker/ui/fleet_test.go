@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -34,6 +35,16 @@ type fleet struct {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// workerEnv makes this test binary a device daemon's session worker.
+const workerEnv = "KILN_UI_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(rpcserver.WorkerMain())
+	}
+	os.Exit(m.Run())
+}
+
 func startFleet(t *testing.T, poll time.Duration) *fleet {
 	t.Helper()
 	dir := t.TempDir()
@@ -58,7 +69,8 @@ func startFleet(t *testing.T, poll time.Duration) *fleet {
 	wg.Go(func() { tr.Run(ctx) })
 
 	topts := client.TrackerOptions{Token: f.fleetToken, Logger: quiet}
-	d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: f.fleetToken, Dir: filepath.Join(dir, "sessions"), Version: "test", Logger: quiet})
+	d, err := rpcserver.New(rpcserver.Config{Listen: "127.0.0.1:0", Key: "cpu", Token: f.fleetToken, Dir: filepath.Join(dir, "sessions"), Version: "test", Logger: quiet,
+		Worker: rpcserver.WorkerSpec{Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{workerEnv + "=1", "GORACE=atexit_sleep_ms=0"}}})
 	check.NoError(t, err)
 	reg := client.NewRegistrar(tr.Addr(), topts, proto.RegisterArgs{
 		Role: proto.NodeDevice, Key: "cpu", NodeID: "board-7", Addr: d.Addr().String(), Attrs: rpcserver.NodeAttrs("test"),
