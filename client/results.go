@@ -204,3 +204,7 @@ func (s *Session) TimeAndRecord(ctx context.Context, f *Func, o TimeOptions, rec
 	stored, err := rec.Tracker.RecordResult(ctx, rec.Result(f.Name, res, args...))
 	return res, stored, err
 }
+
+// Tracker is the tracker that granted the lease (where a timing on its
+// device is recorded).
+func (l *Lease) Tracker() *Tracker { return l.t }
