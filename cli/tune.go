@@ -77,6 +77,11 @@ going where weight (calls) × best time is largest.
 Without --tracker an in-process fleet runs here (a tracker, a compiler node
 and --devices CPU device daemons on loopback), as kiln demo does.
 
+With --tracker, --record also records every measured candidate in the
+tracker's results store (source "tune", the task's name as function) under
+--label (default tune-YYYYMMDD-HHMMSS): kiln results lists them and the web
+console's tuning page plots the run's best time so far against its trials.
+
 Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl
    kiln tune mlp.py --tracker 127.0.0.1:9190 --key cpu --trials 256 --db tuning.jsonl --devices 4
