@@ -275,7 +275,7 @@ type compareData struct {
 
 // defaultThreshold is the ratio beyond which a significant difference is
 // called faster or slower, as kiln results compare's default.
-const defaultThreshold = 0.05
+const defaultThreshold = 0.02
 
 func (s *Server) compare(ctx context.Context, se *session, r *http.Request) (string, any, error) {
 	q := r.URL.Query()
