@@ -30,7 +30,7 @@ func trackerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "tracker",
 		Usage:     "run the tracker: registry of devices and compiler nodes, leases, build jobs",
-		UsageText: "kiln tracker --data DIR [--listen ADDR] [--tvm-listen ADDR] [--metrics-listen ADDR] [--token-file F]",
+		UsageText: "kiln tracker --data DIR [--listen ADDR] [--tvm-listen ADDR] [--metrics-listen ADDR] [--ui-listen ADDR] [--token-file F]",
 		Description: `Runs the fleet's coordinator until SIGINT/SIGTERM. Device daemons and compiler
 nodes register with it and keep a heartbeat; clients ask it for devices (by
 key or attribute selector, e.g. "cuda.compute>=8.0") and get leases; build
@@ -107,6 +107,9 @@ func runTracker(c *ucli.Context) error {
 	}
 	if err := trackerHA(c, &cfg); err != nil {
 		return err
+	}
+	if err := checkConsole(c, cfg); err != nil {
+		return fmt.Errorf("tracker: %w", err)
 	}
 	srv, err := tracker.New(cfg)
 	if err != nil {
