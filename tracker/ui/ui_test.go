@@ -106,6 +106,16 @@ func TestConsoleLoginAndPrivacy(t *testing.T) {
 	check.Equal(t, code, http.StatusOK)
 	check.True(t, strings.Contains(body, "bob_shared_fn") && strings.Contains(body, "bob_shared_fn_kernel1"), body)
 
+	// The tuning page shows the tuning trials only (source "tune").
+	_, err = f.aliceTracker.RecordResult(context.Background(), proto.Result{
+		Function: "dense_tuned", Label: "tune-x", Source: proto.ResultSourceTune, Time: proto.TimeResult{Results: []float64{1e-3}, Median: 1e-3},
+	})
+	check.NoError(t, err)
+	code, body, _ = get(t, alice, f.url+"/tuning")
+	check.Equal(t, code, http.StatusOK)
+	check.True(t, strings.Contains(body, "dense_tuned") && strings.Contains(body, `data-label="tune-x"`), body)
+	check.True(t, !strings.Contains(body, "alice_private_fn"), "a bench result is no tuning trial")
+
 	// The JSON form carries the same content.
 	code, body, _ = get(t, alice, f.url+"/api/fleet")
 	check.Equal(t, code, http.StatusOK)
