@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,7 @@ func (s *Server) authed(p pageFunc) http.Handler {
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "log in first (POST /login with a token)"})
 				return
 			}
-			http.Redirect(w, r, "/login?next="+urlEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
@@ -95,7 +96,7 @@ func (s *Server) authed(p pageFunc) http.Handler {
 				if api {
 					writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the session's tracker connection ended; log in again"})
 				} else {
-					http.Redirect(w, r, "/login?next="+urlEscape(r.URL.RequestURI()), http.StatusSeeOther)
+					http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				}
 				return
 			}
@@ -146,10 +147,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
-}
-
-func urlEscape(s string) string {
-	return strings.NewReplacer("%", "%25", "&", "%26", "#", "%23", "+", "%2B", "?", "%3F", " ", "%20").Replace(s)
 }
 
 // call makes one tracker call on the session's connection.
