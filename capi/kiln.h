@@ -244,6 +244,13 @@ int kiln_time_evaluator(KilnHandle func, const KilnArg* args, const int32_t* cod
 int kiln_time_evaluator_options(KilnHandle func, const KilnArg* args, const int32_t* codes, int32_t nargs,
                                 const char* options_json, KilnHandle cancel, char** out_json);
 
+/* Records a timing taken in a session leased from a tracker in that
+ * tracker's results store, with the lease's device: args_json holds
+ * function, time (the time evaluator's JSON), and optionally label,
+ * shared, inputs ("A:float32[256]"), artifact (sha256), target, source.
+ * out_json is the result as stored (id, owner, recorded). */
+int kiln_session_record_result(KilnHandle session, const char* args_json, char** out_json);
+
 /* Builds TVMScript source (name names it in messages) for target into the
  * artifact output, here (tracker == 0) or on a compiler node of the fleet,
  * and returns the artifact's path. progress (may be NULL) gets a line per

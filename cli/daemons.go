@@ -30,7 +30,7 @@ func trackerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "tracker",
 		Usage:     "run the tracker: registry of devices and compiler nodes, leases, build jobs",
-		UsageText: "kiln tracker --data DIR [--listen ADDR] [--tvm-listen ADDR] [--metrics-listen ADDR] [--token-file F]",
+		UsageText: "kiln tracker --data DIR [--listen ADDR] [--tvm-listen ADDR] [--metrics-listen ADDR] [--ui-listen ADDR] [--token-file F]",
 		Description: `Runs the fleet's coordinator until SIGINT/SIGTERM. Device daemons and compiler
 nodes register with it and keep a heartbeat; clients ask it for devices (by
 key or attribute selector, e.g. "cuda.compute>=8.0") and get leases; build
@@ -57,6 +57,7 @@ protocol has no authentication: bind it to a trusted network).
 Examples:
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190
    kiln tracker --data ./t --tvm-listen 127.0.0.1:9191 --metrics-listen 127.0.0.1:9192
+   kiln tracker --data ./t --users-file users --ui-listen 127.0.0.1:9180
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --store etcd://h1:2379,h2:2379,h3:2379
    kiln tracker --data /var/lib/kiln --listen 0.0.0.0:9190 --token-file tok --advertise h1:9190 --cluster-name a --cluster-peers a=https://h1:2380,b=https://h2:2380,c=https://h3:2380
    kiln tracker --data ./t --artifacts 's3://kiln-artifacts?endpoint=http://127.0.0.1:8333'`,
@@ -83,6 +84,7 @@ Examples:
 			&ucli.DurationFlag{Name: "job-retention", Value: 7 * 24 * time.Hour, Usage: "how long a finished build job is kept (status, query) before it is forgotten"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes", Value: 10 << 30, Usage: "size of the artifact store; the least recently used artifacts are evicted to stay within it, from owners over an equal share of it only"},
 			&ucli.Int64Flag{Name: "max-artifact-bytes-per-user", Usage: "one owner's share of the artifact store (default a quarter of --max-artifact-bytes): past it, their own least recently used artifacts are evicted; uploads in flight count against it"},
+			consoleFlag(),
 			insecureFlag(),
 		}, append(listenFlags(), trackerHAFlags()...)...),
 		OnUsageError: usageError,
@@ -118,6 +120,9 @@ func runTracker(c *ucli.Context) error {
 	if tok != "" {
 		cfg.Logger.Warn("the fleet token (--token-file) admits every role at this tracker: keep it for bootstrap (kiln token create), give nodes join tokens and users tokens of their own")
 	}
+	if err := checkConsole(c, cfg); err != nil {
+		return fmt.Errorf("tracker: %w", err)
+	}
 	srv, err := tracker.New(cfg)
 	if err != nil {
 		return fmt.Errorf("tracker: %w", err)
@@ -130,7 +135,19 @@ func runTracker(c *ucli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, ", metrics on http://%s/metrics", a)
 	}
 	fmt.Fprintln(c.App.ErrWriter)
-	return srv.Run(c.Context)
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	wait, err := startConsole(ctx, c, srv, cfg)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("tracker: %w", err)
+	}
+	err = srv.Run(ctx)
+	cancel()
+	if cerr := wait(); err == nil && cerr != nil {
+		err = fmt.Errorf("console: %w", cerr)
+	}
+	return err
 }
 
 func compilerCommand() *ucli.Command {

@@ -267,25 +267,8 @@ func resultSet(c *ucli.Context, tr *client.Tracker, name string) ([]proto.Result
 	return l.Results, nil
 }
 
-// pooled gathers a set's figures per function and per kernel
-// ("function/kernel").
-func pooled(rs []proto.Result) map[string][]float64 {
-	out := map[string][]float64{}
-	for _, r := range rs {
-		out[r.Function] = append(out[r.Function], r.Time.Results...)
-		for _, k := range r.Kernels {
-			out[r.Function+"/"+k.Name] = append(out[r.Function+"/"+k.Name], k.Results...)
-		}
-	}
-	return out
-}
-
 // comparison is one line of kiln results compare.
-type comparison struct {
-	Function string `json:"function"`
-	Kernel   string `json:"kernel,omitempty"`
-	timer.Comparison
-}
+type comparison = client.ResultComparison
 
 func runResultsCompare(c *ucli.Context) error {
 	if c.NArg() != 2 {
@@ -309,11 +292,11 @@ func runResultsCompare(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("results compare: B: %w", err)
 	}
-	cmps, onlyOne := compareSets(setA, setB, threshold, len(setA) == 1 && len(setB) == 1)
+	cmps, onlyOne := client.CompareResults(setA, setB, threshold)
 	var slower []string
 	for _, x := range cmps {
 		if x.Verdict == timer.Slower {
-			slower = append(slower, x.name())
+			slower = append(slower, x.Name())
 		}
 	}
 	if c.Bool("json") {
@@ -336,44 +319,6 @@ func runResultsCompare(c *ucli.Context) error {
 		return fmt.Errorf("results compare: %s is slower than %s beyond ±%s: %s: %w", nameB, nameA, timer.Percent(threshold), strings.Join(slower, ", "), ErrRegression)
 	}
 	return nil
-}
-
-func (x comparison) name() string {
-	if x.Kernel != "" {
-		return x.Function + "/" + x.Kernel
-	}
-	return x.Function
-}
-
-// compareSets compares a's and b's figures per function and per kernel;
-// two single results are compared whatever their functions are named. It
-// returns the comparisons in name order and the names only one side has.
-func compareSets(a, b []proto.Result, threshold float64, single bool) ([]comparison, []string) {
-	pa, pb := pooled(a), pooled(b)
-	if single && a[0].Function != b[0].Function {
-		pb = map[string][]float64{a[0].Function: b[0].Time.Results}
-	}
-	var names, onlyOne []string
-	for n := range pa {
-		if _, ok := pb[n]; ok {
-			names = append(names, n)
-		} else {
-			onlyOne = append(onlyOne, n)
-		}
-	}
-	for n := range pb {
-		if _, ok := pa[n]; !ok {
-			onlyOne = append(onlyOne, n)
-		}
-	}
-	slices.Sort(names)
-	slices.Sort(onlyOne)
-	out := make([]comparison, len(names))
-	for i, n := range names {
-		fn, kernel, _ := strings.Cut(n, "/")
-		out[i] = comparison{Function: fn, Kernel: kernel, Comparison: timer.Compare(pa[n], pb[n], threshold)}
-	}
-	return out, onlyOne
 }
 
 func printComparisons(w io.Writer, cmps []comparison, onlyOne []string) {

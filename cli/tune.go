@@ -89,6 +89,11 @@ Without --tracker an in-process fleet runs here (a tracker, compiler nodes
 building --build-jobs candidates at once, by default as many as the machine
 has cores, and --devices CPU device daemons on loopback), as kiln demo does.
 
+With --tracker, --record also records every measured candidate in the
+tracker's results store (source "tune", the task's name as function) under
+--label (default tune-YYYYMMDD-HHMMSS): kiln results lists them and the web
+console's tuning page plots the run's best time so far against its trials.
+
 Examples:
    kiln tune matmul.py --trials 64 --db tuning.jsonl
    kiln tune mlp.py --tracker 127.0.0.1:9190 --key cpu --trials 256 --db tuning.jsonl --devices 4
@@ -116,7 +121,7 @@ Examples:
 			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "log each build and measurement (and the in-process fleet's logs)"},
-		}, connFlags()...),
+		}, append(tuneRecordFlags(), connFlags()...)...),
 		OnUsageError: usageError,
 		Action:       runTune,
 	}
@@ -266,6 +271,12 @@ func runTune(c *ucli.Context) error {
 		return err
 	}
 	addr := c.String("tracker")
+	// The results store gets each measured candidate (--record).
+	rec, err := newTuneRecorder(ctx, c, addr, client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: slog.New(slog.DiscardHandler)}, db, tasks, target.String())
+	if err != nil {
+		return err
+	}
+	defer rec.close()
 	if addr == "" {
 		n := max(c.Int("devices"), 1)
 		spin := startProgress(c, fmt.Sprintf("starting an in-process fleet (tracker, compiler node, %d device daemon(s))", n))
@@ -302,7 +313,7 @@ func runTune(c *ucli.Context) error {
 		seed = uint64(time.Now().UnixNano())
 	}
 	start := time.Now()
-	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: display.progress})
+	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: rec.progress(display.progress)})
 	display.done()
 	res.Seconds = time.Since(start).Seconds()
 	res.Tasks = sum

@@ -158,6 +158,7 @@ func resultMatches(r *proto.Result, a proto.ResultListArgs) bool {
 		a.DeviceKey != "" && r.DeviceKey != a.DeviceKey,
 		a.Label != "" && r.Label != a.Label,
 		a.Owner != "" && r.Owner != a.Owner,
+		a.Source != "" && r.Source != a.Source,
 		!a.Since.IsZero() && r.Recorded.Before(a.Since):
 		return false
 	}

@@ -124,6 +124,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         c_int,
         [Handle, _P(KilnArg), _P(c_int32), c_int32, c_char_p, Handle, _P(c_void_p)],
     ),
+    "kiln_session_record_result": (c_int, [Handle, c_char_p, _P(c_void_p)]),
     "kiln_live_handles": (c_int64, []),
     "kiln_free": (c_int, [Handle]),
     "kiln_string_free": (None, [c_void_p]),

@@ -11,9 +11,9 @@ import struct
 import threading
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
-from . import _lib
+from . import _lib, _record
 from ._lib import KilnArg, lib
-from .errors import KilnValueError
+from .errors import KilnValueError, SessionError
 from .nd import Device, NDArray
 
 if TYPE_CHECKING:
@@ -120,6 +120,9 @@ class Module(_Object):
         repeats_to_cooldown: int = 1,
         cache_flush_bytes: int = 0,
         f_preproc: str = "",
+        record: bool = False,
+        label: Optional[str] = None,
+        share: bool = False,
     ) -> "TimeEvaluator":
         """TVM's time_evaluator: a callable that times func_name on the
         device, called with the function's arguments. One warm-up call, then
@@ -132,10 +135,15 @@ class Module(_Object):
         "cache_flush_cpu_non_first_arg"), called with the arguments before
         each repeat. It returns a BenchmarkResult in seconds per call. dev
         is accepted for TVM's signature; the function runs on the device
-        its arrays are on."""
+        its arrays are on. With record=True, on a session leased from a
+        tracker, each timing is also recorded in the tracker's results
+        store (kiln results, the console) under label, visible to every
+        user of the fleet with share=True; the result's id is then
+        BenchmarkResult.record_id."""
         return TimeEvaluator(
             self.get_function(func_name), number, repeat, min_repeat_ms, limit_zero_time_iterations,
             cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes, f_preproc,
+            record=record, label=label, share=share,
         )
 
     def __repr__(self) -> str:
@@ -378,6 +386,9 @@ class BenchmarkResult:
         self.device: str = d.get("device", "")
         self.emulated: str = d.get("emulated", "")
         self.report: Optional[TimeReport] = TimeReport(d["report"]) if d.get("report") else None
+        # The id of the result in the tracker's results store, when the
+        # time evaluator recorded it (record=True).
+        self.record_id: str = ""
 
     @property
     def verdict(self) -> str:
@@ -425,6 +436,9 @@ class TimeEvaluator:
         repeats_to_cooldown: int = 1,
         cache_flush_bytes: int = 0,
         f_preproc: str = "",
+        record: bool = False,
+        label: Optional[str] = None,
+        share: bool = False,
     ) -> None:
         opts = {
             "number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
@@ -442,6 +456,12 @@ class TimeEvaluator:
         self.func = func
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
         self.options = opts
+        self.record, self.label, self.share = bool(record), _record.check_label(label), bool(share)
+        if self.record and (func.session is None or func.session.is_local):
+            raise SessionError(
+                "time_evaluator(record=True): timings are recorded in a tracker's results store; time on a session "
+                "leased from a tracker (kiln.rpc.connect_tracker(...).request(...))"
+            )
 
     def __call__(self, *args: Any) -> BenchmarkResult:
         keep: list = []
@@ -452,7 +472,12 @@ class TimeEvaluator:
             self.func._h, vals, codes, n, json.dumps(self.options).encode(), 0, ctypes.byref(out),
             cancel_at=5,
         )
-        return BenchmarkResult(json.loads(_lib.take_string(out)))
+        d = json.loads(_lib.take_string(out))
+        r = BenchmarkResult(d)
+        if self.record:
+            stored = _record.record_result(self.func.session, self.func.name, d, self.label, self.share, _record.input_shapes(args))
+            r.record_id = stored.get("id", "")
+        return r
 
     def __repr__(self) -> str:
         return f"<kiln time_evaluator of {self.func.name!r} number={self.number} repeat={self.repeat} min_repeat_ms={self.min_repeat_ms}>"

@@ -91,6 +91,8 @@ type ResultListArgs struct {
 	Attrs map[string]string `msgpack:"attrs,omitempty"`
 	Label string            `msgpack:"label,omitempty"`
 	Owner string            `msgpack:"owner,omitempty"`
+	// Source keeps one kind of result (a ResultSource constant).
+	Source string `msgpack:"source,omitempty"`
 	// Since keeps results recorded at or after it.
 	Since time.Time `msgpack:"since,omitempty"`
 	// Limit bounds the answer (0: the tracker's default, 1000); Total
