@@ -19,6 +19,12 @@ type lease struct {
 	RequestKey string
 	// durable receives the result of persisting the grant; nil once read.
 	durable <-chan error `msgpack:"-"`
+	// holder is the client connection the lease was delivered or last
+	// renewed on (nil for in-process requests and for a lease restored
+	// from the store until it is renewed): when it closes, the lease is
+	// released at once, as TVM's tracker frees a server whose client's
+	// connection drops.
+	holder *proto.Conn `msgpack:"-"`
 }
 
 // ticket is a queued lease request.
@@ -234,7 +240,7 @@ func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 			ID: randomID("l-", 8), Token: randomID("", 16), NodeID: n.id, Key: n.key, Addr: n.addr,
 			Expires: now.Add(t.ttl), TTL: t.ttl, SessionTimeout: t.sessionTimeout, Attrs: n.attrs,
 		},
-		User: t.user, Granted: now, RequestKey: t.requestKey,
+		User: t.user, Granted: now, RequestKey: t.requestKey, holder: t.conn,
 	}
 	l.durable = s.persistLeaseLocked(l)
 	s.leases[l.ID] = l
@@ -445,6 +451,7 @@ func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.
 	}
 	s.mu.Lock()
 	if l := s.retriedLocked(a); l != nil {
+		l.holder = c
 		return s.deliverLocked("", l)
 	}
 	if err := s.unservedLocked(a, sel); err != nil {
@@ -524,6 +531,9 @@ func (s *Server) handleLeaseRenew(ctx context.Context, c *proto.Conn, a proto.Le
 		return nil, err
 	}
 	l.Expires = time.Now().Add(l.TTL)
+	if c.Role() == proto.RoleClient {
+		l.holder = c
+	}
 	durable := s.persistLeaseLocked(l)
 	out := l.Lease
 	s.mu.Unlock()
