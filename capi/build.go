@@ -7,11 +7,8 @@ package main
 import "C"
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,7 +16,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -168,17 +164,15 @@ func kiln_build_file(path, target *C.char, trackerH C.KilnHandle, output, inputS
 	return buildLocal(ctx, mod, p, target2, compiler.BuildOptions{Params: weights}, o, say, out)
 }
 
-// buildRemote queues the module at the tracker, reports the job's progress
-// and downloads the artifact to out, as kiln build --tracker does.
+// buildRemote builds the module on the fleet (client.Tracker.Build, as
+// kiln build --tracker does: the job is cancelled when ctx ends, the
+// artifact checked against its sha256), reporting the job's progress, and
+// writes the artifact to out.
 func buildRemote(ctx context.Context, t *tracker, args proto.BuildSubmitArgs, out string, say func(string)) error {
 	name := args.Name
-	job, err := t.client().SubmitBuild(ctx, args)
-	if err != nil {
-		return fmt.Errorf("build %s: %w", name, err)
-	}
-	say(fmt.Sprintf("build job %s queued", job.ID))
-	id := job.ID
-	job, err = t.client().WaitBuild(ctx, id, func(j proto.BuildJob) {
+	job, art, err := t.client().Build(ctx, args, func(j proto.BuildJob) {
+		say(fmt.Sprintf("build job %s queued", j.ID))
+	}, func(j proto.BuildJob) {
 		line := fmt.Sprintf("build job %s: %s", j.ID, j.State)
 		if j.Node != "" {
 			line += " on " + j.Node
@@ -192,32 +186,12 @@ func buildRemote(ctx context.Context, t *tracker, args proto.BuildSubmitArgs, ou
 		say(line)
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			// The job goes on without a waiter: cancel it on the tracker.
-			cctx, cancel := context.WithTimeout(context.Background(), freeTimeout)
-			_, cerr := t.client().CancelBuild(cctx, id)
-			cancel()
-			if cerr != nil {
-				err = fmt.Errorf("%w (and cancelling build job %s failed: %v)", err, id, cerr)
-			}
-		}
 		return fmt.Errorf("build %s: %w", name, err)
 	}
-	var buf bytes.Buffer
-	if _, err := t.client().DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
-		return fmt.Errorf("build %s: download artifact: %w", name, err)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	if hex.EncodeToString(sum[:]) != job.Artifact {
-		return fmt.Errorf("build %s: downloaded artifact does not match its sha256 %s", name, job.Artifact)
-	}
-	if _, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
-		return fmt.Errorf("build %s: downloaded artifact: %w", name, err)
-	}
-	if err := writeFileAtomic(out, buf.Bytes()); err != nil {
+	if err := writeFileAtomic(out, art); err != nil {
 		return fmt.Errorf("build %s: %w", name, err)
 	}
-	say(fmt.Sprintf("built %s on %s (%d bytes)", out, job.Node, buf.Len()))
+	say(fmt.Sprintf("built %s on %s (%d bytes)", out, job.Node, len(art)))
 	return nil
 }
 

@@ -34,14 +34,38 @@ const freeTimeout = 5 * time.Second
 // handle for its whole life: a call cancelled midway (Ctrl-C in a waiting
 // request or build) leaves its connection open, and a lost connection is
 // dialled again by client.Tracker itself, so the leases of the sessions
-// requested through the handle keep renewing.
+// requested through the handle keep renewing. Those sessions hold the
+// connection too: freeing the handle closes it only once the last of them
+// has released its lease (TVM's scripts drop the TrackerSession right
+// after request(), and the tracker frees a lease whose connection closes).
 type tracker struct {
 	addr string
 	t    *client.Tracker
+
+	mu    sync.Mutex
+	users int // the handle and each live session requested through it
 }
 
 func (t *tracker) kind() string { return "tracker" }
-func (t *tracker) free()        { t.t.Close() }
+func (t *tracker) free()        { t.unref() }
+
+// ref counts one more user of the connection.
+func (t *tracker) ref() {
+	t.mu.Lock()
+	t.users++
+	t.mu.Unlock()
+}
+
+// unref drops a user; the last one closes the connection.
+func (t *tracker) unref() {
+	t.mu.Lock()
+	t.users--
+	last := t.users == 0
+	t.mu.Unlock()
+	if last {
+		t.t.Close()
+	}
+}
 
 func (t *tracker) client() *client.Tracker { return t.t }
 
@@ -63,7 +87,7 @@ func kiln_tracker_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnH
 	if err != nil {
 		return fail(err, errTracker)
 	}
-	*out = newHandle(&tracker{t: t, addr: a})
+	*out = newHandle(&tracker{t: t, addr: a, users: 1})
 	return 0
 }
 
@@ -174,7 +198,8 @@ func kiln_tracker_request(h C.KilnHandle, key, selector *C.char, priority C.int3
 	for {
 		s, err := client.Connect(ctx, lease.Addr, client.SessionOptions{LeaseToken: lease.Token})
 		if err == nil {
-			*out = newHandle(&remoteSession{s: s, lease: lease, addr: lease.Addr, key: lease.Key})
+			t.ref()
+			*out = newHandle(&remoteSession{s: s, lease: lease, tracker: t, addr: lease.Addr, key: lease.Key})
 			return 0
 		}
 		unreachable = append(unreachable, lease)
@@ -221,10 +246,11 @@ type session interface {
 // remoteSession is a session on a device daemon, with the lease it runs
 // under when it came from a tracker.
 type remoteSession struct {
-	s     *client.Session
-	lease *client.Lease
-	addr  string
-	key   string
+	s       *client.Session
+	lease   *client.Lease
+	tracker *tracker // the connection the lease renews over (nil without a lease)
+	addr    string
+	key     string
 
 	mu     sync.Mutex
 	closed bool
@@ -241,6 +267,9 @@ func (r *remoteSession) free() {
 		ctx, cancel := context.WithTimeout(context.Background(), freeTimeout)
 		r.lease.Release(ctx)
 		cancel()
+	}
+	if r.tracker != nil {
+		r.tracker.unref()
 	}
 }
 

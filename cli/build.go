@@ -15,7 +15,6 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
 	vmgen "github.com/kiln-ml/kiln/compiler/codegen/vm"
@@ -292,13 +291,11 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 	// submitted: queued, claimed by a node, its stages, done.
 	st := startStages(c, "build", fmt.Sprintf("building %s on the fleet", path))
 	defer st.done()
-	job, err := tr.SubmitBuild(ctx, args)
-	if err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
-	st.event(fmt.Sprintf("job %s queued at %s", job.ID, c.String("tracker")))
 	node := ""
-	job, err = tr.WaitBuild(ctx, job.ID, func(j proto.BuildJob) {
+	var end func()
+	job, art, err := tr.Build(ctx, args, func(j proto.BuildJob) {
+		st.event(fmt.Sprintf("job %s queued at %s", j.ID, c.String("tracker")))
+	}, func(j proto.BuildJob) {
 		if j.Node != "" && j.Node != node {
 			node = j.Node
 			st.event(fmt.Sprintf("job %s claimed by compiler node %s", j.ID, j.Node))
@@ -317,29 +314,22 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 			line += fmt.Sprintf(" (position %d in the build queue, ETA %s)", j.Position, fmtETA(j.ETA))
 		}
 		st.event(line)
+		if j.State == proto.JobSucceeded {
+			end = st.start(fmt.Sprintf("download the artifact (%s)", humanBytes(j.ArtifactSize)))
+		}
 	})
+	if end != nil {
+		end()
+	}
 	if err != nil {
 		return fmt.Errorf("build %s: %w", path, err)
 	}
-	var buf bytes.Buffer
-	end := st.start(fmt.Sprintf("download the artifact (%s)", humanBytes(job.ArtifactSize)))
-	if _, err := tr.DownloadArtifact(ctx, job.Artifact, &buf); err != nil {
-		return fmt.Errorf("build: download artifact: %w", err)
-	}
-	end()
 	st.done()
 	w := c.App.ErrWriter
-	sum := sha256.Sum256(buf.Bytes())
-	if hex.EncodeToString(sum[:]) != job.Artifact {
-		return fmt.Errorf("build: downloaded artifact does not match its sha256 %s", job.Artifact)
-	}
-	if _, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
-		return fmt.Errorf("build: downloaded artifact: %w", err)
-	}
-	if err := writeFileAtomic(out, buf.Bytes()); err != nil {
+	if err := writeFileAtomic(out, art); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	fmt.Fprintf(w, "built %s on %s (%d bytes)\n", out, job.Node, buf.Len())
+	fmt.Fprintf(w, "built %s on %s (%d bytes)\n", out, job.Node, len(art))
 	return nil
 }
 

@@ -42,6 +42,8 @@ type isolation struct {
 	uids    []int // the worker uid pool (root only); empty: the daemon's uid
 	umu     sync.Mutex
 	uidUsed map[int]bool
+	// uidFreed is closed (and replaced) when a uid is given back.
+	uidFreed chan struct{}
 
 	memory int64 // bytes per session; 0: no cap
 	// quota caps what a sandboxed session writes (the size of its
@@ -253,6 +255,36 @@ func (iso *isolation) takeUID() (int, error) {
 	return -1, fmt.Errorf("every worker uid (--worker-uids, %d of them) is in use", len(iso.uids))
 }
 
+// uidWait bounds how long a session waits for a uid that an ended
+// session gives back: the device's slot is free once a session ends, its
+// uid only once its worker has been reaped, so the next session (the one
+// the tracker grants the freed lease to at once) may open in between.
+const uidWait = 10 * time.Second
+
+// takeUIDWait is takeUID waiting up to wait for a uid to be given back.
+func (iso *isolation) takeUIDWait(wait time.Duration) (int, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		u, err := iso.takeUID()
+		left := time.Until(deadline)
+		if err == nil || left <= 0 {
+			return u, err
+		}
+		iso.umu.Lock()
+		if iso.uidFreed == nil {
+			iso.uidFreed = make(chan struct{})
+		}
+		freed := iso.uidFreed
+		iso.umu.Unlock()
+		t := time.NewTimer(left)
+		select {
+		case <-freed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
 // giveUID returns a uid to the pool once no process of it is left.
 func (iso *isolation) giveUID(u int) {
 	if u < 0 {
@@ -261,6 +293,10 @@ func (iso *isolation) giveUID(u int) {
 	iso.umu.Lock()
 	defer iso.umu.Unlock()
 	delete(iso.uidUsed, u)
+	if iso.uidFreed != nil {
+		close(iso.uidFreed)
+		iso.uidFreed = nil
+	}
 }
 
 // command returns the argv that runs a worker (wrapper, path, args) for

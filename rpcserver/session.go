@@ -709,7 +709,7 @@ func (s *session) status(ctx context.Context) error {
 // directory is dir; the directory becomes the uid's.
 func (s *session) confine(dir string) (jailing, error) {
 	iso := s.d.iso
-	uid, err := iso.takeUID()
+	uid, err := iso.takeUIDWait(uidWait)
 	if err != nil {
 		return jailing{}, fmt.Errorf("%v: %w", err, proto.ErrBusy)
 	}

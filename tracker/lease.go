@@ -25,6 +25,12 @@ type lease struct {
 	RequestKey string
 	// durable receives the result of persisting the grant; nil once read.
 	durable <-chan error `msgpack:"-"`
+	// holder is the client connection the lease was delivered or last
+	// renewed on (nil for in-process requests and for a lease restored
+	// from the store until it is renewed): when it closes, the lease is
+	// released at once, as TVM's tracker frees a server whose client's
+	// connection drops.
+	holder *proto.Conn `msgpack:"-"`
 }
 
 // ticket is a queued lease request.
@@ -243,7 +249,7 @@ func (s *Server) grantLocked(t *ticket, n *node, now time.Time) {
 			ID: randomID("l-", 8), NodeID: n.id, Key: n.key, Addr: n.addr,
 			Expires: now.Add(t.ttl), TTL: t.ttl, SessionTimeout: t.sessionTimeout, Attrs: n.attrs,
 		},
-		User: t.user, Granted: now, RequestKey: t.requestKey,
+		User: t.user, Granted: now, RequestKey: t.requestKey, holder: t.conn,
 	}
 	s.newLeaseTokenLocked(l)
 	l.durable = s.persistLeaseLocked(l)
@@ -490,6 +496,7 @@ func (s *Server) handleLeaseRequest(ctx context.Context, c *proto.Conn, a proto.
 	}
 	s.mu.Lock()
 	if l := s.retriedLocked(a); l != nil {
+		l.holder = c
 		return s.deliverLocked("", l)
 	}
 	if err := s.unservedLocked(a, sel); err != nil {
@@ -569,6 +576,9 @@ func (s *Server) handleLeaseRenew(ctx context.Context, c *proto.Conn, a proto.Le
 		return nil, err
 	}
 	l.Expires = time.Now().Add(l.TTL)
+	if c.Role() == proto.RoleClient {
+		l.holder = c
+	}
 	durable := s.persistLeaseLocked(l)
 	out := l.Lease
 	out.Token = a.Token // the token it was named by (a loaded lease knows only its hash)

@@ -436,6 +436,14 @@ func (s *Server) disconnected(c *proto.Conn) {
 		}
 	}
 	s.orphanJobsLocked(c, time.Now())
+	if !s.stopping {
+		for _, l := range s.leases {
+			if l.holder == c {
+				s.log.Info("lease released: its holder's connection closed", "lease", l.ID, "node", l.NodeID)
+				s.releaseLocked(l)
+			}
+		}
+	}
 	if id, ok := c.Value(connNodeKey{}).(string); ok && !s.stopping {
 		if n := s.nodes[id]; n != nil && n.conn == c {
 			n.conn = nil

@@ -49,6 +49,7 @@ func TestParseErrors(t *testing.T) {
 		{"no decorator", "def f():\n    pass\n", "bad.py:1:1: function \"f\" needs one decorator: @T.prim_func or @R.function"},
 		{"bad decorator", "@T.primfunc\ndef f():\n    pass\n", "bad.py:1:2: unsupported decorator \"T.primfunc\" (want @T.prim_func or @R.function)"},
 		{"missing annotation", "@T.prim_func\ndef f(A):\n    pass\n", "bad.py:2:7: parameter \"A\" needs a type annotation"},
+		{"return annotation", "@T.prim_func\ndef f() -> T.int64:\n    pass\n", "bad.py:2:12: return annotations other than -> None are not supported on a T.prim_func"},
 		{"duplicate function", "@T.prim_func\ndef f():\n    pass\n@T.prim_func\ndef f():\n    pass\n", "bad.py:5:1: function \"f\" defined twice"},
 		{"buffer as value", header + "    A[0, 0] = A\n", "bad.py:3:15: buffer \"A\" used as a value"},
 		{"int literal too big", header + "    A[0, 0] = T.float32(99999999999999999999)\n", "bad.py:3:25: integer 99999999999999999999 does not fit in 64 bits"},
@@ -76,4 +77,13 @@ func deep(n int) string {
 		s = "(" + s + ")"
 	}
 	return s
+}
+
+// TestPrimFuncReturnsNone: "-> None", as TVM writes a kernel without a
+// result, parses as a function without the annotation.
+func TestPrimFuncReturnsNone(t *testing.T) {
+	src := "@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")) -> None:\n    for i in range(4):\n        A[i] = T.float32(0)\n"
+	m, err := Parse("none.py", src)
+	check.NoError(t, err)
+	check.True(t, m.PrimFunc("f") != nil, "f parsed")
 }

@@ -103,6 +103,7 @@ class Tracker(_Process):
         data = tempfile.mkdtemp(prefix="kiln-tracker-data-")
         self._data = data
         args = ["tracker", "--data", data, "--listen", f"{host}:{p}"]
+        token_file = token_file or os.environ.get("KILN_TOKEN_FILE")
         if token_file:
             args += ["--token-file", token_file]
         super().__init__(args, host, p)
@@ -159,6 +160,7 @@ class Server(_Process):
             args += ["--tracker", f"{tracker_addr[0]}:{tracker_addr[1]}"]
         if custom_addr:
             args += ["--advertise", f"{custom_addr}:{p}"]
+        token_file = token_file or os.environ.get("KILN_TOKEN_FILE")
         if token_file:
             args += ["--token-file", token_file]
         if session_timeout:
@@ -174,10 +176,17 @@ class Server(_Process):
         from .rpc import connect_tracker
 
         want = f"{host}:{self.port}"
+        # A daemon on every interface (0.0.0.0) registers the address the
+        # tracker sees it from: any address on its port will do.
+        anyhost = host in ("0.0.0.0", "::", "")
+
+        def registered(addr: str) -> bool:
+            return addr.endswith(f":{self.port}") if anyhost else addr == want
+
         deadline = time.monotonic() + _START_TIMEOUT
         with connect_tracker(self.tracker_addr[0], self.tracker_addr[1]) as t:
             while time.monotonic() < deadline:
-                if any(d.get("addr") == want for d in t.summary().get("devices") or []):
+                if any(registered(d.get("addr", "")) for d in t.summary().get("devices") or []):
                     return
                 if self.proc.poll() is not None:
                     break

@@ -159,6 +159,11 @@ def _target_string(target: Any) -> str:
         return "cpu"
     if isinstance(target, str):
         return target
+    if isinstance(target, dict):
+        # TVM's dict form: {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}.
+        from .target import Target
+
+        return str(Target(target))
     s = str(target)
     if type(target).__name__ == "Target" and s:
         return s

@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import threading
+import weakref
 from typing import Any, Optional
 
 from . import _lib
@@ -116,8 +117,19 @@ class RPCSession:
         return [n[len(prefix) + 1:] for n in names if n.startswith(prefix + "/")]
 
     def remove(self, path: str) -> None:
-        """Removes the session's file path (TVM's remove)."""
-        _lib.blocking(lib.kiln_session_remove, self._live(), os.fspath(path).encode(), 0, cancel_at=2)
+        """Removes the session's file path (TVM's remove). As TVM's server
+        does, a file that is not there is no error, and "" (the session's
+        directory) removes nothing: the directory goes when the session
+        ends."""
+        path = os.fspath(path)
+        if path.strip("/") in ("", "."):
+            self._live()
+            return
+        try:
+            _lib.blocking(lib.kiln_session_remove, self._live(), path.encode(), 0, cancel_at=2)
+        except AttributeError:
+            # Not found (kiln's not-found errors are also AttributeErrors).
+            pass
 
     def download_linked_module(self, path: str) -> bytearray:
         """The shared library of the tar export path in the session's
@@ -187,7 +199,16 @@ class RPCSession:
         """Ends the session once seconds have passed (a direct connection's
         session_timeout), freeing the device then even while this object
         lives."""
-        t = threading.Timer(seconds, self.close)
+        ref = weakref.ref(self)
+
+        def expire() -> None:
+            s = ref()
+            if s is not None:
+                s.close()
+
+        # Through a weak reference: the timer must not keep the session
+        # alive (dropping it frees the device at once).
+        t = threading.Timer(seconds, expire)
         t.daemon = True
         self._timer = t
         t.start()

@@ -9,6 +9,7 @@ import math
 import os
 import struct
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from . import _lib, _record
@@ -50,7 +51,11 @@ class Module(_Object):
         super().__init__(handle)
         self.session = session
         self.name = name
-        self._funcs: dict[str, Function] = {}
+        # Weak: a Function holds its module, and a cycle would keep the
+        # module, and so its session and the session's lease, alive until
+        # Python's cycle collector happens to run (TVM's scripts free a
+        # session by dropping the last reference to it).
+        self._funcs: "weakref.WeakValueDictionary[str, Function]" = weakref.WeakValueDictionary()
         out = ctypes.c_void_p()
         _lib.check(lib.kiln_module_functions(handle, ctypes.byref(out)))
         self.functions: List[str] = json.loads(_lib.take_string(out))

@@ -24,6 +24,8 @@ class Target:
     def __init__(self, target: Any, host: Optional[Any] = None) -> None:
         if isinstance(target, Target):
             target = str(target)
+        elif isinstance(target, dict):
+            target = _from_dict(target)
         if not isinstance(target, str) or not target.strip():
             raise KilnValueError(f"Target: {target!r} is not a target string such as 'llvm' or 'cpu'")
         self._s = target.strip()
@@ -36,3 +38,21 @@ class Target:
 
     def __repr__(self) -> str:
         return f"Target({self._s!r})"
+
+
+def _from_dict(d: dict) -> str:
+    """TVM's dict form of a target ({"kind": "llvm", "mtriple": ...,
+    "mcpu": ...}) as a target string ("llvm -mtriple=... -mcpu=...")."""
+    kind = d.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise KilnValueError(f"Target: {d!r} has no \"kind\" (want e.g. {{'kind': 'llvm', 'mtriple': 'aarch64-linux-gnu'}})")
+    parts = [kind]
+    for k, v in d.items():
+        if k in ("kind", "host"):
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        parts.append(f"-{k}={v}")
+    return " ".join(parts)

@@ -412,7 +412,6 @@ def _target(host, port, device_key, timeout):
     remote.cpu()
 
 
-@pytest.mark.xfail(strict=True, reason="a lease stays held until its holder's renewals stop, not when the holder's process dies")
 @pytest.mark.parametrize("device_key", ["test_device", "127.0.0.1:5555"])
 def test_rpc_tracker_request(device_key):
     # test concurrent request

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -152,18 +151,15 @@ func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.Bui
 		*id = job.ID
 	}
 	start := time.Now()
-	job, err := tc.WaitBuild(ctx, *id, nil)
+	// AwaitBuild cancels the job when ctx ends (nobody wants the
+	// artifact: the compiler nodes are freed of it) and checks the
+	// artifact against its sha256, as kiln build does.
+	job, art, err := tc.AwaitBuild(ctx, *id, nil)
 	r.log.Debug("build job", "job", *id, "node", job.Node, "state", job.State, "took", time.Since(start))
 	if ctx.Err() != nil {
-		// Nobody wants the artifact: free the compiler nodes of it.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if _, cerr := tc.CancelBuild(cctx, *id); cerr != nil {
-			r.log.Debug("cancel build job", "job", *id, "err", cerr)
-		}
-		cancel()
 		return nil, tune.Result{}, ctx.Err()
 	}
-	if errors.Is(err, proto.ErrNotFound) {
+	if errors.Is(err, proto.ErrNotFound) && job.State != proto.JobSucceeded {
 		// A tracker that lost its state: submit the job again.
 		lost := *id
 		*id = ""
@@ -182,9 +178,5 @@ func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.Bui
 		}
 		return nil, tune.Result{Error: msg, Stage: "build"}, nil
 	}
-	var art bytes.Buffer
-	if _, err := tc.DownloadArtifact(ctx, job.Artifact, &art); err != nil {
-		return nil, tune.Result{}, fmt.Errorf("fleet: download artifact of job %s: %w", job.ID, err)
-	}
-	return art.Bytes(), tune.Result{}, nil
+	return art, tune.Result{}, nil
 }
