@@ -91,7 +91,7 @@ func defaultSchedules(before, mod *ir.IRModule, info TargetInfo, opts BuildOptio
 				s.Kind, s.Rule = AlreadyScheduled, sign
 				break
 			}
-			g, rule, err := auto.FuncRule(f, cpuOptions(info))
+			g, rule, err := auto.FuncRule(f, info.CPUOptions())
 			if err != nil {
 				return nil, nil, fmt.Errorf("default schedule of %q: %w", name, err)
 			}
@@ -105,10 +105,12 @@ func defaultSchedules(before, mod *ir.IRModule, info TargetInfo, opts BuildOptio
 	return mod, out, nil
 }
 
-// cpuOptions are the CPU rules' options for a target: its vector width
+// CPUOptions are the CPU rules' options for the target: its vector width
 // (a target without vectors is tiled as for 128-bit ones; its vectorized
-// loops stay serial, see Vectorize), registers and caches.
-func cpuOptions(info TargetInfo) auto.Options {
+// loops stay serial, see Vectorize), registers and caches. Build schedules
+// with them; whatever else asks auto for the default schedule of a
+// target's function (a tuner's default candidate) should too.
+func (info TargetInfo) CPUOptions() auto.Options {
 	return auto.Options{
 		VectorBytes:     max(info.VectorBytes, 16),
 		VectorRegisters: info.VectorRegisters,

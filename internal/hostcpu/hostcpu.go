@@ -23,9 +23,9 @@ type Features struct {
 	Arch string
 	// Has holds the features it has, by -mattr name.
 	Has map[string]bool
-	// Unread says the features could not be read (RISC-V without the
-	// riscv_hwprobe system call: Linux before 6.4, qemu-user before
-	// 8.1): Has is then empty though the CPU may have them.
+	// Unread says the features could not all be read (RISC-V without
+	// the riscv_hwprobe system call: Linux before 6.4, qemu-user before
+	// 8.1): Has may then lack some the CPU has.
 	Unread bool
 }
 
@@ -67,9 +67,7 @@ var host = sync.OnceValue(func() Features {
 		for name, on := range map[string]bool{"v": r.HasV, "zba": r.HasZba, "zbb": r.HasZbb, "zbs": r.HasZbs} {
 			set(name, on)
 		}
-		// Every RISC-V Linux runs on has the compressed instructions: a
-		// probe that says it lacks them did not answer.
-		h.Unread = !r.HasC
+		h.Unread = !featuresProbed()
 	}
 	return h
 })

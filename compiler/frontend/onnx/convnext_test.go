@@ -24,7 +24,9 @@ import (
 // over the channels (decomposed: ReduceMean, Sub, Pow, ReduceMean, Add,
 // Sqrt, Div, Mul, Add), Linear (MatMul + Add), GELU (Div, Erf, Add, Mul,
 // Mul), Linear, permute back, the layer scale (a [C, 1, 1] weight) and
-// the residual add. w holds its weights by name.
+// the residual add; the first Linear's weight is stored [out, in] and
+// transposed by a Transpose node, and the scalars are Constant nodes in
+// the decomposed form. w holds its weights by name.
 type cnBlock struct {
 	N, C, H, W, E int
 	w             map[string][]float32
@@ -72,10 +74,25 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 		opset = 17
 		norm = []*onnxpb.NodeProto{nodeOf("LayerNormalization", []string{"t", "ln.w", "ln.b"}, []string{"ln"}, intAttr("axis", -1), floatAttr("epsilon", 1e-6))}
 	}
-	nodes := []*onnxpb.NodeProto{
+	// The scalars: Constant nodes, as PyTorch exports them, in the
+	// decomposed form; initializers in the other.
+	var consts []*onnxpb.NodeProto
+	var scalars []*onnxpb.TensorProto
+	for _, c := range []struct {
+		name string
+		v    float32
+	}{{"two", 2}, {"eps", 1e-6}, {"sqrt2", 1.4142135}, {"one", 1}, {"half", 0.5}} {
+		if b.fused {
+			scalars = append(scalars, floatInit(c.name, nil, c.v))
+			continue
+		}
+		consts = append(consts, nodeOf("Constant", nil, []string{c.name}, &onnxpb.AttributeProto{Name: proto.String("value"),
+			Type: onnxpb.AttributeProto_TENSOR.Enum(), T: floatInit("", nil, c.v)}))
+	}
+	nodes := append(consts, []*onnxpb.NodeProto{
 		nodeOf("Conv", []string{"x", "dw.w", "dw.b"}, []string{"c"}, intAttr("group", int64(C)), intsAttr("kernel_shape", 7, 7), intsAttr("pads", 3, 3, 3, 3)),
 		nodeOf("Transpose", []string{"c"}, []string{"t"}, intsAttr("perm", 0, 2, 3, 1)),
-	}
+	}...)
 	nodes = append(nodes, norm...)
 	nodes = append(nodes,
 		nodeOf("Transpose", []string{"fc1.wt"}, []string{"fc1.w"}, intsAttr("perm", 1, 0)),
@@ -95,13 +112,11 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 	return model(opset, &onnxpb.GraphProto{
 		Name:  proto.String("cnblock"),
 		Input: []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, N, C, H, W)},
-		Initializer: []*onnxpb.TensorProto{
+		Initializer: append(scalars,
 			init("dw.w", int64(C), 1, 7, 7), init("dw.b", int64(C)), init("ln.w", int64(C)), init("ln.b", int64(C)),
 			floatInit("fc1.wt", []int64{int64(E), int64(C)}, b.transposed("fc1.w", C, E)...), init("fc1.b", int64(E)), init("fc2.w", int64(E), int64(C)), init("fc2.b", int64(C)),
 			init("gamma", int64(C), 1, 1),
-			floatInit("two", nil, 2), floatInit("eps", nil, 1e-6),
-			floatInit("sqrt2", nil, 1.4142135), floatInit("one", nil, 1), floatInit("half", nil, 0.5),
-		},
+		),
 		Node:   nodes,
 		Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, N, C, H, W)},
 	})
