@@ -269,7 +269,8 @@ func New(cfg Config) (*Daemon, error) {
 	sandboxed := iso.bwrap != ""
 	if sandboxed {
 		log.Info("sessions are sandboxed with bubblewrap: each worker in its own user, PID, mount, IPC and network namespaces, with only its session directory writable",
-			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy())
+			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy(),
+			"session_write_cap", iso.quota)
 	} else {
 		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why)
 	}

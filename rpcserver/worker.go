@@ -508,7 +508,7 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 			err = fmt.Errorf("%w (this device daemon has no usable cuda device: %s)", err, noCUDA)
 		}
 		if errors.Is(err, syscall.ENOSPC) && w.quota > 0 {
-			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (its cap is %d bytes, the daemon's --max-session-bytes): %w", a.Name, err, w.quota, proto.ErrQuota)
+			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (a tmpfs of the daemon's --max-session-bytes, %d bytes, or a quarter of the board's memory when that is less): %w", a.Name, err, w.quota, proto.ErrQuota)
 		}
 		return nil, fmt.Errorf("load module %q: %w", a.Name, err)
 	}
