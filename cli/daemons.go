@@ -117,9 +117,6 @@ func runTracker(c *ucli.Context) error {
 	if err := trackerHA(c, &cfg); err != nil {
 		return err
 	}
-	if tok != "" {
-		cfg.Logger.Warn("the fleet token (--token-file) admits every role at this tracker: keep it for bootstrap (kiln token create), give nodes join tokens and users tokens of their own")
-	}
 	if err := checkConsole(c, cfg); err != nil {
 		return fmt.Errorf("tracker: %w", err)
 	}

@@ -42,6 +42,7 @@ type Registrar struct {
 	changed     chan struct{} // closed and replaced when c changes
 	interval    time.Duration
 	activeLease []string
+	unleased    int // sessions served under no lease
 	load        string
 	state       proto.NodeState
 
@@ -129,6 +130,16 @@ func (r *Registrar) SetActiveLeases(ids []string) {
 	r.mu.Lock()
 	r.activeLease = ids
 	r.args.ActiveLease, r.args.ActiveLeases = firstOf(ids), ids
+	r.mu.Unlock()
+	r.Kick()
+}
+
+// SetUnleasedSessions records how many sessions the daemon serves under
+// no lease and sends a heartbeat at once: the tracker counts them against
+// the device's capacity.
+func (r *Registrar) SetUnleasedSessions(n int) {
+	r.mu.Lock()
+	r.unleased = n
 	r.mu.Unlock()
 	r.Kick()
 }
@@ -280,7 +291,7 @@ func (r *Registrar) register(ctx context.Context, c *proto.Client) error {
 
 func (r *Registrar) heartbeat(ctx context.Context, c *proto.Client) error {
 	r.mu.Lock()
-	args := proto.HeartbeatArgs{NodeID: r.args.NodeID, ActiveLease: firstOf(r.activeLease), ActiveLeases: r.activeLease, Load: r.load}
+	args := proto.HeartbeatArgs{NodeID: r.args.NodeID, ActiveLease: firstOf(r.activeLease), ActiveLeases: r.activeLease, UnleasedSessions: r.unleased, Load: r.load}
 	timeout := max(r.interval, time.Second)
 	r.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, timeout)

@@ -53,6 +53,13 @@ type FailureReporter interface {
 	ReportFailure(ctx context.Context, message string) error
 }
 
+// SessionCounter is implemented by a Tracker that tells the tracker how
+// many sessions the daemon serves under no lease (with
+// AllowWithoutLease), which take the device's capacity as leases do.
+type SessionCounter interface {
+	SetUnleasedSessions(n int)
+}
+
 // LeaseWatcher is implemented by a Tracker that learns when a lease ends
 // before its session does: the daemon then ends that session.
 type LeaseWatcher interface {
@@ -262,7 +269,8 @@ func New(cfg Config) (*Daemon, error) {
 	sandboxed := iso.bwrap != ""
 	if sandboxed {
 		log.Info("sessions are sandboxed with bubblewrap: each worker in its own user, PID, mount, IPC and network namespaces, with only its session directory writable",
-			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy())
+			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy(),
+			"session_write_cap", iso.quota)
 	} else {
 		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why)
 	}
@@ -592,6 +600,10 @@ func (d *Daemon) take(s *session, lease string) error {
 	}
 	s.gpu = d.pickGPU()
 	d.sessions[s] = true
+	s.unleased = lease == "" && d.cfg.Tracker != nil
+	if s.unleased {
+		d.countUnleasedLocked()
+	}
 	d.m.total.Inc()
 	d.m.active.Set(float64(len(d.sessions)))
 	if s.user != "" {
@@ -600,6 +612,22 @@ func (d *Daemon) take(s *session, lease string) error {
 		s.log.Info("session admitted", "timeout", d.cfg.SessionTimeout)
 	}
 	return nil
+}
+
+// countUnleasedLocked tells the tracker how many sessions hold a slot
+// under no lease (d.mu held).
+func (d *Daemon) countUnleasedLocked() {
+	sc, ok := d.cfg.Tracker.(SessionCounter)
+	if !ok {
+		return
+	}
+	n := 0
+	for o := range d.sessions {
+		if o.unleased {
+			n++
+		}
+	}
+	sc.SetUnleasedSessions(n)
 }
 
 // release gives s's slot back (idempotent).
@@ -611,6 +639,9 @@ func (d *Daemon) release(s *session) {
 		return
 	}
 	delete(d.sessions, s)
+	if s.unleased {
+		d.countUnleasedLocked()
+	}
 	d.m.active.Set(float64(len(d.sessions)))
 	if len(d.sessions) == 0 && d.idle != nil {
 		close(d.idle)

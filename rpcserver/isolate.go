@@ -47,7 +47,9 @@ type isolation struct {
 
 	memory int64 // bytes per session; 0: no cap
 	// quota caps what a sandboxed session writes (the size of its
-	// directory's tmpfs, and of its /tmp's); 0: no cap.
+	// directory's tmpfs, and of its /tmp's): the session quota, or a
+	// quarter of the machine's memory when that is less (the tmpfs lives
+	// in memory); 0: no cap.
 	quota int64
 	procs int // processes per session; 0: no cap
 	// cgroups are the cgroup directories under which each session gets
@@ -86,7 +88,7 @@ func (iso *isolation) capsBy() string {
 
 // newIsolation decides how workers are confined.
 func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, error) {
-	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs, quota: cfg.SessionQuota}
+	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs, quota: writeCap(cfg.SessionQuota)}
 	mode := cfg.Sandbox
 	if mode == "" {
 		mode = SandboxAuto
@@ -193,6 +195,21 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 		iso.prlimit = p
 	}
 	return iso, nil
+}
+
+// writeCap is the size of a sandboxed session's tmpfs mounts for a
+// session quota: the quota, or a quarter of the machine's memory when
+// that is less, so that a session's writes cannot take the board's memory
+// (0: none).
+func writeCap(quota int64) int64 {
+	var si syscall.Sysinfo_t
+	if quota <= 0 || syscall.Sysinfo(&si) != nil {
+		return quota
+	}
+	if ram := int64(si.Totalram) * int64(si.Unit); ram > 0 {
+		return min(quota, ram/4)
+	}
+	return quota
 }
 
 // cgroupWhy says why the daemon has no cgroup for its sessions.

@@ -320,3 +320,58 @@ func TestRevokedUserSessionEnds(t *testing.T) {
 	check.NoError(t, err)
 	check.NoError(t, sb.Close())
 }
+
+// TestUnleasedSessionsCounted: on a board of two slots that also serves
+// sessions without a lease, a session without one takes a slot at the
+// tracker too: after one lease the next request waits, and is granted
+// once the unleased session closes.
+func TestUnleasedSessionsCounted(t *testing.T) {
+	f := startLeasedFleet(t)
+	m := f.device(t, "m", rpcserver.Config{MaxSessions: 2, Sandbox: rpcserver.SandboxOff, InsecureShared: true, AllowWithoutLease: true}, 2)
+	ctx := testCtx(t)
+	free, err := client.Connect(ctx, m.addr, client.SessionOptions{Token: "fleet"})
+	check.NoError(t, err, "a session without a lease")
+	l1 := f.lease(t, "m")
+	s1, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: l1.Token})
+	check.NoError(t, err)
+	defer s1.Close()
+
+	tc, err := client.DialTracker(ctx, f.tracker, client.TrackerOptions{Token: f.alice, Logger: quietLog()})
+	check.NoError(t, err)
+	defer tc.Close()
+	// The daemon's heartbeat tells the tracker of the unleased session.
+	eventually(t, "the tracker sees board m full", func() bool {
+		sum, err := tc.Query(ctx, 0)
+		check.NoError(t, err)
+		for _, n := range sum.Devices {
+			if n.Key == "m" {
+				return n.State == proto.StateBusy
+			}
+		}
+		return false
+	})
+	queued := make(chan int, 16)
+	granted := make(chan error, 1)
+	go func() {
+		l, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "m", OnPosition: func(p int, _ string) { queued <- p }})
+		if err == nil {
+			l.Release(ctx)
+		}
+		granted <- err
+	}()
+	select {
+	case p := <-queued:
+		check.Equal(t, p, 1, "queue position")
+	case err := <-granted:
+		t.Fatalf("a third session's lease was granted on a board of two slots (err %v)", err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	check.NoError(t, free.Close())
+	select {
+	case err := <-granted:
+		check.NoError(t, err, "the lease once the unleased session closed")
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}

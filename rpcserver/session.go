@@ -75,6 +75,9 @@ type session struct {
 	leaseToken string
 	helloLease string
 	user       string
+	// unleased says the session holds its slot under no lease (set by
+	// Daemon.take, under the daemon's lock).
+	unleased bool
 	// gpu is the index in d.gpus of the GPU the session's worker alone
 	// sees (set when it takes its slot); -1: it sees the daemon's GPUs.
 	gpu int

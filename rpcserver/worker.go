@@ -514,7 +514,7 @@ func (w *worker) openModule(a proto.ModuleLoadArgs) (packedfunc.Module, error) {
 		// stays mapped (RTLD_NODELETE), but its file is no longer needed.
 		w.root.RemoveAll(rel)
 		if errors.Is(err, syscall.ENOSPC) && w.quota > 0 {
-			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (its cap is %d bytes, the daemon's --max-session-bytes): %w", a.Name, err, w.quota, proto.ErrQuota)
+			return nil, fmt.Errorf("load module %q: %v: the session's writable space is full (a tmpfs of the daemon's --max-session-bytes, %d bytes, or a quarter of the board's memory when that is less): %w", a.Name, err, w.quota, proto.ErrQuota)
 		}
 		return nil, fmt.Errorf("load module %q: %v: %w", a.Name, err, proto.ErrBadRequest)
 	}

@@ -33,7 +33,10 @@ type node struct {
 	// activeLeases are the leases the daemon says it serves; one the
 	// tracker does not hold as a live lease on this node keeps it busy.
 	activeLeases []string
-	leases       map[string]*lease // the leases out on this device, by id
+	// unleased counts the sessions the daemon says it serves under no
+	// lease; they take capacity as leases do.
+	unleased int
+	leases   map[string]*lease // the leases out on this device, by id
 	// capacity is how many leases may be out on this device at once: its
 	// max_sessions when it registered as sandboxed, else 1.
 	capacity int
@@ -88,7 +91,7 @@ func (n *node) state() proto.NodeState {
 		return proto.StateLost
 	case n.quarantine:
 		return proto.StateQuarantined
-	case len(n.leases) >= max(n.capacity, 1) || len(n.jobs) > 0 || n.stale():
+	case len(n.leases)+n.unleased >= max(n.capacity, 1) || len(n.jobs) > 0 || n.stale():
 		return proto.StateBusy
 	}
 	return proto.StateFree
@@ -239,6 +242,7 @@ func (s *Server) handleHeartbeat(ctx context.Context, c *proto.Conn, a proto.Hea
 	was := n.state()
 	n.lastSeen, n.load = time.Now(), a.Load
 	n.setActive(a.ActiveLease, a.ActiveLeases)
+	n.unleased = max(a.UnleasedSessions, 0)
 	if n.lost {
 		n.lost = false
 		s.log.Info("node back", "node", n.id)

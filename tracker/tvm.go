@@ -190,7 +190,9 @@ func (s *Server) serveTVMConn(ctx context.Context, nc net.Conn) {
 		nc.Close()
 		return
 	}
-	if s.tvm.byPeer[host] >= s.cfg.TVMMaxConnsPerPeer {
+	// A replicated tracker's followers forward their peers' connections
+	// from their own address: there the cap would be per follower.
+	if s.tvm.byPeer[host] >= s.cfg.TVMMaxConnsPerPeer && !s.cfg.replicated() {
 		s.tvm.mu.Unlock()
 		s.tvm.refusals.Note(s.log, host, "tvm tracker: a peer holds too many connections, refusing", "limit_per_peer", s.cfg.TVMMaxConnsPerPeer)
 		nc.Close()

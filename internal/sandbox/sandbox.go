@@ -10,7 +10,9 @@
 // caller is root); no_new_privs; the system's programs and libraries, its
 // own binary and the paths its caller names, read-only; /proc with
 // /proc/sys read-only, and /sys only read-only where CUDA needs it; one
-// writable directory and a private /tmp. A caller that runs as root runs
+// writable directory and a private /tmp (with CappedArgs both tmpfs
+// mounts of a given size, the caller's files for it bound read-only into
+// the directory). A caller that runs as root runs
 // the sandbox as a uid of its own (DropArgs), so that the sandbox's uid 0
 // is never the host's root.
 package sandbox

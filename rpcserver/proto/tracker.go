@@ -323,6 +323,10 @@ type HeartbeatArgs struct {
 	// ActiveLeases lists every lease the daemon serves a session under
 	// when it serves several (ActiveLease names the first).
 	ActiveLeases []string `msgpack:"active_leases,omitempty"`
+	// UnleasedSessions counts the sessions the daemon serves under no
+	// lease (its own token's, with --allow-without-lease): the tracker
+	// counts them against the device's capacity as it counts leases.
+	UnleasedSessions int `msgpack:"unleased_sessions,omitempty"`
 	// Load is free-form load information shown by query (running jobs, sessions).
 	Load string `msgpack:"load,omitempty"`
 }
