@@ -109,7 +109,15 @@ func (s *Schedule) cacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV,
 		return BlockRV{}, fmt.Errorf("block %q has %d write regions, no write %d", blk.Name, len(blk.Writes), writeIndex)
 	}
 	buf := blk.Writes[writeIndex].Buffer
+	if blk.Init == nil && (reads(blk, buf) || loadsBuffer(blk.Body, buf)) {
+		return BlockRV{}, fmt.Errorf("block %q updates %q without an init of its own: the cache would start without the values it adds to", blk.Name, buf.Name)
+	}
 	scopeBR := bs.scope()
+	if ir.RootBlock(s.fn.Body) != scopeBR.Block {
+		// The copy back would copy the whole buffer once per instance of
+		// the enclosing block, over what its other instances wrote.
+		return BlockRV{}, fmt.Errorf("block %q is inside block %q: cache_write works on blocks of the root block", blk.Name, scopeBR.Block.Name)
+	}
 	for _, st := range s.scopeBlocks(scopeBR) {
 		o := st.realize().Block
 		if o != blk && writes(o, buf) {

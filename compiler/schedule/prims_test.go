@@ -150,6 +150,13 @@ func TestRFactor(t *testing.T) {
 			k := must[[]LoopRV](t)(s.Split(ls[1], 3, -1))
 			must[BlockRV](t)(s.RFactor(k[0], -1))
 		}},
+		// A factor larger than the extent: k_1 = 10 … 15 never runs, and
+		// the write-back skips those parts of C_rf.
+		{name: "rfactor_wide_factor", fn: func() *ir.PrimFunc { return rowReduce(3, 10, false) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			k := must[[]LoopRV](t)(s.Split(ls[1], -1, 16))
+			must[BlockRV](t)(s.RFactor(k[1], 0))
+		}},
 		{name: "rfactor_matmul", fn: func() *ir.PrimFunc { return matmul(5, 6, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
 			ls := loopsOf(t, s, "C")
 			must[BlockRV](t)(s.RFactor(ls[2], 1))
