@@ -84,8 +84,10 @@ func (s *Schedule) cacheRead(b BlockRV, readIndex int, scope string) (BlockRV, e
 // CacheWrite makes block b write its writeIndex-th written buffer into a
 // new buffer of storage scope scope and adds a block, right after b's
 // loop nest, that copies the new buffer back (TVM's sch.cache_write).
-// Block b must be the buffer's only producer. It returns the copy-back
-// block, named buffer_scope (C_local) like the new buffer; move it with
+// Block b must be the buffer's only producer, a block of the root block
+// (not one inside a block that Blockize made) and, when it updates the
+// buffer, one with its init. It returns the copy-back block, named
+// buffer_scope (C_local) like the new buffer; move it with
 // ReverseComputeAt.
 func (s *Schedule) CacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV, error) {
 	out, err := s.cacheWrite(b, writeIndex, scope)
