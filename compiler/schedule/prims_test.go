@@ -519,3 +519,21 @@ func TestReplay(t *testing.T) {
 		check.Equal(t, err.Error(), tt.want)
 	}
 }
+
+func TestApply(t *testing.T) {
+	s, err := New(matmul(8, 8, 8))
+	check.NoError(t, err)
+	c, err := s.Apply("get_block", "C")
+	check.NoError(t, err)
+	ls, err := s.Apply("get_loops", c)
+	check.NoError(t, err)
+	rf, err := s.Apply("rfactor", ls.([]LoopRV)[2], int64(0))
+	check.NoError(t, err)
+	check.Equal(t, rf.(BlockRV).String(), "C_rf")
+	_, err = s.Apply("rfactor", ls.([]LoopRV)[2])
+	check.Equal(t, err.Error(), "rfactor takes 2 arguments (loop, factor_axis), not 1")
+	_, err = s.Apply("rfactor", ls.([]LoopRV)[2], 0)
+	check.Equal(t, err.Error(), "rfactor: argument 2 (factor_axis) is int")
+	_, err = s.Apply("fly")
+	check.Equal(t, err.Error(), `unknown primitive "fly"`)
+}
