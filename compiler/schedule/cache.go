@@ -84,8 +84,10 @@ func (s *Schedule) cacheRead(b BlockRV, readIndex int, scope string) (BlockRV, e
 // CacheWrite makes block b write its writeIndex-th written buffer into a
 // new buffer of storage scope scope and adds a block, right after b's
 // loop nest, that copies the new buffer back (TVM's sch.cache_write).
-// Block b must be the buffer's only producer. It returns the copy-back
-// block, named buffer_scope (C_local) like the new buffer; move it with
+// Block b must be the buffer's only producer, a block of the root block
+// (not one inside a block that Blockize made) and, when it updates the
+// buffer, one with its init. It returns the copy-back block, named
+// buffer_scope (C_local) like the new buffer; move it with
 // ReverseComputeAt.
 func (s *Schedule) CacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV, error) {
 	out, err := s.cacheWrite(b, writeIndex, scope)
@@ -109,7 +111,15 @@ func (s *Schedule) cacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV,
 		return BlockRV{}, fmt.Errorf("block %q has %d write regions, no write %d", blk.Name, len(blk.Writes), writeIndex)
 	}
 	buf := blk.Writes[writeIndex].Buffer
+	if blk.Init == nil && (reads(blk, buf) || loadsBuffer(blk.Body, buf)) {
+		return BlockRV{}, fmt.Errorf("block %q updates %q without an init of its own: the cache would start without the values it adds to", blk.Name, buf.Name)
+	}
 	scopeBR := bs.scope()
+	if ir.RootBlock(s.fn.Body) != scopeBR.Block {
+		// The copy back would copy the whole buffer once per instance of
+		// the enclosing block, over what its other instances wrote.
+		return BlockRV{}, fmt.Errorf("block %q is inside block %q: cache_write works on blocks of the root block", blk.Name, scopeBR.Block.Name)
+	}
 	for _, st := range s.scopeBlocks(scopeBR) {
 		o := st.realize().Block
 		if o != blk && writes(o, buf) {

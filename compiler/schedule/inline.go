@@ -61,6 +61,9 @@ func (s *Schedule) computeInline(b BlockRV) error {
 		return fmt.Errorf("block %q reads the buffer %q it writes", blk.Name, buf.Name)
 	}
 	scopeBR := bs.scope()
+	if err := s.accessedOutside(scopeBR, buf); err != nil {
+		return err
+	}
 	repl := map[ir.Stmt]ir.Stmt{}
 	for _, st := range s.scopeBlocks(scopeBR) {
 		o := st.realize()
@@ -221,6 +224,9 @@ func (s *Schedule) reverseComputeInline(b BlockRV) error {
 	}
 	if isParam(s.fn, buf) {
 		return fmt.Errorf("block %q reads %q, a parameter of the function", blk.Name, buf.Name)
+	}
+	if err := s.accessedOutside(scopeBR, buf); err != nil {
+		return err
 	}
 	pbr := prod.realize()
 	pblk := pbr.Block
@@ -432,4 +438,28 @@ func unionRegion(a, b ir.BufferRegion) ir.BufferRegion {
 func rangeSpan(r ir.Range) span {
 	lo := toAffine(r.Min)
 	return span{lo: lo, hi: lo.add(toAffine(r.Extent), 1).add(constAffine(lo.t, 1), -1)}
+}
+
+// accessedOutside reports a block outside the scope block (not under it)
+// that accesses buf: inlining inside the scope would not reach it.
+func (s *Schedule) accessedOutside(scope *ir.BlockRealize, buf *ir.Buffer) error {
+	inside := map[*ir.Block]bool{}
+	ir.Visit(scope, func(n ir.Node) bool {
+		if b, ok := n.(*ir.Block); ok {
+			inside[b] = true
+		}
+		return true
+	})
+	var err error
+	ir.Visit(s.fn.Body, func(n ir.Node) bool {
+		b, ok := n.(*ir.Block)
+		if !ok || err != nil || inside[b] || b.Name == ir.RootBlockName {
+			return err == nil
+		}
+		if reads(b, buf) || writes(b, buf) {
+			err = fmt.Errorf("block %q, outside block %q where the inlining happens, accesses %q", b.Name, scope.Block.Name, buf.Name)
+		}
+		return err == nil
+	})
+	return err
 }

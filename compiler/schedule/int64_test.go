@@ -1,11 +1,9 @@
 package schedule
 
 import (
-	"os"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -13,12 +11,7 @@ import (
 // PrimFuncs of the IRModule tutorial (after LegalizeOps): the index maps'
 // and intrinsics' int32 constants take the functions' index type.
 func TestInt64Primitives(t *testing.T) {
-	src, err := os.ReadFile("../script/testdata/001_after_legalize_ops.py")
-	if err != nil {
-		t.Skip("tutorial module not available:", err)
-	}
-	m, err := script.Parse("001_after_legalize_ops.py", string(src))
-	check.NoError(t, err)
+	m := tutorialModule(t)
 	mm := func() *ir.PrimFunc { return m.PrimFunc("matmul1") } // 1×256 · 256×10
 	runCases(t, []schedCase{
 		{name: "int64_cache_read_layout", fn: mm, compiled: true, apply: func(t *testing.T, s *Schedule) {

@@ -594,8 +594,8 @@ func remapBuffer(body ir.Stmt, old, nb *ir.Buffer, m *IndexMap) ir.Stmt {
 // fillNest returns loops ax0 … over buf's shape around a block named name
 // that stores value in every element.
 func fillNest(name string, buf *ir.Buffer, value ir.Expr) ir.Stmt {
-	return pointNest(name, buf.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
-		return buf.Store(value, idx...), nil
+	return pointNest(name, buf.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion, []ir.Expr) {
+		return buf.Store(value, idx...), nil, idx
 	}, buf)
 }
 

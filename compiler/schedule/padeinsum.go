@@ -216,13 +216,13 @@ func mulFactors(e ir.Expr) []ir.Expr {
 // padCopy returns loops over the padded buffer dst around a block named
 // name that copies src into it, zero outside src's shape.
 func padCopy(name string, src, dst *ir.Buffer) ir.Stmt {
-	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
+	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion, []ir.Expr) {
 		var cond ir.Expr = ir.BoolImm(true)
 		for d, ext := range dst.Shape {
 			if !ir.Equal(ext, src.Shape[d]) {
 				cond = conjoin(cond, ir.LT(idx[d], src.Shape[d]))
 			}
 		}
-		return dst.Store(ir.NewIfThenElse(cond, src.Load(idx...), ir.Const(dst.DType, 0)), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}
+		return dst.Store(ir.NewIfThenElse(cond, src.Load(idx...), ir.Const(dst.DType, 0)), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}, idx
 	}, dst)
 }

@@ -150,6 +150,13 @@ func TestRFactor(t *testing.T) {
 			k := must[[]LoopRV](t)(s.Split(ls[1], 3, -1))
 			must[BlockRV](t)(s.RFactor(k[0], -1))
 		}},
+		// A factor larger than the extent: k_1 = 10 … 15 never runs, and
+		// the write-back skips those parts of C_rf.
+		{name: "rfactor_wide_factor", fn: func() *ir.PrimFunc { return rowReduce(3, 10, false) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			ls := loopsOf(t, s, "C")
+			k := must[[]LoopRV](t)(s.Split(ls[1], -1, 16))
+			must[BlockRV](t)(s.RFactor(k[1], 0))
+		}},
 		{name: "rfactor_matmul", fn: func() *ir.PrimFunc { return matmul(5, 6, 7) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
 			ls := loopsOf(t, s, "C")
 			must[BlockRV](t)(s.RFactor(ls[2], 1))
@@ -511,4 +518,22 @@ func TestReplay(t *testing.T) {
 		check.True(t, err != nil, tt.lines)
 		check.Equal(t, err.Error(), tt.want)
 	}
+}
+
+func TestApply(t *testing.T) {
+	s, err := New(matmul(8, 8, 8))
+	check.NoError(t, err)
+	c, err := s.Apply("get_block", "C")
+	check.NoError(t, err)
+	ls, err := s.Apply("get_loops", c)
+	check.NoError(t, err)
+	rf, err := s.Apply("rfactor", ls.([]LoopRV)[2], int64(0))
+	check.NoError(t, err)
+	check.Equal(t, rf.(BlockRV).String(), "C_rf")
+	_, err = s.Apply("rfactor", ls.([]LoopRV)[2])
+	check.Equal(t, err.Error(), "rfactor takes 2 arguments (loop, factor_axis), not 1")
+	_, err = s.Apply("rfactor", ls.([]LoopRV)[2], 0)
+	check.Equal(t, err.Error(), "rfactor: argument 2 (factor_axis) is int")
+	_, err = s.Apply("fly")
+	check.Equal(t, err.Error(), `unknown primitive "fly"`)
 }

@@ -33,7 +33,7 @@ func TestRandomSchedules(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	applied := map[string]int{}
-	for n := range 100 {
+	for n := range 200 {
 		f := funcs[n%len(funcs)]
 		s, err := New(f.fn())
 		check.NoError(t, err)
@@ -49,10 +49,12 @@ func TestRandomSchedules(t *testing.T) {
 			t.Log("steps:\n" + strings.Join(log, "\n") + "\ntrace:\n" + strings.Join(s.Trace(), "\n") + "\n" + script.Print(s.Func()))
 			check.NoError(t, ir.Verify(s.Func()), strings.Join(log, "\n"))
 			sameResults(t, runFunc(t, s.Func(), nil), want[f.name])
+			checkReplay(t, f.fn(), s)
 		})
 	}
 	// The walk must have exercised the primitives, not only failed.
-	for _, p := range []string{"split", "fuse", "reorder", "parallel", "vectorize", "unroll", "cache_read", "cache_write", "compute_at", "reverse_compute_at", "compute_inline", "decompose_reduction"} {
+	for _, p := range []string{"split", "fuse", "reorder", "parallel", "vectorize", "unroll", "cache_read", "cache_write", "compute_at", "reverse_compute_at", "compute_inline", "decompose_reduction",
+		"reverse_compute_inline", "rfactor", "set_scope", "storage_align", "transform_layout", "pad_einsum", "blockize"} {
 		check.True(t, applied[p] > 0, "no successful", p, applied)
 	}
 }
@@ -64,16 +66,12 @@ func randomStep(rng *rand.Rand, s *Schedule) (name string, err error) {
 			panic(fmt.Sprintf("%s panicked: %v\ntrace:\n%s", name, r, strings.Join(s.Trace(), "\n")))
 		}
 	}()
+	// The blocks a handle can name (not those in a block's init), and
+	// loops through handles, as a user gets them.
 	var blocks []string
-	var loops []*ir.For
 	ir.Visit(s.Func().Body, func(n ir.Node) bool {
-		switch n := n.(type) {
-		case *ir.Block:
-			if n.Name != ir.RootBlockName {
-				blocks = append(blocks, n.Name)
-			}
-		case *ir.For:
-			loops = append(loops, n)
+		if b, ok := n.(*ir.Block); ok && b.Name != ir.RootBlockName && findBlock(s.Func().Body, b.Name) != nil {
+			blocks = append(blocks, b.Name)
 		}
 		return true
 	})
@@ -84,8 +82,24 @@ func randomStep(rng *rand.Rand, s *Schedule) (name string, err error) {
 		}
 		return b
 	}
-	loop := func() LoopRV { return LoopRV{v: loops[rng.IntN(len(loops))].Var} }
-	switch rng.IntN(12) {
+	var loops []*ir.For
+	loopRVs := map[*ir.Var]LoopRV{}
+	for _, name := range blocks {
+		b, _ := s.GetBlock(name)
+		ls, _ := s.GetLoops(b)
+		for _, l := range ls {
+			if _, seen := loopRVs[l.v]; !seen {
+				f, _ := s.LoopFor(l)
+				loops = append(loops, f)
+				loopRVs[l.v] = l
+			}
+		}
+	}
+	if len(loops) == 0 {
+		return "no loops", nil
+	}
+	loop := func() LoopRV { return loopRVs[loops[rng.IntN(len(loops))].Var] }
+	switch rng.IntN(20) {
 	case 0:
 		name = "split"
 		factors := []int64{-1, int64(1 + rng.IntN(5))}
@@ -100,7 +114,10 @@ func randomStep(rng *rand.Rand, s *Schedule) (name string, err error) {
 		if !ok {
 			return name, fmt.Errorf("no loop to fuse")
 		}
-		_, err = s.Fuse(LoopRV{v: f.Var}, LoopRV{v: inner.Var})
+		if _, ok := loopRVs[inner.Var]; !ok {
+			return name, fmt.Errorf("no handle")
+		}
+		_, err = s.Fuse(loopRVs[f.Var], loopRVs[inner.Var])
 	case 2:
 		name = "reorder"
 		err = s.Reorder(loop(), loop())
@@ -131,6 +148,59 @@ func randomStep(rng *rand.Rand, s *Schedule) (name string, err error) {
 	case 11:
 		name = "decompose_reduction"
 		_, err = s.DecomposeReduction(block(), loop())
+	case 12:
+		name = "reverse_compute_inline"
+		err = s.ReverseComputeInline(block())
+	case 13:
+		name = "rfactor"
+		_, err = s.RFactor(loop(), rng.IntN(3)-1)
+	case 14:
+		name = "set_scope"
+		err = s.SetScope(block(), 0, "local")
+	case 15:
+		name = "storage_align"
+		err = s.StorageAlign(block(), 0, rng.IntN(2)-1, int64(2+rng.IntN(6)), int64(rng.IntN(2)))
+	case 16:
+		name = "transform_layout"
+		b := block()
+		br, _ := s.BlockRealize(b)
+		bi := BufferIndex{Write: rng.IntN(2) == 0}
+		rs := br.Block.Reads
+		if bi.Write {
+			rs = br.Block.Writes
+		}
+		if len(rs) == 0 {
+			return name, fmt.Errorf("no region")
+		}
+		bi.Index = rng.IntN(len(rs))
+		maps := map[int][]string{
+			1: {"lambda i: (i // 4, i % 4)", "lambda i: (i // 3, i % 3)"},
+			2: {"lambda i, j: (j, i)", "lambda i, j: (i // 2, j, i % 2)", "lambda i, j: (j // 4, i, j % 4)"},
+		}[len(rs[bi.Index].Buffer.Shape)]
+		if len(maps) == 0 {
+			return name, fmt.Errorf("no map")
+		}
+		m, perr := ParseIndexMap(maps[rng.IntN(len(maps))])
+		if perr != nil {
+			panic(perr)
+		}
+		z := 0.0
+		err = s.TransformLayout(b, bi, m, &z)
+	case 17:
+		name = "pad_einsum"
+		b := block()
+		br, _ := s.BlockRealize(b)
+		p := make([]int64, len(br.Block.IterVars))
+		for i := range p {
+			p[i] = int64(1 + rng.IntN(4))
+		}
+		err = s.PadEinsum(b, p)
+	case 18:
+		name = "blockize"
+		_, err = s.Blockize(loop())
+	case 19:
+		name = "tensorize"
+		err = s.Tensorize(loop(), VecFMAIntrin(4))
 	}
 	return name, err
 }

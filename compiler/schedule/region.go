@@ -97,15 +97,16 @@ func withAlloc(scope *ir.BlockRealize, body ir.Stmt, add []*ir.Buffer, drop *ir.
 // copyNest returns loops ax0 … over dst's shape around a block named
 // name that stores src[v…] into dst[v…].
 func copyNest(name string, src, dst *ir.Buffer) ir.Stmt {
-	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion) {
-		return dst.Store(src.Load(idx...), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}
+	return pointNest(name, dst.Shape, func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion, []ir.Expr) {
+		return dst.Store(src.Load(idx...), idx...), []ir.BufferRegion{ir.PointRegion(src, idx...)}, idx
 	}, dst)
 }
 
 // pointNest returns loops ax0 … over shape around a block named name
-// with one spatial variable v0 … per dimension, which writes dst at them:
-// body gives the block's statement and read regions at the variables.
-func pointNest(name string, shape []ir.Expr, body func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion), dst *ir.Buffer) ir.Stmt {
+// with one spatial variable v0 … per dimension: body gives the block's
+// statement, its read regions and the point of dst it writes, from the
+// variables.
+func pointNest(name string, shape []ir.Expr, body func(idx []ir.Expr) (ir.Stmt, []ir.BufferRegion, []ir.Expr), dst *ir.Buffer) ir.Stmt {
 	n := len(shape)
 	ivs := make([]ir.IterVar, n)
 	loops := make([]*ir.Var, n)
@@ -119,8 +120,8 @@ func pointNest(name string, shape []ir.Expr, body func(idx []ir.Expr) (ir.Stmt, 
 		vals[d] = loops[d]
 		idx[d] = v
 	}
-	st, reads := body(idx)
-	blk := &ir.Block{Name: name, IterVars: ivs, Reads: reads, Writes: []ir.BufferRegion{ir.PointRegion(dst, idx...)}, Body: st}
+	st, reads, at := body(idx)
+	blk := &ir.Block{Name: name, IterVars: ivs, Reads: reads, Writes: []ir.BufferRegion{ir.PointRegion(dst, at...)}, Body: st}
 	var s ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: ir.BoolImm(true), Block: blk}
 	for d := n - 1; d >= 0; d-- {
 		s = ir.NewFor(loops[d], ir.NewIntImm(loops[d].Type, 0), shape[d], ir.ForSerial, s)

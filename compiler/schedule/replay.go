@@ -501,6 +501,64 @@ func (r *replayer) apply(a *args) (any, error) {
 	return p.run(r.s, vals)
 }
 
+// Apply runs primitive prim (by its trace name, "rfactor") with args,
+// Go values of the kinds its trace line takes: BlockRV, LoopRV, []LoopRV
+// (fuse, reorder), string, int64, []int64 (factors with -1 for None),
+// []float64, *IndexMap, BufferIndex, *float64 (a pad value or nil) and
+// an annotation's value. It returns what the primitive returns (nil, a
+// handle or a list of them). It is the way to reach every primitive by
+// name, as bindings to other languages do.
+func (s *Schedule) Apply(prim string, args ...any) (any, error) {
+	p, ok := replayPrims[prim]
+	if !ok {
+		return nil, fmt.Errorf("unknown primitive %q", prim)
+	}
+	params := strings.Fields(p.params)
+	if len(args) != len(params) {
+		names := make([]string, len(params))
+		for i, par := range params {
+			names[i] = par[2:]
+		}
+		return nil, fmt.Errorf("%s takes %d arguments (%s), not %d", prim, len(params), strings.Join(names, ", "), len(args))
+	}
+	for i, par := range params {
+		ok := true
+		switch par[0] {
+		case 'b':
+			_, ok = args[i].(BlockRV)
+		case 'l':
+			_, ok = args[i].(LoopRV)
+		case 'L':
+			_, ok = args[i].([]LoopRV)
+		case 's':
+			_, ok = args[i].(string)
+		case 'i':
+			_, ok = args[i].(int64)
+		case 'n', 'N':
+			_, ok = args[i].([]int64)
+		case 'f':
+			_, ok = args[i].([]float64)
+		case 'm':
+			m, isMap := args[i].(*IndexMap)
+			ok = isMap && m != nil
+		case 'x':
+			_, ok = args[i].(BufferIndex)
+		case 'p':
+			_, ok = args[i].(*float64)
+		case 'v':
+			switch args[i].(type) {
+			case bool, int64, float64, string:
+			default:
+				ok = false
+			}
+		}
+		if !ok {
+			return nil, fmt.Errorf("%s: argument %d (%s) is %T", prim, i+1, par[2:], args[i])
+		}
+	}
+	return p.run(s, args)
+}
+
 // A replayed primitive: its parameters, each kind:name (see read), and
 // the call.
 type replayPrim struct {

@@ -190,31 +190,79 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 	rfRealize := &ir.BlockRealize{IterValues: vals, Predicate: br.Predicate, Block: rfBlk}
 
 	// The write-back: copies of the spatial loops and of l.
-	copyOf := map[*ir.Var]ir.Expr{}
-	var nest []*ir.For
-	for _, f := range loops {
-		if !spatialLoops[f.Var] && f != rf {
+	copyLoops := func() ([]*ir.For, map[*ir.Var]ir.Expr, error) {
+		copyOf := map[*ir.Var]ir.Expr{}
+		var nest []*ir.For
+		for _, f := range loops {
+			if !spatialLoops[f.Var] && f != rf {
+				continue
+			}
+			c := *f
+			c.Var = ir.NewVar(f.Var.Name, f.Var.Type)
+			c.Kind, c.ThreadTag, c.Annotations = ir.ForSerial, "", nil
+			c.Min, c.Extent = ir.SubstituteExpr(f.Min, copyOf), ir.SubstituteExpr(f.Extent, copyOf)
+			var others = map[*ir.Var]bool{}
+			for v := range loopVars {
+				if _, copied := copyOf[v]; !copied {
+					others[v] = true
+				}
+			}
+			if usesVar(c.Min, others) || usesVar(c.Extent, others) {
+				return nil, nil, fmt.Errorf("the bounds of loop %q depend on a loop that the write-back block does not have", f.Var.Name)
+			}
+			copyOf[f.Var] = c.Var
+			nest = append(nest, &c)
+		}
+		return nest, copyOf, nil
+	}
+	wrap := func(nest []*ir.For, inner ir.Stmt) ir.Stmt {
+		for i := len(nest) - 1; i >= 0; i-- {
+			nest[i].Body = inner
+			inner = nest[i]
+		}
+		return inner
+	}
+	nest, copyOf, err := copyLoops()
+	if err != nil {
+		return BlockRV{}, err
+	}
+	// When the predicate may skip every instance of some value of l (a
+	// factor larger than the extent), that part of name_rf is never
+	// initialized. A guard binding < bound, increasing in the other
+	// loops, holds for some instance exactly when it holds with them at
+	// their minimum, where the init runs: the write-back's copy of l
+	// stops where that guard fails.
+	wext := rf.Extent
+	for _, c := range conjuncts(br.Predicate) {
+		if !usesVar(c, map[*ir.Var]bool{rf.Var: true}) {
 			continue
 		}
-		c := *f
-		c.Var = ir.NewVar(f.Var.Name, f.Var.Type)
-		c.Kind, c.ThreadTag, c.Annotations = ir.ForSerial, "", nil
-		c.Min, c.Extent = ir.SubstituteExpr(f.Min, copyOf), ir.SubstituteExpr(f.Extent, copyOf)
-		var others = map[*ir.Var]bool{}
-		for v := range loopVars {
-			if _, copied := copyOf[v]; !copied {
-				others[v] = true
+		fail := fmt.Errorf("the predicate %s of block %q may skip whole iterations of loop %q, leaving parts of the factored buffer unset", c, blk.Name, rf.Var.Name)
+		g, ok := guardAtMin(c, loops, copyOf)
+		if !ok {
+			return BlockRV{}, fail
+		}
+		if k, ok := ir.IsConstInt(g); ok && k != 0 {
+			continue
+		}
+		count, ok := guardCount(g, copyOf[rf.Var].(*ir.Var), rf)
+		if !ok {
+			return BlockRV{}, fail
+		}
+		if e, _ := ir.IsConstInt(wext); count < e {
+			wext = ir.NewIntImm(rf.Extent.DType(), count)
+		}
+	}
+	if !ir.Equal(wext, rf.Extent) {
+		for _, f := range nest {
+			if f.Var == copyOf[rf.Var] {
+				f.Extent = wext
 			}
 		}
-		if usesVar(c.Min, others) || usesVar(c.Extent, others) {
-			return BlockRV{}, fmt.Errorf("the bounds of loop %q depend on a loop that the write-back block does not have", f.Var.Name)
-		}
-		copyOf[f.Var] = c.Var
-		nest = append(nest, &c)
 	}
 	wivs, wvals, wmap := spatialCopies(br, copyOf)
 	vw := ir.NewVar("v"+rf.Var.Name, rf.Var.Type)
-	wivs = append(wivs, ir.IterVar{Var: vw, Dom: ir.Range{Min: rf.Min, Extent: rf.Extent}, Kind: ir.IterReduce})
+	wivs = append(wivs, ir.IterVar{Var: vw, Dom: ir.Range{Min: rf.Min, Extent: wext}, Kind: ir.IterReduce})
 	wvals = append(wvals, copyOf[rf.Var])
 	widx := make([]ir.Expr, n)
 	for d, e := range store.Indices {
@@ -233,11 +281,7 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 		_, copied := copyOf[v]
 		return loopVars[v] && !copied
 	}, copyOf)
-	var wnest ir.Stmt = &ir.BlockRealize{IterValues: wvals, Predicate: pred, Block: wb}
-	for i := len(nest) - 1; i >= 0; i-- {
-		nest[i].Body = wnest
-		wnest = nest[i]
-	}
+	wnest := wrap(nest, &ir.BlockRealize{IterValues: wvals, Predicate: pred, Block: wb})
 	newTop := replace(top, map[ir.Stmt]ir.Stmt{br: rfRealize})
 	body := replace(scopeBR.Block.Body, map[ir.Stmt]ir.Stmt{top: ir.Seq(newTop, wnest)})
 	if err := s.commit("rfactor", replace(s.fn.Body, map[ir.Stmt]ir.Stmt{scopeBR: withAlloc(scopeBR, body, []*ir.Buffer{rfBuf}, nil)})); err != nil {
@@ -275,4 +319,76 @@ func identity(op ir.BinaryOp, t ir.DType) ir.Expr {
 		return ir.Const(t, 1)
 	}
 	return nil
+}
+
+// guardAtMin returns guard c (a < b) with the loops of the nest that
+// copyOf does not copy at their minimum and the others copied, when a is
+// increasing in those loops (so that c holds for some of their values
+// exactly when it holds at the minimum) and b does not use them.
+func guardAtMin(c ir.Expr, loops []*ir.For, copyOf map[*ir.Var]ir.Expr) (ir.Expr, bool) {
+	lt, ok := c.(*ir.Binary)
+	if !ok || lt.Op != ir.OpLT {
+		return nil, false
+	}
+	others := map[*ir.Var]ir.Expr{}
+	for _, f := range loops {
+		if _, copied := copyOf[f.Var]; !copied {
+			others[f.Var] = f.Min
+		}
+	}
+	set := map[*ir.Var]bool{}
+	for v := range others {
+		set[v] = true
+	}
+	if usesVar(lt.B, set) {
+		return nil, false
+	}
+	for _, t := range toAffine(lt.A).terms {
+		v, isVar := t.atom.(*ir.Var)
+		if isVar && set[v] && t.coef < 0 || !isVar && usesVar(t.atom, set) {
+			return nil, false
+		}
+	}
+	for _, v := range others {
+		if usesVar(v, set) {
+			return nil, false
+		}
+	}
+	vmap := map[*ir.Var]ir.Expr{}
+	for v, e := range others {
+		vmap[v] = e
+	}
+	for v, e := range copyOf {
+		vmap[v] = e
+	}
+	b := bounds{}
+	for _, f := range loops {
+		if cv, ok := copyOf[f.Var].(*ir.Var); ok {
+			lo, ok1 := ir.IsConstInt(f.Min)
+			ext, ok2 := ir.IsConstInt(f.Extent)
+			if ok1 && ok2 && ext > 0 {
+				b[cv] = [2]int64{lo, lo + ext - 1}
+			}
+		}
+	}
+	return b.simplify(ir.SubstituteExpr(c, vmap)), true
+}
+
+// guardCount returns how many iterations of loop rf, from its minimum,
+// satisfy guard g over its copy v: g must be c·v + d < b with constants
+// c > 0, d and b, and rf's bounds constant.
+func guardCount(g ir.Expr, v *ir.Var, rf *ir.For) (int64, bool) {
+	lt, ok := g.(*ir.Binary)
+	if !ok || lt.Op != ir.OpLT {
+		return 0, false
+	}
+	b, ok1 := ir.IsConstInt(lt.B)
+	mn, ok2 := ir.IsConstInt(rf.Min)
+	ext, ok3 := ir.IsConstInt(rf.Extent)
+	a := toAffine(lt.A)
+	if !ok1 || !ok2 || !ok3 || len(a.terms) != 1 || a.terms[0].atom != ir.Expr(v) || a.terms[0].coef <= 0 {
+		return 0, false
+	}
+	upper := floorDiv(b-a.c-1, a.terms[0].coef) + 1 // v < upper
+	return max(0, min(ext, upper-mn)), true
 }

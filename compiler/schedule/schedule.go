@@ -227,13 +227,17 @@ func findPath(body ir.Stmt, pred func(ir.Stmt) bool) []ir.Stmt {
 	return nil
 }
 
-// children returns the sub-statements of s (a block's init is not
-// searched: it holds no blocks or loops).
+// children returns the sub-statements of s. A block's init is searched
+// before its body when it holds blocks (Blockize puts the init of a
+// reduction's inner block there, as a loop nest).
 func children(s ir.Stmt) []ir.Stmt {
 	switch s := s.(type) {
 	case *ir.For:
 		return []ir.Stmt{s.Body}
 	case *ir.BlockRealize:
+		if s.Block.Init != nil && len(childRealizes(s.Block.Init)) > 0 {
+			return []ir.Stmt{s.Block.Init, s.Block.Body}
+		}
 		return []ir.Stmt{s.Block.Body}
 	case *ir.SeqStmt:
 		return s.Seq

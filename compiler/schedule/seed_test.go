@@ -12,12 +12,7 @@ import (
 // TestSeedPrimFuncs schedules the int64-indexed PrimFuncs that the IRModule tutorial's
 // graph level produces (parsed from compiler/script's copy of the seed).
 func TestSeedPrimFuncs(t *testing.T) {
-	src, err := os.ReadFile("../script/testdata/001_after_legalize_ops.py")
-	if err != nil {
-		t.Skip("seed file not available:", err)
-	}
-	m, err := script.Parse("001_after_legalize_ops.py", string(src))
-	check.NoError(t, err)
+	m := tutorialModule(t)
 	runCases(t, []schedCase{
 		{name: "seed001_matmul", fn: func() *ir.PrimFunc { return m.PrimFunc("matmul1") }, apply: func(t *testing.T, s *Schedule) {
 			c := must[BlockRV](t)(s.GetBlock("matmul"))
@@ -41,4 +36,17 @@ func TestSeedPrimFuncs(t *testing.T) {
 			must[BlockRV](t)(s.CacheRead(b, 0, "local"))
 		}},
 	})
+}
+
+// tutorialModule parses compiler/script's copy of the IRModule tutorial's
+// module after LegalizeOps, or skips the test without it.
+func tutorialModule(t *testing.T) *ir.IRModule {
+	t.Helper()
+	src, err := os.ReadFile("../script/testdata/001_after_legalize_ops.py")
+	if err != nil {
+		t.Skip("the tutorial's module is not available:", err)
+	}
+	m, err := script.Parse("001_after_legalize_ops.py", string(src))
+	check.NoError(t, err)
+	return m
 }
