@@ -452,4 +452,4 @@ def connect_tracker(host: str, port: Optional[int] = None, token: Optional[str] 
     return TrackerSession(h.value, addr.decode())
 
 
-from ._fleet import Server, Tracker  # noqa: E402
+from ._fleet import Proxy, Server, Tracker  # noqa: E402

@@ -14,6 +14,7 @@ import kiln.tvm_compat as tvm
 
 def test_tvm_names_resolve():
     from kiln.tvm_compat.rpc import RPCSession, TrackerSession, connect, connect_tracker
+    from kiln.tvm_compat.rpc.proxy import Proxy
     from kiln.tvm_compat.rpc.server import Server
     from kiln.tvm_compat.rpc.tracker import Tracker
     from kiln.tvm_compat.runtime import Device, Module, Tensor
@@ -22,7 +23,7 @@ def test_tvm_names_resolve():
 
     assert RPCSession is kiln.rpc.RPCSession and TrackerSession is kiln.rpc.TrackerSession
     assert connect is kiln.rpc.connect and connect_tracker is kiln.rpc.connect_tracker
-    assert Server is kiln.rpc.Server and Tracker is kiln.rpc.Tracker
+    assert Server is kiln.rpc.Server and Tracker is kiln.rpc.Tracker and Proxy is kiln.rpc.Proxy
     assert Device is kiln.Device and Module is kiln.Module and Tensor is kiln.NDArray
     assert FloatImm is kiln.tir.FloatImm
     assert tvm.error.RPCSessionTimeoutError is kiln.RPCSessionTimeoutError
