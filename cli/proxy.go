@@ -49,7 +49,8 @@ func proxyCommand() *ucli.Command {
 		UsageText: "kiln proxy --listen ADDR --token-file F [--public-host HOST] [--ports FIRST-LAST] [--tracker HOST:PORT]",
 		Description: `A device daemon that cannot be dialled (a board behind NAT) connects out
 to the proxy with kiln rpcserver --proxy HOST:PORT; the proxy opens a port
-for it (on --public-host, from --ports) and tells the daemon, which
+for it (from --ports, on the --listen host) and tells the daemon its
+address as clients reach it (--public-host and that port), which
 registers that address with its tracker (with --tracker, the proxy's
 tracker for a daemon that names none, as TVM's proxy registers its
 servers). Clients dial it as they dial any
@@ -63,7 +64,7 @@ Example:
    kiln rpcserver --proxy gw.example.org:9095 --tracker tracker:9190 --key rpi4 --token-file tok`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9095", Usage: "address daemons connect to"},
-			&ucli.StringFlag{Name: "public-host", Usage: "host the daemons' ports open on, as clients reach it (default: the --listen host)"},
+			&ucli.StringFlag{Name: "public-host", Usage: "host name clients reach the proxy by, in the addresses daemons are given (default: the --listen host; the daemons' ports listen on the --listen host)"},
 			&ucli.StringFlag{Name: "ports", Usage: "FIRST-LAST: the ports daemons are given (default: any free port)"},
 			&ucli.StringFlag{Name: "token-file", Usage: "file holding the token daemons must present", EnvVars: []string{"KILN_TOKEN_FILE"}},
 			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the tracker a daemon registers with when it was given none"},
