@@ -166,6 +166,10 @@ int kiln_tracker_request(KilnHandle tracker, const char* key, const char* select
 
 /* Sessions. */
 int kiln_connect(const char* addr, const char* token, KilnHandle cancel, KilnHandle* out_session);
+/* kiln_connect with a session timeout in seconds (0: the daemon's limit):
+ * the daemon ends the session, freeing the device, once it has passed. */
+int kiln_connect_timeout(const char* addr, const char* token, double timeout_s, KilnHandle cancel,
+                         KilnHandle* out_session);
 /* A session on this machine's CPU with the same API as a remote one. */
 int kiln_local(KilnHandle* out_session);
 /* JSON: {"kind": "remote"|"local", "addr", "key", "id", "expires", ...}. */

@@ -406,6 +406,11 @@ func (l *localSession) info() map[string]any {
 
 //export kiln_connect
 func kiln_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnHandle) C.int {
+	return kiln_connect_timeout(addr, token, 0, cancel, out)
+}
+
+//export kiln_connect_timeout
+func kiln_connect_timeout(addr, token *C.char, timeout C.double, cancel C.KilnHandle, out *C.KilnHandle) C.int {
 	ctx, err := contextOf(cancel)
 	if err != nil {
 		return fail(err, errArgument)
@@ -417,7 +422,10 @@ func kiln_connect(addr, token *C.char, cancel C.KilnHandle, out *C.KilnHandle) C
 	if err := checkAddr(a); err != nil {
 		return fail(err, errArgument)
 	}
-	s, err := client.Connect(ctx, a, client.SessionOptions{Token: gostr(token)})
+	if timeout < 0 {
+		return fail(badArg("connect: negative session timeout"), errArgument)
+	}
+	s, err := client.Connect(ctx, a, client.SessionOptions{Token: gostr(token), Timeout: seconds(timeout)})
 	if err != nil {
 		return fail(err, errSession)
 	}

@@ -58,6 +58,7 @@ Examples:
 			tokenCommand(),
 			trackerCommand(),
 			rpcserverCommand(),
+			proxyCommand(),
 			compilerCommand(),
 			compilerJobCommand(),
 			rpcserverWorkerCommand(),

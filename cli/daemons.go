@@ -337,6 +337,7 @@ Examples:
 			&ucli.StringFlag{Name: "key", Required: true, Usage: "device key clients ask the tracker for"},
 			trackerFlag("HOST:PORT of the tracker to register with (none: serve direct sessions only)", false),
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
+			&ucli.StringFlag{Name: "proxy", Usage: "HOST:PORT of a kiln proxy to serve through (a daemon behind NAT): the daemon connects out to it, and clients reach it at the port the proxy opens, which is what it advertises; needs --token-file"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
 			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs sandboxed sessions, or --insecure-shared)"},
@@ -396,6 +397,17 @@ func runRPCServer(c *ucli.Context) error {
 		Plugins: c.StringSlice("plugin"),
 		Worker:  rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}
+	if addr := c.String("proxy"); addr != "" {
+		if tok == "" {
+			return errors.New("rpcserver --proxy: give --token-file: behind a proxy the daemon is reachable by anyone who reaches the proxy's port, and the proxy admits daemons by the same token")
+		}
+		pl, err := dialProxy(c.Context, addr, tok, cfg.Key)
+		if err != nil {
+			return err
+		}
+		cfg.Listener = pl
+		log.Info("serving through kiln proxy", "proxy", addr, "public", pl.Addr().String())
+	}
 	if n := c.Int("threads"); n != 0 {
 		if n < 1 {
 			return fmt.Errorf("--threads %d: want a thread count of at least 1", n)
@@ -435,8 +447,15 @@ func runRPCServer(c *ucli.Context) error {
 	if err != nil {
 		return err // it names the daemon already ("rpcserver: ...")
 	}
-	if addr := c.String("tracker"); addr != "" {
+	trackerAddr := c.String("tracker")
+	if pl, ok := cfg.Listener.(*proxyListener); ok && trackerAddr == "" {
+		trackerAddr = pl.tracker // the proxy's, as TVM's proxy registers its servers
+	}
+	if addr := trackerAddr; addr != "" {
 		adv := c.String("advertise")
+		if adv == "" && cfg.Listener != nil {
+			adv = d.Addr().String() // the port the proxy opened
+		}
 		if adv == "" {
 			_, port, err := net.SplitHostPort(d.Addr().String())
 			if err != nil {

@@ -43,6 +43,10 @@ type SessionOptions struct {
 	// LeaseToken is the token of the tracker lease on this device
 	// (Lease.Token), when the daemon is registered with a tracker.
 	LeaseToken string
+	// Timeout, when positive, asks the daemon to end the session (and free
+	// the device) once it has lasted that long, if that is sooner than its
+	// own limit.
+	Timeout time.Duration
 	// HandshakeTimeout bounds the hello (proto's default when 0).
 	HandshakeTimeout time.Duration
 	// Logger receives debug logs (slog.Default() when nil).
@@ -104,7 +108,7 @@ func connect(ctx context.Context, addr string, opts SessionOptions) (*Session, e
 		return nil, fmt.Errorf("connect to device %s: %w", addr, err)
 	}
 	s := &Session{c: c, addr: addr, opts: opts}
-	if err := c.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: opts.LeaseToken}, &s.info); err != nil {
+	if err := c.Call(ctx, proto.SessionOpen, proto.OpenArgs{LeaseToken: opts.LeaseToken, Timeout: opts.Timeout}, &s.info); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("open session on %s: %w", addr, err)
 	}

@@ -75,6 +75,9 @@ type Runner interface {
 // Config configures a Daemon. The zero value serves one exclusive session
 // at a time on DefaultListen without a token.
 type Config struct {
+	// Listener, when set, is served instead of listening on Listen: the
+	// connections a kiln proxy carries to a daemon behind NAT.
+	Listener net.Listener
 	// Listen is the address to listen on (DefaultListen when empty;
 	// "127.0.0.1:0" in tests).
 	Listen string
@@ -304,7 +307,10 @@ func New(cfg Config) (*Daemon, error) {
 		iso.close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln := cfg.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", cfg.Listen)
+	}
 	if err != nil {
 		iso.close()
 		closePlugins(plugins)

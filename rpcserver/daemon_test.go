@@ -715,3 +715,22 @@ func TestLeaseEndsSession(t *testing.T) {
 	next := td.connect(t, client.SessionOptions{LeaseToken: "short"})
 	check.NoError(t, next.Upload(ctx, "x", []byte("x")))
 }
+
+// TestSessionTimeoutAskedByClient: a client's Timeout shortens its session
+// (never lengthens it past the daemon's limit): the daemon ends it and the
+// exclusive device is free for the next client while the first still
+// holds its session.
+func TestSessionTimeoutAskedByClient(t *testing.T) {
+	td := startDaemon(t, rpcserver.Config{SessionTimeout: time.Hour})
+	ctx := testCtx(t)
+	held := td.connect(t, client.SessionOptions{Timeout: 300 * time.Millisecond})
+	check.True(t, time.Until(held.Expires()) < time.Minute, "expires", held.Expires())
+	eventually(t, "the short session expires", func() bool {
+		_, err := held.List(ctx)
+		return errors.Is(err, proto.ErrSessionExpired)
+	})
+	next := td.connect(t, client.SessionOptions{Timeout: 2 * time.Hour})
+	_, err := next.List(ctx)
+	check.NoError(t, err)
+	check.True(t, time.Until(next.Expires()) <= time.Hour, "a client cannot outlast the daemon's limit", next.Expires())
+}

@@ -236,6 +236,14 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 	} else if err := d.take(s, ""); err != nil {
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)
 	}
+	if a.Timeout > 0 {
+		s.mu.Lock()
+		longer := a.Timeout < s.timeout
+		s.mu.Unlock()
+		if longer {
+			s.armDeadline(a.Timeout)
+		}
+	}
 	dir, err := os.MkdirTemp(d.cfg.Dir, "session-"+s.id+"-")
 	if err != nil {
 		return proto.SessionInfo{}, fmt.Errorf("open session: %w", err)

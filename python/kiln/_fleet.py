@@ -1,11 +1,12 @@
-"""TVM's rpc.Server and rpc.tracker.Tracker as kiln processes: each starts
-the kiln binary (``kiln rpcserver``, ``kiln tracker``) on a free port of the
+"""TVM's rpc.Server, rpc.tracker.Tracker and rpc.proxy.Proxy as kiln processes: each starts
+the kiln binary (``kiln rpcserver``, ``kiln tracker``, ``kiln proxy``) on a free port of the
 range asked for, waits until it serves, and stops it with terminate().
 The binary is $KILN_BINARY, else ``kiln`` on PATH."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -120,8 +121,10 @@ class Server(_Process):
     custom_addr when given). The constructor returns once the daemon
     listens and, with a tracker, has registered.
 
-    is_proxy (a server that dials out to a proxy) has no counterpart:
-    kiln's daemons are reached directly. load_library has kiln's form in
+    With is_proxy, host:port is a kiln proxy (kiln.rpc.Proxy) that the
+    daemon connects out to, as a board behind NAT does; its port is then
+    the one the proxy opened for it (the daemon and the proxy share a
+    token: token_file, else KILN_TOKEN_FILE). load_library has kiln's form in
     plugins: shared objects of kiln's packed ABI whose functions every
     session serves as globals (``kiln rpcserver --plugin``)."""
 
@@ -144,8 +147,6 @@ class Server(_Process):
         token_file: Optional[str] = None,
         session_timeout: Optional[str] = None,
     ) -> None:
-        if is_proxy:
-            raise KilnValueError("rpc.Server(is_proxy=True): kiln's device daemons are reached directly, not through a proxy")
         if server_init_callback is not None:
             raise KilnValueError(
                 "rpc.Server(server_init_callback=...): a kiln daemon's sessions run in a sandboxed worker process "
@@ -153,9 +154,14 @@ class Server(_Process):
             )
         if load_library:
             raise KilnValueError("rpc.Server(load_library=...): give plugins=[...], shared objects of kiln's packed ABI")
-        p = _free_port(host, port, port_end)
         self.key = key or "kiln"
-        args = ["rpcserver", "--key", self.key, "--listen", f"{host}:{p}"]
+        if is_proxy:
+            # host:port is a kiln proxy (kiln.rpc.Proxy) the daemon connects
+            # out to; clients reach it at the port the proxy opens for it.
+            args = ["rpcserver", "--key", self.key, "--proxy", f"{host}:{port}", "--listen", "127.0.0.1:0"]
+        else:
+            p = _free_port(host, port, port_end)
+            args = ["rpcserver", "--key", self.key, "--listen", f"{host}:{p}"]
         if tracker_addr is not None:
             args += ["--tracker", f"{tracker_addr[0]}:{tracker_addr[1]}"]
         if custom_addr:
@@ -168,9 +174,37 @@ class Server(_Process):
         for lib in plugins:
             args += ["--plugin", os.fspath(lib)]
         self.tracker_addr = tracker_addr
+        if is_proxy:
+            if not token_file:
+                raise KilnValueError("rpc.Server(is_proxy=True): a daemon behind a proxy needs a token (token_file or KILN_TOKEN_FILE), as the proxy does")
+            self._start_via_proxy(args, host, tracker_addr is not None or bool(getattr(_proxies.get((host, port)), "tracker_addr", None)))
+            return
         super().__init__(args, host, p)
         if tracker_addr is not None:
             self._wait_registered(custom_addr or host)
+
+    def _start_via_proxy(self, args: Sequence[str], proxy_host: str, registers: bool) -> None:
+        """Starts the daemon and waits until the proxy has given it its
+        port (and, when it registers with a tracker, until it has)."""
+        self._dir = tempfile.mkdtemp(prefix="kiln-rpcserver-")
+        self._log = os.path.join(self._dir, "rpcserver.log")
+        with open(self._log, "wb") as f:
+            self.proc = subprocess.Popen([_binary(), *args], stdout=f, stderr=subprocess.STDOUT, cwd=self._dir)
+        want = "registered with tracker" if registers else "device daemon listening"
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.terminate()
+                raise SessionError(f"rpcserver exited with {self.proc.returncode}: {_tail(self._log)}")
+            with open(self._log, errors="replace") as f:
+                text = f.read()
+            m = re.search(r'public=(\S+):(\d+)', text)
+            if m and want in text:
+                self.host, self.port = m.group(1), int(m.group(2))
+                return
+            time.sleep(0.05)
+        self.terminate()
+        raise SessionError(f"the device daemon did not come up through the proxy on {proxy_host}: {_tail(self._log)}")
 
     def _wait_registered(self, host: str) -> None:
         from .rpc import connect_tracker
@@ -193,3 +227,38 @@ class Server(_Process):
                 time.sleep(0.05)
         self.terminate()
         raise SessionError(f"the device daemon on {want} did not register with the tracker: {_tail(self._log)}")
+
+
+# The proxies started here, by (host, port): a daemon started behind one
+# registers with its tracker.
+_proxies: dict = {}
+
+
+class Proxy(_Process):
+    """A kiln proxy (TVM's rpc.proxy.Proxy): ``kiln proxy`` on host, on the
+    first free port from port to port_end, for device daemons behind NAT
+    (``rpc.Server(host=proxy.host, port=proxy.port, is_proxy=True)``). A
+    daemon that connects gets a port of the proxy's, which clients dial
+    (the tracker's server_info lists it); with tracker_addr, daemons that
+    name no tracker register with that one, as TVM's proxy registers its
+    servers. The proxy admits daemons by a token (token_file, else
+    KILN_TOKEN_FILE). web_port, timeout_client, timeout_server and index
+    are accepted for TVM's signature."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9091, port_end: int = 9199, web_port: int = 0,
+                 timeout_client: float = 600, timeout_server: float = 600, tracker_addr: Optional[Tuple[str, int]] = None,
+                 index_page: Any = None, resource_files: Any = None, token_file: Optional[str] = None) -> None:
+        token_file = token_file or os.environ.get("KILN_TOKEN_FILE")
+        if not token_file:
+            raise KilnValueError("rpc.Proxy: kiln's proxy admits device daemons by a token: give token_file or set KILN_TOKEN_FILE")
+        p = _free_port(host, port, port_end)
+        args = ["proxy", "--listen", f"{host}:{p}", "--token-file", token_file]
+        if tracker_addr is not None:
+            args += ["--tracker", f"{tracker_addr[0]}:{tracker_addr[1]}"]
+        self.tracker_addr = tracker_addr
+        super().__init__(args, host, p)
+        _proxies[(host, p)] = self
+
+    def terminate(self) -> None:
+        _proxies.pop((self.host, self.port), None)
+        super().terminate()

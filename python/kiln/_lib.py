@@ -138,6 +138,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [Handle, c_char_p, c_char_p, c_int32, c_double, c_double, ProgressFn, c_void_p, Handle, _P(Handle)],
     ),
     "kiln_connect": (c_int, [c_char_p, c_char_p, Handle, _P(Handle)]),
+    "kiln_connect_timeout": (c_int, [c_char_p, c_char_p, c_double, Handle, _P(Handle)]),
     "kiln_local": (c_int, [_P(Handle)]),
     "kiln_session_info": (c_int, [Handle, _P(c_void_p)]),
     "kiln_session_upload": (c_int, [Handle, c_char_p, c_char_p, Handle]),

@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import threading
-import weakref
 from typing import Any, Optional
 
 from . import _lib
@@ -190,28 +189,7 @@ class RPCSession:
             if self._closed:
                 return
             self._closed = True
-        timer = getattr(self, "_timer", None)
-        if timer is not None:
-            timer.cancel()
         _lib.free(self._h)
-
-    def _expire_after(self, seconds: float) -> None:
-        """Ends the session once seconds have passed (a direct connection's
-        session_timeout), freeing the device then even while this object
-        lives."""
-        ref = weakref.ref(self)
-
-        def expire() -> None:
-            s = ref()
-            if s is not None:
-                s.close()
-
-        # Through a weak reference: the timer must not keep the session
-        # alive (dropping it frees the device at once).
-        t = threading.Timer(seconds, expire)
-        t.daemon = True
-        self._timer = t
-        t.start()
 
     def __enter__(self) -> "RPCSession":
         return self
@@ -284,8 +262,10 @@ def connect(
     that is not registered with a tracker, or one you hold a lease on), as
     TVM's rpc.connect does. key is accepted for TVM's signature (a kiln
     daemon serves whoever holds its token, whatever key it registers
-    under). session_timeout (seconds, 0: the daemon's own limit) ends the
-    session and frees the device once it has passed. session_constructor_args
+    under). session_timeout (seconds, 0: the daemon's own limit) is kept
+    by the daemon: it ends the session and frees the device once it has
+    passed, even while this object lives (a later call raises
+    RPCSessionTimeoutError). session_constructor_args
     ["rpc.Connect", host2, port2, key2, ...] asks for the device behind
     another server: kiln's data path never passes through a second daemon,
     so the session goes to host2:port2 directly; no other constructor
@@ -301,11 +281,9 @@ def connect(
     if session_timeout is None or session_timeout < 0:
         raise KilnValueError(f"session_timeout {session_timeout!r}: want seconds, 0 or more")
     h = _lib.Handle()
-    _lib.blocking(lib.kiln_connect, _addr(host, port), _token(token, token_file), 0, ctypes.byref(h), cancel_at=2)
-    s = RPCSession(h.value)
-    if session_timeout:
-        s._expire_after(float(session_timeout))
-    return s
+    _lib.blocking(lib.kiln_connect_timeout, _addr(host, port), _token(token, token_file), float(session_timeout), 0,
+                  ctypes.byref(h), cancel_at=3)
+    return RPCSession(h.value)
 
 
 class TrackerSession:
@@ -452,4 +430,4 @@ def connect_tracker(host: str, port: Optional[int] = None, token: Optional[str] 
     return TrackerSession(h.value, addr.decode())
 
 
-from ._fleet import Server, Tracker  # noqa: E402
+from ._fleet import Proxy, Server, Tracker  # noqa: E402

@@ -4,6 +4,7 @@ dropping the last reference."""
 
 import gc
 import os
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import kiln.tvm_compat as tvm
 
 def test_tvm_names_resolve():
     from kiln.tvm_compat.rpc import RPCSession, TrackerSession, connect, connect_tracker
+    from kiln.tvm_compat.rpc.proxy import Proxy
     from kiln.tvm_compat.rpc.server import Server
     from kiln.tvm_compat.rpc.tracker import Tracker
     from kiln.tvm_compat.runtime import Device, Module, Tensor
@@ -22,7 +24,7 @@ def test_tvm_names_resolve():
 
     assert RPCSession is kiln.rpc.RPCSession and TrackerSession is kiln.rpc.TrackerSession
     assert connect is kiln.rpc.connect and connect_tracker is kiln.rpc.connect_tracker
-    assert Server is kiln.rpc.Server and Tracker is kiln.rpc.Tracker
+    assert Server is kiln.rpc.Server and Tracker is kiln.rpc.Tracker and Proxy is kiln.rpc.Proxy
     assert Device is kiln.Device and Module is kiln.Module and Tensor is kiln.NDArray
     assert FloatImm is kiln.tir.FloatImm
     assert tvm.error.RPCSessionTimeoutError is kiln.RPCSessionTimeoutError
@@ -88,3 +90,31 @@ def test_dropped_session_frees_its_device(fleet, tracker, matmul_artifact):
 
 def _free(t):
     return t.summary()["queue_info"]["cpu"]["free"]
+
+
+def test_direct_session_timeout_frees_the_device_while_held(kiln_binary, monkeypatch):
+    # rpc.connect's session_timeout is kept by the daemon: past it, the
+    # device is free for the next client although the first still holds
+    # its session object, and that object's next call says it timed out.
+    monkeypatch.setenv("KILN_BINARY", kiln_binary)
+    server = kiln.rpc.Server(key="x1")
+    try:
+        held = kiln.rpc.connect("127.0.0.1", server.port, session_timeout=1)
+        addone = held.get_function("rpc.test.addone")
+        assert addone(1) == 2
+        other = None
+        for _ in range(600):  # bounded: the daemon's timer fires after 1 s
+            try:
+                other = kiln.rpc.connect("127.0.0.1", server.port)
+                break
+            except kiln.SessionError as e:
+                assert "busy" in str(e), e
+                time.sleep(0.1)
+        assert other is not None, "the device stayed busy"
+        assert other.get_function("rpc.test.addone")(41) == 42
+        with pytest.raises(kiln.RPCSessionTimeoutError):
+            addone(2)
+        other.close()
+        held.close()
+    finally:
+        server.terminate()

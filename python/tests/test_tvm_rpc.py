@@ -3,9 +3,9 @@ ported with only the imports and the module-building step changed: every
 assertion is TVM's. tvm.rpc is kiln.rpc, tvm.runtime.tensor is
 kiln.nd.array, tvm.compile is kiln.build, rpc.Server and Tracker start the
 kiln binary's daemons on loopback. TVM's minrpc, PowerPC and OpenCL checks
-have no counterpart (kiln has no minrpc server; no board is present), nor
-the proxy (kiln's daemons are reached directly): those tests are skipped
-with the reason."""
+have no counterpart (kiln has no minrpc server; no board is present):
+those tests are skipped with the reason. The proxy tests run against
+`kiln proxy`, whose fleet has a token (KILN_TOKEN_FILE)."""
 
 import gc
 import multiprocessing
@@ -20,7 +20,7 @@ import pytest
 
 import kiln as tvm
 from kiln import rpc, te
-from kiln.rpc import Tracker
+from kiln.rpc import Proxy, Tracker
 
 kiln = tvm
 
@@ -452,16 +452,58 @@ def test_rpc_tracker_request(device_key):
     tracker.terminate()
 
 
-@pytest.mark.skip(reason="kiln has no RPC proxy: its device daemons are reached directly (docs/python.md)")
+@pytest.fixture
+def proxy_token(tmp_path, monkeypatch):
+    # kiln's proxy admits daemons by a token: the fleet of a proxy test
+    # (tracker, proxy, daemons, clients) reads one from KILN_TOKEN_FILE.
+    token = tmp_path / "token"
+    token.write_text(os.urandom(16).hex())
+    monkeypatch.setenv("KILN_TOKEN_FILE", str(token))
+
+
 @pytest.mark.parametrize("device_key", ["test_device", "127.0.0.1:5555"])
-def test_rpc_tracker_via_proxy(device_key):
-    pass
+def test_rpc_tracker_via_proxy(device_key, proxy_token):
+    """
+         tracker
+         /     \
+    Host   --   Proxy -- RPC server
+    """
+
+    tracker_server = Tracker(port=9000, port_end=9100)
+    proxy_server = Proxy(
+        host=tracker_server.host,
+        port=8888,
+        port_end=8988,
+        tracker_addr=(tracker_server.host, tracker_server.port),
+    )
+
+    server1 = rpc.Server(
+        host=proxy_server.host,
+        port=proxy_server.port,
+        key=device_key,
+        tracker_addr=(tracker_server.host, tracker_server.port),
+        is_proxy=True,
+    )
+    server2 = rpc.Server(
+        host=proxy_server.host,
+        port=proxy_server.port,
+        key=device_key,
+        tracker_addr=(tracker_server.host, tracker_server.port),
+        is_proxy=True,
+    )
+
+    client = rpc.connect_tracker(tracker_server.host, tracker_server.port)
+    remote1 = client.request(device_key, session_timeout=30)  # pylint: disable=unused-variable
+    remote2 = client.request(device_key, session_timeout=30)  # pylint: disable=unused-variable
+
+    server2.terminate()
+    server1.terminate()
+    proxy_server.terminate()
+    tracker_server.terminate()
 
 
 @pytest.mark.parametrize("with_proxy", (True, False))
-def test_rpc_session_timeout_error(with_proxy):
-    if with_proxy:
-        pytest.skip("kiln has no RPC proxy: its device daemons are reached directly (docs/python.md)")
+def test_rpc_session_timeout_error(with_proxy, proxy_token):
     port = 9000
     port_end = 10000
 
@@ -469,7 +511,12 @@ def test_rpc_session_timeout_error(with_proxy):
     time.sleep(0.5)
     tracker_addr = (tracker.host, tracker.port)
 
-    server = rpc.Server(port=port, port_end=port_end, tracker_addr=tracker_addr, key="x1")
+    if with_proxy:
+        proxy = Proxy(host="0.0.0.0", port=port, port_end=port_end, tracker_addr=tracker_addr)
+        time.sleep(0.5)
+        server = rpc.Server(host=proxy.host, port=proxy.port, is_proxy=True, key="x1")
+    else:
+        server = rpc.Server(port=port, port_end=port_end, tracker_addr=tracker_addr, key="x1")
     time.sleep(0.5)
 
     rpc_sess = rpc.connect_tracker(*tracker_addr).request(key="x1", session_timeout=1)
@@ -480,6 +527,8 @@ def test_rpc_session_timeout_error(with_proxy):
         f1(10)
 
     server.terminate()
+    if with_proxy:
+        proxy.terminate()
     tracker.terminate()
 
 

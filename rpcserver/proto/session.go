@@ -11,6 +11,8 @@ package proto
 // refused with ErrUnauthorized until it has succeeded) and ends when the
 // client closes its connection. Handles are uint64s, never 0.
 
+import "time"
+
 // Device session methods (Client.Call unless marked bulk).
 const (
 	// SessionOpen opens the session: OpenArgs → SessionInfo.
@@ -83,6 +85,11 @@ type OpenArgs struct {
 	// LeaseToken is the token of a tracker lease for this daemon; required
 	// when the daemon verifies leases, ignored otherwise.
 	LeaseToken string `msgpack:"lease_token,omitempty"`
+	// Timeout, when positive, asks for a session shorter than the daemon
+	// (or the lease) allows, never a longer one: the daemon ends it, and
+	// frees the device, once it has passed (TVM's session_timeout on a
+	// direct connection).
+	Timeout time.Duration `msgpack:"timeout,omitempty"`
 }
 
 // SessionInfo describes an open session.

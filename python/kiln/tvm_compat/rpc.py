@@ -9,6 +9,7 @@ import types
 
 from ..rpc import (
     LocalSession,
+    Proxy,
     RPCSession,
     Server,
     Tracker,
@@ -23,14 +24,17 @@ tracker = types.ModuleType(__name__ + ".tracker", "tvm.rpc.tracker on kiln: Trac
 tracker.Tracker = Tracker  # type: ignore[attr-defined]
 server = types.ModuleType(__name__ + ".server", "tvm.rpc.server on kiln: Server starts `kiln rpcserver`.")
 server.Server = Server  # type: ignore[attr-defined]
+proxy = types.ModuleType(__name__ + ".proxy", "tvm.rpc.proxy on kiln: Proxy starts `kiln proxy`.")
+proxy.Proxy = Proxy  # type: ignore[attr-defined]
 client = types.ModuleType(__name__ + ".client", "tvm.rpc.client on kiln.")
 for _n in ("RPCSession", "TrackerSession", "LocalSession", "connect", "connect_tracker"):
     setattr(client, _n, globals()[_n])
-for _m in (tracker, server, client):
+for _m in (tracker, server, proxy, client):
     sys.modules[_m.__name__] = _m
 
 __all__ = [
     "LocalSession",
+    "Proxy",
     "RPCError",
     "RPCSession",
     "RPCSessionTimeoutError",
@@ -41,6 +45,7 @@ __all__ = [
     "connect",
     "connect_tracker",
     "local",
+    "proxy",
     "server",
     "tracker",
 ]

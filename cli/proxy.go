@@ -1,0 +1,433 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+)
+
+// kiln proxy is TVM's RPC proxy (python/tvm/rpc/proxy.py) for kiln: a
+// device daemon behind NAT, which nobody can dial, connects out to the
+// proxy (kiln rpcserver --proxy), and the proxy opens a port for it that
+// clients dial as if it were the daemon's own. Each client connection the
+// proxy accepts there is carried to the daemon over a new connection the
+// daemon dials out for it when the proxy asks (over the daemon's control
+// connection), so the daemon sees plain TCP connections and serves them as
+// it serves any: its token, its sessions, and the call connections it
+// hands to its workers. The proxy reads none of what it carries.
+//
+// The proxy's own protocol, one line each way, on its --listen port:
+//
+//	daemon → proxy: KILNPROXY1 board TOKEN KEY   (control connection)
+//	proxy → daemon: ok HOST:PORT [TRACKER] | error MESSAGE
+//	proxy → daemon: dial ID                       (one per client connection)
+//	daemon → proxy: KILNPROXY1 conn TOKEN ID      (a new connection, then raw bytes)
+const proxyMagic = "KILNPROXY1"
+
+// How long the proxy waits for a daemon's dial-back, and for a first line.
+const (
+	proxyDialBack  = 10 * time.Second
+	proxyLineLimit = 4096
+)
+
+func proxyCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "proxy",
+		Usage:     "relay clients to device daemons behind NAT that connect out to it (TVM's RPC proxy)",
+		UsageText: "kiln proxy --listen ADDR --token-file F [--public-host HOST] [--ports FIRST-LAST] [--tracker HOST:PORT]",
+		Description: `A device daemon that cannot be dialled (a board behind NAT) connects out
+to the proxy with kiln rpcserver --proxy HOST:PORT; the proxy opens a port
+for it (from --ports, on the --listen host) and tells the daemon its
+address as clients reach it (--public-host and that port), which
+registers that address with its tracker (with --tracker, the proxy's
+tracker for a daemon that names none, as TVM's proxy registers its
+servers). Clients dial it as they dial any
+daemon; the proxy carries each of their connections to the daemon over a
+connection the daemon dials out for it. The daemons must present the
+proxy's token (--token-file); what the proxy carries is the kiln protocol,
+authenticated by the daemon itself.
+
+Example:
+   kiln proxy --listen 0.0.0.0:9095 --public-host gw.example.org --ports 9100-9199 --token-file tok
+   kiln rpcserver --proxy gw.example.org:9095 --tracker tracker:9190 --key rpi4 --token-file tok`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9095", Usage: "address daemons connect to"},
+			&ucli.StringFlag{Name: "public-host", Usage: "host name clients reach the proxy by, in the addresses daemons are given (default: the --listen host; the daemons' ports listen on the --listen host)"},
+			&ucli.StringFlag{Name: "ports", Usage: "FIRST-LAST: the ports daemons are given (default: any free port)"},
+			&ucli.StringFlag{Name: "token-file", Usage: "file holding the token daemons must present", EnvVars: []string{"KILN_TOKEN_FILE"}},
+			&ucli.StringFlag{Name: "tracker", Usage: "HOST:PORT of the tracker a daemon registers with when it was given none"},
+		},
+		Action: runProxy,
+	}
+}
+
+func runProxy(c *ucli.Context) error {
+	tok, err := readToken(c)
+	if err != nil {
+		return err
+	}
+	if tok == "" {
+		return errors.New("proxy: give --token-file: the daemons that connect must present its token (anyone else could offer clients a device of theirs)")
+	}
+	p, err := newProxy(c.String("listen"), c.String("public-host"), c.String("ports"), tok, slog.New(slog.NewTextHandler(c.App.ErrWriter, nil)))
+	if err != nil {
+		return err
+	}
+	p.tracker = c.String("tracker")
+	if strings.ContainsAny(p.tracker, " \t\n") {
+		return fmt.Errorf("proxy: --tracker %q: want HOST:PORT", p.tracker)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "kiln proxy listening for daemons on %s\n", p.Addr())
+	return p.Serve(c.Context)
+}
+
+// proxy is kiln proxy's state.
+type proxy struct {
+	ln         net.Listener
+	token      string
+	publicHost string
+	tracker    string // told to daemons, which register with it when they have no tracker
+	first      int    // the port range (0, 0: any free port)
+	last       int
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	waiting map[string]chan net.Conn // dial-back ID → the client's side waiting for it
+	wg      sync.WaitGroup
+}
+
+func newProxy(listen, publicHost, ports, token string, log *slog.Logger) (*proxy, error) {
+	p := &proxy{token: token, log: log, waiting: map[string]chan net.Conn{}}
+	if ports != "" {
+		if _, err := fmt.Sscanf(ports, "%d-%d", &p.first, &p.last); err != nil || p.first <= 0 || p.last < p.first || p.last > 65535 {
+			return nil, fmt.Errorf("proxy: --ports %q: want FIRST-LAST, such as 9100-9199", ports)
+		}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listen: %w", err)
+	}
+	p.ln = ln
+	if publicHost == "" {
+		publicHost, _, _ = net.SplitHostPort(ln.Addr().String())
+	}
+	p.publicHost = publicHost
+	return p, nil
+}
+
+// Addr is the address daemons connect to.
+func (p *proxy) Addr() net.Addr { return p.ln.Addr() }
+
+// Serve accepts daemons and their dial-backs until ctx ends.
+func (p *proxy) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		p.ln.Close()
+	}()
+	defer p.wg.Wait()
+	for {
+		nc, err := p.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("proxy: accept: %w", err)
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serveConn(ctx, nc)
+		}()
+	}
+}
+
+// readLine reads one line of at most proxyLineLimit bytes without reading
+// past it (the bytes after a dial-back's line are the client's).
+func readLine(nc net.Conn) (string, error) {
+	var b []byte
+	one := make([]byte, 1)
+	for len(b) < proxyLineLimit {
+		if _, err := io.ReadFull(nc, one); err != nil {
+			return "", err
+		}
+		if one[0] == '\n' {
+			return string(b), nil
+		}
+		b = append(b, one[0])
+	}
+	return "", fmt.Errorf("line longer than %d bytes", proxyLineLimit)
+}
+
+func (p *proxy) serveConn(ctx context.Context, nc net.Conn) {
+	nc.SetReadDeadline(time.Now().Add(proxyDialBack))
+	line, err := readLine(nc)
+	nc.SetReadDeadline(time.Time{})
+	f := strings.Fields(line)
+	if err != nil || len(f) != 4 || f[0] != proxyMagic || (f[1] != "board" && f[1] != "conn") {
+		p.log.Warn("proxy: not a kiln daemon's connection", "remote", nc.RemoteAddr(), "err", err)
+		fmt.Fprintf(nc, "error not a %s board or conn line\n", proxyMagic)
+		nc.Close()
+		return
+	}
+	if !proto.TokenEqual(f[2], p.token) {
+		p.log.Warn("proxy: wrong token", "remote", nc.RemoteAddr())
+		fmt.Fprintf(nc, "error wrong token\n")
+		nc.Close()
+		return
+	}
+	if f[1] == "conn" {
+		p.mu.Lock()
+		ch := p.waiting[f[3]]
+		delete(p.waiting, f[3])
+		p.mu.Unlock()
+		if ch == nil {
+			nc.Close()
+			return
+		}
+		ch <- nc
+		return
+	}
+	p.serveBoard(ctx, nc, f[3])
+}
+
+// serveBoard opens a port for the daemon on nc (its control connection)
+// and carries every client connection made there to it, until nc closes.
+func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string) {
+	defer ctl.Close()
+	pln, err := p.listenPublic()
+	if err != nil {
+		fmt.Fprintf(ctl, "error %v\n", err)
+		return
+	}
+	defer pln.Close()
+	_, port, _ := net.SplitHostPort(pln.Addr().String())
+	public := net.JoinHostPort(p.publicHost, port)
+	if _, err := fmt.Fprintf(ctl, "ok %s %s\n", public, p.tracker); err != nil {
+		return
+	}
+	p.log.Info("proxy: daemon connected", "key", key, "remote", ctl.RemoteAddr(), "public", public)
+	gone := make(chan struct{})
+	go func() {
+		// The daemon sends nothing more: a read returns when it leaves.
+		io.Copy(io.Discard, ctl)
+		close(gone)
+		pln.Close()
+	}()
+	var wmu sync.Mutex
+	for {
+		cc, err := pln.Accept()
+		if err != nil {
+			p.log.Info("proxy: daemon left", "key", key, "public", public)
+			return
+		}
+		id := randomHex(16)
+		ch := make(chan net.Conn, 1)
+		p.mu.Lock()
+		p.waiting[id] = ch
+		p.mu.Unlock()
+		wmu.Lock()
+		_, err = fmt.Fprintf(ctl, "dial %s\n", id)
+		wmu.Unlock()
+		if err != nil {
+			cc.Close()
+			return
+		}
+		go p.carry(ctx, cc, ch, id, gone)
+	}
+}
+
+// carry waits for the daemon's dial-back id and copies both ways.
+func (p *proxy) carry(ctx context.Context, cc net.Conn, ch chan net.Conn, id string, gone chan struct{}) {
+	t := time.NewTimer(proxyDialBack)
+	defer t.Stop()
+	var dc net.Conn
+	select {
+	case dc = <-ch:
+	case <-t.C:
+	case <-gone:
+	case <-ctx.Done():
+	}
+	if dc == nil {
+		p.mu.Lock()
+		delete(p.waiting, id)
+		p.mu.Unlock()
+		cc.Close()
+		return
+	}
+	pipe(cc, dc)
+}
+
+// pipe copies a to b and b to a until either side ends, then closes both.
+func pipe(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+	a.Close()
+	b.Close()
+}
+
+func (p *proxy) listenPublic() (net.Listener, error) {
+	if p.first == 0 {
+		return net.Listen("tcp", net.JoinHostPort(p.listenHost(), "0"))
+	}
+	for port := p.first; port <= p.last; port++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort(p.listenHost(), fmt.Sprint(port)))
+		if err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("no free port from %d to %d (--ports)", p.first, p.last)
+}
+
+// listenHost is the host the daemons' ports listen on: the proxy's own
+// listen host.
+func (p *proxy) listenHost() string {
+	h, _, _ := net.SplitHostPort(p.ln.Addr().String())
+	return h
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// proxyListener is a device daemon's side of kiln proxy: a net.Listener
+// whose connections are the client connections the proxy carries, each
+// dialled out to the proxy when it asks.
+type proxyListener struct {
+	addr   string // the proxy's address
+	token  string
+	public net.Addr // the address the proxy opened for this daemon
+	// tracker is the proxy's tracker ("" when it has none).
+	tracker string
+	ctl     net.Conn
+	conns   chan net.Conn
+	done    chan struct{}
+	once    sync.Once
+	err     error
+}
+
+// dialProxy connects a daemon serving key to the proxy at addr.
+func dialProxy(ctx context.Context, addr, token, key string) (*proxyListener, error) {
+	if strings.ContainsAny(token+key, " \t\n") || token == "" {
+		return nil, errors.New("rpcserver --proxy: the token must be set (--token-file) and neither it nor --key may hold spaces")
+	}
+	var d net.Dialer
+	ctl, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("rpcserver --proxy %s: %w", addr, err)
+	}
+	fmt.Fprintf(ctl, "%s board %s %s\n", proxyMagic, token, key)
+	ctl.SetReadDeadline(time.Now().Add(proxyDialBack))
+	line, err := readLine(ctl)
+	ctl.SetReadDeadline(time.Time{})
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("rpcserver --proxy %s: no answer: %w", addr, err)
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || f[0] != "ok" {
+		ctl.Close()
+		return nil, fmt.Errorf("rpcserver --proxy %s refused the daemon: %s", addr, strings.TrimPrefix(line, "error "))
+	}
+	l := &proxyListener{addr: addr, token: token, public: proxyAddr(f[1]), ctl: ctl, conns: make(chan net.Conn), done: make(chan struct{})}
+	if len(f) > 2 {
+		l.tracker = f[2]
+	}
+	go l.readControl()
+	return l, nil
+}
+
+// proxyAddr is a net.Addr of the address the proxy gave (a host name
+// stays a name).
+type proxyAddr string
+
+func (a proxyAddr) Network() string { return "tcp" }
+func (a proxyAddr) String() string  { return string(a) }
+
+// readControl dials back for each "dial ID" the proxy sends.
+func (l *proxyListener) readControl() {
+	for {
+		line, err := readLine(l.ctl)
+		if err != nil {
+			l.fail(fmt.Errorf("rpcserver --proxy %s: the proxy closed the connection: %w", l.addr, err))
+			return
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 || f[0] != "dial" {
+			continue
+		}
+		go l.dialBack(f[1])
+	}
+}
+
+func (l *proxyListener) dialBack(id string) {
+	nc, err := net.DialTimeout("tcp", l.addr, proxyDialBack)
+	if err != nil {
+		return
+	}
+	if _, err := fmt.Fprintf(nc, "%s conn %s %s\n", proxyMagic, l.token, id); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case l.conns <- nc:
+	case <-l.done:
+		nc.Close()
+	}
+}
+
+func (l *proxyListener) fail(err error) {
+	l.once.Do(func() {
+		l.err = err
+		close(l.done)
+		l.ctl.Close()
+	})
+}
+
+// Accept returns the next client connection the proxy carries.
+func (l *proxyListener) Accept() (net.Conn, error) {
+	select {
+	case nc := <-l.conns:
+		return nc, nil
+	case <-l.done:
+		if errors.Is(l.err, net.ErrClosed) {
+			return nil, net.ErrClosed
+		}
+		return nil, l.err
+	}
+}
+
+// Close leaves the proxy.
+func (l *proxyListener) Close() error {
+	l.fail(net.ErrClosed)
+	return nil
+}
+
+// Addr is the address the proxy opened for the daemon: the one clients
+// dial and the tracker is told.
+func (l *proxyListener) Addr() net.Addr { return l.public }
