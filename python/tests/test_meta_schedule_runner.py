@@ -57,9 +57,8 @@ MATMUL_M = 32
 
 @pytest.fixture(autouse=True)
 def _kiln_binary(kiln_binary, tmp_path, monkeypatch):
-    # rpc.Server and Tracker start the kiln binary. LocalRPC's daemon
-    # listens on 0.0.0.0, which kiln serves only with a token: the fleet
-    # and its clients read it from KILN_TOKEN_FILE.
+    # rpc.Server and Tracker start the kiln binary; the fleet and its
+    # clients read a token from KILN_TOKEN_FILE, as a shared fleet would.
     monkeypatch.setenv("KILN_BINARY", kiln_binary)
     token = tmp_path / "token"
     token.write_text(os.urandom(16).hex())

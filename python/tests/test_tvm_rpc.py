@@ -512,7 +512,8 @@ def test_rpc_session_timeout_error(with_proxy, proxy_token):
     tracker_addr = (tracker.host, tracker.port)
 
     if with_proxy:
-        proxy = Proxy(host="0.0.0.0", port=port, port_end=port_end, tracker_addr=tracker_addr)
+        # TVM's test binds every interface; kiln's tests stay on loopback.
+        proxy = Proxy(host="127.0.0.1", port=port, port_end=port_end, tracker_addr=tracker_addr)
         time.sleep(0.5)
         server = rpc.Server(host=proxy.host, port=proxy.port, is_proxy=True, key="x1")
     else:

@@ -49,7 +49,8 @@ class LocalRPC:
             port_end=12345,
         )
         self.server = Server(
-            host="0.0.0.0",
+            # TVM binds every interface here; kiln's tests stay on loopback.
+            host="127.0.0.1",
             is_proxy=False,
             tracker_addr=(self.tracker.host, self.tracker.port),
             key=tracker_key,
