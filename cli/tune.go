@@ -429,6 +429,9 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	for _, t := range r.Tasks {
 		unsched, dflt, best, gf, up := "-", "-", "-", "-", "-"
 		u, d := r.Unscheduled[t.Name], r.DefaultSchedule[t.Name]
+		if t.Default > 0 {
+			d = t.Default // this run's, the head-to-head's when there was one
+		}
 		if u > 0 {
 			unsched = fmtSeconds(u)
 		}
