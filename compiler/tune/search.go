@@ -36,7 +36,13 @@ func NewTask(name string, f *ir.PrimFunc, weight int, target rules.Target) (*Tas
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
+	w := WorkloadOf(f)
+	if w.Name == "" {
+		// A graph's fused kernels are private: the records name them
+		// after the module's function.
+		w.Name = name
+	}
+	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: w, Flops: Flops(f), Space: sp}, nil
 }
 
 // Flops counts the arithmetic operations of one call of f: for each
