@@ -323,9 +323,8 @@ func (p *pipeline) headToHead(st *taskState) error {
 		if !got[i] {
 			return nil
 		}
-		r := Record{Workload: st.task.Workload, Target: p.db.Target(), Device: res[i].Device, Decisions: c.Decisions, Schedule: c.Schedule,
-			Trace: c.Trace, Times: res[i].Times, Error: res[i].Error, Stage: res[i].Stage, Unix: time.Now().Unix(), Pair: id}
-		r.Validity = res[i].Validity
+		r := p.newRecord(st.task, c, res[i])
+		r.Pair = id
 		if err := p.db.Append(r); err != nil {
 			return err
 		}
@@ -470,9 +469,7 @@ func (p *pipeline) record(a arrival) {
 	st, c, res := a.st, a.c, a.res
 	delete(st.pending, c.Key())
 	p.inflight--
-	r := Record{Workload: st.task.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
-		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix()}
-	r.Validity = res.Validity
+	r := p.newRecord(st.task, c, res)
 	if err := p.db.Append(r); err != nil {
 		p.fail(err)
 		return
@@ -496,6 +493,13 @@ func (p *pipeline) record(a arrival) {
 		tr.Best = st.best
 	}
 	p.report(tr)
+}
+
+// newRecord is the database record of candidate c of task t measured as
+// res.
+func (p *pipeline) newRecord(t *Task, c *Candidate, res Result) Record {
+	return Record{Workload: t.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
+		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix(), Validity: res.Validity}
 }
 
 // fail stops the search at its first error: no more batches, and those
