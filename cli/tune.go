@@ -119,6 +119,7 @@ Examples:
 			&ucli.IntFlag{Name: "repeat", Value: 6, Usage: "time evaluator repeats per candidate (6 or more give the median a 95% interval; fewer are always noisy and timed twice)"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 10, Usage: "time evaluator: shortest repeat in milliseconds"},
 			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
+			&ucli.BoolFlag{Name: "head-to-head", Usage: "at the end, time each kernel's default schedule and best candidate again one after the other; the build takes the faster (default: on for several kernels, a model's)"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "log each build and measurement (and the in-process fleet's logs)"},
 		}, append(tuneRecordFlags(), connFlags()...)...),
@@ -252,7 +253,11 @@ func runTune(c *ucli.Context) error {
 	if c.Bool("resume") {
 		had := 0
 		for _, t := range tasks {
-			had += len(db.Records(t.Workload.Hash))
+			for _, r := range db.Records(t.Workload.Hash) {
+				if r.Pair == 0 { // a head-to-head's records are not trials
+					had++
+				}
+			}
 		}
 		trials -= had
 		fmt.Fprintf(errw, "tune: resuming: %d records in %s, %d trials to go\n", had, dbPath, max(trials, 0))
@@ -313,7 +318,11 @@ func runTune(c *ucli.Context) error {
 		seed = uint64(time.Now().UnixNano())
 	}
 	start := time.Now()
-	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: rec.progress(display.progress)})
+	h2h := len(tasks) > 1
+	if c.IsSet("head-to-head") {
+		h2h = c.Bool("head-to-head")
+	}
+	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: rec.progress(display.progress), HeadToHead: h2h})
 	display.done()
 	res.Seconds = time.Since(start).Seconds()
 	res.Tasks = sum
@@ -431,6 +440,9 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	for _, t := range r.Tasks {
 		unsched, dflt, best, gf, up := "-", "-", "-", "-", "-"
 		u, d := r.Unscheduled[t.Name], r.DefaultSchedule[t.Name]
+		if t.Default > 0 {
+			d = t.Default // this run's, the head-to-head's when there was one
+		}
 		if u > 0 {
 			unsched = fmtSeconds(u)
 		}
@@ -450,6 +462,16 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, t := range r.Tasks {
+		if h := t.HeadToHead; h != nil {
+			kept := "the best candidate"
+			if h.Default <= h.Best {
+				kept = "the default schedule"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "tune: %s head to head, timed one after the other: default %s, best %s: the build takes %s\n",
+				t.Name, fmtSeconds(h.Default), fmtSeconds(h.Best), kept)
+		}
 	}
 	if r.Model > 0 {
 		timed := 0

@@ -56,7 +56,17 @@ func TestTuneModel(t *testing.T) {
 	s = decodeTuneSummary(t, out2)
 	check.Equal(t, s.Trials, 6)
 	check.True(t, strings.HasPrefix(readFile(t, db), first), "the interrupted run's records changed")
-	check.Equal(t, countLines(t, db), total)
+	// Besides the trials, a head-to-head of default and best for each
+	// kernel whose best was not the default (two records of one pair).
+	pairs := strings.Count(readFile(t, db), `"pair":`)
+	check.Equal(t, countLines(t, db)-pairs, total)
+	h2h := 0
+	for _, tk := range s.Tasks {
+		if tk.HeadToHead != nil {
+			h2h++
+		}
+	}
+	check.Equal(t, pairs, 2*h2h)
 	check.True(t, len(s.Tasks) >= 5, s.Tasks)
 	timed := 0
 	for _, tk := range s.Tasks {

@@ -62,6 +62,12 @@ type Record struct {
 	Stage string `json:"stage,omitempty"`
 	// Unix is when it was measured (seconds).
 	Unix int64 `json:"unix,omitempty"`
+	// Pair, when set, is shared by the two records of a head-to-head:
+	// the default schedule and the search's best, timed one after the
+	// other at the end of a run, so that they are compared under the same
+	// load (records timed minutes apart on a busy machine are not). The
+	// latest head-to-head decides Best.
+	Pair int64 `json:"pair,omitempty"`
 	// Validity is the time evaluator's verdict on Times (records written
 	// before it have none).
 	Validity
@@ -289,16 +295,46 @@ func (db *Database) Records(hash string) []Record {
 }
 
 // Best returns the valid record of a workload with the lowest median
-// time.
+// time; where the workload had a head-to-head (records of one Pair), the
+// faster of the latest one's two instead.
 func (db *Database) Best(hash string) (Record, bool) {
 	var best Record
 	found := false
-	for _, r := range db.Records(hash) {
+	recs := db.Records(hash)
+	for _, r := range recs {
 		if r.Valid() && (!found || r.Median() < best.Median()) {
 			best, found = r, true
 		}
 	}
+	if w, ok := pairWinner(recs); ok {
+		return w, true
+	}
 	return best, found
+}
+
+// pairWinner returns the faster record of the latest head-to-head whose
+// two records are valid.
+func pairWinner(recs []Record) (Record, bool) {
+	byPair := map[int64][]Record{}
+	var latest int64
+	for _, r := range recs {
+		if r.Pair != 0 && r.Valid() {
+			byPair[r.Pair] = append(byPair[r.Pair], r)
+		}
+	}
+	for id, rs := range byPair {
+		if len(rs) == 2 && id > latest {
+			latest = id
+		}
+	}
+	if latest == 0 {
+		return Record{}, false
+	}
+	a, b := byPair[latest][0], byPair[latest][1]
+	if b.Median() < a.Median() {
+		return b, true
+	}
+	return a, true
 }
 
 // Len returns how many records of db's target it holds.

@@ -10,7 +10,8 @@
 // a Runner (a fleet of compiler nodes and devices, or the process itself
 // in tests) and learns from what comes back.
 //
-// The package imports the compiler's IR, schedule and rules packages and
-// the text format; it must not import the client, the daemons or the
-// device backends.
+// The package imports the compiler's IR, schedule and rules packages, the
+// text format and the graph passes (to tell the functions run once per set
+// of weights); it must not import the client, the daemons or the device
+// backends.
 package tune

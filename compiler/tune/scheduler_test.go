@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -150,5 +151,67 @@ func TestTuneResumeTasks(t *testing.T) {
 			check.True(t, !seen[k], tk.Name, "measured twice:", k)
 			seen[k] = true
 		}
+	}
+}
+
+// driftRunner times the default schedule at 2 ms the first time (a busy
+// moment) and at 1 ms after that, every other candidate at 1.5 ms.
+type driftRunner struct {
+	mu       sync.Mutex
+	defaults int
+}
+
+func (r *driftRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
+	for i, c := range cands {
+		t := 1.5e-3
+		if c.Schedule == DefaultSchedule {
+			r.mu.Lock()
+			r.defaults++
+			t = 1e-3
+			if r.defaults == 1 {
+				t = 2e-3
+			}
+			r.mu.Unlock()
+		}
+		each(i, Result{Times: []float64{t}})
+	}
+	return nil
+}
+
+// TestHeadToHead: a default schedule timed at a busy moment looks slower
+// than the search's best; the head-to-head at the end times both again,
+// one after the other, the default wins, and the database's best record
+// (what kiln build applies) is the default schedule again.
+func TestHeadToHead(t *testing.T) {
+	task, err := NewTask("mm", matmulFunc(t, 32, 32, 32), 1, testTarget)
+	check.NoError(t, err)
+	for _, h2h := range []bool{false, true} {
+		db := NewDatabase("cpu")
+		r := &driftRunner{}
+		sum, err := Tune(context.Background(), []*Task{task}, db, r, Options{Trials: 6, Batch: 3, Seed: 1, HeadToHead: h2h})
+		check.NoError(t, err)
+		best, ok := db.Best(task.Workload.Hash)
+		check.True(t, ok)
+		pairs := 0
+		for _, rec := range db.Records(task.Workload.Hash) {
+			if rec.Pair != 0 {
+				pairs++
+			}
+		}
+		if !h2h {
+			check.Equal(t, best.Schedule, "", "without a head-to-head the drifted timing decides")
+			check.Equal(t, pairs, 0)
+			check.True(t, sum[0].HeadToHead == nil)
+			continue
+		}
+		check.Equal(t, pairs, 2)
+		check.Equal(t, best.Schedule, DefaultSchedule)
+		check.Equal(t, best.Median(), 1e-3)
+		check.True(t, sum[0].HeadToHead != nil && sum[0].HeadToHead.Default < sum[0].HeadToHead.Best, sum[0].HeadToHead)
+		out, _, err := Apply(ir.NewIRModule().With("mm", task.Func), db, testTarget, nil)
+		check.NoError(t, err)
+		dflt, err := task.Space.Default()
+		check.NoError(t, err)
+		check.True(t, ir.StructuralEqual(out.PrimFunc("mm"), dflt.Func), "Apply did not give the default schedule")
 	}
 }

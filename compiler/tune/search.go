@@ -36,7 +36,13 @@ func NewTask(name string, f *ir.PrimFunc, weight int, target rules.Target) (*Tas
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: WorkloadOf(f), Flops: Flops(f), Space: sp}, nil
+	w := WorkloadOf(f)
+	if w.Name == "" {
+		// A graph's fused kernels are private: the records name them
+		// after the module's function.
+		w.Name = name
+	}
+	return &Task{Name: name, Funcs: []string{name}, Func: f, Weight: max(weight, 1), Workload: w, Flops: Flops(f), Space: sp}, nil
 }
 
 // Flops counts the arithmetic operations of one call of f: for each
@@ -93,6 +99,11 @@ type Options struct {
 	// Progress, when set, is called before the first trial and after
 	// every measured trial (from Tune's goroutine).
 	Progress func(Progress)
+	// HeadToHead, at the end of the run, times each task's default
+	// schedule and best candidate once more, one after the other, and
+	// records the pair (see Record.Pair): the faster of the two is the
+	// one Database.Best returns.
+	HeadToHead bool
 }
 
 // Progress is the state of a tuning run after a trial.
@@ -168,11 +179,22 @@ type TaskSummary struct {
 	// Default is the default schedule's time (0 before it is measured):
 	// Best is never above it.
 	Default float64 `json:"default_seconds,omitempty"`
+	// HeadToHead is the end of the run's timing of the default schedule
+	// and the best candidate one after the other (nil when the default
+	// was the best or the run was interrupted).
+	HeadToHead *HeadToHead `json:"head_to_head,omitempty"`
 	// History is the best time after each trial of this run.
 	History []float64 `json:"-"`
 	// TrialsTo90 is the trial of this run after which the best time was
 	// within 90% of the final best's throughput.
 	TrialsTo90 int `json:"trials_to_90,omitempty"`
+}
+
+// HeadToHead is a head-to-head's two times (seconds): the build takes the
+// best candidate only if it won (Best < Default).
+type HeadToHead struct {
+	Default float64 `json:"default_seconds"`
+	Best    float64 `json:"best_seconds"`
 }
 
 // ErrNoTrials is Tune's error for a budget below one trial.
@@ -246,7 +268,72 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 	if err := ctx.Err(); err != nil {
 		return summaries(states), err
 	}
+	if p.err == nil && opts.HeadToHead {
+		for _, st := range states {
+			if err := p.headToHead(st); err != nil {
+				if ctx.Err() != nil {
+					return summaries(states), ctx.Err()
+				}
+				return summaries(states), err
+			}
+		}
+	}
 	return summaries(states), p.err
+}
+
+// headToHead times the default schedule and the task's best candidate
+// once more, one after the other, and records both with one Pair id (see
+// Record.Pair), when the best is not the default: timings taken minutes
+// apart on a loaded machine differ by more than the schedules do, and the
+// default must not lose to a candidate that was only timed at a quieter
+// moment. The task's summary says which one won.
+func (p *pipeline) headToHead(st *taskState) error {
+	if math.IsInf(st.dflt, 1) || st.best >= st.dflt {
+		return nil
+	}
+	top := st.topMeasured(1)
+	if len(top) == 0 {
+		return nil
+	}
+	dflt, err := st.task.Space.Default()
+	if err != nil {
+		return nil
+	}
+	best, err := st.task.Space.Replay(top[0])
+	if err != nil {
+		return nil
+	}
+	cands := []*Candidate{dflt, best}
+	res := make([]Result, len(cands))
+	got := make([]bool, len(cands))
+	var mu sync.Mutex
+	err = p.runner.Stream(p.ctx, st.task, cands, func(i int, r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= 0 && i < len(res) {
+			res[i], got[i] = r, true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	id := time.Now().UnixNano()
+	var recs []Record
+	for i, c := range cands {
+		if !got[i] {
+			return nil
+		}
+		r := p.newRecord(st.task, c, res[i])
+		r.Pair = id
+		if err := p.db.Append(r); err != nil {
+			return err
+		}
+		recs = append(recs, r)
+	}
+	if recs[0].Valid() && recs[1].Valid() {
+		st.sum.HeadToHead = &HeadToHead{Default: recs[0].Median(), Best: recs[1].Median()}
+	}
+	return nil
 }
 
 // pipeline is one Tune call's candidates in flight: batches streamed by
@@ -382,9 +469,7 @@ func (p *pipeline) record(a arrival) {
 	st, c, res := a.st, a.c, a.res
 	delete(st.pending, c.Key())
 	p.inflight--
-	r := Record{Workload: st.task.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
-		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix()}
-	r.Validity = res.Validity
+	r := p.newRecord(st.task, c, res)
 	if err := p.db.Append(r); err != nil {
 		p.fail(err)
 		return
@@ -408,6 +493,13 @@ func (p *pipeline) record(a arrival) {
 		tr.Best = st.best
 	}
 	p.report(tr)
+}
+
+// newRecord is the database record of candidate c of task t measured as
+// res.
+func (p *pipeline) newRecord(t *Task, c *Candidate, res Result) Record {
+	return Record{Workload: t.Workload, Target: p.db.Target(), Device: res.Device, Decisions: c.Decisions, Schedule: c.Schedule,
+		Trace: c.Trace, Times: res.Times, Error: res.Error, Stage: res.Stage, Unix: time.Now().Unix(), Validity: res.Validity}
 }
 
 // fail stops the search at its first error: no more batches, and those
@@ -447,8 +539,13 @@ func (st *taskState) summary() TaskSummary {
 	}
 	if !math.IsInf(st.best, 1) {
 		s.Best = st.best
+		if h := s.HeadToHead; h != nil {
+			// The head-to-head's times are the comparable ones, and
+			// the build takes the faster of the two.
+			s.Best, s.Default = math.Min(h.Best, h.Default), h.Default
+		}
 		if st.task.Flops > 0 {
-			s.GFLOPS = st.task.Flops / st.best / 1e9
+			s.GFLOPS = st.task.Flops / s.Best / 1e9
 		}
 		for i, b := range s.History {
 			if !math.IsInf(b, 1) && st.best/b >= 0.9 {

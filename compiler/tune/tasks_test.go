@@ -83,6 +83,7 @@ func TestTasksDedupModel(t *testing.T) {
 	pair, single := byWeight[2], byWeight[1]
 	check.True(t, pair != nil && single != nil, "weights:", tasks[0].Weight, tasks[1].Weight)
 	check.True(t, pair.Workload.Hash != single.Workload.Hash)
+	check.Equal(t, pair.Workload.Name, pair.Name, "the records of a private kernel are named after it")
 	check.True(t, single.Flops > pair.Flops, single.Flops, pair.Flops)
 	calls := CallCounts(mod)
 	for name := range mod.PrimFuncs() {
