@@ -17,8 +17,8 @@ import (
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
-	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/tracker"
 )
@@ -237,7 +237,7 @@ func crossBoardLatency(ctx context.Context, repeats int) (*crossBoard, string, e
 	ready := make(chan struct{})
 	nodeDone := make(chan error, 1)
 	go func() {
-		nodeDone <- node.Run(ctx, node.Config{Tracker: addr, Options: client.TrackerOptions{Token: "bench-cross-token", Logger: quiet},
+		nodeDone <- compilernode.Run(ctx, compilernode.Config{Tracker: addr, Options: client.TrackerOptions{Token: "bench-cross-token", Logger: quiet},
 			Command: []string{native, "compiler-job"}, WorkDir: filepath.Join(dir, "compiler"), Logger: quiet, Ready: ready})
 	}()
 	defer func() { cancel(); <-nodeDone }()

@@ -16,18 +16,18 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/compiler/tune"
-	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/packedfunc"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
+	tunefleet "github.com/kiln-ml/kiln/tunefleet"
 )
 
 func init() {
@@ -41,7 +41,7 @@ func init() {
 			if len(os.Args) != 3 {
 				os.Exit(2)
 			}
-			if err := node.RunJob(context.Background(), os.Args[2], os.Stdout); err != nil {
+			if err := compilernode.RunJob(context.Background(), os.Args[2], os.Stdout); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
@@ -603,7 +603,7 @@ func startBenchFleet(ctx context.Context, dir string, daemons int) (*benchFleet,
 	}
 	ready := make(chan struct{})
 	fl.go_(func() {
-		node.Run(ctx, node.Config{Tracker: tr.Addr(), Options: topts, Command: []string{exe, "compiler-job"},
+		compilernode.Run(ctx, compilernode.Config{Tracker: tr.Addr(), Options: topts, Command: []string{exe, "compiler-job"},
 			WorkDir: filepath.Join(dir, "compiler"), Ready: ready, Version: "bench", Logger: log, Concurrency: 2})
 	})
 	if fl.client, err = client.DialTracker(ctx, tr.Addr(), topts); err != nil {

@@ -17,7 +17,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/kiln-ml/kiln/client"
-	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/devices/cuda"
@@ -177,7 +177,7 @@ Examples:
 			trackerFlag("HOST:PORT of the tracker", true),
 			&ucli.IntFlag{Name: "jobs", Value: 1, Usage: "builds run at once"},
 			&ucli.StringFlag{Name: "work-dir", Usage: "directory for job files (default: a temporary directory)"},
-			&ucli.StringFlag{Name: "sandbox", Value: node.SandboxAuto, Usage: "how build jobs are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
+			&ucli.StringFlag{Name: "sandbox", Value: compilernode.SandboxAuto, Usage: "how build jobs are confined: auto (bubblewrap when it works here, else none, said at start), bwrap (bubblewrap or refuse to start), off"},
 			&ucli.StringSliceFlag{Name: "job-env", Usage: "NAME=VALUE set in each build job's environment (repeatable); jobs inherit only PATH, CC and LD_LIBRARY_PATH of the node's own variables"},
 			&ucli.StringFlag{Name: "max-job-memory", Usage: "address-space cap of a build job's processes, e.g. 16GiB (default: 8GiB; 0: none)"},
 			&ucli.IntFlag{Name: "max-job-procs", Usage: "process cap of a build job, where it runs as a uid of its own (default: 256)"},
@@ -229,7 +229,7 @@ func runCompilerNode(c *ucli.Context) error {
 		}
 	}
 	warnFleetToken(logger(c), "compiler node", tok, c.String("credential-file"))
-	return node.Run(c.Context, node.Config{
+	return compilernode.Run(c.Context, compilernode.Config{
 		Sandbox:       c.String("sandbox"),
 		JobEnv:        c.StringSlice("job-env"),
 		MaxJobMemory:  mem,
@@ -277,7 +277,7 @@ func compilerJobCommand() *ucli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("compiler-job: want one job directory")
 			}
-			return node.RunJob(c.Context, c.Args().First(), os.Stdout)
+			return compilernode.RunJob(c.Context, c.Args().First(), os.Stdout)
 		},
 	}
 }

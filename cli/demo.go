@@ -21,10 +21,10 @@ import (
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver"
@@ -206,7 +206,7 @@ func startFleet(ctx context.Context, dir, tok string, worker rpcserver.WorkerSpe
 	run("device daemon", func() error { return fl.daemon.Run(ctx) })
 	ready := make(chan struct{})
 	run("compiler node", func() error {
-		return node.Run(ctx, node.Config{Tracker: fl.tracker.Addr(), Options: topts, Command: []string{worker.Path, "compiler-job"},
+		return compilernode.Run(ctx, compilernode.Config{Tracker: fl.tracker.Addr(), Options: topts, Command: []string{worker.Path, "compiler-job"},
 			WorkDir: filepath.Join(dir, "compiler"), Ready: ready, Version: Version(), Logger: log})
 	})
 	if fl.client, err = client.DialTracker(ctx, fl.tracker.Addr(), topts); err != nil {

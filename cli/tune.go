@@ -24,13 +24,13 @@ import (
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/node"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/tune"
-	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	tunefleet "github.com/kiln-ml/kiln/tunefleet"
 )
 
 func tuneCommand() *ucli.Command {
@@ -723,7 +723,7 @@ func startTuneFleet(ctx context.Context, c *ucli.Context, n int) (*tuneFleet, er
 		tf.wg.Add(1)
 		go func() {
 			defer tf.wg.Done()
-			err := node.Run(dctx, node.Config{Tracker: fl.tracker.Addr(), Options: client.TrackerOptions{Token: tok, Logger: log},
+			err := compilernode.Run(dctx, compilernode.Config{Tracker: fl.tracker.Addr(), Options: client.TrackerOptions{Token: tok, Logger: log},
 				Command: []string{exe, "compiler-job"}, WorkDir: filepath.Join(dir, "compiler2"), Concurrency: jobs - 1, Ready: ready,
 				Version: Version(), Logger: log})
 			if err != nil && dctx.Err() == nil {

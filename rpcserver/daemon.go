@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 

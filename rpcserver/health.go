@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/internal/metrics"
 )
 
 // connectedTracker is a Tracker that knows whether it is registered with

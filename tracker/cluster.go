@@ -19,7 +19,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/tracker/store"
 )
 

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
+	metricsrv "github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker/store"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
-	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
+	metricsrv "github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/tracker/store"
 )
 

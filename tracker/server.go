@@ -16,7 +16,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	metricsrv "github.com/kiln-ml/kiln/rpcserver/metrics"
+	metricsrv "github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker/store"
 )

@@ -25,7 +25,7 @@ import (
 
 	"github.com/kiln-ml/kiln/cli"
 	"github.com/kiln-ml/kiln/client"
-	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/deploy/k8s"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver"
@@ -108,7 +108,7 @@ func startDaemons(t *testing.T) daemons {
 	ready := make(chan struct{})
 	nDone := make(chan error, 1)
 	go func() {
-		nDone <- node.Run(ctx, node.Config{Tracker: tr.Addr(), Options: client.TrackerOptions{Logger: quiet}, Command: []string{"true"},
+		nDone <- compilernode.Run(ctx, compilernode.Config{Tracker: tr.Addr(), Options: client.TrackerOptions{Logger: quiet}, Command: []string{"true"},
 			WorkDir: t.TempDir(), MetricsListen: nodeMetrics, Ready: ready, Logger: quiet})
 	}()
 	t.Cleanup(func() {

@@ -1,4 +1,4 @@
-// Package fleet measures tuning candidates on a kiln fleet: it is the
+// Package tunefleet measures tuning candidates on a kiln fleet: it is the
 // tuner's Runner over the client SDK. Each candidate is printed as a
 // one-function module and submitted as a build job (the tracker spreads
 // the jobs over every compiler node that builds the target); each built
@@ -24,4 +24,4 @@
 //
 // It imports the client SDK, rpcserver/timer (to pool timings) and
 // compiler/tune; nothing in compiler imports it.
-package fleet
+package tunefleet

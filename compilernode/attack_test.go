@@ -1,4 +1,4 @@
-package node_test
+package compilernode_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
-	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
@@ -29,7 +29,7 @@ type fleet struct {
 	tokenFile string
 }
 
-func startFleet(t *testing.T, ctx context.Context, mk func(tokenFile string) node.Config) *fleet {
+func startFleet(t *testing.T, ctx context.Context, mk func(tokenFile string) compilernode.Config) *fleet {
 	t.Helper()
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
@@ -54,7 +54,7 @@ func startFleet(t *testing.T, ctx context.Context, mk func(tokenFile string) nod
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = searchable(t)
 	}
-	go func() { nodeDone <- node.Run(nctx, cfg) }()
+	go func() { nodeDone <- compilernode.Run(nctx, cfg) }()
 	select {
 	case <-ready:
 		t.Cleanup(func() { ncancel(); check.NoError(t, <-nodeDone) })
@@ -109,8 +109,8 @@ func TestMaliciousModules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	exe := jobBinary(t)
-	f := startFleet(t, ctx, func(string) node.Config {
-		return node.Config{Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}}
+	f := startFleet(t, ctx, func(string) compilernode.Config {
+		return compilernode.Config{Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}}
 	})
 	q := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) }
 	module := func(stmt string) string {
@@ -168,9 +168,9 @@ func TestBuildJobSandbox(t *testing.T) {
 	defer cancel()
 	// The job command stands for a compromised C compiler: whatever a
 	// build runs, it runs as this.
-	f := startFleet(t, ctx, func(tokenFile string) node.Config {
+	f := startFleet(t, ctx, func(tokenFile string) compilernode.Config {
 		script := `cat "` + tokenFile + `"; env; id; grep CapEff /proc/self/status; exit 1`
-		return node.Config{Command: []string{"/bin/sh", "-c", script}, Sandbox: node.SandboxBwrap}
+		return compilernode.Config{Command: []string{"/bin/sh", "-c", script}, Sandbox: compilernode.SandboxBwrap}
 	})
 	job, err := f.c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "v.py", Module: vadd, Target: "cpu"})
 	check.NoError(t, err)

@@ -1,4 +1,4 @@
-package node
+package compilernode
 
 import (
 	"context"

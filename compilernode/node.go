@@ -1,13 +1,13 @@
-// Package node is the compiler node: a daemon that registers with a
+// Package compilernode is the compiler node: a daemon that registers with a
 // tracker what it can build, takes build jobs from the tracker's queue,
 // builds each one in a subprocess under a timeout, uploads the artifact and
 // reports the job done, or failed with the compiler's message.
 //
 // The subprocess is the same binary run as a job runner (RunJob reads a job
 // directory and writes the artifact there), so a compiler crash or a hung C
-// compiler costs one job, never the node. node imports the compiler and the
-// client SDK; nothing but cli imports node.
-package node
+// compiler costs one job, never the node. compilernode imports the compiler and the
+// client SDK; nothing but cli imports it.
+package compilernode
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ import (
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/compiler/toolchain"
-	"github.com/kiln-ml/kiln/rpcserver/metrics"
+	"github.com/kiln-ml/kiln/internal/metrics"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 

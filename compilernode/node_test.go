@@ -1,4 +1,4 @@
-package node_test
+package compilernode_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
-	"github.com/kiln-ml/kiln/compiler/node"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
@@ -28,7 +28,7 @@ import (
 // The test binary doubles as the job subprocess.
 func TestMain(m *testing.M) {
 	if os.Getenv("KILN_TEST_NODE_JOB") == "1" {
-		if err := node.RunJob(context.Background(), os.Args[len(os.Args)-1], os.Stdout); err != nil {
+		if err := compilernode.RunJob(context.Background(), os.Args[len(os.Args)-1], os.Stdout); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -64,7 +64,7 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	nodeDone := make(chan error, 1)
 	metricsAddr := freeAddr(t)
 	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+		nodeDone <- compilernode.Run(nctx, compilernode.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
 			MetricsListen: metricsAddr})
 	}()
 	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
@@ -92,7 +92,7 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
 	// The job's stages are in its log (and were its progress messages);
 	// "schedule" comes before the build cache answers.
-	check.True(t, strings.Contains(job.Log, node.StagePrefix+"schedule\n"), job.Log)
+	check.True(t, strings.Contains(job.Log, compilernode.StagePrefix+"schedule\n"), job.Log)
 
 	// A module with a syntax error fails with the parser's message.
 	bad, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "bad.py", Module: "@T.prim_func\ndef f(:\n", Target: "cpu"})
@@ -145,7 +145,7 @@ func TestNodeNotReadyWithoutTracker(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	done := make(chan error, 1)
 	go func() {
-		done <- node.Run(ctx, node.Config{Tracker: gone, Command: []string{"true"}, WorkDir: t.TempDir(), MetricsListen: metricsAddr,
+		done <- compilernode.Run(ctx, compilernode.Config{Tracker: gone, Command: []string{"true"}, WorkDir: t.TempDir(), MetricsListen: metricsAddr,
 			Logger: quiet, Options: client.TrackerOptions{Logger: quiet}})
 	}()
 	defer func() { cancel(); check.NoError(t, <-done) }()
@@ -222,7 +222,7 @@ exec cc "$@"
 	nctx, ncancel := context.WithCancel(ctx)
 	nodeDone := make(chan error, 1)
 	go func() {
-		nodeDone <- node.Run(nctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
+		nodeDone <- compilernode.Run(nctx, compilernode.Config{Tracker: tr.Addr(), Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
 			Toolchains: map[string]string{"mips-linux-gnu": cc}})
 	}()
 	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
@@ -257,7 +257,7 @@ exec cc "$@"
 	// A --toolchain that cannot build stops the node, with what it printed.
 	bad := filepath.Join(t.TempDir(), "bad-gcc")
 	check.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\necho 'bad-gcc: no such sysroot /opt/none' >&2\nexit 1\n"), 0o755))
-	err = node.Run(ctx, node.Config{Tracker: tr.Addr(), Command: []string{exe}, Toolchains: map[string]string{"aarch64-linux-gnu": bad}})
+	err = compilernode.Run(ctx, compilernode.Config{Tracker: tr.Addr(), Command: []string{exe}, Toolchains: map[string]string{"aarch64-linux-gnu": bad}})
 	check.Error(t, err, "--toolchain aarch64-linux-gnu="+bad, "bad-gcc: no such sysroot /opt/none")
 }
 
@@ -321,7 +321,7 @@ func commandNode(t *testing.T, ctx context.Context, work string, command ...stri
 	ready := make(chan struct{})
 	nodeDone := make(chan error, 1)
 	go func() {
-		nodeDone <- node.Run(ctx, node.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready, Command: command})
+		nodeDone <- compilernode.Run(ctx, compilernode.Config{Tracker: tr.Addr(), WorkDir: work, Ready: ready, Command: command})
 	}()
 	c, err := client.DialTracker(ctx, tr.Addr(), client.TrackerOptions{})
 	check.NoError(t, err)
