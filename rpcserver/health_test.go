@@ -11,8 +11,8 @@ import (
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
-	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/internal/metrics"
+	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
 )
