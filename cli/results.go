@@ -220,10 +220,42 @@ func runResultsShow(c *ucli.Context) error {
 	if r.Time.Report != nil {
 		printReport(w, r.Time.Report)
 	}
-	for _, k := range r.Kernels {
-		fmt.Fprintf(w, "kernel %s: median %s (n=%d)\n", k.Name, fmtSeconds(medianOf(k.Results)), len(k.Results))
-	}
+	printResultKernels(w, r)
 	return nil
+}
+
+// printResultKernels lists a result's kernels: each one's median, its
+// share of the kernels' medians, its calls and model operators, where
+// the result says them.
+func printResultKernels(w io.Writer, r proto.Result) {
+	if len(r.Kernels) == 0 {
+		return
+	}
+	per := "PER CALL"
+	if r.Source == proto.ResultSourceProfile {
+		per = "PER INFERENCE"
+	}
+	medians := make([]float64, len(r.Kernels))
+	var sum float64
+	for i, k := range r.Kernels {
+		medians[i] = medianOf(k.Results)
+		sum += medians[i]
+	}
+	fmt.Fprintf(w, "%d kernels, medians of %s:\n", len(r.Kernels), strings.ToLower(per))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "KERNEL\t%s\tSHARE\tN\tCALLS\tOPERATORS\n", per)
+	for i, k := range r.Kernels {
+		share := "-"
+		if sum > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*medians[i]/sum)
+		}
+		calls := "-"
+		if k.Calls > 0 {
+			calls = strconv.FormatInt(k.Calls, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", k.Name, fmtSeconds(medians[i]), share, len(k.Results), calls, dash(strings.Join(k.Ops, ", ")))
+	}
+	tw.Flush()
 }
 
 func formatAttrs(a proto.NodeAttrs) string {
