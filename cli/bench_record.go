@@ -18,7 +18,7 @@ import (
 // recordFlags are kiln bench's flags for the tracker's results store.
 func recordFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.BoolFlag{Name: "record", Value: true, Usage: "with --tracker: record the timing in the tracker's results store (kiln results); --record=false does not"},
+		&ucli.BoolFlag{Name: "record", Value: true, Usage: "with --tracker: record the timing (with --profile, the profile per kernel) in the tracker's results store (kiln results); --record=false does not"},
 		&ucli.StringFlag{Name: "label", Usage: "with --tracker: the recorded result's label (\"pr-123\"), which kiln results compare takes for the set that carries it"},
 		&ucli.BoolFlag{Name: "share", Usage: "with --tracker: let every user of the fleet see the recorded result (default: only you and the fleet's administrators)"},
 	}

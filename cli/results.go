@@ -41,7 +41,8 @@ func resultsCommand() *ucli.Command {
 		Description: `kiln bench --tracker records every timing it takes in the tracker's results
 store (see kiln bench --help): the artifact, function, target, device, kiln's
 version, the inputs' shapes, every figure and the validity report, under a
-label. A result is its recorder's: other users see it only when it was
+label; kiln bench --profile records each inference's time and each kernel's
+within it, which show lists and compare compares kernel by kernel. A result is its recorder's: other users see it only when it was
 recorded with --share; the fleet token sees every result.
 
 compare A B compares two results, or two labels (every result with the
@@ -241,7 +242,7 @@ func printResultKernels(w io.Writer, r proto.Result) {
 		medians[i] = medianOf(k.Results)
 		sum += medians[i]
 	}
-	fmt.Fprintf(w, "%d kernels, medians of %s:\n", len(r.Kernels), strings.ToLower(per))
+	fmt.Fprintf(w, "%d kernels (medians %s):\n", len(r.Kernels), strings.ToLower(per))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "KERNEL\t%s\tSHARE\tN\tCALLS\tOPERATORS\n", per)
 	for i, k := range r.Kernels {

@@ -100,7 +100,7 @@ func TestResultsProfileCompare(t *testing.T) {
 	}
 	out, errOut, err = runApp(t, append([]string{"results", "show", pa.Recorded}, conn...)...)
 	check.NoError(t, err, errOut)
-	for _, want := range []string{"profile", "6 kernels, medians of per inference", "KERNEL", "PER INFERENCE", "SHARE", "CALLS", "OPERATORS",
+	for _, want := range []string{"profile", "6 kernels (medians per inference):", "KERNEL", "PER INFERENCE", "SHARE", "CALLS", "OPERATORS",
 		"/conv1/Conv (Conv), /relu/Relu (Relu)", "/fc/Gemm (Gemm)"} {
 		check.True(t, strings.Contains(out, want), "show lacks", want, "in", out)
 	}
