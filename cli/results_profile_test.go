@@ -199,7 +199,7 @@ func TestResultsProfileCompare(t *testing.T) {
 		return string(b)
 	}
 	body := page("/results/" + pa.Recorded)
-	check.True(t, strings.Contains(body, "Kernels (median per inference"), body)
+	check.True(t, strings.Contains(body, "Kernels (median per inference") && strings.Contains(body, "<h2>Inferences</h2>"), body)
 	kb := chartOf(t, body, "kernels")
 	check.Equal(t, len(kb.Bars), len(pa.Kernels))
 	for _, b := range kb.Bars {
