@@ -154,6 +154,8 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 	p.Trace(false)
 	events := p.Events()
 	machine := timer.MergeState(before, probe.Read())
+	// A module does not know its daemon's other sessions.
+	machine.Unread = append(machine.Unread, "other sessions")
 	out := &Profile{Function: name, Device: m.dev.String(), Rounds: rounds, Machine: &machine, ModelSamples: make([]float64, kept)}
 	for i := range kept {
 		out.ModelSamples[i] = times[i].Seconds()
