@@ -32,6 +32,7 @@ func resultsCommand() *ucli.Command {
 		&ucli.StringSliceFlag{Name: "attr", Usage: "only results whose device has this attribute, NAME=VALUE (as selectors name them: cpu.avx2=true); repeatable"},
 		&ucli.StringFlag{Name: "label", Usage: "only results with this label"},
 		&ucli.StringFlag{Name: "owner", Usage: "only results this user recorded"},
+		&ucli.StringFlag{Name: "source", Usage: "only results of this source: bench, time_evaluator, tune or profile"},
 		&ucli.StringFlag{Name: "since", Usage: "only results recorded since then: a duration back from now (24h) or a time (2006-01-02, RFC 3339)"},
 		&ucli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many results, newest first (at most 1000)"},
 	}, tracker...)
@@ -115,7 +116,12 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 func listArgs(c *ucli.Context) (proto.ResultListArgs, error) {
-	a := proto.ResultListArgs{Function: c.String("function"), DeviceKey: c.String("key"), Label: c.String("label"), Owner: c.String("owner"), Limit: c.Int("limit")}
+	a := proto.ResultListArgs{Function: c.String("function"), DeviceKey: c.String("key"), Label: c.String("label"), Owner: c.String("owner"),
+		Source: c.String("source"), Limit: c.Int("limit")}
+	sources := []string{proto.ResultSourceBench, proto.ResultSourceTimer, proto.ResultSourceTune, proto.ResultSourceProfile}
+	if a.Source != "" && !slices.Contains(sources, a.Source) {
+		return a, fmt.Errorf("--source %q: want one of %s", a.Source, strings.Join(sources, ", "))
+	}
 	for _, kv := range c.StringSlice("attr") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {

@@ -78,6 +78,13 @@ func TestResultsProfileCompare(t *testing.T) {
 	var none proto.ResultList
 	check.NoError(t, json.Unmarshal([]byte(out), &none), out)
 	check.Equal(t, none.Total, 0)
+	out, errOut, err = runApp(t, append([]string{"results", "list", "--source", "profile", "--json"}, conn...)...)
+	check.NoError(t, err, errOut)
+	var profiles proto.ResultList
+	check.NoError(t, json.Unmarshal([]byte(out), &profiles), out)
+	check.Equal(t, profiles.Total, 3)
+	_, _, err = runApp(t, append([]string{"results", "list", "--source", "profiles"}, conn...)...)
+	check.Error(t, err, `--source "profiles": want one of bench, time_evaluator, tune, profile`)
 
 	// As stored: the model's time per inference, each kernel's within it.
 	out, errOut, err = runApp(t, append([]string{"results", "show", pa.Recorded, "--json"}, conn...)...)
