@@ -121,14 +121,16 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 		m.prof = p
 	}
 	p := m.prof
+	// The machine's state is read before the warm-ups, which settle the
+	// caches the reading disturbs.
+	var probe timer.Probe
+	before := probe.Read()
 	for range 2 {
 		if _, err := p.Invoke(name, args...); err != nil {
 			return nil, fmt.Errorf("profile %q: %w", name, err)
 		}
 	}
 	p.ResetProfile()
-	var probe timer.Probe
-	before := probe.Read()
 	times := make([]time.Duration, rounds)
 	kept := min(rounds, MaxProfileSamples)
 	perRound := make([]map[string]time.Duration, 0, kept) // kernel totals after each kept round

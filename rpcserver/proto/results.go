@@ -74,8 +74,9 @@ type Result struct {
 }
 
 // KernelTime is one kernel's timings within a Result, one figure a
-// repeat: of a profile (Source "profile"), its seconds within each
-// inference whose whole time is the same repeat of Time.Results.
+// repeat: a time evaluator's seconds per call, or, in a profile (Source
+// "profile"), its seconds within each inference, the one whose whole
+// time is the same repeat of Time.Results.
 type KernelTime struct {
 	Name    string    `msgpack:"name" json:"name"`
 	Results []float64 `msgpack:"results" json:"results"`
