@@ -120,7 +120,7 @@ func runBench(c *ucli.Context) error {
 	}
 	defer r.close()
 	if c.Bool("profile") || c.IsSet("trace") {
-		return runProfile(c, path, r, call)
+		return runProfile(c, path, a, r, call)
 	}
 	spin := startProgress(c, "timing "+call.fn.Name+" on "+r.where())
 	res, until, err := benchTime(c, r, call, o)

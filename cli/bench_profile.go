@@ -10,6 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/load"
 )
 
@@ -23,8 +24,10 @@ func profileFlags() []ucli.Flag {
 }
 
 // runProfile is kiln bench --profile: the profile is measured where the
-// runner runs (on the leased device with --tracker) and printed here.
-func runProfile(c *ucli.Context, path string, r runner, call *preparedCall) error {
+// runner runs (on the leased device with --tracker) and printed here;
+// one on a leased device is recorded in the tracker's results store as
+// kiln bench's timings are (--record, --label, --share).
+func runProfile(c *ucli.Context, path string, a *artifact.Artifact, r runner, call *preparedCall) error {
 	if !call.vm {
 		return fmt.Errorf("bench %s: --profile is for graph-level artifacts (with a VM executable): it times the kernels of a graph function; this one has kernels only, time them with kiln bench --func", path)
 	}
@@ -44,11 +47,24 @@ func runProfile(c *ucli.Context, path string, r runner, call *preparedCall) erro
 			return fmt.Errorf("bench %s: --trace: %w", path, err)
 		}
 	}
+	recorded, recErr := recordProfile(c, path, a, call, r, p)
+	if recErr != nil {
+		recErr = fmt.Errorf("bench %s: profiled, but not recorded: %w", path, recErr)
+	}
 	if c.Bool("json") {
-		return json.NewEncoder(c.App.Writer).Encode(p)
+		if err := json.NewEncoder(c.App.Writer).Encode(struct {
+			*load.Profile
+			Recorded string `json:"recorded,omitempty"`
+		}{p, recorded}); err != nil {
+			return err
+		}
+		return recErr
 	}
 	printProfile(c.App.Writer, p, r.where())
-	return nil
+	if recorded != "" {
+		fmt.Fprintf(c.App.Writer, "recorded as %s (kiln results show %s)\n", recorded, recorded)
+	}
+	return recErr
 }
 
 // printProfile prints a profile's table, the most expensive kernel first,

@@ -10,13 +10,15 @@ import (
 	"github.com/kiln-ml/kiln/abi"
 	"github.com/kiln-ml/kiln/artifact"
 	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/load"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 )
 
 // recordFlags are kiln bench's flags for the tracker's results store.
 func recordFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.BoolFlag{Name: "record", Value: true, Usage: "with --tracker: record the timing in the tracker's results store (kiln results); --record=false does not"},
+		&ucli.BoolFlag{Name: "record", Value: true, Usage: "with --tracker: record the timing (with --profile, the profile per kernel) in the tracker's results store (kiln results); --record=false does not"},
 		&ucli.StringFlag{Name: "label", Usage: "with --tracker: the recorded result's label (\"pr-123\"), which kiln results compare takes for the set that carries it"},
 		&ucli.BoolFlag{Name: "share", Usage: "with --tracker: let every user of the fleet see the recorded result (default: only you and the fleet's administrators)"},
 	}
@@ -82,6 +84,65 @@ func recordBench(c *ucli.Context, path string, a *artifact.Artifact, call *prepa
 	if err != nil {
 		return "", fmt.Errorf("record result: %w", err)
 	}
+	return storeResult(c, r, rec)
+}
+
+// recordProfile records a profile taken on a leased device, as
+// recordBench does a timing: its Time is the whole model's time of each
+// inference, its Kernels each kernel's time within each of them.
+func recordProfile(c *ucli.Context, path string, a *artifact.Artifact, call *preparedCall, run runner, p *load.Profile) (string, error) {
+	r, ok := run.(*remoteRunner)
+	if !ok || !c.Bool("record") {
+		return "", nil
+	}
+	if len(p.ModelSamples) == 0 {
+		return "", fmt.Errorf("record result: the device's profile has no per-inference figures (its kiln predates them)")
+	}
+	within, err := parseShare(c.String("stable-within"))
+	if err != nil {
+		return "", fmt.Errorf("--stable-within: %w", err)
+	}
+	rec, err := benchResult(c, path, a, call, r, profileTime(p, within))
+	if err != nil {
+		return "", fmt.Errorf("record result: %w", err)
+	}
+	rec.Source = proto.ResultSourceProfile
+	rec.Kernels = profileKernels(p)
+	return storeResult(c, r, rec)
+}
+
+// profileTime is a profile's whole-model figures as a time evaluator's
+// answer: one inference a repeat, with its validity report.
+func profileTime(p *load.Profile, within float64) proto.TimeResult {
+	var m proto.MachineState
+	if p.Machine != nil {
+		m = *p.Machine
+	}
+	rep := timer.Assess(p.ModelSamples, m, within)
+	res := timer.Summarize(p.ModelSamples)
+	res.Number, res.Report = 1, rep
+	return res.Wire(p.Device)
+}
+
+// profileKernels is a profile's kernels as a result's, with their calls
+// and model operators (at most proto.MaxKernelOps of each; at most
+// proto.MaxResultKernels kernels, the most expensive).
+func profileKernels(p *load.Profile) []proto.KernelTime {
+	ks := p.Kernels[:min(len(p.Kernels), proto.MaxResultKernels)]
+	out := make([]proto.KernelTime, len(ks))
+	for i, k := range ks {
+		kt := proto.KernelTime{Name: k.Name, Results: k.Samples, Calls: k.Calls}
+		for _, o := range k.Ops[:min(len(k.Ops), proto.MaxKernelOps)] {
+			kt.Ops = append(kt.Ops, o.Name+" ("+o.Op+")")
+		}
+		out[i] = kt
+	}
+	return out
+}
+
+// storeResult records rec in the tracker that granted r's lease and
+// returns its id.
+func storeResult(c *ucli.Context, r *remoteRunner, rec proto.Result) (string, error) {
 	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 	defer cancel()
 	stored, err := r.tr.RecordResult(ctx, rec)

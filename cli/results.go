@@ -32,6 +32,7 @@ func resultsCommand() *ucli.Command {
 		&ucli.StringSliceFlag{Name: "attr", Usage: "only results whose device has this attribute, NAME=VALUE (as selectors name them: cpu.avx2=true); repeatable"},
 		&ucli.StringFlag{Name: "label", Usage: "only results with this label"},
 		&ucli.StringFlag{Name: "owner", Usage: "only results this user recorded"},
+		&ucli.StringFlag{Name: "source", Usage: "only results of this source: bench, time_evaluator, tune or profile"},
 		&ucli.StringFlag{Name: "since", Usage: "only results recorded since then: a duration back from now (24h) or a time (2006-01-02, RFC 3339)"},
 		&ucli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many results, newest first (at most 1000)"},
 	}, tracker...)
@@ -41,7 +42,8 @@ func resultsCommand() *ucli.Command {
 		Description: `kiln bench --tracker records every timing it takes in the tracker's results
 store (see kiln bench --help): the artifact, function, target, device, kiln's
 version, the inputs' shapes, every figure and the validity report, under a
-label. A result is its recorder's: other users see it only when it was
+label; kiln bench --profile records each inference's time and each kernel's
+within it, which show lists and compare compares kernel by kernel. A result is its recorder's: other users see it only when it was
 recorded with --share; the fleet token sees every result.
 
 compare A B compares two results, or two labels (every result with the
@@ -114,7 +116,12 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 func listArgs(c *ucli.Context) (proto.ResultListArgs, error) {
-	a := proto.ResultListArgs{Function: c.String("function"), DeviceKey: c.String("key"), Label: c.String("label"), Owner: c.String("owner"), Limit: c.Int("limit")}
+	a := proto.ResultListArgs{Function: c.String("function"), DeviceKey: c.String("key"), Label: c.String("label"), Owner: c.String("owner"),
+		Source: c.String("source"), Limit: c.Int("limit")}
+	sources := []string{proto.ResultSourceBench, proto.ResultSourceTimer, proto.ResultSourceTune, proto.ResultSourceProfile}
+	if a.Source != "" && !slices.Contains(sources, a.Source) {
+		return a, fmt.Errorf("--source %q: want one of %s", a.Source, strings.Join(sources, ", "))
+	}
 	for _, kv := range c.StringSlice("attr") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -220,10 +227,42 @@ func runResultsShow(c *ucli.Context) error {
 	if r.Time.Report != nil {
 		printReport(w, r.Time.Report)
 	}
-	for _, k := range r.Kernels {
-		fmt.Fprintf(w, "kernel %s: median %s (n=%d)\n", k.Name, fmtSeconds(medianOf(k.Results)), len(k.Results))
-	}
+	printResultKernels(w, r)
 	return nil
+}
+
+// printResultKernels lists a result's kernels: each one's median, its
+// share of the kernels' medians, its calls and model operators, where
+// the result says them.
+func printResultKernels(w io.Writer, r proto.Result) {
+	if len(r.Kernels) == 0 {
+		return
+	}
+	per := "PER CALL"
+	if r.Source == proto.ResultSourceProfile {
+		per = "PER INFERENCE"
+	}
+	medians := make([]float64, len(r.Kernels))
+	var sum float64
+	for i, k := range r.Kernels {
+		medians[i] = medianOf(k.Results)
+		sum += medians[i]
+	}
+	fmt.Fprintf(w, "%d kernels (medians %s):\n", len(r.Kernels), strings.ToLower(per))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "KERNEL\t%s\tSHARE\tN\tCALLS\tOPERATORS\n", per)
+	for i, k := range r.Kernels {
+		share := "-"
+		if sum > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*medians[i]/sum)
+		}
+		calls := "-"
+		if k.Calls > 0 {
+			calls = strconv.FormatInt(k.Calls, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", k.Name, fmtSeconds(medians[i]), share, len(k.Results), calls, dash(strings.Join(k.Ops, ", ")))
+	}
+	tw.Flush()
 }
 
 func formatAttrs(a proto.NodeAttrs) string {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
+	"github.com/kiln-ml/kiln/rpcserver/timer"
 	"github.com/kiln-ml/kiln/vm"
 )
 
@@ -17,6 +19,11 @@ import (
 // are the device's): profile(name, rounds, args…) returns the Profile as
 // JSON. A graph function of that name shadows it.
 const ProfileFunc = "profile"
+
+// MaxProfileSamples bounds the inferences whose figures a profile keeps
+// (ModelSamples and each kernel's Samples): those of the first
+// MaxProfileSamples rounds.
+const MaxProfileSamples = 1000
 
 // Profile is what profiling a graph function measured: each kernel's time
 // per inference, the model operators it computes, and the whole model's
@@ -33,6 +40,12 @@ type Profile struct {
 	// KernelSeconds is the sum of the kernels' Seconds: their time in
 	// one inference.
 	KernelSeconds float64 `json:"kernel_seconds"`
+	// ModelSamples is each measured inference's time in seconds, in the
+	// order measured (the first MaxProfileSamples rounds).
+	ModelSamples []float64 `json:"model_samples"`
+	// Machine is the state of the machine the profile ran on, read before
+	// and after the measured inferences (for a validity report).
+	Machine *proto.MachineState `json:"machine,omitempty"`
 	// Kernels are the kernels, the most expensive first.
 	Kernels []KernelProfile `json:"kernels"`
 	// Trace is the calls of the last inference, in order, in
@@ -53,6 +66,10 @@ type KernelProfile struct {
 	Share float64 `json:"share"`
 	// Calls is the number of calls in one inference.
 	Calls int64 `json:"calls"`
+	// Samples is its time within each inference of ModelSamples, in
+	// seconds: the sum of its calls in that inference (0 where it was
+	// not called).
+	Samples []float64 `json:"samples"`
 	// Ops are the model operators it computes (ONNX node names and op
 	// types), as the compiler carried them; empty when not known.
 	Ops []vm.Source `json:"ops"`
@@ -104,6 +121,10 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 		m.prof = p
 	}
 	p := m.prof
+	// The machine's state is read before the warm-ups, which settle the
+	// caches the reading disturbs.
+	var probe timer.Probe
+	before := probe.Read()
 	for range 2 {
 		if _, err := p.Invoke(name, args...); err != nil {
 			return nil, fmt.Errorf("profile %q: %w", name, err)
@@ -111,6 +132,8 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 	}
 	p.ResetProfile()
 	times := make([]time.Duration, rounds)
+	kept := min(rounds, MaxProfileSamples)
+	perRound := make([]map[string]time.Duration, 0, kept) // kernel totals after each kept round
 	var start time.Time
 	var lastDur time.Duration // the traced inference's time
 	for i := range rounds {
@@ -123,14 +146,24 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 			p.Trace(false)
 			return nil, fmt.Errorf("profile %q: %w", name, err)
 		}
+		if i < kept {
+			perRound = append(perRound, p.Totals())
+		}
 		if last {
 			start, lastDur = t0, times[i]
 		}
 	}
 	p.Trace(false)
 	events := p.Events()
+	machine := timer.MergeState(before, probe.Read())
+	// A module does not know its daemon's other sessions.
+	machine.Unread = append(machine.Unread, "other sessions")
+	out := &Profile{Function: name, Device: m.dev.String(), Rounds: rounds, Machine: &machine, ModelSamples: make([]float64, kept)}
+	for i := range kept {
+		out.ModelSamples[i] = times[i].Seconds()
+	}
 	slices.Sort(times)
-	out := &Profile{Function: name, Device: m.dev.String(), Rounds: rounds, ModelSeconds: times[len(times)/2].Seconds()}
+	out.ModelSeconds = times[len(times)/2].Seconds()
 	sources := map[string][]vm.Source{}
 	for _, r := range p.Executable().FuncTable {
 		if len(r.Sources) > 0 {
@@ -143,6 +176,12 @@ func (m *Module) Profile(name string, rounds int, args ...packedfunc.Value) (*Pr
 			Name: k.Name, Calls: calls, Ops: sources[k.Name],
 			Seconds:     k.Median.Seconds() * float64(calls),
 			MeanSeconds: k.Total.Seconds() / float64(rounds),
+			Samples:     make([]float64, kept),
+		}
+		var prev time.Duration
+		for i, totals := range perRound {
+			kp.Samples[i] = (totals[k.Name] - prev).Seconds()
+			prev = totals[k.Name]
 		}
 		if kp.Ops == nil {
 			kp.Ops = []vm.Source{}

@@ -35,6 +35,10 @@ const (
 	MaxResultInputs  = 256
 )
 
+// MaxKernelOps bounds the Ops a recording client keeps of a kernel (the
+// rest are dropped).
+const MaxKernelOps = 256
+
 // Result is one recorded timing: what was timed, where, by whom and the
 // time evaluator's answer with its validity report.
 type Result struct {
@@ -69,11 +73,18 @@ type Result struct {
 	Kernels []KernelTime `msgpack:"kernels,omitempty" json:"kernels,omitempty"`
 }
 
-// KernelTime is one kernel's timings within a Result: seconds per call,
-// one figure a repeat.
+// KernelTime is one kernel's timings within a Result, one figure a
+// repeat: a time evaluator's seconds per call, or, in a profile (Source
+// "profile"), its seconds within each inference, the one whose whole
+// time is the same repeat of Time.Results.
 type KernelTime struct {
 	Name    string    `msgpack:"name" json:"name"`
 	Results []float64 `msgpack:"results" json:"results"`
+	// Calls is its calls in one inference, where a profile says.
+	Calls int64 `msgpack:"calls,omitempty" json:"calls,omitempty"`
+	// Ops are the model operators it computes ("/conv1/Conv (Conv)"),
+	// where the compiler carried them.
+	Ops []string `msgpack:"ops,omitempty" json:"ops,omitempty"`
 }
 
 // ResultRecordArgs records a result.

@@ -246,6 +246,9 @@ func (s *Server) result(ctx context.Context, se *session, r *http.Request) (stri
 		return "Result " + id, nil, fmt.Errorf("result %s: %w", id, err)
 	}
 	d := resultData{R: res, Samples: chart{Kind: "line", X: "repeat", Y: "seconds"}}
+	if res.Source == proto.ResultSourceProfile {
+		d.Samples.X = "inference" // a profile's repeats are inferences
+	}
 	pts := make([][2]float64, len(res.Time.Results))
 	for i, v := range res.Time.Results {
 		pts[i] = [2]float64{float64(i + 1), v}
