@@ -104,6 +104,9 @@ func checkResult(r *proto.Result) error {
 		if len(k.Results) > proto.MaxResultSamples {
 			return fmt.Errorf("record result: kernel %q has %d samples, at most %d: %w", k.Name, len(k.Results), proto.MaxResultSamples, proto.ErrTooLarge)
 		}
+		if len(k.Ops) > proto.MaxKernelOps {
+			return fmt.Errorf("record result: kernel %q names %d model operators, at most %d: %w", k.Name, len(k.Ops), proto.MaxKernelOps, proto.ErrTooLarge)
+		}
 	}
 	return nil
 }

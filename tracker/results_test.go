@@ -142,3 +142,22 @@ func TestResultsCap(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, resultIDs(l), append(ids[:2:2], bobs.ID))
 }
+
+// TestResultsLimits: a result over a limit is refused, naming the limit.
+func TestResultsLimits(t *testing.T) {
+	cfg := fastConfig(t)
+	cfg.UsersFile = filepath.Join(t.TempDir(), "users")
+	_, dial := resultsFleet(t, cfg)
+	ctx := testCtx(t)
+	alice := dial("alice")
+	r := sampleResult("vadd", "", 1, 2, 3)
+	r.Kernels[0].Ops = make([]string, proto.MaxKernelOps+1)
+	_, err := alice.RecordResult(ctx, r)
+	check.ErrorIs(t, err, proto.ErrTooLarge)
+	check.Error(t, err, "model operators, at most")
+	r.Kernels[0].Ops = r.Kernels[0].Ops[:proto.MaxKernelOps]
+	_, err = alice.RecordResult(ctx, r)
+	check.NoError(t, err)
+	_, err = alice.RecordResult(ctx, proto.Result{Function: "vadd"})
+	check.ErrorIs(t, err, proto.ErrBadRequest)
+}
