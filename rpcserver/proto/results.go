@@ -35,8 +35,8 @@ const (
 	MaxResultInputs  = 256
 )
 
-// MaxKernelOps bounds the Ops a recording client keeps of a kernel (the
-// rest are dropped).
+// MaxKernelOps bounds the Ops of a recorded kernel: a recording client
+// keeps the first MaxKernelOps, the tracker refuses more.
 const MaxKernelOps = 256
 
 // Result is one recorded timing: what was timed, where, by whom and the
