@@ -28,7 +28,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	tunefleet "github.com/kiln-ml/kiln/compiler/tune/fleet"
-	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -383,7 +382,11 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape 
 	if err != nil {
 		return nil, nil, err
 	}
-	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+	rt, err := target.TuneTarget()
+	if err != nil {
+		return nil, nil, err
+	}
+	return tune.Tasks(mod, rt, shape)
 }
 
 // describeTasks is "a ×2, b, c (also c1)": the tasks with their weights
@@ -770,7 +773,11 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 		return err
 	}
 	shape := map[string]int64{"N": int64(n), "M": int64(n), "K": int64(n)}
-	tasks, skipped, err := tune.Tasks(ir.NewIRModule().With("matrix_multiply", f), rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+	rt, err := target.TuneTarget()
+	if err != nil {
+		return err
+	}
+	tasks, skipped, err := tune.Tasks(ir.NewIRModule().With("matrix_multiply", f), rt, shape)
 	if err != nil {
 		return err
 	}
