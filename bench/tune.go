@@ -193,7 +193,10 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	}
 	f = f.WithAttr(ir.AttrGlobalSymbol, "matmul")
 	target := compiler.Target{Kind: "cpu"}
-	rtarget := rules.Target{Kind: "cpu", VectorBytes: target.VectorBytes()}
+	rtarget, err := target.TuneTarget()
+	if err != nil {
+		return nil, err
+	}
 	task, err := tune.NewTask("matmul", f, 1, rtarget)
 	if err != nil {
 		return nil, err

@@ -352,7 +352,10 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, note
 	if err != nil {
 		return nil, err
 	}
-	rt := rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}
+	rt, err := target.TuneTarget()
+	if err != nil {
+		return nil, err
+	}
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {
 		out, applied, err := tune.Apply(mod, db, rt, shape)
 		if err != nil {
@@ -391,7 +394,7 @@ func defaultRule(f *ir.PrimFunc, shape string, rt rules.Target) string {
 			return ""
 		}
 	}
-	if _, rule, err := auto.FuncRule(f, auto.Options{VectorBytes: max(rt.VectorBytes, 16)}); err == nil && rule != "" {
+	if _, rule, err := auto.FuncRule(f, rt.AutoOptions()); err == nil && rule != "" {
 		return " (" + rule + ")"
 	}
 	return ""

@@ -26,11 +26,10 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/tune"
-	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
-	tunefleet "github.com/kiln-ml/kiln/tunefleet"
+	"github.com/kiln-ml/kiln/tunefleet"
 )
 
 func tuneCommand() *ucli.Command {
@@ -392,7 +391,11 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape 
 	if err != nil {
 		return nil, nil, err
 	}
-	return tune.Tasks(mod, rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+	rt, err := target.TuneTarget()
+	if err != nil {
+		return nil, nil, err
+	}
+	return tune.Tasks(mod, rt, shape)
 }
 
 // describeTasks is "a ×2, b, c (also c1)": the tasks with their weights
@@ -792,7 +795,11 @@ func demoTune(ctx context.Context, tc *client.Tracker, tok string, n, trials int
 		return err
 	}
 	shape := map[string]int64{"N": int64(n), "M": int64(n), "K": int64(n)}
-	tasks, skipped, err := tune.Tasks(ir.NewIRModule().With("matrix_multiply", f), rules.Target{Kind: target.Kind, VectorBytes: target.VectorBytes()}, shape)
+	rt, err := target.TuneTarget()
+	if err != nil {
+		return err
+	}
+	tasks, skipped, err := tune.Tasks(ir.NewIRModule().With("matrix_multiply", f), rt, shape)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule/auto"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
 )
 
 // ScheduleKind is where the schedule a PrimFunc was built with came from.
@@ -117,4 +118,20 @@ func (info TargetInfo) CPUOptions() auto.Options {
 		L1DBytes:        info.L1DBytes,
 		L2Bytes:         info.L2Bytes,
 	}
+}
+
+// TuneTarget is what the tuner's rules know of t: its kind, its vector
+// width and the options of the default schedules a build for t gives
+// (TargetInfo.CPUOptions), so that a tuning run's default candidate is
+// the schedule the build gives the kernel untuned.
+func (t Target) TuneTarget() (rules.Target, error) {
+	info, err := t.Info()
+	if err != nil {
+		return rules.Target{}, err
+	}
+	rt := rules.Target{Kind: info.Kind, VectorBytes: t.VectorBytes()}
+	if !info.ThreadBound {
+		rt.Defaults = info.CPUOptions()
+	}
+	return rt, nil
 }

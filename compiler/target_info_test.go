@@ -45,14 +45,7 @@ func TestTargetInfo(t *testing.T) {
 // TestHostCaches reads the caches from a directory laid out as Linux's
 // sysfs describes CPU 0's, and the host's own when it has one.
 func TestHostCaches(t *testing.T) {
-	dir := t.TempDir()
-	for i, c := range [][3]string{{"1", "Data", "48K"}, {"1", "Instruction", "32K"}, {"2", "Unified", "2048K"}, {"3", "Unified", "300M"}} {
-		d := filepath.Join(dir, "index"+string(rune('0'+i)))
-		check.NoError(t, os.MkdirAll(d, 0o755))
-		for name, v := range map[string]string{"level": c[0], "type": c[1], "size": c[2] + "\n"} {
-			check.NoError(t, os.WriteFile(filepath.Join(d, name), []byte(v), 0o644))
-		}
-	}
+	dir := sysfsCaches(t, [3]string{"1", "Data", "48K"}, [3]string{"1", "Instruction", "32K"}, [3]string{"2", "Unified", "2048K"}, [3]string{"3", "Unified", "300M"})
 	l1, l2, ok := hostCaches(dir)
 	check.True(t, ok)
 	check.Equal(t, l1, int64(48<<10))
@@ -71,4 +64,19 @@ func TestHostCaches(t *testing.T) {
 	} else {
 		check.Equal(t, info.L2Bytes, int64(DefaultL2Bytes))
 	}
+}
+
+// sysfsCaches lays out a directory as Linux's sysfs describes CPU 0's
+// caches: one index directory per cache (level, type, size).
+func sysfsCaches(t *testing.T, caches ...[3]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for i, c := range caches {
+		d := filepath.Join(dir, "index"+string(rune('0'+i)))
+		check.NoError(t, os.MkdirAll(d, 0o755))
+		for name, v := range map[string]string{"level": c[0], "type": c[1], "size": c[2] + "\n"} {
+			check.NoError(t, os.WriteFile(filepath.Join(d, name), []byte(v), 0o644))
+		}
+	}
+	return dir
 }

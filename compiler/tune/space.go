@@ -89,7 +89,7 @@ func candidateKey(schedule string, ds []Decision) string {
 // is when auto has no rule for it. The search measures it like any other
 // candidate, so a tuned kernel is never slower than the default one.
 func (sp *Space) Default() (*Candidate, error) {
-	g, rule, err := auto.FuncRule(sp.fn, auto.Options{VectorBytes: max(sp.target.VectorBytes, 16)})
+	g, rule, err := auto.FuncRule(sp.fn, sp.target.AutoOptions())
 	if err != nil {
 		return nil, fmt.Errorf("the default schedule: %w", err)
 	}

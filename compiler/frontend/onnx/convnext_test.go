@@ -32,6 +32,12 @@ type cnBlock struct {
 	w             map[string][]float32
 	// fused: LayerNormalization (opset 17) in place of its decomposition.
 	fused bool
+	// shared: the LayerNorm's bias is an Identity of the convolution's,
+	// as PyTorch exports two parameters that hold equal values (the zero
+	// biases of an untrained model): one initializer, used by the Conv
+	// (reshaped to [1, C, 1, 1]) and, through Identity, by the LayerNorm
+	// (as [C]).
+	shared bool
 }
 
 func newCNBlock(n, c, h, w, e int) *cnBlock {
@@ -89,6 +95,16 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 		consts = append(consts, nodeOf("Constant", nil, []string{c.name}, &onnxpb.AttributeProto{Name: proto.String("value"),
 			Type: onnxpb.AttributeProto_TENSOR.Enum(), T: floatInit("", nil, c.v)}))
 	}
+	inits := append(scalars,
+		init("dw.w", int64(C), 1, 7, 7), init("dw.b", int64(C)), init("ln.w", int64(C)),
+		floatInit("fc1.wt", []int64{int64(E), int64(C)}, b.transposed("fc1.w", C, E)...), init("fc1.b", int64(E)), init("fc2.w", int64(E), int64(C)), init("fc2.b", int64(C)),
+		init("gamma", int64(C), 1, 1),
+	)
+	if b.shared {
+		consts = append(consts, nodeOf("Identity", []string{"dw.b"}, []string{"ln.b"}))
+	} else {
+		inits = append(inits, init("ln.b", int64(C)))
+	}
 	nodes := append(consts, []*onnxpb.NodeProto{
 		nodeOf("Conv", []string{"x", "dw.w", "dw.b"}, []string{"c"}, intAttr("group", int64(C)), intsAttr("kernel_shape", 7, 7), intsAttr("pads", 3, 3, 3, 3)),
 		nodeOf("Transpose", []string{"c"}, []string{"t"}, intsAttr("perm", 0, 2, 3, 1)),
@@ -110,15 +126,11 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 		nodeOf("Add", []string{"s", "x"}, []string{"y"}),
 	)
 	return model(opset, &onnxpb.GraphProto{
-		Name:  proto.String("cnblock"),
-		Input: []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, N, C, H, W)},
-		Initializer: append(scalars,
-			init("dw.w", int64(C), 1, 7, 7), init("dw.b", int64(C)), init("ln.w", int64(C)), init("ln.b", int64(C)),
-			floatInit("fc1.wt", []int64{int64(E), int64(C)}, b.transposed("fc1.w", C, E)...), init("fc1.b", int64(E)), init("fc2.w", int64(E), int64(C)), init("fc2.b", int64(C)),
-			init("gamma", int64(C), 1, 1),
-		),
-		Node:   nodes,
-		Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, N, C, H, W)},
+		Name:        proto.String("cnblock"),
+		Input:       []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, N, C, H, W)},
+		Initializer: inits,
+		Node:        nodes,
+		Output:      []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, N, C, H, W)},
 	})
 }
 
@@ -179,11 +191,15 @@ func (b *cnBlock) reference(x []float32) []float64 {
 
 // TestConvNeXtBlock imports, builds and runs ConvNeXt's block (see
 // cnBlock) and compares its output with a reference computed here, on
-// channel counts the CPU's vectors divide and on odd ones.
+// channel counts the CPU's vectors divide and on odd ones, with the
+// LayerNorm's bias its own initializer and shared with the convolution.
 func TestConvNeXtBlock(t *testing.T) {
-	for i, sh := range [][5]int{{1, 32, 7, 7, 128}, {2, 8, 5, 6, 32}, {1, 12, 3, 9, 20}, {1, 16, 1, 1, 64}, {1, 192, 3, 2, 768}} {
+	for i, sh := range [][5]int{{1, 32, 7, 7, 128}, {2, 8, 5, 6, 32}, {1, 12, 3, 9, 20}, {1, 16, 1, 1, 64}, {1, 192, 3, 2, 768}, {1, 24, 4, 4, 96}} {
 		b := newCNBlock(sh[0], sh[1], sh[2], sh[3], sh[4])
 		b.fused = i%2 == 1
+		if b.shared = i != 2; b.shared {
+			b.w["ln.b"] = b.w["dw.b"]
+		}
 		mod, ps, err := Import(readModel(t, b.model()), Options{})
 		check.NoError(t, err, "import %v", sh)
 		a, err := compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})

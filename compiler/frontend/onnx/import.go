@@ -146,12 +146,22 @@ type importer struct {
 	bindings []ir.Binding
 	params   []*ir.RVar
 	weights  []*Tensor
-	weightOf map[string]*ir.RVar
+	// weightOf holds the parameters made from each initializer, by its
+	// name: one per layout, since a reshaped, transposed or flipped copy
+	// keeps the initializer's name (so that the weight is named after
+	// it) but is a different tensor.
+	weightOf map[string][]weightParam
 	next     map[string]int
 	used     map[string]bool
 	// source is the node being converted: every call it emits comes
 	// from it.
 	source ir.Source
+}
+
+// weightParam is a weight parameter and the tensor it holds.
+type weightParam struct {
+	t *Tensor
+	p *ir.RVar
 }
 
 // node is one ONNX node being converted.
@@ -215,7 +225,7 @@ func Import(m *Model, opts Options) (*ir.IRModule, *Params, error) {
 	if err := Check(m); err != nil {
 		return nil, nil, err
 	}
-	im := &importer{m: m, opts: opts, vals: map[string]*value{}, weightOf: map[string]*ir.RVar{},
+	im := &importer{m: m, opts: opts, vals: map[string]*value{}, weightOf: map[string][]weightParam{},
 		next: map[string]int{}, used: map[string]bool{}}
 	for name, t := range m.Initializers {
 		im.vals[name] = &value{c: t, init: true}
@@ -469,8 +479,10 @@ func (im *importer) expr(v *value) (ir.RExpr, error) {
 	}
 	t := v.c
 	if v.init && t.NumElements() > im.opts.ConstLimit {
-		if p, ok := im.weightOf[t.Name]; ok {
-			return p, nil
+		for _, w := range im.weightOf[t.Name] {
+			if w.t.DType == t.DType && slices.Equal(w.t.Shape, t.Shape) && bytes.Equal(w.t.Data, t.Data) {
+				return w.p, nil
+			}
 		}
 		vn := VarName(t.Name)
 		if im.used[vn] {
@@ -478,7 +490,7 @@ func (im *importer) expr(v *value) (ir.RExpr, error) {
 		}
 		im.used[vn] = true
 		p := ir.NewRVar(vn, ir.TensorOfShape(t.DType, t.Shape...))
-		im.weightOf[t.Name] = p
+		im.weightOf[t.Name] = append(im.weightOf[t.Name], weightParam{t, p})
 		im.params = append(im.params, p)
 		w := *t
 		w.Name = vn

@@ -152,3 +152,26 @@ func TestImportScatterErrors(t *testing.T) {
 	check.ErrorIs(t, err, ErrUnsupported)
 	check.Error(t, err, `ScatterND with reduction "max"`)
 }
+
+// TestImportTiedWeight: one initializer used as is by a MatMul and
+// transposed by a Gemm (transB=1), as a language model's tied embedding
+// and output head are, becomes two weights, each with its own data.
+func TestImportTiedWeight(t *testing.T) {
+	pm := model(13, &onnxpb.GraphProto{
+		Name:        proto.String("tied"),
+		Input:       []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, 1, 2)},
+		Initializer: []*onnxpb.TensorProto{floatInit("w", []int64{2, 2}, 1, 2, 3, 4)},
+		Node: []*onnxpb.NodeProto{
+			nodeOf("MatMul", []string{"x", "w"}, []string{"a"}),
+			nodeOf("Gemm", []string{"x", "w"}, []string{"b"}, intAttr("transB", 1)),
+			nodeOf("Add", []string{"a", "b"}, []string{"y"}),
+		},
+		Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, 1, 2)},
+	})
+	_, ps, err := Import(readModel(t, pm), Options{ConstLimit: 1})
+	check.NoError(t, err)
+	check.Equal(t, len(ps.Tensors()), 2)
+	check.Equal(t, ps.Tensors()[0].Floats(), []float64{1, 2, 3, 4})
+	check.Equal(t, ps.Tensors()[1].Floats(), []float64{1, 3, 2, 4})
+	check.True(t, ps.Names()[0] != ps.Names()[1], "weight names %v", ps.Names())
+}

@@ -145,12 +145,14 @@ func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K, panel int64, posOuter 
 	npt := ceilDiv(P, pt)
 	nft := d.C / ft
 	views := map[*ir.Buffer]*ir.Buffer{}
+	var made []*ir.Buffer // the views in the order they were made
 	view := func(b *ir.Buffer) *ir.Buffer {
 		if v, ok := views[b]; ok {
 			return v
 		}
 		v := flatView(b, it, P)
 		views[b] = v
+		made = append(made, v)
 		return v
 	}
 
@@ -252,7 +254,9 @@ func (d *depthwisePlane) pointwiseLoops(lanes, ft, pv, K, panel int64, posOuter 
 		kind = ir.ForParallel
 	}
 	loops := ir.Stmt(ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial, ir.NewFor(t, i64(0), i64(nft*npt), kind, body)))
-	for _, v := range views {
+	// Declared in a fixed order (not the map's), so that the same
+	// function always gets the same schedule.
+	for _, v := range made {
 		loops = &ir.DeclBuffer{Buffer: v, Body: loops}
 	}
 	return loops

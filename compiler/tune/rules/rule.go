@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 )
 
 // Rule is one schedule rule: Apply transforms s, drawing its choices from
@@ -27,6 +28,23 @@ type Target struct {
 	Kind string
 	// VectorBytes is the width of a vector register (64 with AVX-512).
 	VectorBytes int64
+	// Defaults are the options of the CPU rules of compiler/schedule/auto
+	// the build's default schedules use on this machine (its vector
+	// width, registers and caches: compiler.Target.TuneTarget fills them
+	// from compiler.TargetInfo.CPUOptions), so that the tuner's default
+	// candidate is what the build gives an untuned kernel. Zero: the
+	// rules' defaults for VectorBytes.
+	Defaults auto.Options
+}
+
+// AutoOptions are the options the default schedule of a function is
+// made with for t: Defaults, or the rules' defaults for VectorBytes when
+// they are not given.
+func (t Target) AutoOptions() auto.Options {
+	if t.Defaults != (auto.Options{}) {
+		return t.Defaults
+	}
+	return auto.Options{VectorBytes: max(t.VectorBytes, 16)}
 }
 
 // Lanes returns how many elements of t fit in one vector register.
