@@ -26,7 +26,7 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker"
-	tunefleet "github.com/kiln-ml/kiln/tunefleet"
+	"github.com/kiln-ml/kiln/tunefleet"
 )
 
 const tuneMatmulPy = `# from tvm.script import tir as T
