@@ -71,8 +71,9 @@ type benchDaemon struct {
 }
 
 // startBenchDaemon starts a daemon with no tracker (sessions need no
-// lease) and its session files in a temporary directory.
-func startBenchDaemon(ctx context.Context) (*benchDaemon, error) {
+// lease) and its session files in a temporary directory; configure
+// changes its configuration first.
+func startBenchDaemon(ctx context.Context, configure ...func(*rpcserver.Config)) (*benchDaemon, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bench daemon: %w", err)
@@ -84,11 +85,15 @@ func startBenchDaemon(ctx context.Context) (*benchDaemon, error) {
 	env := []string{benchWorkerEnv + "=1",
 		// A race-enabled binary sleeps a second at exit unless told not to.
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
-	d, err := rpcserver.New(rpcserver.Config{
+	cfg := rpcserver.Config{
 		Listen: "127.0.0.1:0", Key: "bench", Dir: dir, DrainTimeout: time.Second,
 		Worker: rpcserver.WorkerSpec{Path: exe, Args: rpcserver.DefaultWorkerArgs, Env: env},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	d, err := rpcserver.New(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench daemon: %w", err)

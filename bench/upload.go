@@ -9,6 +9,9 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/rpcserver"
 )
 
 func init() {
@@ -44,12 +47,21 @@ type uploadResult struct {
 	// RSSGrowth is how much this process (client and daemon) grew in
 	// resident memory over the timed uploads, beyond the data buffer.
 	RSSGrowth int64 `json:"rss_growth_bytes"`
-	Quick     bool  `json:"quick,omitempty"`
+	// Capped says how the session's writes are capped: "tmpfs" when the
+	// daemon sandboxes it (its directory a tmpfs of the session's cap),
+	// else "quota" (the daemon's count of its files).
+	Capped string `json:"capped"`
+	// UncappedGBps is the same uploads, in the same rounds, into a
+	// session of a daemon without a sandbox and without a session quota
+	// (median); CapCost is UncappedGBps / GBps, what the cap costs.
+	UncappedGBps float64 `json:"uncapped_gb_per_s"`
+	CapCost      float64 `json:"cap_cost"`
+	Quick        bool    `json:"quick,omitempty"`
 }
 
 func (r uploadResult) Line() string {
-	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s) over %d uploads; plain TCP into a file %.2f GB/s (ratio %.2f), into memory %.2f GB/s; RSS grew %d KiB",
-		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Uploads, r.FloorGBps, r.Ratio, r.TCPGBps, r.RSSGrowth>>10)
+	return fmt.Sprintf("upload: %d MiB to a device daemon on loopback at %.2f GB/s median, %.2f GB/s best (%.1f ms; goal ≥ %.1f GB/s; session capped by %s) over %d uploads; uncapped, unsandboxed session %.2f GB/s (cap cost ×%.2f); plain TCP into a file %.2f GB/s (ratio %.2f), into memory %.2f GB/s; RSS grew %d KiB",
+		r.Bytes>>20, r.GBps, r.BestGBps, r.MedianMS, r.GoalGBps, r.Capped, r.Uploads, r.UncappedGBps, r.CapCost, r.FloorGBps, r.Ratio, r.TCPGBps, r.RSSGrowth>>10)
 }
 
 // runUpload uploads the same data several times into one session (each
@@ -69,13 +81,27 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 		return nil, err
 	}
 	defer s.Close()
+	// The same uploads without the cap: no sandbox (so no tmpfs) and no
+	// session quota.
+	bu, err := startBenchDaemon(ctx, func(c *rpcserver.Config) { c.Sandbox, c.SessionQuota = rpcserver.SandboxOff, -1 })
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, bu.stop()) }()
+	su, err := bu.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer su.Close()
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i*7 + i>>13)
 	}
 	// One upload to warm the connection and the daemon's buffers.
-	if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
-		return nil, err
+	for _, s := range []*client.Session{s, su} {
+		if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
+			return nil, err
+		}
 	}
 	floor, err := newTCPFloor(bd.dir)
 	if err != nil {
@@ -92,12 +118,18 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 	secs := make([]float64, uploads)
 	floorSecs := make([]float64, uploads)
 	tcpSecs := make([]float64, uploads)
+	uncappedSecs := make([]float64, uploads)
 	for i := range secs {
 		start := time.Now()
 		if err := s.Upload(ctx, "artifact.kiln", data); err != nil {
 			return nil, err
 		}
 		secs[i] = time.Since(start).Seconds()
+		start = time.Now()
+		if err := su.Upload(ctx, "artifact.kiln", data); err != nil {
+			return nil, err
+		}
+		uncappedSecs[i] = time.Since(start).Seconds()
 		if floorSecs[i], err = floor.send(data, true); err != nil {
 			return nil, err
 		}
@@ -115,6 +147,12 @@ func runUpload(ctx context.Context, opt options) (_ result, err error) {
 		MedianMS: round(med*1e3, 2), Bytes: int64(size), Uploads: uploads, GoalGBps: uploadGoalGBps, Quick: opt.quick,
 		FloorGBps: round(float64(size)/floorMed/1e9, 3), Ratio: round(floorMed/med, 3), RSSGrowth: growth,
 		TCPGBps: round(float64(size)/tcpMed/1e9, 3),
+	}
+	r.UncappedGBps = round(float64(size)/median(uncappedSecs)/1e9, 3)
+	r.CapCost = round(r.UncappedGBps/r.GBps, 3)
+	r.Capped = "quota"
+	if _, sandboxed := bd.d.Capacity(); sandboxed {
+		r.Capped = "tmpfs"
 	}
 	r.MeetsGoal = r.GBps >= uploadGoalGBps
 	return r, nil
