@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/devices"
 	_ "github.com/kiln-ml/kiln/devices/cpu" // host arrays for the interpreter
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
@@ -161,7 +162,7 @@ func randomArgs(t *testing.T, rng *rand.Rand, f *ir.PrimFunc) []any {
 		if !ok {
 			t.Skipf("scalar parameter %q", p.Name)
 		}
-		check.Equal(t, b.DType, ir.Float32, "parameter", b.Name)
+		check.True(t, b.DType == ir.Float32 || b.DType == ir.Float16, "parameter", b.Name, "is", b.DType, "(float32 and float16 are drawn)")
 		shape := make(ndarray.Shape, len(b.Shape))
 		for i, e := range b.Shape {
 			switch e := e.(type) {
@@ -172,6 +173,19 @@ func randomArgs(t *testing.T, rng *rand.Rand, f *ir.PrimFunc) []any {
 			default:
 				t.Skipf("buffer %q has extent %s", b.Name, e)
 			}
+		}
+		if b.DType == ir.Float16 {
+			// Finite halves of magnitude 0.25 to 4 (exponents 13 to 16),
+			// any sign and mantissa.
+			raw := make([]byte, 2*shape.NumElements())
+			for i := 0; i < len(raw); i += 2 {
+				h := uint16(rng.IntN(2))<<15 | uint16(13+rng.IntN(4))<<10 | uint16(rng.IntN(1<<10))
+				raw[i], raw[i+1] = byte(h), byte(h>>8)
+			}
+			a, err := ndarray.FromBytes(raw, shape, ndarray.Float16, devices.CPUDevice)
+			check.NoError(t, err)
+			args = append(args, a)
+			continue
 		}
 		data := make([]float32, shape.NumElements())
 		for i := range data {
@@ -188,9 +202,10 @@ func copyArgs(t *testing.T, args []any) []any {
 	t.Helper()
 	out := make([]any, len(args))
 	for i, a := range args {
-		s, err := ndarray.ToSlice[float32](a.(*ndarray.NDArray))
+		x := a.(*ndarray.NDArray)
+		b, err := x.HostBytes()
 		check.NoError(t, err)
-		c, err := ndarray.FromSlice(slices.Clone(s), a.(*ndarray.NDArray).Shape())
+		c, err := ndarray.FromBytes(slices.Clone(b), x.Shape(), x.DType(), devices.CPUDevice)
 		check.NoError(t, err)
 		out[i] = c
 	}
