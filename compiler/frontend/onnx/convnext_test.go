@@ -30,6 +30,10 @@ type cnBlock struct {
 	w             map[string][]float32
 	// fused: LayerNormalization (opset 17) in place of its decomposition.
 	fused bool
+	// shared: the layer norm's bias is the convolution's, read through
+	// an Identity node (PyTorch's exporter keeps one of equal
+	// initializers), so one weight is read as [C] and as [1, C, 1, 1].
+	shared bool
 }
 
 func newCNBlock(n, c, h, w, e int) *cnBlock {
@@ -72,10 +76,16 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 		opset = 17
 		norm = []*onnxpb.NodeProto{nodeOf("LayerNormalization", []string{"t", "ln.w", "ln.b"}, []string{"ln"}, intAttr("axis", -1), floatAttr("epsilon", 1e-6))}
 	}
-	nodes := []*onnxpb.NodeProto{
+	inits := []*onnxpb.TensorProto{init("ln.b", int64(C))}
+	var nodes []*onnxpb.NodeProto
+	if b.shared {
+		inits = nil
+		nodes = append(nodes, nodeOf("Identity", []string{"dw.b"}, []string{"ln.b"}))
+	}
+	nodes = append(nodes,
 		nodeOf("Conv", []string{"x", "dw.w", "dw.b"}, []string{"c"}, intAttr("group", int64(C)), intsAttr("kernel_shape", 7, 7), intsAttr("pads", 3, 3, 3, 3)),
 		nodeOf("Transpose", []string{"c"}, []string{"t"}, intsAttr("perm", 0, 2, 3, 1)),
-	}
+	)
 	nodes = append(nodes, norm...)
 	nodes = append(nodes,
 		nodeOf("Transpose", []string{"fc1.wt"}, []string{"fc1.w"}, intsAttr("perm", 1, 0)),
@@ -95,13 +105,13 @@ func (b *cnBlock) model() *onnxpb.ModelProto {
 	return model(opset, &onnxpb.GraphProto{
 		Name:  proto.String("cnblock"),
 		Input: []*onnxpb.ValueInfoProto{vinfo("x", onnxpb.TensorProto_FLOAT, N, C, H, W)},
-		Initializer: []*onnxpb.TensorProto{
-			init("dw.w", int64(C), 1, 7, 7), init("dw.b", int64(C)), init("ln.w", int64(C)), init("ln.b", int64(C)),
+		Initializer: append(inits,
+			init("dw.w", int64(C), 1, 7, 7), init("dw.b", int64(C)), init("ln.w", int64(C)),
 			floatInit("fc1.wt", []int64{int64(E), int64(C)}, b.transposed("fc1.w", C, E)...), init("fc1.b", int64(E)), init("fc2.w", int64(E), int64(C)), init("fc2.b", int64(C)),
 			init("gamma", int64(C), 1, 1),
 			floatInit("two", nil, 2), floatInit("eps", nil, 1e-6),
 			floatInit("sqrt2", nil, 1.4142135), floatInit("one", nil, 1), floatInit("half", nil, 0.5),
-		},
+		),
 		Node:   nodes,
 		Output: []*onnxpb.ValueInfoProto{vinfo("y", onnxpb.TensorProto_FLOAT, N, C, H, W)},
 	})
@@ -164,11 +174,15 @@ func (b *cnBlock) reference(x []float32) []float64 {
 
 // TestConvNeXtBlock imports, builds and runs ConvNeXt's block (see
 // cnBlock) and compares its output with a reference computed here, on
-// channel counts the CPU's vectors divide and on odd ones.
+// channel counts the CPU's vectors divide and on odd ones, with the layer
+// norm's bias its own weight and the convolution's.
 func TestConvNeXtBlock(t *testing.T) {
 	for i, sh := range [][5]int{{1, 32, 7, 7, 128}, {2, 8, 5, 6, 32}, {1, 12, 3, 9, 20}, {1, 16, 1, 1, 64}, {1, 192, 3, 2, 768}} {
 		b := newCNBlock(sh[0], sh[1], sh[2], sh[3], sh[4])
 		b.fused = i%2 == 1
+		if b.shared = i%2 == 0; b.shared {
+			b.w["ln.b"] = b.w["dw.b"]
+		}
 		mod, ps, err := Import(readModel(t, b.model()), Options{})
 		check.NoError(t, err, "import %v", sh)
 		a, err := compiler.Build(context.Background(), mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{NoCache: true})

@@ -469,7 +469,12 @@ func (im *importer) expr(v *value) (ir.RExpr, error) {
 	}
 	t := v.c
 	if v.init && t.NumElements() > im.opts.ConstLimit {
-		if p, ok := im.weightOf[t.Name]; ok {
+		// A weight reshaped where one operator reads it (a Conv's bias
+		// as [1, C, 1, 1]) keeps its name, and PyTorch's exporter lets
+		// one initializer stand for equal ones of other layers through
+		// Identity nodes: the parameter is the name and the shape.
+		key := fmt.Sprint(t.Name, t.Shape)
+		if p, ok := im.weightOf[key]; ok {
 			return p, nil
 		}
 		vn := VarName(t.Name)
@@ -478,7 +483,7 @@ func (im *importer) expr(v *value) (ir.RExpr, error) {
 		}
 		im.used[vn] = true
 		p := ir.NewRVar(vn, ir.TensorOfShape(t.DType, t.Shape...))
-		im.weightOf[t.Name] = p
+		im.weightOf[key] = p
 		im.params = append(im.params, p)
 		w := *t
 		w.Name = vn
