@@ -24,6 +24,7 @@ type Pass struct {
 // full pipeline runs them.
 var passes = []Pass{
 	{Name: "AlterConvLayout", Fn: AlterConvLayout},
+	{Name: "FoldLayerNorm", Fn: FoldLayerNorm},
 	{Name: "LegalizeOps", Fn: LegalizeOps},
 	{Name: "AnnotateTIROpPattern", Fn: AnnotateTIROpPattern},
 	{Name: "FoldConstant", Fn: FoldConstant},
@@ -39,6 +40,7 @@ var passes = []Pass{
 // first Before must run before the first After.
 var constraints = []struct{ Before, After string }{
 	{"AlterConvLayout", "LegalizeOps"},
+	{"FoldLayerNorm", "LegalizeOps"},
 	{"LegalizeOps", "AnnotateTIROpPattern"},
 	{"LegalizeOps", "FuseOps"},
 	{"AnnotateTIROpPattern", "FuseOps"},
@@ -72,7 +74,7 @@ var pipelines = map[string][]string{
 	// writes in place (ConcatInPlace; O3's StaticPlanBlockMemory does
 	// the same).
 	"O1": {"LegalizeOps", "FoldConstant", "DeadCodeElimination", "LiftTransformParams"},
-	"O2": {"AlterConvLayout", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
+	"O2": {"AlterConvLayout", "FoldLayerNorm", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
 		"LiftTransformParams", "ConcatInPlace"},
 	"O3": {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
 		"StaticPlanBlockMemory"},

@@ -42,6 +42,11 @@
 //     vectors (pool.go); pooling windows without padding compute vectors
 //     of outputs along each row from strided vector loads of the input
 //     (pool.go).
+//   - Functions that reduce rows and then compute over the same rows
+//     (layer norm, softmax) get the row pipeline rule
+//     (row_pipeline_cpu.go): every step of a row computed at the last
+//     block's row loop, the rows fused and parallel, so a row's steps
+//     run while it is in the L1 cache.
 //   - Every other kernel gets the generic rule (injective.go): cheap
 //     elementwise intermediates inlined into their readers, the innermost
 //     loop of each elementwise block vectorized, row reductions (softmax's

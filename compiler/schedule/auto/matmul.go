@@ -103,6 +103,7 @@ const (
 	RulePoolRows       = "pool"
 	RuleDepthwisePlane = "depthwise conv2d"
 	RuleRowConv        = "conv2d rows"
+	RuleRowPipeline    = "row pipeline"
 	RuleGeneric        = "elementwise and reductions"
 )
 

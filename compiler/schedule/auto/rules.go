@@ -50,6 +50,7 @@ var cpuRules = []rule[cpuIn]{
 		}
 		return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
 	})},
+	{RuleRowPipeline, scheduleRowPipeline},
 	{RuleGeneric, func(in cpuIn) (*ir.PrimFunc, bool, error) { return scheduleGeneric(in.f, in.opts) }},
 }
 

@@ -21,7 +21,7 @@ func TestRuleLists(t *testing.T) {
 		gpu = append(gpu, r.name)
 	}
 	check.Equal(t, cpu, []string{RuleMatmul, RuleConvStem, RulePointwise, RuleConv, RuleGlobalPool, RulePoolRows,
-		RulePointwise, RuleDepthwisePlane, RuleRowConv, RuleGeneric})
+		RulePointwise, RuleDepthwisePlane, RuleRowConv, RuleRowPipeline, RuleGeneric})
 	check.Equal(t, gpu, []string{"row reduction", "row pipeline", "tensor-core matmul", "shared-memory matmul", "matmul", "fallback"})
 }
 
