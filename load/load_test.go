@@ -284,7 +284,9 @@ func TestArtifactOnUnreadFeatures(t *testing.T) {
 	a := buildSmallCNN(t)
 	defer func(h func() hostcpu.Features) { hostFeatures = h }(hostFeatures)
 	host := hostcpu.Host()
-	hostFeatures = func() hostcpu.Features { return hostcpu.Features{Arch: host.Arch, Has: map[string]bool{}, Unread: true} }
+	hostFeatures = func() hostcpu.Features {
+		return hostcpu.Features{Arch: host.Arch, Has: map[string]bool{}, Unread: true}
+	}
 	wants := *a
 	wants.Manifest.Attrs = map[string]string{artifact.AttrCPUArch: host.Arch, artifact.AttrCPUFeatures: "v,zba"}
 	check.NoError(t, RunsHere(&wants))
