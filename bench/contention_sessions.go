@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -94,31 +91,15 @@ func (r *remoteModel) time(ctx context.Context, rounds int) ([]float64, error) {
 // the same session's latency with the other session idle.
 func measureSessions(ctx context.Context, rounds int, spec *remoteSpec, ortBusy func() (func(), error), timeORT func() (float64, error)) (contentionResult, error) {
 	c := contentionResult{Condition: "sessions2"}
-	exe, err := os.Executable()
-	if err != nil {
-		return c, err
-	}
-	dir, err := os.MkdirTemp("", "kiln-bench-sessions-")
-	if err != nil {
-		return c, err
-	}
-	defer os.RemoveAll(dir)
-	d, err := rpcserver.New(rpcserver.Config{
-		Listen: "127.0.0.1:0", Key: "bench", Dir: dir, DrainTimeout: time.Second,
-		MaxSessions: 2, InsecureShared: true,
-		Worker: rpcserver.WorkerSpec{Path: exe, Args: rpcserver.DefaultWorkerArgs,
-			Env: []string{benchWorkerEnv + "=1", cpu.EnvThreads + "=2",
-				"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	bd, err := startBenchDaemon(ctx, func(cfg *rpcserver.Config) {
+		cfg.MaxSessions, cfg.InsecureShared = 2, true
+		cfg.Worker.Env = append(cfg.Worker.Env, cpu.EnvThreads+"=2")
 	})
 	if err != nil {
-		return c, fmt.Errorf("daemon: %w", err)
+		return c, err
 	}
-	dctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(dctx) }()
-	defer func() { cancel(); <-done }()
-	addr := d.Addr().String()
+	defer bd.stop()
+	addr := bd.d.Addr().String()
 	a, err := openRemoteModel(ctx, addr, spec)
 	if err != nil {
 		return c, fmt.Errorf("first session: %w", err)
