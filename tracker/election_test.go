@@ -117,7 +117,7 @@ func TestReplicas(t *testing.T) {
 	lead := rs.leader(t, -1)
 	follower := rs.reps[(lead+1)%3]
 	spare := rs.reps[(lead+2)%3]
-	eventually(t, "the follower knows the leader", func() bool { return follower.Ready() == nil })
+	eventually(t, "the followers know the leader", func() bool { return follower.Ready() == nil && spare.Ready() == nil })
 
 	dev, _ := device(t, follower.Addr(), "k", proto.NodeAttrs{})
 	tc, err := client.DialTracker(ctx, follower.Addr()+","+spare.Addr(), client.TrackerOptions{Logger: quietLogger()})
