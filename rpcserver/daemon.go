@@ -247,6 +247,7 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("rpcserver: session directory: %w", err)
 		}
 	}
+	explicitQuota := cfg.SessionQuota > 0
 	switch {
 	case cfg.SessionQuota == 0:
 		cfg.SessionQuota = defaultQuota(cfg.Dir)
@@ -257,7 +258,7 @@ func New(cfg Config) (*Daemon, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	iso, err := newIsolation(cfg, func(msg string, args ...any) { log.Info(msg, args...) })
+	iso, err := newIsolation(cfg, explicitQuota, func(msg string, args ...any) { log.Info(msg, args...) })
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +277,13 @@ func New(cfg Config) (*Daemon, error) {
 			"session_write_cap", iso.quota)
 	} else {
 		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why)
+		switch {
+		case iso.capMount != "":
+			log.Info("each unsandboxed session's directory is a tmpfs of session_write_cap bytes in its worker's own mount namespace (the uploads bound read-only): kernels' writes into it stop there with ENOSPC; their writes elsewhere are not capped",
+				"session_write_cap", iso.quota, "max_session_bytes", cfg.SessionQuota)
+		case cfg.SessionQuota > 0:
+			log.Warn("kernels' writes into session directories are not capped: --max-session-bytes caps only uploads and the worker's copies of modules", "why", iso.capWhy, "max_session_bytes", cfg.SessionQuota)
+		}
 	}
 	if cfg.MaxSessions > 1 && !sandboxed {
 		if !cfg.InsecureShared {

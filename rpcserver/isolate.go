@@ -51,7 +51,13 @@ type isolation struct {
 	// quarter of the machine's memory when that is less (the tmpfs lives
 	// in memory); 0: no cap.
 	quota int64
-	procs int // processes per session; 0: no cap
+	// capMount is the mount helper (the daemon's own binary) that caps an
+	// unsandboxed session's directory at quota (see isolate_linux.go);
+	// "" when the session is sandboxed or its kernels' writes are not
+	// capped (capWhy says why).
+	capMount string
+	capWhy   string
+	procs    int // processes per session; 0: no cap
 	// cgroups are the cgroup directories under which each session gets
 	// one of its own (memory and pids; v1 has one per controller); empty
 	// when there is no memory cap and the process cap is an rlimit of the
@@ -87,7 +93,8 @@ func (iso *isolation) capsBy() string {
 }
 
 // newIsolation decides how workers are confined.
-func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, error) {
+// explicitQuota says --max-session-bytes was given (not the default).
+func newIsolation(cfg Config, explicitQuota bool, log func(msg string, args ...any)) (*isolation, error) {
 	iso := &isolation{uidUsed: map[int]bool{}, memory: cfg.MaxSessionMemory, procs: cfg.MaxSessionProcs, quota: writeCap(cfg.SessionQuota)}
 	mode := cfg.Sandbox
 	if mode == "" {
@@ -156,6 +163,14 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 			return nil, fmt.Errorf("rpcserver: --worker-uids gives %d uids for --max-sessions %d: each session needs one", len(cfg.WorkerUIDs), cfg.MaxSessions)
 		}
 	}
+	if iso.bwrap == "" && iso.quota > 0 {
+		if err := iso.capWrites(cfg.Dir); err != nil {
+			if explicitQuota {
+				return nil, fmt.Errorf("rpcserver: --max-session-bytes %d: this daemon cannot cap what kernels write into a session's directory (%v); it would cap only uploads and the worker's copies of modules: run it as root or where user namespaces are allowed, sandbox its sessions (bubblewrap), or leave --max-session-bytes out (uploads are then capped at a quarter of the free space, kernels' writes not at all)", cfg.SessionQuota, err)
+			}
+			iso.capWhy = err.Error()
+		}
+	}
 	if iso.bwrap != "" && iso.procs == 0 {
 		iso.procs = DefaultMaxSessionProcs
 	}
@@ -195,6 +210,20 @@ func newIsolation(cfg Config, log func(msg string, args ...any)) (*isolation, er
 		iso.prlimit = p
 	}
 	return iso, nil
+}
+
+// capWrites readies the mount helper that caps an unsandboxed session's
+// directory, after checking that it works here.
+func (iso *isolation) capWrites(parent string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the daemon's own executable: %w", err)
+	}
+	if err := probeCapMount(exe, parent); err != nil {
+		return err
+	}
+	iso.capMount = exe
+	return nil
 }
 
 // writeCap is the size of a sandboxed session's tmpfs mounts for a
@@ -327,6 +356,11 @@ func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string
 		// host: whatever the worker and its kernels write is capped.
 		argv = append(append([]string{iso.bwrap}, box.CappedArgs(dir, path, wrapperProgram(wrapper), iso.quota,
 			[]string{filepath.Join(dir, "files")}, []string{filepath.Join(dir, "modules")})...), argv...)
+	} else if iso.capMount != "" {
+		// The same cap without the sandbox: the mount helper makes the
+		// session directory a tmpfs of the quota in the worker's own
+		// mount namespace (spawnWorker makes the namespaces).
+		argv = append(capMountArgs(iso.capMount, iso.quota, dir), argv...)
 	}
 	if uid > 0 {
 		argv = append(box.DropArgs(iso.setpriv, uid), argv...)

@@ -246,6 +246,9 @@ func spawnWorker(ctx context.Context, spec WorkerSpec, iso *isolation, jail jail
 	}
 	cmd.Stdout, cmd.Stderr = errW, errW
 	cmd.SysProcAttr = workerSysProcAttr()
+	if iso.capMount != "" && iso.bwrap == "" {
+		capMountAttr(cmd.SysProcAttr)
+	}
 	if spec.OwnSession {
 		// The session's leader also leads a new process group (its pid).
 		cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Setsid = false, true

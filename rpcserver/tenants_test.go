@@ -178,6 +178,14 @@ func callIntrude(t *testing.T, s *client.Session, f *client.Func, path string, p
 // uint8 tensor and out an int64 tensor of n elements, which it returns.
 func callWithPath(t *testing.T, s *client.Session, f *client.Func, path string, arg int64, n int64) []int64 {
 	t.Helper()
+	got, err := callWithPathErr(t, s, f, path, arg, n)
+	check.NoError(t, err)
+	return got
+}
+
+// callWithPathErr is callWithPath returning the call's error.
+func callWithPathErr(t *testing.T, s *client.Session, f *client.Func, path string, arg int64, n int64) ([]int64, error) {
+	t.Helper()
 	ctx := testCtx(t)
 	p := append([]byte(path), 0)
 	pa, err := s.Empty(ctx, ndarray.Shape{int64(len(p))}, ndarray.Uint8, devices.CPUDevice)
@@ -185,15 +193,16 @@ func callWithPath(t *testing.T, s *client.Session, f *client.Func, path string, 
 	check.NoError(t, pa.CopyFromBytes(ctx, p))
 	out, err := s.Empty(ctx, ndarray.Shape{n}, ndarray.Int64, devices.CPUDevice)
 	check.NoError(t, err)
-	_, err = s.Call(ctx, f, pa, arg, out)
-	check.NoError(t, err)
+	if _, err = s.Call(ctx, f, pa, arg, out); err != nil {
+		return nil, err
+	}
 	b, err := out.ReadBytes(ctx)
 	check.NoError(t, err)
 	got := make([]int64, n)
 	for i := range got {
 		got[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
-	return got
+	return got, nil
 }
 
 // workerUIDs lists the real uids of a session's processes below its

@@ -610,9 +610,24 @@ func (w *worker) call(ctx context.Context, a proto.CallArgs) (any, error) {
 	defer w.done(cs)
 	out, err := cs.fn.fn.Call(cs.args...)
 	if err != nil {
-		return nil, callError(err)
+		return nil, w.spaceFull(callError(err))
 	}
 	return w.fromPacked(out, cs), nil
+}
+
+// spaceFull adds to a function's failure that the session's writable
+// space is full, when it is: a kernel's write there failed with ENOSPC,
+// which the kernel may report in its own words, and the client should
+// learn which cap it hit.
+func (w *worker) spaceFull(err error) error {
+	if w.quota <= 0 {
+		return err
+	}
+	size, free, ok := tmpfsSpace(w.dir)
+	if !ok || free >= 64<<10 {
+		return err
+	}
+	return fmt.Errorf("%w (the session's writable space is full: its directory is a tmpfs of %d bytes, the daemon's --max-session-bytes or a quarter of the board's memory when that is less)", err, size)
 }
 
 // callError classes a function's failure for the wire: argument errors are

@@ -125,9 +125,13 @@ KILN_EXPORT int32_t intrude(KilnValue* args, int32_t* codes, int32_t n) {
 // fill writes args[1] MiB to a new file at the path in the uint8 tensor
 // args[0], a MiB at a time, until done or refused; out (args[2], int64[2])
 // gets the bytes written and -errno of the write that failed (0: none).
+// With args[1] negative it writes -args[1] MiB and fails, saying why,
+// when a write is refused.
 KILN_EXPORT int32_t fill(KilnValue* args, int32_t* codes, int32_t n) {
   DLTensor* p = (DLTensor*)args[0].v_handle;
   int64_t mib = args[1].v_int64;
+  int strict = mib < 0;
+  if (strict) mib = -mib;
   DLTensor* o = (DLTensor*)args[2].v_handle;
   const char* path = (const char*)p->data + p->byte_offset;
   int64_t* out = (int64_t*)((char*)o->data + o->byte_offset);
@@ -147,6 +151,12 @@ KILN_EXPORT int32_t fill(KilnValue* args, int32_t* codes, int32_t n) {
       if (w < 0) {
         out[1] = -errno;
         close(fd);
+        if (strict) {
+          char msg[128];
+          snprintf(msg, sizeof msg, "fill: write: %s", strerror((int)-out[1]));
+          kiln_set_last_error(msg);
+          return 1;
+        }
         return 0;
       }
       done += (size_t)w;

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package rpcserver
+
+import (
+	"errors"
+	"syscall"
+)
+
+// capMountArgs is nothing here: there is no mount helper.
+func capMountArgs(helper string, capBytes int64, dir string) []string { return nil }
+
+// capMountAttr does nothing here.
+func capMountAttr(attr *syscall.SysProcAttr) {}
+
+// probeCapMount fails here: mount namespaces are Linux's.
+func probeCapMount(helper, parent string) error {
+	return errors.New("a mount namespace of the worker's own needs Linux")
+}
+
+// tmpfsSpace says no here: session directories are capped on Linux only.
+func tmpfsSpace(dir string) (size, free int64, ok bool) { return 0, 0, false }

@@ -1,0 +1,103 @@
+package rpcserver_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kiln-ml/kiln/client"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/rpcserver"
+)
+
+// unprivilegedEnv marks a run of this test binary that a root test
+// started as an unprivileged uid, to run a test as that uid.
+const unprivilegedEnv = "KILN_RPCSERVER_TEST_UNPRIVILEGED"
+
+// TestUnsandboxedKernelWritesCapped: on a daemon that does not sandbox
+// its sessions, a kernel writes 64 MiB into its session directory and a
+// subdirectory under a 20 MB --max-session-bytes: each write stops at
+// the cap (ENOSPC), the host's disk never holds the bytes, the uploads
+// stay read-only to the kernel, and a kernel that fails on the refused
+// write gets a session error naming --max-session-bytes. As root the
+// test runs once as root and once as an unprivileged uid (a daemon of
+// that user, whose worker mounts in a user namespace of its own).
+func TestUnsandboxedKernelWritesCapped(t *testing.T) {
+	if os.Getenv(unprivilegedEnv) == "" && os.Geteuid() == 0 {
+		t.Run("unprivileged", func(t *testing.T) { runUnprivileged(t, "TestUnsandboxedKernelWritesCapped") })
+	}
+	const quota = 20 << 20
+	cfg := rpcserver.Config{Sandbox: rpcserver.SandboxOff, SessionQuota: quota}
+	probe := cfg
+	probe.Listen, probe.Dir = "127.0.0.1:0", t.TempDir()
+	if _, err := rpcserver.New(probe); err != nil {
+		if os.Geteuid() != 0 && strings.Contains(err.Error(), "user namespace") {
+			t.Skipf("this machine does not let user %d cap a session directory: %v", os.Geteuid(), err)
+		}
+		t.Fatal(err)
+	}
+	td := startDaemon(t, cfg)
+	check.True(t, strings.Contains(td.logs.String(), "session_write_cap="), "the start log says the write cap", td.logs.String())
+	s := td.connect(t, client.SessionOptions{})
+	mod := loadKernels(t, s)
+	ctx := testCtx(t)
+	fill, err := mod.GetFunction(ctx, "fill")
+	check.NoError(t, err)
+	for _, path := range []string{"scratch.bin", "modules/more.bin"} {
+		n, errno := callFill(t, s, fill, path, 64)
+		check.True(t, n <= quota, path, "wrote", n, "bytes under a cap of", quota)
+		check.Equal(t, errno, -int64(syscall.ENOSPC), path, "the refused write's errno")
+		held := hostBytes(t, td.dir)
+		check.True(t, held < quota, "the host's session directory holds", held)
+		callFill(t, s, fill, path, 0)
+	}
+	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
+	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
+
+	// A kernel that fails on the refused write: the error names the cap.
+	_, err = callWithPathErr(t, s, fill, "scratch.bin", -64, 2)
+	check.Error(t, err, "No space left on device", "--max-session-bytes")
+	callFill(t, s, fill, "scratch.bin", 0)
+
+	// The daemon's own view is the host's: uploads still land there, and
+	// no tmpfs of the session's is mounted in the daemon's namespace.
+	check.NoError(t, s.Upload(ctx, "after.bin", []byte("after")))
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	check.NoError(t, err)
+	check.True(t, !strings.Contains(string(mounts), td.dir), "the session's tmpfs is not the daemon's", string(mounts))
+}
+
+// runUnprivileged runs test of this binary as uid 65534 (nobody), from a
+// copy of the binary that uid can run, and passes when that run passes;
+// it skips when that run skips, saying why.
+func runUnprivileged(t *testing.T, test string) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("the setpriv command (util-linux) is not installed: cannot run the test as an unprivileged uid")
+	}
+	shared, err := os.MkdirTemp("", "kiln-unprivileged-")
+	check.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	check.NoError(t, os.Chmod(shared, 0o755))
+	exe := filepath.Join(shared, "rpcserver.test")
+	copyFile(t, os.Args[0], exe)
+	home := filepath.Join(shared, "home")
+	check.NoError(t, os.Mkdir(home, 0o700))
+	check.NoError(t, os.Chown(home, 65534, 65534))
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		exe, "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home, unprivilegedEnv + "=1"}
+	out, err := cmd.CombinedOutput()
+	t.Logf("as uid 65534:\n%s", out)
+	switch {
+	case strings.Contains(string(out), "--- SKIP: "+test):
+		t.Skip("the run as uid 65534 skipped")
+	case err != nil:
+		t.Fatalf("the run as uid 65534 failed: %v", err)
+	}
+	check.True(t, strings.Contains(string(out), "--- PASS: "+test), "the run as uid 65534 passed")
+}
