@@ -196,3 +196,27 @@ func tmpfsSpace(dir string) (size, free int64, ok bool) {
 	}
 	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, true
 }
+
+// sessionTmpfsUsed returns the bytes in use in the tmpfs that is session
+// directory dir in the mount namespace of worker process pid (or of its
+// first child, the sandbox's, when pid is bubblewrap), or 0 when it is
+// no tmpfs there.
+func sessionTmpfsUsed(pid int, dir string) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	used := func(p string) (int64, bool) {
+		size, free, ok := tmpfsSpace(fmt.Sprintf("/proc/%s/root%s", p, dir))
+		return size - free, ok
+	}
+	if n, ok := used(strconv.Itoa(pid)); ok {
+		return n
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		if n, ok := used(f[0]); ok {
+			return n
+		}
+	}
+	return 0
+}

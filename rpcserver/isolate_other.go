@@ -20,3 +20,6 @@ func probeCapMount(helper, parent string) error {
 
 // tmpfsSpace says no here: session directories are capped on Linux only.
 func tmpfsSpace(dir string) (size, free int64, ok bool) { return 0, 0, false }
+
+// sessionTmpfsUsed is 0 here: there are no capped session directories.
+func sessionTmpfsUsed(pid int, dir string) int64 { return 0 }

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -36,6 +37,10 @@ type sandbox struct {
 	// session's directory, so that the worker's private copies of loaded
 	// modules count too (dir itself when empty).
 	counted string
+	// worker is the pid of the session's worker process (0 until it
+	// starts): where the session's directory is a tmpfs in the worker's
+	// mount namespace, what is written there counts too.
+	worker atomic.Int64
 
 	mu   sync.Mutex // serializes quota checks of uploads
 	used int64      // bytes reserved by uploads in progress
@@ -102,10 +107,12 @@ func (s *sandbox) noLink(op, host, name string) error {
 
 // usage sums the sizes of the files the quota covers.
 func (s *sandbox) usage() int64 {
-	if s.counted != "" {
-		return dirBytes(s.counted)
+	if s.counted == "" {
+		return dirBytes(s.dir)
 	}
-	return dirBytes(s.dir)
+	// On the host: the uploads (and, uncapped, the module copies); in the
+	// worker's tmpfs, when there is one, the copies and kernels' files.
+	return dirBytes(s.counted) + sessionTmpfsUsed(int(s.worker.Load()), s.counted)
 }
 
 // dirBytes sums the sizes of the regular files under dir.

@@ -293,6 +293,7 @@ func (s *session) start(ctx context.Context, a proto.OpenArgs) (proto.SessionInf
 		return proto.SessionInfo{}, fmt.Errorf("open session: the connection closed: %w", proto.ErrUnavailable)
 	}
 	s.dir, s.box, s.worker = dir, box, w
+	box.worker.Store(int64(w.pid()))
 	// Calls go straight to the worker on a connection of their own,
 	// unless TLS keeps them here: the encryption state of a TLS
 	// connection cannot leave the daemon's process.

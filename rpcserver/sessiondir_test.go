@@ -65,25 +65,40 @@ func TestModuleCopies(t *testing.T) {
 	check.NoError(t, s.Upload(ctx, "broken.so", []byte("\x7fELF not a library")))
 	_, err := s.LoadModule(ctx, "broken.so")
 	check.ErrorIs(t, err, proto.ErrBadRequest)
-	check.Equal(t, moduleCopies(t, td.dir), 0, "copies after a failed load")
+	check.Equal(t, moduleCopies(t, sessionView(t, td, s)), 0, "copies after a failed load")
 	check.NoError(t, s.Remove(ctx, "broken.so"))
 
 	check.NoError(t, s.Upload(ctx, "kernels.so", so))
 	_, err = s.LoadModule(ctx, "kernels.so")
 	check.NoError(t, err)
-	check.Equal(t, moduleCopies(t, td.dir), 1, "copies after a load")
+	check.Equal(t, moduleCopies(t, sessionView(t, td, s)), 1, "copies after a load")
 
 	// The file and its copy take two of the two and a half shares.
 	_, err = s.LoadModule(ctx, "kernels.so")
 	check.ErrorIs(t, err, proto.ErrQuota)
 	check.Error(t, err, "--max-session-bytes")
-	check.Equal(t, moduleCopies(t, td.dir), 1, "copies after a refused load")
+	check.Equal(t, moduleCopies(t, sessionView(t, td, s)), 1, "copies after a refused load")
 	err = s.Upload(ctx, "more.bin", bytes.Repeat([]byte{1}, len(so)))
 	check.ErrorIs(t, err, proto.ErrQuota)
 }
 
-// moduleCopies counts the loaded modules' copies under a daemon's
-// session directory.
+// sessionView is session s's directory as its worker sees it (through
+// /proc/PID/root): a capped session's directory is a tmpfs in the
+// worker's own mount namespace, where its module copies are.
+func sessionView(t *testing.T, td *testDaemon, s *client.Session) string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(td.dir, "session-"+s.Info().ID+"-*"))
+	check.NoError(t, err)
+	check.Equal(t, len(dirs), 1, "session directories")
+	pid := s.Info().WorkerPID
+	if inner := descendants(pid); len(inner) > 0 {
+		pid = inner[0] // a sandboxed worker: any process inside bubblewrap
+	}
+	return fmt.Sprintf("/proc/%d/root%s", pid, dirs[0])
+}
+
+// moduleCopies counts the loaded modules' copies under a session
+// directory (or a daemon's directory of sessions).
 func moduleCopies(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
@@ -252,12 +267,9 @@ func TestModuleCopyNoSymlink(t *testing.T) {
 	s := td.connect(t, client.SessionOptions{})
 	ctx := testCtx(t)
 	check.NoError(t, s.Upload(ctx, "kernels.so", so))
-	dirs, err := filepath.Glob(filepath.Join(td.dir, "session-"+s.Info().ID+"-*"))
-	check.NoError(t, err)
-	check.Equal(t, len(dirs), 1)
 	elsewhere := t.TempDir()
-	check.NoError(t, os.Symlink(elsewhere, filepath.Join(dirs[0], "modules", "1")))
-	_, err = s.LoadModule(ctx, "kernels.so")
+	check.NoError(t, os.Symlink(elsewhere, filepath.Join(sessionView(t, td, s), "modules", "1")))
+	_, err := s.LoadModule(ctx, "kernels.so")
 	check.True(t, err != nil, "a load through a symbolic link")
 	t.Logf("the client sees: %v", err)
 	ents, err := os.ReadDir(elsewhere)
@@ -289,7 +301,7 @@ func TestArtifactInflateBounded(t *testing.T) {
 	check.ErrorIs(t, err, proto.ErrQuota)
 	check.Error(t, err, "over the reader's limit of 16777216")
 	check.Error(t, err, "--max-session-bytes")
-	check.Equal(t, moduleCopies(t, td.dir), 0, "copies after a refused load")
+	check.Equal(t, moduleCopies(t, sessionView(t, td, s)), 0, "copies after a refused load")
 
 	roomy := startDaemon(t, rpcserver.Config{SessionQuota: 128 << 20})
 	s2 := roomy.connect(t, client.SessionOptions{})
