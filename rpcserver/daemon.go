@@ -276,7 +276,8 @@ func New(cfg Config) (*Daemon, error) {
 			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy(),
 			"session_write_cap", iso.quota)
 	} else {
-		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why)
+		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why,
+			"max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy())
 		switch {
 		case iso.capMount != "":
 			log.Info("each unsandboxed session's directory is a tmpfs of session_write_cap bytes in its worker's own mount namespace (the uploads bound read-only): kernels' writes into it stop there with ENOSPC; their writes elsewhere are not capped",

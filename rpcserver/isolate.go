@@ -78,6 +78,12 @@ type cgroupDir struct {
 	memory string // the file that caps memory ("" when not this controller)
 	procs  string // the file that caps processes
 	oom    string // the file whose "oom_kill N" line counts OOM kills
+	// swap is the file that keeps swap within the memory cap, where the
+	// kernel has one: memory.swap.max (v2, swap beside memory, set to 0)
+	// or memory.memsw.limit_in_bytes (v1, memory and swap together, set
+	// to the cap). Without it a session could hold more than its cap in
+	// swap.
+	swap string
 }
 
 // capsBy says how memory and process caps are enforced, for logs and docs.
@@ -398,6 +404,16 @@ func (iso *isolation) sessionCgroups(id string) ([]string, error) {
 				return nil, fmt.Errorf("session cgroup: memory cap: %w", err)
 			}
 		}
+		if d.swap != "" && iso.memory > 0 {
+			v := "0"
+			if d.swap == "memory.memsw.limit_in_bytes" {
+				v = strconv.FormatInt(iso.memory, 10)
+			}
+			if err := os.WriteFile(filepath.Join(p, d.swap), []byte(v), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+				iso.removeCgroups(id)
+				return nil, fmt.Errorf("session cgroup: swap cap: %w", err)
+			}
+		}
 		if d.procs != "" && iso.procs > 0 {
 			if err := os.WriteFile(filepath.Join(p, d.procs), []byte(strconv.Itoa(iso.procs)), 0); err != nil {
 				iso.removeCgroups(id)
@@ -502,7 +518,7 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 			if p, ok := mk(base); ok {
 				// Children of p need the controllers enabled in p too.
 				if os.WriteFile(filepath.Join(p, "cgroup.subtree_control"), []byte("+memory +pids"), 0) == nil {
-					return []cgroupDir{{path: p, memory: "memory.max", procs: "pids.max", oom: "memory.events"}}
+					return []cgroupDir{{path: p, memory: "memory.max", procs: "pids.max", oom: "memory.events", swap: "memory.swap.max"}}
 				}
 				syscall.Rmdir(p)
 			}
@@ -510,9 +526,9 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 	}
 	// cgroup v1: one hierarchy per controller.
 	var dirs []cgroupDir
-	for _, c := range []struct{ ctl, memory, procs, oom string }{
-		{"memory", "memory.limit_in_bytes", "", "memory.oom_control"},
-		{"pids", "", "pids.max", ""},
+	for _, c := range []struct{ ctl, memory, procs, oom, swap string }{
+		{"memory", "memory.limit_in_bytes", "", "memory.oom_control", "memory.memsw.limit_in_bytes"},
+		{"pids", "", "pids.max", "", ""},
 	} {
 		rel, ok := own[c.ctl]
 		if !ok {
@@ -529,7 +545,7 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 			continue
 		}
 		if p, ok := mk(base); ok {
-			dirs = append(dirs, cgroupDir{path: p, memory: c.memory, procs: c.procs, oom: c.oom})
+			dirs = append(dirs, cgroupDir{path: p, memory: c.memory, procs: c.procs, oom: c.oom, swap: c.swap})
 		}
 	}
 	if len(dirs) == 0 && log != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,7 +74,12 @@ func TestUnsandboxedKernelWritesCapped(t *testing.T) {
 // runUnprivileged runs test of this binary as uid 65534 (nobody), from a
 // copy of the binary that uid can run, and passes when that run passes;
 // it skips when that run skips, saying why.
-func runUnprivileged(t *testing.T, test string) {
+func runUnprivileged(t *testing.T, test string) { runUnprivilegedIn(t, test, nil) }
+
+// runUnprivilegedIn is runUnprivileged in the cgroups whose cgroup.procs
+// files are procs (delegated to uid 65534), which it joins before it
+// drops to that uid.
+func runUnprivilegedIn(t *testing.T, test string, procs []string) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("the setpriv command (util-linux) is not installed: cannot run the test as an unprivileged uid")
@@ -87,10 +93,17 @@ func runUnprivileged(t *testing.T, test string) {
 	home := filepath.Join(shared, "home")
 	check.NoError(t, os.Mkdir(home, 0o700))
 	check.NoError(t, os.Chown(home, 65534, 65534))
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-		exe, "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	argv := []string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		exe, "-test.run=^" + test + "$", "-test.v", "-test.count=1"}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home, unprivilegedEnv + "=1"}
+	if len(procs) > 0 {
+		const join = `n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
+		argv = append(append([]string{"/bin/sh", "-c", join, "join", strconv.Itoa(len(procs))}, procs...), argv...)
+		env = append(env, delegatedEnv+"=1")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = home
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home, unprivilegedEnv + "=1"}
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	t.Logf("as uid 65534:\n%s", out)
 	switch {

@@ -108,3 +108,15 @@ KILN_EXPORT int32_t fork_many(KilnValue* args, int32_t* codes, int32_t n) {
   for (int64_t i = 0; i < out[0]; i++) wait(NULL);
   return 0;
 }
+
+KILN_EXPORT const char* kiln_module_metadata(void) {
+  return "{\"format_version\":1,\"target\":\"c\",\"functions\":["
+         "{\"name\":\"hold_children\",\"params\":["
+         "{\"name\":\"children\",\"kind\":\"int\"},"
+         "{\"name\":\"mib\",\"kind\":\"int\"},"
+         "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[2]}]},"
+         "{\"name\":\"fork_many\",\"params\":["
+         "{\"name\":\"n\",\"kind\":\"int\"},"
+         "{\"name\":\"out\",\"kind\":\"tensor\",\"dtype\":\"int64\",\"shape\":[2]}]}"
+         "]}";
+}
