@@ -197,7 +197,7 @@ func newIsolation(cfg Config, explicitQuota bool, log func(msg string, args ...a
 		// the uid (the daemon's user's others too, unless the session has
 		// a uid of its own).
 		if iso.memory > 0 {
-			return nil, fmt.Errorf("rpcserver: --max-session-memory needs a cgroup for each session, and this daemon can make none (%s); run it as root, or in a cgroup delegated to its user with the memory and pids controllers (systemd: Delegate=yes in its unit, or systemd-run --user --scope -p Delegate=yes kiln rpcserver ...), or leave --max-session-memory out", cgroupWhy())
+			return nil, fmt.Errorf("rpcserver: --max-session-memory needs a cgroup for each session, and this daemon can make none (%s); run it as root, or in a cgroup delegated to its user with the memory and pids controllers (systemd: Delegate=yes in its unit, or systemd-run --user --scope -p Delegate=yes kiln rpcserver ...; cgroup v1: a memory and a pids cgroup given to its user, the daemon started in them), or leave --max-session-memory out", cgroupWhy())
 		}
 		if iso.procs > 0 && len(iso.uids) == 0 {
 			if cfg.MaxSessionProcs > 0 {
@@ -247,14 +247,67 @@ func writeCap(quota int64) int64 {
 	return quota
 }
 
-// cgroupWhy says why the daemon has no cgroup for its sessions.
+// cgroupWhy says why the daemon has no cgroup for its sessions: what it
+// found at each place it looked.
 func cgroupWhy() string {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	where := "an unknown cgroup"
-	if err == nil {
-		where = "cgroup " + strings.Join(strings.Fields(strings.TrimSpace(string(b))), " ")
+	own, err := ownCgroups()
+	if err != nil {
+		return fmt.Sprintf("it runs as user %d and cannot read its cgroups: %v", os.Geteuid(), err)
 	}
-	return fmt.Sprintf("it runs as user %d in %s, with no memory and pids controllers it may use under %s", os.Geteuid(), where, cgroupFS)
+	why := []string{fmt.Sprintf("it runs as user %d", os.Geteuid())}
+	if rel, ok := own[""]; ok {
+		root := cgroupV2Root()
+		base := filepath.Join(root, rel)
+		ctl, _ := os.ReadFile(filepath.Join(base, "cgroup.controllers"))
+		f := strings.Fields(string(ctl))
+		switch {
+		case root == "":
+			why = append(why, "no cgroup v2 hierarchy is mounted at "+cgroupFS)
+		case !slices.Contains(f, "memory") || !slices.Contains(f, "pids"):
+			why = append(why, fmt.Sprintf("its cgroup v2 %s offers the controllers [%s], not memory and pids", base, strings.Join(f, " ")))
+		case syscall.Access(filepath.Join(base, "cgroup.subtree_control"), 2 /* W_OK */) != nil:
+			why = append(why, fmt.Sprintf("its cgroup v2 %s is not delegated to it (it may not write cgroup.subtree_control there)", base))
+		default:
+			why = append(why, fmt.Sprintf("its cgroup v2 %s could not be readied for session cgroups (other processes share it, or a child cgroup could not be made)", base))
+		}
+	}
+	for _, c := range []string{"memory", "pids"} {
+		if rel, ok := own[c]; ok {
+			why = append(why, fmt.Sprintf("it may not make cgroups in its cgroup v1 %s cgroup %s", c, filepath.Join(cgroupFS, c, rel)))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// ownCgroups maps each controller of this process's cgroups ("" for
+// cgroup v2) to its cgroup path.
+func ownCgroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	return own, nil
+}
+
+// cgroupV2Root is where the unified hierarchy is mounted: cgroupFS, or
+// its unified/ on a machine that mounts both versions; "" when neither.
+func cgroupV2Root() string {
+	for _, p := range []string{cgroupFS, filepath.Join(cgroupFS, "unified")} {
+		if _, err := os.Stat(filepath.Join(p, "cgroup.controllers")); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // runnable returns the path by which a pool uid runs the worker program
@@ -482,19 +535,9 @@ var cgroupSeq atomic.Int64
 // v2) where both controllers are delegated to it, else in the v1
 // hierarchies. It returns none when it cannot (not root, no delegation).
 func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
-	own := map[string]string{} // controller ("" for v2) → the daemon's cgroup path
-	b, err := os.ReadFile("/proc/self/cgroup")
+	own, err := ownCgroups() // controller ("" for v2) → the daemon's cgroup path
 	if err != nil {
 		return nil
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			own[c] = parts[2]
-		}
 	}
 	name := fmt.Sprintf("kiln-rpcserver-%d-%d", os.Getpid(), cgroupSeq.Add(1))
 	mk := func(base string) (string, bool) {
@@ -506,8 +549,8 @@ func makeCgroupDirs(log func(msg string, args ...any)) []cgroupDir {
 		return p, true
 	}
 	// cgroup v2: memory and pids enabled for the daemon's cgroup's children.
-	if rel, ok := own[""]; ok {
-		base := filepath.Join(cgroupFS, rel)
+	if rel, ok := own[""]; ok && cgroupV2Root() != "" {
+		base := filepath.Join(cgroupV2Root(), rel)
 		if filepath.Base(base) == daemonLeaf() {
 			base = filepath.Dir(base) // moved there by an earlier daemon of this process
 		} else {
