@@ -20,6 +20,10 @@ func TestIsolationCommand(t *testing.T) {
 	plain := (&isolation{}).command("/d", nil, -1, wrapper, path, args)
 	check.True(t, slices.Equal(plain, []string{"taskset", "-c", "1", path, "rpcserver-worker"}), plain)
 
+	// Unsandboxed with a write cap: the mount helper, then the wrapper.
+	capped := (&isolation{capMount: "/bin/kiln", quota: 1 << 20}).command("/d", []string{"/cg/s1/cgroup.procs"}, -1, wrapper, path, args)
+	check.True(t, slices.Equal(capped[6:], []string{"/bin/kiln", mountHelperArg, "1048576", "/d", "--", "taskset", "-c", "1", path, "rpcserver-worker"}), capped)
+
 	rl := (&isolation{prlimit: "/usr/bin/prlimit", procs: 64}).command("/d", nil, -1, nil, path, args)
 	check.True(t, slices.Equal(rl, []string{"/usr/bin/prlimit", "--nproc=64", "--", path, "rpcserver-worker"}), rl)
 
@@ -70,7 +74,7 @@ func TestCapsNeedCgroup(t *testing.T) {
 	dir := t.TempDir()
 	_, err := New(Config{Listen: "127.0.0.1:0", Dir: dir, Sandbox: SandboxOff, MaxSessionMemory: 1 << 30})
 	check.Error(t, err, "--max-session-memory needs a cgroup for each session")
-	check.Error(t, err, "Delegate=yes")
+	check.Error(t, err, "Delegate=yes", "it runs as user")
 	_, err = New(Config{Listen: "127.0.0.1:0", Dir: dir, Sandbox: SandboxOff, MaxSessionProcs: 64})
 	check.Error(t, err, "--max-session-procs needs a cgroup for each session")
 	// The default process cap is dropped, not refused: the daemon starts.
