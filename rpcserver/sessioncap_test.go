@@ -12,6 +12,7 @@ import (
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // unprivilegedEnv marks a run of this test binary that a root test
@@ -55,6 +56,10 @@ func TestUnsandboxedKernelWritesCapped(t *testing.T) {
 		check.True(t, held < quota, "the host's session directory holds", held)
 		callFill(t, s, fill, path, 0)
 	}
+	// A kernel's files count against the uploads' share of the cap.
+	callFill(t, s, fill, "scratch.bin", 64)
+	check.ErrorIs(t, s.Upload(ctx, "more.bin", make([]byte, 1<<20)), proto.ErrQuota)
+	callFill(t, s, fill, "scratch.bin", 0)
 	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
 	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
 

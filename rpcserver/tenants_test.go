@@ -282,6 +282,10 @@ func TestKernelWritesCapped(t *testing.T) {
 		// Truncated, the file frees its space for the next one.
 		callFill(t, s, fill, path, 0)
 	}
+	// A kernel's files count against the uploads' share of the cap.
+	callFill(t, s, fill, "scratch.bin", 64)
+	check.ErrorIs(t, s.Upload(ctx, "more.bin", make([]byte, 1<<20)), proto.ErrQuota)
+	callFill(t, s, fill, "scratch.bin", 0)
 	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
 	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
 }
