@@ -30,12 +30,7 @@ func TestRootSandboxPrivileges(t *testing.T) {
 	}
 	// The worker binary and the session root where an unprivileged uid
 	// reaches them.
-	shared, err := os.MkdirTemp("", "kiln-privs-")
-	check.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	check.NoError(t, os.Chmod(shared, 0o755))
-	exe := filepath.Join(shared, "worker.test")
-	copyFile(t, os.Args[0], exe)
+	shared, exe := sharedBinary(t)
 	cfg := rpcserver.Config{Token: "board-token", Sandbox: rpcserver.SandboxBwrap, Dir: filepath.Join(shared, "sessions")}
 	cfg.Worker.Path = exe
 	td := startDaemon(t, cfg)

@@ -6,13 +6,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/rpcserver"
-	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // unprivilegedEnv marks a run of this test binary that a root test
@@ -45,32 +43,11 @@ func TestUnsandboxedKernelWritesCapped(t *testing.T) {
 	check.True(t, strings.Contains(td.logs.String(), "session_write_cap="), "the start log says the write cap", td.logs.String())
 	s := td.connect(t, client.SessionOptions{})
 	mod := loadKernels(t, s)
-	ctx := testCtx(t)
-	fill, err := mod.GetFunction(ctx, "fill")
-	check.NoError(t, err)
-	for _, path := range []string{"scratch.bin", "modules/more.bin"} {
-		n, errno := callFill(t, s, fill, path, 64)
-		check.True(t, n <= quota, path, "wrote", n, "bytes under a cap of", quota)
-		check.Equal(t, errno, -int64(syscall.ENOSPC), path, "the refused write's errno")
-		held := hostBytes(t, td.dir)
-		check.True(t, held < quota, "the host's session directory holds", held)
-		callFill(t, s, fill, path, 0)
-	}
-	// A kernel's files count against the uploads' share of the cap.
-	callFill(t, s, fill, "scratch.bin", 64)
-	check.ErrorIs(t, s.Upload(ctx, "more.bin", make([]byte, 1<<20)), proto.ErrQuota)
-	callFill(t, s, fill, "scratch.bin", 0)
-	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
-	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
-
-	// A kernel that fails on the refused write: the error names the cap.
-	_, err = callWithPathErr(t, s, fill, "scratch.bin", -64, 2)
-	check.Error(t, err, "No space left on device", "--max-session-bytes")
-	callFill(t, s, fill, "scratch.bin", 0)
+	checkWritesCapped(t, td, s, mod, quota, "scratch.bin", "modules/more.bin")
 
 	// The daemon's own view is the host's: uploads still land there, and
 	// no tmpfs of the session's is mounted in the daemon's namespace.
-	check.NoError(t, s.Upload(ctx, "after.bin", []byte("after")))
+	check.NoError(t, s.Upload(testCtx(t), "after.bin", []byte("after")))
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	check.NoError(t, err)
 	check.True(t, !strings.Contains(string(mounts), td.dir), "the session's tmpfs is not the daemon's", string(mounts))
@@ -89,12 +66,7 @@ func runUnprivilegedIn(t *testing.T, test string, procs []string) {
 	if err != nil {
 		t.Skip("the setpriv command (util-linux) is not installed: cannot run the test as an unprivileged uid")
 	}
-	shared, err := os.MkdirTemp("", "kiln-unprivileged-")
-	check.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	check.NoError(t, os.Chmod(shared, 0o755))
-	exe := filepath.Join(shared, "rpcserver.test")
-	copyFile(t, os.Args[0], exe)
+	shared, exe := sharedBinary(t)
 	home := filepath.Join(shared, "home")
 	check.NoError(t, os.Mkdir(home, 0o700))
 	check.NoError(t, os.Chown(home, 65534, 65534))

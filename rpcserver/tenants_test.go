@@ -2,7 +2,6 @@ package rpcserver_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"io/fs"
@@ -35,12 +34,7 @@ func sandboxedConfig(t *testing.T, cfg rpcserver.Config) rpcserver.Config {
 	}
 	cfg.Sandbox = rpcserver.SandboxBwrap
 	if os.Geteuid() == 0 {
-		shared, err := os.MkdirTemp("", "kiln-tenants-")
-		check.NoError(t, err)
-		t.Cleanup(func() { os.RemoveAll(shared) })
-		check.NoError(t, os.Chmod(shared, 0o755))
-		exe := filepath.Join(shared, "worker.test")
-		copyFile(t, os.Args[0], exe)
+		shared, exe := sharedBinary(t)
 		cfg.Worker.Path = exe
 		cfg.Dir = filepath.Join(shared, "sessions")
 		cfg.WorkerUIDs = []int{61001, 61002, 61003}
@@ -61,6 +55,19 @@ func sandboxedConfig(t *testing.T, cfg rpcserver.Config) rpcserver.Config {
 	cancel()
 	check.NoError(t, d.Run(ctx))
 	return cfg
+}
+
+// sharedBinary makes a directory that every uid can enter, removed when
+// the test ends, with a copy of this test binary in it.
+func sharedBinary(t *testing.T) (dir, exe string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kiln-shared-")
+	check.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	check.NoError(t, os.Chmod(dir, 0o755))
+	exe = filepath.Join(dir, "rpcserver.test")
+	copyFile(t, os.Args[0], exe)
+	return dir, exe
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -191,18 +198,7 @@ func callWithPathErr(t *testing.T, s *client.Session, f *client.Func, path strin
 	pa, err := s.Empty(ctx, ndarray.Shape{int64(len(p))}, ndarray.Uint8, devices.CPUDevice)
 	check.NoError(t, err)
 	check.NoError(t, pa.CopyFromBytes(ctx, p))
-	out, err := s.Empty(ctx, ndarray.Shape{n}, ndarray.Int64, devices.CPUDevice)
-	check.NoError(t, err)
-	if _, err = s.Call(ctx, f, pa, arg, out); err != nil {
-		return nil, err
-	}
-	b, err := out.ReadBytes(ctx)
-	check.NoError(t, err)
-	got := make([]int64, n)
-	for i := range got {
-		got[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return got, nil
+	return callInts(t, s, f, []any{pa, arg}, n)
 }
 
 // workerUIDs lists the real uids of a session's processes below its
@@ -270,10 +266,20 @@ func TestKernelWritesCapped(t *testing.T) {
 	td := startDaemon(t, cfg)
 	s := td.connect(t, client.SessionOptions{})
 	mod := loadKernels(t, s)
+	checkWritesCapped(t, td, s, mod, quota, "scratch.bin", "modules/more.bin", "/tmp/scratch.bin")
+}
+
+// checkWritesCapped has mod's fill kernel write 64 MiB to each path of a
+// session capped at quota bytes: each write stops at the cap with
+// ENOSPC and the host's disk never holds the bytes. A kernel's file keeps
+// an upload out, the uploads are read-only to the kernel, and a kernel
+// that fails on a refused write gets an error naming the cap.
+func checkWritesCapped(t *testing.T, td *testDaemon, s *client.Session, mod *client.Module, quota int64, paths ...string) {
+	t.Helper()
 	ctx := testCtx(t)
 	fill, err := mod.GetFunction(ctx, "fill")
 	check.NoError(t, err)
-	for _, path := range []string{"scratch.bin", "modules/more.bin", "/tmp/scratch.bin"} {
+	for _, path := range paths {
 		n, errno := callFill(t, s, fill, path, 64)
 		check.True(t, n <= quota, path, "wrote", n, "bytes under a cap of", quota)
 		check.Equal(t, errno, -int64(syscall.ENOSPC), path, "the refused write's errno")
@@ -288,6 +294,9 @@ func TestKernelWritesCapped(t *testing.T) {
 	callFill(t, s, fill, "scratch.bin", 0)
 	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
 	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
+	_, err = callWithPathErr(t, s, fill, "scratch.bin", -64, 2)
+	check.Error(t, err, "No space left on device", "--max-session-bytes")
+	callFill(t, s, fill, "scratch.bin", 0)
 }
 
 // hostBytes sums the sizes of the regular files under dir on the host.
