@@ -352,6 +352,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.reg.Flag("kiln_rpcserver_sandboxed", "1 when sessions are sandboxed from each other (bubblewrap); 0: workers run as the daemon's user, in its namespaces.", sandboxed)
 	d.reg.Flag("kiln_rpcserver_insecure_shared", "1 when the daemon serves several unsandboxed sessions at once (--insecure-shared).", cfg.MaxSessions > 1 && !sandboxed)
+	d.reg.Gauge("kiln_rpcserver_session_write_cap_bytes", "Bytes at which a kernel's writes into its session's directory stop (the size of its tmpfs); 0: they are not capped.").Set(float64(d.iso.writeCapped()))
 	d.reg.Flag("kiln_rpcserver_insecure", "1 when the daemon was started with --insecure and listens beyond loopback with neither a token nor mutual TLS.", exposed != nil)
 	d.m.active.Set(0)
 	d.m.inflight.Set(0)

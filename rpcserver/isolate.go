@@ -218,6 +218,16 @@ func newIsolation(cfg Config, explicitQuota bool, log func(msg string, args ...a
 	return iso, nil
 }
 
+// writeCapped is the size of a session directory's tmpfs: the write cap
+// where kernels' writes are capped (sandboxed, or by the mount helper),
+// else 0.
+func (iso *isolation) writeCapped() int64 {
+	if iso.bwrap != "" || iso.capMount != "" {
+		return iso.quota
+	}
+	return 0
+}
+
 // capWrites readies the mount helper that caps an unsandboxed session's
 // directory, after checking that it works here.
 func (iso *isolation) capWrites(parent string) error {

@@ -41,6 +41,7 @@ func TestUnsandboxedKernelWritesCapped(t *testing.T) {
 	}
 	td := startDaemon(t, cfg)
 	check.True(t, strings.Contains(td.logs.String(), "session_write_cap="), "the start log says the write cap", td.logs.String())
+	check.True(t, strings.Contains(td.metrics(t), "kiln_rpcserver_session_write_cap_bytes 2.097152e+07\n"), "/metrics says the write cap", td.metrics(t))
 	s := td.connect(t, client.SessionOptions{})
 	mod := loadKernels(t, s)
 	checkWritesCapped(t, td, s, mod, quota, "scratch.bin", "modules/more.bin")
