@@ -281,6 +281,7 @@ func checkWritesCapped(t *testing.T, td *testDaemon, s *client.Session, mod *cli
 	check.NoError(t, err)
 	for _, path := range paths {
 		n, errno := callFill(t, s, fill, path, 64)
+		t.Logf("%s: %d bytes written of 64 MiB, then errno %d", path, n, -errno)
 		check.True(t, n <= quota, path, "wrote", n, "bytes under a cap of", quota)
 		check.Equal(t, errno, -int64(syscall.ENOSPC), path, "the refused write's errno")
 		held := hostBytes(t, td.dir)
@@ -295,6 +296,7 @@ func checkWritesCapped(t *testing.T, td *testDaemon, s *client.Session, mod *cli
 	_, errno := callFill(t, s, fill, "files/kernels.kiln", 1)
 	check.Equal(t, errno, -int64(syscall.EROFS), "a write over an upload")
 	_, err = callWithPathErr(t, s, fill, "scratch.bin", -64, 2)
+	t.Logf("the failing kernel's error: %v", err)
 	check.Error(t, err, "No space left on device", "--max-session-bytes")
 	callFill(t, s, fill, "scratch.bin", 0)
 }
