@@ -51,7 +51,7 @@ type isolation struct {
 	// quarter of the machine's memory when that is less (the tmpfs lives
 	// in memory); 0: no cap.
 	quota int64
-	// capMount is the mount helper (the daemon's own binary) that caps an
+	// capMount is the session mounter (the daemon's own binary) that caps an
 	// unsandboxed session's directory at quota (see isolate_linux.go);
 	// "" when the session is sandboxed or its kernels' writes are not
 	// capped (capWhy says why).
@@ -219,7 +219,7 @@ func newIsolation(cfg Config, explicitQuota bool, log func(msg string, args ...a
 }
 
 // writeCapped is the size of a session directory's tmpfs: the write cap
-// where kernels' writes are capped (sandboxed, or by the mount helper),
+// where kernels' writes are capped (sandboxed, or by the session mounter),
 // else 0.
 func (iso *isolation) writeCapped() int64 {
 	if iso.bwrap != "" || iso.capMount != "" {
@@ -228,7 +228,7 @@ func (iso *isolation) writeCapped() int64 {
 	return 0
 }
 
-// capWrites readies the mount helper that caps an unsandboxed session's
+// capWrites readies the session mounter that caps an unsandboxed session's
 // directory, after checking that it works here.
 func (iso *isolation) capWrites(parent string) error {
 	exe, err := os.Executable()
@@ -426,7 +426,7 @@ func (iso *isolation) command(dir string, cg []string, uid int, wrapper []string
 		argv = append(append([]string{iso.bwrap}, box.CappedArgs(dir, path, wrapperProgram(wrapper), iso.quota,
 			[]string{filepath.Join(dir, "files")}, []string{filepath.Join(dir, "modules")})...), argv...)
 	} else if iso.capMount != "" {
-		// The same cap without the sandbox: the mount helper makes the
+		// The same cap without the sandbox: the session mounter makes the
 		// session directory a tmpfs of the quota in the worker's own
 		// mount namespace (spawnWorker makes the namespaces).
 		argv = append(capMountArgs(iso.capMount, iso.quota, dir), argv...)

@@ -22,25 +22,25 @@ import (
 // itself, which is what lets it mount), where the session directory is a
 // tmpfs of the write cap with the uploads (files/) bound read-only from
 // the host. The mounts are made by the daemon's own binary, started as
-// the mount helper before the worker's command: it mounts, drops the
+// the session mounter before the worker's command: it mounts, drops the
 // capability it mounted with, and becomes the worker's command. The
 // namespace, and its tmpfs, end with the session's last process.
 
-// mountHelperArg, as a binary's first argument, makes any binary that
-// links this package the mount helper (see init):
+// sessionMountArg, as a binary's first argument, makes any binary that
+// links this package the session mounter (see init):
 //
-//	BINARY mountHelperArg CAP_BYTES DIR -- COMMAND...
-const mountHelperArg = "kiln-rpcserver-session-mount"
+//	BINARY sessionMountArg CAP_BYTES DIR -- COMMAND...
+const sessionMountArg = "kiln-rpcserver-session-mount"
 
 func init() {
-	if len(os.Args) > 5 && os.Args[1] == mountHelperArg && os.Args[4] == "--" {
-		os.Exit(mountHelperMain(os.Args[2], os.Args[3], os.Args[5:]))
+	if len(os.Args) > 5 && os.Args[1] == sessionMountArg && os.Args[4] == "--" {
+		os.Exit(sessionMountMain(os.Args[2], os.Args[3], os.Args[5:]))
 	}
 }
 
-// mountHelperMain mounts the session directory dir as a tmpfs of capArg
+// sessionMountMain mounts the session directory dir as a tmpfs of capArg
 // bytes and executes argv; it returns only on failure, having said why.
-func mountHelperMain(capArg, dir string, argv []string) int {
+func sessionMountMain(capArg, dir string, argv []string) int {
 	// Package init runs on the main thread, locked to it: the ambient
 	// capabilities cleared below are that thread's, and the exec is its.
 	runtime.LockOSThread()
@@ -120,15 +120,15 @@ func mountSessionDir(dir string, capBytes int64) error {
 	return nil
 }
 
-// capMountArgs is the mount helper's prefix of a worker's command, which
+// capMountArgs is the session mounter's prefix of a worker's command, which
 // caps session directory dir at capBytes.
-func capMountArgs(helper string, capBytes int64, dir string) []string {
-	return []string{helper, mountHelperArg, strconv.FormatInt(capBytes, 10), dir, "--"}
+func capMountArgs(mounter string, capBytes int64, dir string) []string {
+	return []string{mounter, sessionMountArg, strconv.FormatInt(capBytes, 10), dir, "--"}
 }
 
-// capMountAttr adds to attr the namespaces the mount helper needs: a
+// capMountAttr adds to attr the namespaces the session mounter needs: a
 // mount namespace, and under a daemon that is not root a user namespace
-// mapping the daemon's uid and gid to themselves, in which the helper
+// mapping the daemon's uid and gid to themselves, in which the mounter
 // holds the capability to mount (and drops it before the worker starts).
 func capMountAttr(attr *syscall.SysProcAttr) {
 	attr.Cloneflags |= syscall.CLONE_NEWNS
@@ -142,11 +142,12 @@ func capMountAttr(attr *syscall.SysProcAttr) {
 	}
 }
 
-// probeCapMount checks, in a fresh directory under parent, that the mount
-// helper (the binary helper) caps a session directory here: it runs the
-// helper around a shell that checks it sees a tmpfs with the uploads
-// read-only, and that it cannot mount.
-func probeCapMount(helper, parent string) error {
+// probeCapMount checks, in a fresh directory under parent, that the
+// session mounter (the binary mounter) caps a session directory here: it
+// runs the mounter around a shell that checks it sees a tmpfs with the
+// uploads read-only, and that no ambient capability (the one to mount
+// with, under a daemon that is not root) reaches it.
+func probeCapMount(mounter, parent string) error {
 	dir, err := os.MkdirTemp(parent, "probe-mount-")
 	if err != nil {
 		return err
@@ -158,7 +159,7 @@ func probeCapMount(helper, parent string) error {
 		}
 	}
 	const script = `touch modules/x && ! touch files/x 2>/dev/null && grep -q '^CapAmb:[[:space:]]*0*$' /proc/self/status`
-	argv := append(capMountArgs(helper, 1<<20, dir), "/bin/sh", "-c", script, "probe", dir)
+	argv := append(capMountArgs(mounter, 1<<20, dir), "/bin/sh", "-c", script, "probe", dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

@@ -7,14 +7,14 @@ import (
 	"syscall"
 )
 
-// capMountArgs is nothing here: there is no mount helper.
-func capMountArgs(helper string, capBytes int64, dir string) []string { return nil }
+// capMountArgs is nothing here: there is no session mounter.
+func capMountArgs(mounter string, capBytes int64, dir string) []string { return nil }
 
 // capMountAttr does nothing here.
 func capMountAttr(attr *syscall.SysProcAttr) {}
 
 // probeCapMount fails here: mount namespaces are Linux's.
-func probeCapMount(helper, parent string) error {
+func probeCapMount(mounter, parent string) error {
 	return errors.New("a mount namespace of the worker's own needs Linux")
 }
 

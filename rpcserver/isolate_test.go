@@ -20,9 +20,9 @@ func TestIsolationCommand(t *testing.T) {
 	plain := (&isolation{}).command("/d", nil, -1, wrapper, path, args)
 	check.True(t, slices.Equal(plain, []string{"taskset", "-c", "1", path, "rpcserver-worker"}), plain)
 
-	// Unsandboxed with a write cap: the mount helper, then the wrapper.
+	// Unsandboxed with a write cap: the session mounter, then the wrapper.
 	capped := (&isolation{capMount: "/bin/kiln", quota: 1 << 20}).command("/d", []string{"/cg/s1/cgroup.procs"}, -1, wrapper, path, args)
-	check.True(t, slices.Equal(capped[6:], []string{"/bin/kiln", mountHelperArg, "1048576", "/d", "--", "taskset", "-c", "1", path, "rpcserver-worker"}), capped)
+	check.True(t, slices.Equal(capped[6:], []string{"/bin/kiln", sessionMountArg, "1048576", "/d", "--", "taskset", "-c", "1", path, "rpcserver-worker"}), capped)
 
 	rl := (&isolation{prlimit: "/usr/bin/prlimit", procs: 64}).command("/d", nil, -1, nil, path, args)
 	check.True(t, slices.Equal(rl, []string{"/usr/bin/prlimit", "--nproc=64", "--", path, "rpcserver-worker"}), rl)
