@@ -276,7 +276,7 @@ func New(cfg Config) (*Daemon, error) {
 			"worker_uids", len(iso.uids), "max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy(),
 			"session_write_cap", iso.quota)
 	} else {
-		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its namespaces", "why", iso.why,
+		log.Warn("sessions are not sandboxed from each other: workers run as the daemon's user, in its PID, IPC and network namespaces", "why", iso.why,
 			"max_session_memory", iso.memory, "max_session_procs", iso.procs, "caps_by", iso.capsBy())
 		switch {
 		case iso.capMount != "":

@@ -27,7 +27,9 @@ const (
 	SandboxAuto = "auto"
 	// SandboxBwrap sandboxes sessions with bubblewrap, or New fails.
 	SandboxBwrap = "bwrap"
-	// SandboxOff runs workers as the daemon's user, in its namespaces.
+	// SandboxOff runs workers as the daemon's user, in its PID, IPC and
+	// network namespaces (a mount namespace of their own caps their
+	// session directory).
 	SandboxOff = "off"
 )
 
