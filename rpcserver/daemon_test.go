@@ -723,7 +723,7 @@ func TestLeaseEndsSession(t *testing.T) {
 func TestSessionTimeoutAskedByClient(t *testing.T) {
 	td := startDaemon(t, rpcserver.Config{SessionTimeout: time.Hour})
 	ctx := testCtx(t)
-	held := td.connect(t, client.SessionOptions{Timeout: 300 * time.Millisecond})
+	held := td.connect(t, client.SessionOptions{Timeout: 2 * time.Second})
 	check.True(t, time.Until(held.Expires()) < time.Minute, "expires", held.Expires())
 	eventually(t, "the short session expires", func() bool {
 		_, err := held.List(ctx)
