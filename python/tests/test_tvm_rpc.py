@@ -546,7 +546,6 @@ class Module:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="kiln's TVMScript has no prim_func return values (-> T.int64) yet")
 @pytest.mark.parametrize("call_with_unused_argument", [True, False])
 def test_compiled_function_with_zero_arguments(call_with_unused_argument, tmp_path):
     """RPC functions do not require an argument"""

@@ -1,0 +1,117 @@
+package compiler_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/abi"
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/interp"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
+	"github.com/kiln-ml/kiln/packedfunc"
+)
+
+// returnsModule has PrimFuncs with a result (TVMScript's -> T.int64 and
+// return): TVM's zero-argument RPC test functions, a result computed from
+// a tensor through a heap-allocated scratch buffer (which the early return
+// frees), a float result, a bool, and one that may end without a return.
+const returnsModule = `@I.ir_module
+class Module:
+    @T.prim_func
+    def func_without_arg() -> T.int64:
+        return T.int64(42)
+
+    @T.prim_func
+    def func_with_arg(unused: T.int64) -> T.int64:
+        return T.int64(42)
+
+    @T.prim_func
+    def total(A: T.Buffer((16,), "int32"), n: T.int32) -> T.int64:
+        scratch = T.alloc_buffer((16384,), "int64")
+        for i in range(16384):
+            scratch[i] = T.Cast("int64", A[i % 16])
+        for i in range(1, 16384):
+            scratch[0] = scratch[0] + scratch[i]
+        if n < 0:
+            return T.int64(-1)
+        return scratch[0] + T.Cast("int64", n)
+
+    @T.prim_func
+    def half(x: T.float64) -> T.float32:
+        return T.Cast("float32", x * T.float64(0.5))
+
+    @T.prim_func
+    def positive(x: T.int64) -> T.bool:
+        return x > T.int64(0)
+
+    @T.prim_func
+    def maybe(x: T.int64) -> T.int64:
+        if x > T.int64(0):
+            return x * T.int64(2)
+`
+
+// TestPrimFuncResults builds functions with a result for the CPU, calls
+// the compiled C and checks each value against the reference interpreter
+// on the same arguments, and the metadata's result types.
+func TestPrimFuncResults(t *testing.T) {
+	m, err := script.Parse("returns.py", returnsModule)
+	check.NoError(t, err)
+	_, mod := buildCPU(t, m, compiler.BuildOptions{NoCache: true})
+	meta := mod.Metadata()
+	check.Equal(t, meta.FormatVersion, abi.VersionRet)
+	rets := map[string]string{}
+	for _, fi := range meta.Functions {
+		rets[fi.Name] = fi.Ret
+	}
+	check.Equal(t, rets, map[string]string{"func_without_arg": "int64", "func_with_arg": "int64", "total": "int64", "half": "float32", "positive": "bool", "maybe": "int64"})
+
+	arr := make([]int32, 16)
+	sum := int64(0)
+	for i := range arr {
+		arr[i] = int32(3*i - 7)
+		sum += 1024 * int64(arr[i])
+	}
+	A, err := ndarray.FromSlice(arr, ndarray.Shape{16})
+	check.NoError(t, err)
+	for _, tc := range []struct {
+		fn   string
+		args []packedfunc.Value
+		want packedfunc.Value
+	}{
+		{"func_without_arg", nil, packedfunc.Int(42)},
+		{"func_with_arg", []packedfunc.Value{packedfunc.Int(0)}, packedfunc.Int(42)},
+		{"total", []packedfunc.Value{packedfunc.Array(A), packedfunc.Int(5)}, packedfunc.Int(sum + 5)},
+		{"total", []packedfunc.Value{packedfunc.Array(A), packedfunc.Int(-3)}, packedfunc.Int(-1)},
+		{"half", []packedfunc.Value{packedfunc.Float(3)}, packedfunc.Float(1.5)},
+		{"positive", []packedfunc.Value{packedfunc.Int(7)}, packedfunc.Int(1)},
+		{"positive", []packedfunc.Value{packedfunc.Int(-7)}, packedfunc.Int(0)},
+		{"maybe", []packedfunc.Value{packedfunc.Int(21)}, packedfunc.Int(42)},
+		{"maybe", []packedfunc.Value{packedfunc.Int(-1)}, packedfunc.Nil},
+	} {
+		f, err := mod.GetFunction(tc.fn)
+		check.NoError(t, err, tc.fn)
+		got, err := f.Call(tc.args...)
+		check.NoError(t, err, tc.fn)
+		check.Equal(t, got.String(), tc.want.String(), tc.fn)
+
+		// The interpreter runs the parsed function to the same value.
+		v, ok, err := interp.RunResult(m.PrimFunc(tc.fn), interp.Options{}, valuesAsAny(tc.args)...)
+		check.NoError(t, err, tc.fn)
+		check.Equal(t, ok, !tc.want.IsNil(), tc.fn+" returned")
+		if ok {
+			var iv packedfunc.Value
+			if v.IsFloat() {
+				iv = packedfunc.Float(v.AsFloat())
+			} else {
+				iv = packedfunc.Int(v.AsInt())
+			}
+			check.Equal(t, iv.String(), tc.want.String(), tc.fn+" in the interpreter")
+		}
+	}
+	f, err := mod.GetFunction("func_with_arg")
+	check.NoError(t, err)
+	_, err = f.Call()
+	check.True(t, err != nil && strings.Contains(err.Error(), "want 1"), "a missing argument is refused: %v", err)
+}
