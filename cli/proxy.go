@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +38,20 @@ import (
 //	proxy → daemon: ok HOST:PORT [TRACKER] | error MESSAGE
 //	proxy → daemon: dial ID                       (one per client connection)
 //	daemon → proxy: KILNPROXY1 conn TOKEN ID      (a new connection, then raw bytes)
+//	client → proxy: KILNPROXY1 lookup KEY
+//	proxy → client: ok HOST:PORT | error MESSAGE  (the port of a board serving KEY)
+//
+// A client that dials the --listen port as it dials a daemon (TVM's
+// rpc.connect(proxy_host, proxy_port, key=...)) gets a kiln hello reply
+// refusing it with proxyClientRefusal, after which the Python package
+// asks the proxy for the board serving its key (lookup) and connects to
+// that board's port: the board is matched by key, as TVM's proxy matches
+// a client's key with the server that registered it.
 const proxyMagic = "KILNPROXY1"
+
+// proxyClientRefusal starts the message of the hello reply a kiln client
+// gets on the proxy's --listen port.
+const proxyClientRefusal = "kiln proxy: this port is for device daemons"
 
 // How long the proxy waits for a daemon's dial-back, and for a first line.
 const (
@@ -105,11 +122,13 @@ type proxy struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan net.Conn // dial-back ID → the client's side waiting for it
+	boards  map[string][]string      // key → the public addresses of the boards connected with it, oldest first
+	next    map[string]int           // key → the board a lookup gives next (round robin)
 	wg      sync.WaitGroup
 }
 
 func newProxy(listen, publicHost, ports, token string, log *slog.Logger) (*proxy, error) {
-	p := &proxy{token: token, log: log, waiting: map[string]chan net.Conn{}}
+	p := &proxy{token: token, log: log, waiting: map[string]chan net.Conn{}, boards: map[string][]string{}, next: map[string]int{}}
 	if ports != "" {
 		if _, err := fmt.Sscanf(ports, "%d-%d", &p.first, &p.last); err != nil || p.first <= 0 || p.last < p.first || p.last > 65535 {
 			return nil, fmt.Errorf("proxy: --ports %q: want FIRST-LAST, such as 9100-9199", ports)
@@ -174,9 +193,27 @@ func readLine(nc net.Conn) (string, error) {
 
 func (p *proxy) serveConn(ctx context.Context, nc net.Conn) {
 	nc.SetReadDeadline(time.Now().Add(proxyDialBack))
-	line, err := readLine(nc)
+	// A kiln hello ("KILN", then its version) is a client that took this
+	// port for a daemon's; the proxy's own lines start "KILNPROXY1".
+	head := make([]byte, len(proto.Magic)+1)
+	_, err := io.ReadFull(nc, head)
+	if err == nil && string(head[:len(proto.Magic)]) == proto.Magic && head[len(proto.Magic)] != proxyMagic[len(proto.Magic)] {
+		p.refuseClient(nc, head)
+		return
+	}
+	line := string(head)
+	if err == nil && head[len(head)-1] != '\n' {
+		var rest string
+		rest, err = readLine(nc)
+		line += rest
+	}
+	line = strings.TrimSuffix(line, "\n")
 	nc.SetReadDeadline(time.Time{})
 	f := strings.Fields(line)
+	if err == nil && len(f) == 3 && f[0] == proxyMagic && f[1] == "lookup" {
+		p.lookup(nc, f[2])
+		return
+	}
 	if err != nil || len(f) != 4 || f[0] != proxyMagic || (f[1] != "board" && f[1] != "conn") {
 		p.log.Warn("proxy: not a kiln daemon's connection", "remote", nc.RemoteAddr(), "err", err)
 		fmt.Fprintf(nc, "error not a %s board or conn line\n", proxyMagic)
@@ -204,6 +241,66 @@ func (p *proxy) serveConn(ctx context.Context, nc net.Conn) {
 	p.serveBoard(ctx, nc, f[3])
 }
 
+// refuseClient answers a kiln client's hello (head is its first bytes)
+// with a refusal that says what this port is, and closes the connection.
+func (p *proxy) refuseClient(nc net.Conn, head []byte) {
+	defer nc.Close()
+	if _, err := proto.ReadHello(io.MultiReader(bytes.NewReader(head), nc)); err != nil && !errors.Is(err, proto.ErrVersion) {
+		return
+	}
+	proto.WriteHelloReply(nc, proto.HelloReply{Version: proto.ProtocolVersion, Status: proto.StatusRefused,
+		Message: string(proto.CodeBadRequest) + " " + proxyClientRefusal + " (kiln rpcserver --proxy); a client reaches a board by its key " +
+			"(Python: rpc.connect(host, port, key=KEY)) or at the port the proxy opened for it (its tracker lists it)"})
+}
+
+// lookup answers a client's lookup with the address of a board connected
+// with key: each lookup the next of them, when several are.
+func (p *proxy) lookup(nc net.Conn, key string) {
+	defer nc.Close()
+	p.mu.Lock()
+	addrs := p.boards[key]
+	addr := ""
+	if len(addrs) > 0 {
+		i := p.next[key] % len(addrs)
+		p.next[key] = i + 1
+		addr = addrs[i]
+	}
+	var keys []string
+	for k := range p.boards {
+		keys = append(keys, strconv.Quote(k))
+	}
+	p.mu.Unlock()
+	if addr == "" {
+		sort.Strings(keys)
+		known := "none is"
+		if len(keys) > 0 {
+			known = "connected: " + strings.Join(keys, ", ")
+		}
+		fmt.Fprintf(nc, "error no board with key %q is connected to the proxy (%s)\n", key, known)
+		return
+	}
+	fmt.Fprintf(nc, "ok %s\n", addr)
+}
+
+// addBoard records a board's public address under its key until the
+// returned function removes it.
+func (p *proxy) addBoard(key, public string) func() {
+	p.mu.Lock()
+	p.boards[key] = append(p.boards[key], public)
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		rest := slices.DeleteFunc(p.boards[key], func(a string) bool { return a == public })
+		if len(rest) == 0 {
+			delete(p.boards, key)
+			delete(p.next, key)
+			return
+		}
+		p.boards[key] = rest
+	}
+}
+
 // serveBoard opens a port for the daemon on nc (its control connection)
 // and carries every client connection made there to it, until nc closes.
 func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string) {
@@ -220,6 +317,7 @@ func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string) {
 		return
 	}
 	p.log.Info("proxy: daemon connected", "key", key, "remote", ctl.RemoteAddr(), "public", public)
+	defer p.addBoard(key, public)()
 	gone := make(chan struct{})
 	go func() {
 		// The daemon sends nothing more: a read returns when it leaves.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,8 +71,42 @@ func TestProxy(t *testing.T) {
 	}
 	check.NoError(t, s.Close())
 
+	// A client that dials the proxy's own port, as TVM's
+	// rpc.connect(proxy_host, proxy_port, key=...) does, is told what the
+	// port is; a lookup by key names the port of the board serving it.
+	_, err = client.Connect(ctx, p.Addr().String(), client.SessionOptions{Token: tok})
+	check.Error(t, err, proxyClientRefusal)
+	check.Equal(t, proxyLookup(t, p, "board"), "ok "+public)
+	check.Equal(t, proxyLookup(t, p, "nope"), `error no board with key "nope" is connected to the proxy (connected: "board")`)
+	s, err = client.Connect(ctx, strings.TrimPrefix(proxyLookup(t, p, "board"), "ok "), client.SessionOptions{Token: tok})
+	check.NoError(t, err)
+	check.NoError(t, s.Close())
+
 	stop()
 	<-ran
+	// Once the daemon has left, its key is no longer served.
+	gone := ""
+	for range 400 {
+		if gone = proxyLookup(t, p, "board"); strings.HasPrefix(gone, "error") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	check.Equal(t, gone, `error no board with key "board" is connected to the proxy (none is)`)
 	cancel()
 	check.NoError(t, <-served)
+}
+
+// proxyLookup asks the proxy for the board serving key and returns its
+// answer line.
+func proxyLookup(t *testing.T, p *proxy, key string) string {
+	t.Helper()
+	nc, err := net.Dial("tcp", p.Addr().String())
+	check.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write([]byte(proxyMagic + " lookup " + key + "\n"))
+	check.NoError(t, err)
+	line, err := readLine(nc)
+	check.NoError(t, err)
+	return line
 }
