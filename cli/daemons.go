@@ -401,7 +401,7 @@ func runRPCServer(c *ucli.Context) error {
 		if tok == "" {
 			return errors.New("rpcserver --proxy: give --token-file: behind a proxy the daemon is reachable by anyone who reaches the proxy's port, and the proxy admits daemons by the same token")
 		}
-		pl, err := dialProxy(c.Context, addr, tok, cfg.Key)
+		pl, err := dialProxy(c.Context, addr, tok, cfg.Key, log)
 		if err != nil {
 			return err
 		}

@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +35,7 @@ func TestProxy(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx) }()
 
-	_, err = dialProxy(ctx, p.Addr().String(), "wrong-token", "board")
+	_, err = dialProxy(ctx, p.Addr().String(), "wrong-token", "board", quiet)
 	check.Error(t, err, "wrong token")
 	nc, err := net.Dial("tcp", p.Addr().String())
 	check.NoError(t, err)
@@ -43,7 +46,7 @@ func TestProxy(t *testing.T) {
 	check.Equal(t, line, "error not a KILNPROXY1 board or conn line")
 	nc.Close()
 
-	pl, err := dialProxy(ctx, p.Addr().String(), tok, "board")
+	pl, err := dialProxy(ctx, p.Addr().String(), tok, "board", quiet)
 	check.NoError(t, err)
 	exe, err := os.Executable()
 	check.NoError(t, err)
@@ -109,4 +112,95 @@ func proxyLookup(t *testing.T, p *proxy, key string) string {
 	line, err := readLine(nc)
 	check.NoError(t, err)
 	return line
+}
+
+// TestProxyReconnect: a daemon serving through kiln proxy loses the proxy
+// (it stops, closing every connection, as a killed proxy's do), connects
+// again once a new proxy listens on the same port, gets the port it had,
+// and a client reaches it there again.
+func TestProxyReconnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const tok = "proxy-test-token"
+	p1, err := newProxy("127.0.0.1:0", "", "", tok, quiet)
+	check.NoError(t, err)
+	addr := p1.Addr().String()
+	ctx1, stop1 := context.WithCancel(ctx)
+	served1 := make(chan error, 1)
+	go func() { served1 <- p1.Serve(ctx1) }()
+
+	var logs logBuffer
+	pl, err := dialProxy(ctx, addr, tok, "board", slog.New(slog.NewTextHandler(&logs, nil)))
+	check.NoError(t, err)
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	d, err := rpcserver.New(rpcserver.Config{Listener: pl, Key: "board", Token: tok, Dir: filepath.Join(t.TempDir(), "sessions"),
+		Version: Version(), Logger: quiet, Worker: rpcserver.WorkerSpec{Path: exe}})
+	check.NoError(t, err)
+	dctx, stopDaemon := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(dctx) }()
+	public := d.Addr().String()
+
+	echo := func() error {
+		s, err := client.Connect(ctx, public, client.SessionOptions{Token: tok})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		f, err := s.GetGlobal(ctx, "testing.echo")
+		if err != nil {
+			return err
+		}
+		got, err := s.Call(ctx, f, int64(7))
+		if err == nil && got != any(int64(7)) {
+			err = fmt.Errorf("echo gave %v", got)
+		}
+		return err
+	}
+	check.NoError(t, echo())
+
+	// The proxy goes away: its port and the daemon's are closed.
+	stop1()
+	check.NoError(t, <-served1)
+	check.True(t, echo() != nil, "no proxy, no daemon")
+
+	// A new proxy on the same port: the daemon connects again.
+	p2, err := newProxy(addr, "", "", tok, quiet)
+	check.NoError(t, err)
+	served2 := make(chan error, 1)
+	go func() { served2 <- p2.Serve(ctx) }()
+	err = errors.New("not tried")
+	for i := 0; i < 3000 && err != nil; i++ {
+		if err = echo(); err != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	check.NoError(t, err, "the daemon is reachable through the new proxy at its old port")
+	check.Equal(t, proxyLookup(t, p2, "board"), "ok "+public)
+	check.True(t, strings.Contains(logs.String(), "lost the kiln proxy") && strings.Contains(logs.String(), "connected to the kiln proxy again"), "the reconnection is logged:\n"+logs.String())
+
+	stopDaemon()
+	<-ran
+	cancel()
+	check.NoError(t, <-served2)
+}
+
+// logBuffer is a log destination safe for concurrent writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
