@@ -532,6 +532,33 @@ def test_rpc_proxy_connect_by_key(proxy_token):
     prox.terminate()
 
 
+def test_rpc_proxy_restarted_daemon_serves_again(proxy_token):
+    # kiln's own: the proxy process is killed and started again on the same
+    # port; the daemon behind it connects again and is reached by its key.
+    prox = Proxy("127.0.0.1", port=9091, port_end=9199)
+    port = prox.port
+    server = rpc.Server(host=prox.host, port=prox.port, is_proxy=True, key="x1")
+    assert rpc.connect(prox.host, port, key="x1").get_function("testing.echo")(1) == 1
+    prox.proc.kill()
+    prox.terminate()
+
+    prox = Proxy("127.0.0.1", port=port, port_end=port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client = rpc.connect(prox.host, port, key="x1")
+            break
+        except tvm.error.RPCError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    assert client.get_function("testing.echo")(2) == 2
+    assert client.info["addr"] == f"{server.host}:{server.port}"
+    client.close()
+    server.terminate()
+    prox.terminate()
+
+
 @pytest.mark.parametrize("with_proxy", (True, False))
 def test_rpc_session_timeout_error(with_proxy, proxy_token):
     port = 9000
