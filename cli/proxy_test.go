@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,15 +47,7 @@ func TestProxy(t *testing.T) {
 
 	pl, err := dialProxy(ctx, p.Addr().String(), tok, "board", quiet)
 	check.NoError(t, err)
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	d, err := rpcserver.New(rpcserver.Config{Listener: pl, Key: "board", Token: tok, Dir: filepath.Join(t.TempDir(), "sessions"),
-		Version: Version(), Logger: quiet, Worker: rpcserver.WorkerSpec{Path: exe}})
-	check.NoError(t, err)
-	dctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(dctx) }()
-	public := d.Addr().String()
+	public, stop := serveThrough(t, ctx, pl, tok)
 	check.True(t, public != p.Addr().String(), "the daemon's own port", public)
 
 	s, err := client.Connect(ctx, public, client.SessionOptions{Token: tok})
@@ -86,7 +77,6 @@ func TestProxy(t *testing.T) {
 	check.NoError(t, s.Close())
 
 	stop()
-	<-ran
 	// Once the daemon has left, its key is no longer served.
 	gone := ""
 	for range 400 {
@@ -98,6 +88,25 @@ func TestProxy(t *testing.T) {
 	check.Equal(t, gone, `error no board with key "board" is connected to the proxy (none is)`)
 	cancel()
 	check.NoError(t, <-served)
+}
+
+// serveThrough runs a device daemon (key "board") on the proxy listener
+// pl and returns the address clients reach it at, and a function that
+// stops it and waits until it has.
+func serveThrough(t *testing.T, ctx context.Context, pl *proxyListener, tok string) (string, func()) {
+	t.Helper()
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	d, err := rpcserver.New(rpcserver.Config{Listener: pl, Key: "board", Token: tok, Dir: filepath.Join(t.TempDir(), "sessions"),
+		Version: Version(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Worker: rpcserver.WorkerSpec{Path: exe}})
+	check.NoError(t, err)
+	dctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(dctx) }()
+	return d.Addr().String(), func() {
+		stop()
+		<-ran
+	}
 }
 
 // proxyLookup asks the proxy for the board serving key and returns its
@@ -130,18 +139,10 @@ func TestProxyReconnect(t *testing.T) {
 	served1 := make(chan error, 1)
 	go func() { served1 <- p1.Serve(ctx1) }()
 
-	var logs logBuffer
+	var logs syncBuffer
 	pl, err := dialProxy(ctx, addr, tok, "board", slog.New(slog.NewTextHandler(&logs, nil)))
 	check.NoError(t, err)
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	d, err := rpcserver.New(rpcserver.Config{Listener: pl, Key: "board", Token: tok, Dir: filepath.Join(t.TempDir(), "sessions"),
-		Version: Version(), Logger: quiet, Worker: rpcserver.WorkerSpec{Path: exe}})
-	check.NoError(t, err)
-	dctx, stopDaemon := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(dctx) }()
-	public := d.Addr().String()
+	public, stopDaemon := serveThrough(t, ctx, pl, tok)
 
 	echo := func() error {
 		s, err := client.Connect(ctx, public, client.SessionOptions{Token: tok})
@@ -182,25 +183,6 @@ func TestProxyReconnect(t *testing.T) {
 	check.True(t, strings.Contains(logs.String(), "lost the kiln proxy") && strings.Contains(logs.String(), "connected to the kiln proxy again"), "the reconnection is logged:\n"+logs.String())
 
 	stopDaemon()
-	<-ran
 	cancel()
 	check.NoError(t, <-served2)
-}
-
-// logBuffer is a log destination safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

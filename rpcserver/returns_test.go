@@ -1,6 +1,8 @@
 package rpcserver_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/kiln-ml/kiln/client"
@@ -10,25 +12,15 @@ import (
 	"github.com/kiln-ml/kiln/rpcserver"
 )
 
-// TestRemoteFunctionResult builds TVM's zero-argument RPC test functions
-// (-> T.int64, return 42), loads the artifact in a session of a daemon
+// TestRemoteFunctionResult builds compiler/testdata/returns.py (TVM's
+// zero-argument RPC test functions, -> T.int64 and return 42, and others
+// with a result), loads the artifact in a session of a daemon
 // and calls them: the daemon's worker returns each function's result to
 // the client over the wire.
 func TestRemoteFunctionResult(t *testing.T) {
-	m, err := script.Parse("zero_args.py", `@I.ir_module
-class Module:
-    @T.prim_func
-    def func_without_arg() -> T.int64:
-        return T.int64(42)
-
-    @T.prim_func
-    def func_with_arg(unused: T.int64) -> T.int64:
-        return unused + T.int64(42)
-
-    @T.prim_func
-    def half(x: T.float64) -> T.float64:
-        return x * T.float64(0.5)
-`)
+	src, err := os.ReadFile(filepath.Join("..", "compiler", "testdata", "returns.py"))
+	check.NoError(t, err)
+	m, err := script.Parse("returns.py", string(src))
 	check.NoError(t, err)
 	ctx := testCtx(t)
 	a, err := compiler.Build(ctx, m, compiler.MustParseTarget("cpu"), compiler.BuildOptions{})
@@ -38,8 +30,8 @@ class Module:
 
 	td := startDaemon(t, rpcserver.Config{})
 	s := td.connect(t, client.SessionOptions{})
-	check.NoError(t, s.Upload(ctx, "zero_args.kiln", b))
-	mod, err := s.LoadModule(ctx, "zero_args.kiln")
+	check.NoError(t, s.Upload(ctx, "returns.kiln", b))
+	mod, err := s.LoadModule(ctx, "returns.kiln")
 	check.NoError(t, err)
 	for _, tc := range []struct {
 		fn   string
@@ -48,8 +40,11 @@ class Module:
 	}{
 		{"func_without_arg", nil, int64(42)},
 		{"func_with_arg", []any{int64(0)}, int64(42)},
-		{"func_with_arg", []any{int64(8)}, int64(50)},
+		{"func_with_arg", []any{int64(8)}, int64(42)},
 		{"half", []any{3.0}, 1.5},
+		{"positive", []any{int64(-2)}, int64(0)},
+		{"maybe", []any{int64(21)}, int64(42)},
+		{"maybe", []any{int64(-1)}, nil},
 	} {
 		f, err := mod.GetFunction(ctx, tc.fn)
 		check.NoError(t, err, tc.fn)

@@ -1,6 +1,8 @@
 package script
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -8,33 +10,17 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
-// returnsSrc is TVM's test_compiled_function_with_zero_arguments module
-// (tests/python/runtime/test_runtime_rpc.py) with a function that returns
-// from a branch.
-const returnsSrc = `@I.ir_module
-class Module:
-    @T.prim_func
-    def func_without_arg() -> T.int64:
-        return T.int64(42)
-
-    @T.prim_func
-    def func_with_arg(unused: T.int64) -> T.int64:
-        return T.int64(42)
-
-    @T.prim_func
-    def sign(x: T.float64) -> T.float32:
-        if x < T.float64(0):
-            return T.float32(-1)
-        return T.Cast("float32", x)
-`
-
-// TestPrimFuncReturns parses functions with a result (-> T.int64 and
-// return), prints them back as TVM does and parses the print to the same
+// TestPrimFuncReturns parses the functions with a result (-> T.int64 and
+// return) of compiler/testdata/returns.py, prints them back as TVM does and parses the print to the same
 // functions.
 func TestPrimFuncReturns(t *testing.T) {
-	m, err := Parse("returns.py", returnsSrc)
+	src, err := os.ReadFile(filepath.Join("..", "testdata", "returns.py"))
 	check.NoError(t, err)
-	for name, want := range map[string]ir.DType{"func_without_arg": ir.Int64, "func_with_arg": ir.Int64, "sign": ir.Float32} {
+	m, err := Parse("returns.py", string(src))
+	check.NoError(t, err)
+	want := map[string]ir.DType{"func_without_arg": ir.Int64, "func_with_arg": ir.Int64, "total": ir.Int64, "half": ir.Float32, "positive": ir.Bool, "maybe": ir.Int64}
+	check.Equal(t, m.Len(), len(want))
+	for name, want := range want {
 		f := m.PrimFunc(name)
 		check.True(t, f != nil, name)
 		check.Equal(t, f.RetType, want, name)
@@ -56,7 +42,7 @@ func TestPrimFuncReturns(t *testing.T) {
 	check.True(t, ok && v == 42, "func_without_arg returns 42")
 
 	text := Print(m)
-	for _, s := range []string{"def func_without_arg() -> T.int64:", "return T.int64(42)", "def sign(x: T.float64) -> T.float32:", "return T.float32(-1.0)"} {
+	for _, s := range []string{"def func_without_arg() -> T.int64:", "return T.int64(42)", "def half(x: T.float64) -> T.float32:", "def positive(x: T.int64) -> T.bool:", "return T.int64(-1)"} {
 		check.True(t, strings.Contains(text, s), "the print has "+s+":\n"+text)
 	}
 	again, err := Parse("printed.py", text)
