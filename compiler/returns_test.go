@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/packedfunc"
+	"github.com/kiln-ml/kiln/vm"
 )
 
 
@@ -81,4 +82,27 @@ func TestPrimFuncResults(t *testing.T) {
 	check.NoError(t, err)
 	_, err = f.Call()
 	check.True(t, err != nil && strings.Contains(err.Error(), "want 1"), "a missing argument is refused: %v", err)
+}
+
+// TestGraphCallsPrimFuncResult: a graph function calls a PrimFunc with a
+// result directly (TVM's `cls.addone(x)` with R.Prim) and the VM passes
+// the value on as the graph function's result.
+func TestGraphCallsPrimFuncResult(t *testing.T) {
+	m, err := buildVM(t, `@I.ir_module
+class Module:
+    @T.prim_func
+    def addone(x: T.int64) -> T.int64:
+        return x + T.int64(1)
+
+    @R.function(pure=False)
+    def main(x: R.Prim("int64")) -> R.Prim("int64"):
+        cls = Module
+        y = cls.addone(x)
+        z = cls.addone(y)
+        return z
+`, vm.MemoryPooled)
+	check.NoError(t, err)
+	out, err := m.Invoke("main", packedfunc.Int(40))
+	check.NoError(t, err)
+	check.Equal(t, out.String(), packedfunc.Int(42).String())
 }
