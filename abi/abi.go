@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Header is the text of kiln_abi.h, written next to generated C sources.
@@ -22,6 +23,14 @@ const HeaderName = "kiln_abi.h"
 
 // Version is the ABI and metadata format version this build speaks.
 const Version = 1
+
+// VersionRet is the module metadata format of a module with a function
+// that returns a scalar (FuncInfo.Ret): such a function has TVM's packed
+// signature with ret_value and ret_tcode (KilnPackedFuncRet in
+// kiln_abi.h). A module without one is written as Version, which every
+// kiln reads; a kiln that predates results refuses VersionRet by its
+// number instead of calling such a function with too few arguments.
+const VersionRet = 2
 
 // TypeCode is the type code of one packed argument.
 type TypeCode int32
@@ -89,6 +98,21 @@ type FuncInfo struct {
 	// Symbol is the exported C symbol when it differs from Name (a name
 	// such as "exp" would clash with the C library's).
 	Symbol string `json:"symbol,omitempty"`
+	// Ret is the dtype of the scalar the function returns ("int64",
+	// "float32", "bool"), empty for none; see VersionRet.
+	Ret string `json:"ret,omitempty"`
+}
+
+// RetKind is the kind of the function's result, ParamInt or ParamFloat
+// (a bool is returned as an integer), or "" for none.
+func (f FuncInfo) RetKind() string {
+	switch {
+	case f.Ret == "":
+		return ""
+	case strings.HasPrefix(f.Ret, "float"):
+		return ParamFloat
+	}
+	return ParamInt
 }
 
 // SymbolName is the C symbol that exports the function.
@@ -168,14 +192,21 @@ func (d *Dim) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// retDTypes are the dtypes a function may return.
+var retDTypes = map[string]bool{
+	"int8": true, "int16": true, "int32": true, "int64": true,
+	"uint8": true, "uint16": true, "uint32": true, "uint64": true,
+	"bool": true, "float32": true, "float64": true,
+}
+
 // ParseMetadata decodes and validates a module's metadata document.
 func ParseMetadata(b []byte) (*Metadata, error) {
 	var m Metadata
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("module metadata: %w", err)
 	}
-	if m.FormatVersion != Version {
-		return nil, fmt.Errorf("module metadata: format version %d, this kiln reads %d", m.FormatVersion, Version)
+	if m.FormatVersion != Version && m.FormatVersion != VersionRet {
+		return nil, fmt.Errorf("module metadata: format version %d, this kiln reads %d and %d", m.FormatVersion, Version, VersionRet)
 	}
 	seen := map[string]bool{}
 	for i, f := range m.Functions {
@@ -186,6 +217,14 @@ func ParseMetadata(b []byte) (*Metadata, error) {
 			return nil, fmt.Errorf("module metadata: function %q listed twice", f.Name)
 		}
 		seen[f.Name] = true
+		if f.Ret != "" {
+			if m.FormatVersion != VersionRet {
+				return nil, fmt.Errorf("module metadata: function %q returns %s, which format version %d cannot say (want %d)", f.Name, f.Ret, m.FormatVersion, VersionRet)
+			}
+			if !retDTypes[f.Ret] {
+				return nil, fmt.Errorf("module metadata: function %q returns %q: want a scalar integer, bool, float32 or float64", f.Name, f.Ret)
+			}
+		}
 		for j, p := range f.Params {
 			switch p.Kind {
 			case ParamTensor, ParamInt, ParamFloat, ParamHandle:

@@ -91,6 +91,14 @@ typedef union {
 /* KilnPackedFunc is the signature of every exported kernel. */
 typedef int32_t (*KilnPackedFunc)(KilnValue* args, int32_t* type_codes, int32_t num_args);
 
+/* KilnPackedFuncRet is the signature of a function that returns a scalar
+ * (its metadata names the dtype in "ret"; the module's metadata has format
+ * version 2): TVM's packed signature, with the place of the result. The
+ * caller sets *ret_tcode to KILN_ARG_NULL; the function stores its result
+ * in *ret_value and KILN_ARG_INT or KILN_ARG_FLOAT in *ret_tcode. */
+typedef int32_t (*KilnPackedFuncRet)(KilnValue* args, int32_t* type_codes, int32_t num_args, KilnValue* ret_value,
+                                     int32_t* ret_tcode);
+
 /* Parallel loops. A generated module outlines each parallel loop into a
  * KilnParallelFunc that runs iterations [begin, end) of it, and runs the loop
  * through the module's exported variable kiln_parallel_launch, which the

@@ -337,7 +337,7 @@ Examples:
 			&ucli.StringFlag{Name: "key", Required: true, Usage: "device key clients ask the tracker for"},
 			trackerFlag("HOST:PORT of the tracker to register with (none: serve direct sessions only)", false),
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9090", Usage: "address to listen on"},
-			&ucli.StringFlag{Name: "proxy", Usage: "HOST:PORT of a kiln proxy to serve through (a daemon behind NAT): the daemon connects out to it, and clients reach it at the port the proxy opens, which is what it advertises; needs --token-file"},
+			&ucli.StringFlag{Name: "proxy", Usage: "HOST:PORT of a kiln proxy to serve through (a daemon behind NAT): the daemon connects out to it, and clients reach it at the port the proxy opens, which is what it advertises; when the proxy goes away the daemon connects again (backoff to 10 s, for up to an hour) and asks for the same port; needs --token-file"},
 			&ucli.StringFlag{Name: "advertise", Usage: "address clients should dial, as told to the tracker (default: the listen port on the address the tracker sees)"},
 			&ucli.DurationFlag{Name: "session-timeout", Value: rpcserver.DefaultSessionTimeout, Usage: "longest a session may last (a lease may ask for less)"},
 			&ucli.IntFlag{Name: "max-sessions", Value: 1, Usage: "sessions served at once (1: exclusive; more needs sandboxed sessions, or --insecure-shared)"},
@@ -401,7 +401,7 @@ func runRPCServer(c *ucli.Context) error {
 		if tok == "" {
 			return errors.New("rpcserver --proxy: give --token-file: behind a proxy the daemon is reachable by anyone who reaches the proxy's port, and the proxy admits daemons by the same token")
 		}
-		pl, err := dialProxy(c.Context, addr, tok, cfg.Key)
+		pl, err := dialProxy(c.Context, addr, tok, cfg.Key, log)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,11 +34,25 @@ import (
 //
 // The proxy's own protocol, one line each way, on its --listen port:
 //
-//	daemon → proxy: KILNPROXY1 board TOKEN KEY   (control connection)
+//	daemon → proxy: KILNPROXY1 board TOKEN KEY [PORT]   (control connection;
+//	                PORT: the one a daemon connecting again had)
 //	proxy → daemon: ok HOST:PORT [TRACKER] | error MESSAGE
 //	proxy → daemon: dial ID                       (one per client connection)
 //	daemon → proxy: KILNPROXY1 conn TOKEN ID      (a new connection, then raw bytes)
+//	client → proxy: KILNPROXY1 lookup KEY
+//	proxy → client: ok HOST:PORT | error MESSAGE  (the port of a board serving KEY)
+//
+// A client that dials the --listen port as it dials a daemon (TVM's
+// rpc.connect(proxy_host, proxy_port, key=...)) gets a kiln hello reply
+// refusing it with proxyClientRefusal, after which the Python package
+// asks the proxy for the board serving its key (lookup) and connects to
+// that board's port: the board is matched by key, as TVM's proxy matches
+// a client's key with the server that registered it.
 const proxyMagic = "KILNPROXY1"
+
+// proxyClientRefusal starts the message of the hello reply a kiln client
+// gets on the proxy's --listen port.
+const proxyClientRefusal = "kiln proxy: this port is for device daemons"
 
 // How long the proxy waits for a daemon's dial-back, and for a first line.
 const (
@@ -105,11 +123,13 @@ type proxy struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan net.Conn // dial-back ID → the client's side waiting for it
+	boards  map[string][]string      // key → the public addresses of the boards connected with it, oldest first
+	next    map[string]int           // key → the board a lookup gives next (round robin)
 	wg      sync.WaitGroup
 }
 
 func newProxy(listen, publicHost, ports, token string, log *slog.Logger) (*proxy, error) {
-	p := &proxy{token: token, log: log, waiting: map[string]chan net.Conn{}}
+	p := &proxy{token: token, log: log, waiting: map[string]chan net.Conn{}, boards: map[string][]string{}, next: map[string]int{}}
 	if ports != "" {
 		if _, err := fmt.Sscanf(ports, "%d-%d", &p.first, &p.last); err != nil || p.first <= 0 || p.last < p.first || p.last > 65535 {
 			return nil, fmt.Errorf("proxy: --ports %q: want FIRST-LAST, such as 9100-9199", ports)
@@ -174,10 +194,28 @@ func readLine(nc net.Conn) (string, error) {
 
 func (p *proxy) serveConn(ctx context.Context, nc net.Conn) {
 	nc.SetReadDeadline(time.Now().Add(proxyDialBack))
-	line, err := readLine(nc)
+	// A kiln hello ("KILN", then its version) is a client that took this
+	// port for a daemon's; the proxy's own lines start "KILNPROXY1".
+	head := make([]byte, len(proto.Magic)+1)
+	_, err := io.ReadFull(nc, head)
+	if err == nil && string(head[:len(proto.Magic)]) == proto.Magic && head[len(proto.Magic)] != proxyMagic[len(proto.Magic)] {
+		p.refuseClient(nc, head)
+		return
+	}
+	line := string(head)
+	if err == nil && head[len(head)-1] != '\n' {
+		var rest string
+		rest, err = readLine(nc)
+		line += rest
+	}
+	line = strings.TrimSuffix(line, "\n")
 	nc.SetReadDeadline(time.Time{})
 	f := strings.Fields(line)
-	if err != nil || len(f) != 4 || f[0] != proxyMagic || (f[1] != "board" && f[1] != "conn") {
+	if err == nil && len(f) == 3 && f[0] == proxyMagic && f[1] == "lookup" {
+		p.lookup(nc, f[2])
+		return
+	}
+	if err != nil || len(f) < 4 || len(f) > 5 || f[0] != proxyMagic || (f[1] != "board" && f[1] != "conn") || (f[1] == "conn" && len(f) != 4) {
 		p.log.Warn("proxy: not a kiln daemon's connection", "remote", nc.RemoteAddr(), "err", err)
 		fmt.Fprintf(nc, "error not a %s board or conn line\n", proxyMagic)
 		nc.Close()
@@ -201,14 +239,83 @@ func (p *proxy) serveConn(ctx context.Context, nc net.Conn) {
 		ch <- nc
 		return
 	}
-	p.serveBoard(ctx, nc, f[3])
+	want := 0
+	if len(f) == 5 {
+		// A daemon connecting again asks for the port it had.
+		want, _ = strconv.Atoi(f[4])
+	}
+	p.serveBoard(ctx, nc, f[3], want)
+}
+
+// refuseClient answers a kiln client's hello (head is its first bytes)
+// with a refusal that says what this port is, and closes the connection.
+func (p *proxy) refuseClient(nc net.Conn, head []byte) {
+	defer nc.Close()
+	if _, err := proto.ReadHello(io.MultiReader(bytes.NewReader(head), nc)); err != nil && !errors.Is(err, proto.ErrVersion) {
+		return
+	}
+	proto.WriteHelloReply(nc, proto.HelloReply{Version: proto.ProtocolVersion, Status: proto.StatusRefused,
+		Message: string(proto.CodeBadRequest) + " " + proxyClientRefusal + " (kiln rpcserver --proxy); a client reaches a board by its key " +
+			"(Python: rpc.connect(host, port, key=KEY)) or at the port the proxy opened for it (its tracker lists it)"})
+}
+
+// lookup answers a client's lookup with the address of a board connected
+// with key: each lookup the next of them, when several are.
+func (p *proxy) lookup(nc net.Conn, key string) {
+	defer nc.Close()
+	p.mu.Lock()
+	addrs := p.boards[key]
+	addr := ""
+	if len(addrs) > 0 {
+		i := p.next[key] % len(addrs)
+		p.next[key] = i + 1
+		addr = addrs[i]
+	}
+	var keys []string
+	for k := range p.boards {
+		keys = append(keys, strconv.Quote(k))
+	}
+	p.mu.Unlock()
+	if addr == "" {
+		sort.Strings(keys)
+		known := "none is"
+		if len(keys) > 0 {
+			known = "connected: " + strings.Join(keys, ", ")
+		}
+		fmt.Fprintf(nc, "error no board with key %q is connected to the proxy (%s)\n", key, known)
+		return
+	}
+	fmt.Fprintf(nc, "ok %s\n", addr)
+}
+
+// addBoard records a board's public address under its key until the
+// returned function removes it.
+func (p *proxy) addBoard(key, public string) func() {
+	p.mu.Lock()
+	p.boards[key] = append(p.boards[key], public)
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		rest := slices.DeleteFunc(p.boards[key], func(a string) bool { return a == public })
+		if len(rest) == 0 {
+			delete(p.boards, key)
+			delete(p.next, key)
+			return
+		}
+		p.boards[key] = rest
+	}
 }
 
 // serveBoard opens a port for the daemon on nc (its control connection)
 // and carries every client connection made there to it, until nc closes.
-func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string) {
+func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string, want int) {
 	defer ctl.Close()
-	pln, err := p.listenPublic()
+	// The proxy's end ends its boards' connections (they connect again
+	// to the next proxy on this port).
+	stop := context.AfterFunc(ctx, func() { ctl.Close() })
+	defer stop()
+	pln, err := p.listenPublic(want)
 	if err != nil {
 		fmt.Fprintf(ctl, "error %v\n", err)
 		return
@@ -220,6 +327,7 @@ func (p *proxy) serveBoard(ctx context.Context, ctl net.Conn, key string) {
 		return
 	}
 	p.log.Info("proxy: daemon connected", "key", key, "remote", ctl.RemoteAddr(), "public", public)
+	defer p.addBoard(key, public)()
 	gone := make(chan struct{})
 	go func() {
 		// The daemon sends nothing more: a read returns when it leaves.
@@ -289,7 +397,14 @@ func pipe(a, b net.Conn) {
 	b.Close()
 }
 
-func (p *proxy) listenPublic() (net.Listener, error) {
+// listenPublic opens a port for a daemon: want when it is free (and in
+// --ports), else the first free one.
+func (p *proxy) listenPublic(want int) (net.Listener, error) {
+	if want > 0 && want <= 65535 && (p.first == 0 || (want >= p.first && want <= p.last)) {
+		if ln, err := net.Listen("tcp", net.JoinHostPort(p.listenHost(), strconv.Itoa(want))); err == nil {
+			return ln, nil
+		}
+	}
 	if p.first == 0 {
 		return net.Listen("tcp", net.JoinHostPort(p.listenHost(), "0"))
 	}
@@ -317,49 +432,89 @@ func randomHex(n int) string {
 
 // proxyListener is a device daemon's side of kiln proxy: a net.Listener
 // whose connections are the client connections the proxy carries, each
-// dialled out to the proxy when it asks.
+// dialled out to the proxy when it asks. When the control connection
+// breaks (the proxy restarted, the network went away), it connects again
+// with a backoff (proxyRetryMin doubling to proxyRetryMax, for at most
+// proxyRetryFor), asking for the port it had, and serves on.
 type proxyListener struct {
 	addr   string // the proxy's address
 	token  string
+	key    string
 	public net.Addr // the address the proxy opened for this daemon
 	// tracker is the proxy's tracker ("" when it has none).
 	tracker string
-	ctl     net.Conn
+	log     *slog.Logger
 	conns   chan net.Conn
 	done    chan struct{}
 	once    sync.Once
 	err     error
+
+	mu  sync.Mutex
+	ctl net.Conn // the current control connection
 }
 
-// dialProxy connects a daemon serving key to the proxy at addr.
-func dialProxy(ctx context.Context, addr, token, key string) (*proxyListener, error) {
+// The daemon's reconnection to a proxy that went away.
+var (
+	proxyRetryMin = 100 * time.Millisecond
+	proxyRetryMax = 10 * time.Second
+	proxyRetryFor = time.Hour
+	// proxyMovedTries is how many times the daemon asks a proxy that gives
+	// it another port than its own again before it stops.
+	proxyMovedTries = 5
+)
+
+// dialProxy connects a daemon serving key to the proxy at addr. log
+// receives the reconnections (nil: slog.Default()).
+func dialProxy(ctx context.Context, addr, token, key string, log *slog.Logger) (*proxyListener, error) {
 	if strings.ContainsAny(token+key, " \t\n") || token == "" {
 		return nil, errors.New("rpcserver --proxy: the token must be set (--token-file) and neither it nor --key may hold spaces")
 	}
-	var d net.Dialer
-	ctl, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("rpcserver --proxy %s: %w", addr, err)
+	if log == nil {
+		log = slog.Default()
 	}
-	fmt.Fprintf(ctl, "%s board %s %s\n", proxyMagic, token, key)
+	ctl, public, tracker, err := dialBoard(ctx, addr, token, key, "")
+	if err != nil {
+		return nil, err
+	}
+	l := &proxyListener{addr: addr, token: token, key: key, public: proxyAddr(public), tracker: tracker, log: log,
+		ctl: ctl, conns: make(chan net.Conn), done: make(chan struct{})}
+	go l.readControl(ctl)
+	return l, nil
+}
+
+// dialBoard opens a control connection to the proxy at addr, asking for
+// the port of the address want when it is set (the one a reconnecting
+// daemon had), and returns it with the address and tracker the proxy
+// gave.
+func dialBoard(ctx context.Context, addr, token, key, want string) (ctl net.Conn, public, tracker string, err error) {
+	var d net.Dialer
+	ctl, err = d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("rpcserver --proxy %s: %w", addr, err)
+	}
+	line := fmt.Sprintf("%s board %s %s", proxyMagic, token, key)
+	if want != "" {
+		if _, port, err := net.SplitHostPort(want); err == nil {
+			line += " " + port
+		}
+	}
+	fmt.Fprintf(ctl, "%s\n", line)
 	ctl.SetReadDeadline(time.Now().Add(proxyDialBack))
-	line, err := readLine(ctl)
+	reply, err := readLine(ctl)
 	ctl.SetReadDeadline(time.Time{})
 	if err != nil {
 		ctl.Close()
-		return nil, fmt.Errorf("rpcserver --proxy %s: no answer: %w", addr, err)
+		return nil, "", "", fmt.Errorf("rpcserver --proxy %s: no answer: %w", addr, err)
 	}
-	f := strings.Fields(line)
+	f := strings.Fields(reply)
 	if len(f) < 2 || f[0] != "ok" {
 		ctl.Close()
-		return nil, fmt.Errorf("rpcserver --proxy %s refused the daemon: %s", addr, strings.TrimPrefix(line, "error "))
+		return nil, "", "", fmt.Errorf("rpcserver --proxy %s refused the daemon: %s", addr, strings.TrimPrefix(reply, "error "))
 	}
-	l := &proxyListener{addr: addr, token: token, public: proxyAddr(f[1]), ctl: ctl, conns: make(chan net.Conn), done: make(chan struct{})}
 	if len(f) > 2 {
-		l.tracker = f[2]
+		tracker = f[2]
 	}
-	go l.readControl()
-	return l, nil
+	return ctl, f[1], tracker, nil
 }
 
 // proxyAddr is a net.Addr of the address the proxy gave (a host name
@@ -369,19 +524,79 @@ type proxyAddr string
 func (a proxyAddr) Network() string { return "tcp" }
 func (a proxyAddr) String() string  { return string(a) }
 
-// readControl dials back for each "dial ID" the proxy sends.
-func (l *proxyListener) readControl() {
+// readControl dials back for each "dial ID" the proxy sends on ctl, and
+// connects again when ctl breaks.
+func (l *proxyListener) readControl(ctl net.Conn) {
 	for {
-		line, err := readLine(l.ctl)
+		line, err := readLine(ctl)
 		if err != nil {
-			l.fail(fmt.Errorf("rpcserver --proxy %s: the proxy closed the connection: %w", l.addr, err))
-			return
+			ctl.Close()
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if ctl = l.reconnect(err); ctl == nil {
+				return
+			}
+			continue
 		}
 		f := strings.Fields(line)
 		if len(f) != 2 || f[0] != "dial" {
 			continue
 		}
 		go l.dialBack(f[1])
+	}
+}
+
+// reconnect connects to the proxy again after the control connection
+// broke with cause, with a backoff, and returns the new control
+// connection; nil when the listener was closed or gave up (then Accept
+// fails with the reason).
+func (l *proxyListener) reconnect(cause error) net.Conn {
+	l.log.Warn("lost the kiln proxy: connecting again", "proxy", l.addr, "err", cause)
+	start := time.Now()
+	wait := proxyRetryMin
+	moved := 0
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-l.done:
+			return nil
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), proxyDialBack)
+		ctl, public, _, err := dialBoard(ctx, l.addr, l.token, l.key, l.public.String())
+		cancel()
+		if err == nil && public != l.public.String() {
+			// The old port may still be held by the proxy's end of the
+			// connection that broke: ask again a few times.
+			ctl.Close()
+			if moved++; moved == proxyMovedTries {
+				l.fail(fmt.Errorf("rpcserver --proxy %s: the proxy came back with the port %s for this daemon, not %s (taken): clients and the tracker know the old one; restart the daemon", l.addr, public, l.public))
+				return nil
+			}
+			err = fmt.Errorf("the proxy gave the port %s, not %s", public, l.public)
+		}
+		if err == nil {
+			l.mu.Lock()
+			select {
+			case <-l.done:
+				l.mu.Unlock()
+				ctl.Close()
+				return nil
+			default:
+			}
+			l.ctl = ctl
+			l.mu.Unlock()
+			l.log.Info("connected to the kiln proxy again", "proxy", l.addr, "public", public, "attempts", attempt)
+			return ctl
+		}
+		if time.Since(start) > proxyRetryFor {
+			l.fail(fmt.Errorf("rpcserver --proxy %s: gave up after %d attempts in %s: %w", l.addr, attempt, time.Since(start).Round(time.Second), err))
+			return nil
+		}
+		wait = min(2*wait, proxyRetryMax)
+		l.log.Warn("kiln proxy unreachable", "proxy", l.addr, "attempt", attempt, "retry_in", wait, "err", err)
 	}
 }
 
@@ -403,9 +618,11 @@ func (l *proxyListener) dialBack(id string) {
 
 func (l *proxyListener) fail(err error) {
 	l.once.Do(func() {
+		l.mu.Lock()
 		l.err = err
 		close(l.done)
 		l.ctl.Close()
+		l.mu.Unlock()
 	})
 }
 

@@ -96,6 +96,9 @@ func generateCUDA(mod *ir.IRModule, target Target, nv CUDACompiler, topts transf
 	kernels := ir.NewIRModule()
 	funcOf := map[string]string{}
 	for name, f := range lowered.PrimFuncs() {
+		if !ir.IsVoid(f.RetType) {
+			return "", nil, nil, fmt.Errorf("function %q returns %s: functions with a result build for cpu targets only", name, f.RetType)
+		}
 		host, ks, _, err := transform.SplitHostDevice(f, deviceTypeCUDA)
 		if err != nil {
 			return "", nil, nil, err

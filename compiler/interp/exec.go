@@ -67,6 +67,14 @@ func (m *machine) exec(s ir.Stmt) error {
 		defer restore()
 		return m.exec(s.Body)
 	case *ir.Evaluate:
+		if rv := ir.RetValue(s); rv != nil {
+			v, err := m.eval(rv)
+			if err != nil {
+				return err
+			}
+			m.ret = &v
+			return errReturned
+		}
 		_, err := m.eval(s.Value)
 		return err
 	case *ir.AttrStmt:

@@ -45,6 +45,19 @@ func Run(f *ir.PrimFunc, args ...any) error { return RunOptions(f, Options{}, ar
 
 // RunOptions is Run with options.
 func RunOptions(f *ir.PrimFunc, opts Options, args ...any) error {
+	_, _, err := RunResult(f, opts, args...)
+	return err
+}
+
+// errReturned ends a run at a `return value` (ir.OpRet); machine.ret
+// holds the value.
+var errReturned = errors.New("returned")
+
+// RunResult is RunOptions for a function with a result (ir.PrimFunc's
+// RetType, TVMScript's -> T.int64): it returns the value of the `return`
+// that ended the run, of the RetType, or ok=false when the run ended
+// without one (TVM's None).
+func RunResult(f *ir.PrimFunc, opts Options, args ...any) (ret Value, ok bool, err error) {
 	name, _ := f.Attrs[ir.AttrGlobalSymbol].(string)
 	if name == "" {
 		name = "prim_func"
@@ -56,12 +69,15 @@ func RunOptions(f *ir.PrimFunc, opts Options, args ...any) error {
 		opts:    opts,
 	}
 	if err := m.bindParams(f, args); err != nil {
-		return fmt.Errorf("run %q: %w", name, err)
+		return Value{}, false, fmt.Errorf("run %q: %w", name, err)
 	}
 	if err := m.exec(f.Body); err != nil {
-		return fmt.Errorf("run %q: %w", name, err)
+		if errors.Is(err, errReturned) && m.ret != nil {
+			return *m.ret, true, nil
+		}
+		return Value{}, false, fmt.Errorf("run %q: %w", name, err)
 	}
-	return nil
+	return Value{}, false, nil
 }
 
 // memory is a block of host bytes that buffers view.
@@ -92,6 +108,7 @@ type machine struct {
 	opts    Options
 	steps   int64
 	gpu     gpu
+	ret     *Value // set by a `return value`
 }
 
 // Var returns the value bound to v.

@@ -13,6 +13,27 @@ const OpCallExtern = "call_extern"
 // unlike Select only the taken branch is evaluated.
 const OpIfThenElse = "if_then_else"
 
+// OpRet is the Op of TVM's tir.ret(value): the function stops and returns
+// value, a scalar of the function's RetType (TVMScript's `return value`).
+// It appears only as the value of an Evaluate, outside loops and blocks.
+const OpRet = "tir.ret"
+
+// Ret returns the statement `return value`.
+func Ret(value Expr) Stmt {
+	return &Evaluate{Value: &Call{Type: value.DType(), Op: OpRet, Args: []Expr{value}}}
+}
+
+// RetValue returns the value a statement `return value` returns, or nil
+// when s is not one.
+func RetValue(s Stmt) Expr {
+	if e, ok := s.(*Evaluate); ok {
+		if c, ok := e.Value.(*Call); ok && c.Op == OpRet && len(c.Args) == 1 {
+			return c.Args[0]
+		}
+	}
+	return nil
+}
+
 // OpWarpShuffleDown is the Op of TVM's tvm_warp_shuffle_down(mask, value,
 // delta, width, warp_size): the value of the thread delta lanes above the
 // caller within its group of width lanes of a warp, or the caller's own

@@ -120,8 +120,72 @@ func verifyFunc(name string, f *PrimFunc) error {
 		v.errorf("no body")
 	} else {
 		v.stmt(f.Body)
+		v.returns(f)
 	}
 	return errors.Join(v.errs...)
+}
+
+// returns checks the function's result: a RetType that is a scalar
+// integer, bool, float32 or float64, and every `return value` (OpRet) one of its
+// statements (the value of an Evaluate), outside loops and blocks other
+// than the root block (TVM's packed functions return from their top
+// level), of the RetType.
+func (v *verifier) returns(f *PrimFunc) {
+	v.block, v.node = "", ""
+	rt := f.RetType
+	if !IsVoid(rt) && (rt.Lanes != 1 || !(rt.IsInt() || IsBool(rt) || rt == Float32 || rt == Float64)) {
+		v.errorf("returns %s: a function returns a scalar integer, bool, float32 or float64", rt)
+	}
+	var check func(Node) bool
+	var walk func(s Stmt, where string)
+	walk = func(s Stmt, where string) {
+		Visit(s, func(n Node) bool {
+			switch n := n.(type) {
+			case *For:
+				walk(n.Body, "a loop")
+				return false
+			case *BlockRealize:
+				if n.Block.Name == RootBlockName && len(n.Block.IterVars) == 0 && where == "" {
+					// The implicit root block is the function's top level.
+					walk(n.Block.Body, "")
+					return false
+				}
+				walk(n.Block.Body, "a block")
+				if n.Block.Init != nil {
+					walk(n.Block.Init, "a block")
+				}
+				return false
+			case *Evaluate:
+				if c, ok := n.Value.(*Call); ok && c.Op == OpRet {
+					switch {
+					case len(c.Args) != 1:
+						v.errorf("return takes one value, got %d", len(c.Args))
+					case where != "":
+						v.errorf("return %s inside %s: a function returns from its top level only", c.Args[0], where)
+					case IsVoid(rt):
+						v.errorf("return %s in a function without a result type (declare it: -> T.%s)", c.Args[0], c.Args[0].DType())
+					case c.Args[0].DType() != rt:
+						v.errorf("return %s of dtype %s from a function that returns %s", c.Args[0], c.Args[0].DType(), rt)
+					}
+					for _, a := range c.Args {
+						Visit(a, func(m Node) bool { return check(m) })
+					}
+					return false
+				}
+			case *Call:
+				return check(n)
+			}
+			return true
+		})
+	}
+	check = func(n Node) bool {
+		if c, ok := n.(*Call); ok && c.Op == OpRet {
+			v.errorf("return used as a value: it is a statement")
+			return false
+		}
+		return true
+	}
+	walk(f.Body, "")
 }
 
 func bufferExprs(b *Buffer) []Expr {

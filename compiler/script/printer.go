@@ -237,7 +237,13 @@ func (p *printer) primFunc(name string, f *ir.PrimFunc) {
 			params = append(params, p.varName(v)+": T."+v.Type.String())
 		}
 	}
-	p.line("def " + sanitize(name) + "(" + strings.Join(params, ", ") + "):")
+	ret := ""
+	if _, packed := f.Attrs["calling_conv"]; !ir.IsVoid(f.RetType) && !packed {
+		// A lowered (packed) function's RetType is its status code, not a
+		// result the source declared.
+		ret = " -> T." + f.RetType.String()
+	}
+	p.line("def " + sanitize(name) + "(" + strings.Join(params, ", ") + ")" + ret + ":")
 	p.indent++
 	if len(attrs) > 0 {
 		p.line("T.func_attr(" + p.attrValue(attrs) + ")")
@@ -394,7 +400,9 @@ func (p *printer) stmtAt(s ir.Stmt, last bool) {
 			break
 		}
 	case *ir.Evaluate:
-		if c, ok := s.Value.(*ir.Call); ok {
+		if v := ir.RetValue(s); v != nil {
+			p.line("return " + p.expr(v))
+		} else if c, ok := s.Value.(*ir.Call); ok {
 			p.line(p.expr(c))
 		} else {
 			p.line("T.evaluate(" + p.expr(s.Value) + ")")
@@ -791,7 +799,11 @@ func (p *printer) exprPrec(e ir.Expr, ctx int) string {
 		}
 		switch {
 		case e.Op == ir.OpCallExtern:
-			return "T.call_extern(" + strings.Join(append([]string{pyQuote(e.Type.String())}, args...), ", ") + ")"
+			dt := e.Type.String()
+			if ir.IsVoid(e.Type) {
+				dt = "void"
+			}
+			return "T.call_extern(" + strings.Join(append([]string{pyQuote(dt)}, args...), ", ") + ")"
 		case e.Op == ir.OpIfThenElse:
 			return "T.if_then_else(" + strings.Join(args, ", ") + ")"
 		case e.Op == ir.OpWarpShuffleDown && len(e.Args) == 5:

@@ -18,6 +18,7 @@ type tirParser struct {
 	attrs     map[string]any
 	params    []*ir.Var
 	bufferMap map[*ir.Var]*ir.Buffer
+	retType   ir.DType // the -> annotation; Void for none or -> None
 }
 
 // blockBuilder collects the parts of a block while its body is converted.
@@ -79,10 +80,17 @@ func parsePrimFunc(file, src string, fd *pyFuncDef, private bool) (f *ir.PrimFun
 	for _, prm := range fd.Params {
 		p.param(prm)
 	}
-	if c, ok := fd.Returns.(*pyConst); fd.Returns != nil && !(ok && c.Value == "None") {
-		// "-> None" (how TVM prints a function without a result) is the
-		// only return annotation a kernel takes.
-		p.failAt(fd.Returns.at(), "return annotations other than -> None are not supported on a T.prim_func")
+	if fd.Returns != nil && !isNone(fd.Returns) {
+		// "-> None" is how TVM prints a function without a result; a
+		// scalar type (-> T.int64) declares the value `return` gives.
+		dt, ok := tDType(dotted(fd.Returns))
+		if !ok {
+			p.failAt(fd.Returns.at(), "unsupported return annotation of T.prim_func %q (want a scalar type such as -> T.int64, or -> None)", fd.Name)
+		}
+		if dt.Lanes != 1 || !(dt.IsInt() || ir.IsBool(dt) || dt == ir.Float32 || dt == ir.Float64) {
+			p.failAt(fd.Returns.at(), "T.prim_func %q returns %s: a function returns a scalar integer, bool, float32 or float64", fd.Name, dt)
+		}
+		p.retType = dt
 	}
 	root := &blockBuilder{root: true, name: ir.RootBlockName}
 	body := p.stmts(fd.Body, root, true)
@@ -94,7 +102,7 @@ func parsePrimFunc(file, src string, fd *pyFuncDef, private bool) (f *ir.PrimFun
 	if body == nil {
 		body = &ir.Evaluate{Value: ir.I32(0)}
 	}
-	f = &ir.PrimFunc{Params: p.params, BufferMap: p.bufferMap, Body: body, Attrs: p.attrs}
+	f = &ir.PrimFunc{Params: p.params, BufferMap: p.bufferMap, Body: body, RetType: p.retType, Attrs: p.attrs}
 	if verr := ir.Verify(f); verr != nil {
 		msg := strings.ReplaceAll(verr.Error(), `function "prim_func": `, "")
 		if name, ok := p.attrs[ir.AttrGlobalSymbol].(string); ok {
@@ -483,7 +491,7 @@ func (p *tirParser) stmt(s pyStmt, bb *blockBuilder, top bool) ir.Stmt {
 		}
 		return &ir.AssertStmt{Cond: cond, Message: msg}
 	case *pyReturn:
-		p.failAt(s.P, "return is not supported in a T.prim_func")
+		return p.ret(s)
 	case *pyWhile:
 		p.failAt(s.P, "while loops are not supported")
 	case *pyFuncDef:
@@ -495,6 +503,30 @@ func (p *tirParser) stmt(s pyStmt, bb *blockBuilder, top bool) ir.Stmt {
 	}
 	p.failAt(s.at(), "unsupported statement")
 	return nil
+}
+
+// ret converts `return value` (TVM's T.ret): a constant takes the declared
+// result type, any other value must have it already.
+func (p *tirParser) ret(s *pyReturn) ir.Stmt {
+	if ir.IsVoid(p.retType) {
+		p.failAt(s.P, "return in a T.prim_func without a result type: declare one (def f(...) -> T.int64:)")
+	}
+	if s.X == nil {
+		p.failAt(s.P, "return needs a value of the declared result type %s", p.retType)
+	}
+	x := p.expr(s.X)
+	if x.DType() != p.retType {
+		switch x.(type) {
+		case *ir.IntImm, *ir.FloatImm:
+			if x.DType().Lanes == 1 {
+				x = ir.NewCast(p.retType, x)
+			}
+		}
+	}
+	if x.DType() != p.retType {
+		p.failAt(s.X.at(), "return %s has dtype %s, the function returns %s", x, x.DType(), p.retType)
+	}
+	return ir.Ret(x)
 }
 
 func (p *tirParser) cond(e pyExpr, what string) ir.Expr {

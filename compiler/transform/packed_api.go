@@ -44,6 +44,8 @@ const (
 	HelperDTypeLanes   = "kiln_tensor_dtype_lanes" // (t) int32
 	HelperDeviceType   = "kiln_tensor_device_type" // (t) int32
 	HelperData         = "kiln_tensor_data"        // (t) handle: data + byte_offset
+	HelperRetInt       = "kiln_ret_int"            // (ret_value, ret_tcode, int64): store an integer result
+	HelperRetFloat     = "kiln_ret_float"          // (ret_value, ret_tcode, float64): store a float result
 	deviceCPU          = 1
 	packedArgsName     = "args"
 	packedTypeCodesArg = "arg_type_ids"
@@ -58,6 +60,9 @@ const (
 // (WrittenParams) are marked as outputs.
 func Signature(f *ir.PrimFunc) abi.FuncInfo {
 	fi := abi.FuncInfo{Name: FuncName(f), Params: []abi.ParamInfo{}}
+	if !ir.IsVoid(f.RetType) {
+		fi.Ret = f.RetType.String()
+	}
 	written := map[string]bool{}
 	for _, n := range WrittenParams(f) {
 		written[n] = true
@@ -118,6 +123,10 @@ func Signature(f *ir.PrimFunc) abi.FuncInfo {
 // an error whose message names the function, the argument and what was
 // expected. The caller's view of the signature is stored in
 // AttrSignature.
+//
+// A function with a result (RetType, set by `-> T.int64`) gets TVM's two
+// further parameters, ret_value and ret_tcode: each `return value` stores
+// the value (as int64 or float64) and its type code there and returns 0.
 func MakePackedAPI(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 	if f.Attrs[AttrCallingConv] == CallingConvPacked {
 		return nil, fmt.Errorf("function already has the packed API")
@@ -219,7 +228,15 @@ func MakePackedAPI(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 	for _, d := range deferred {
 		b.items = append(b.items, prologueItem{stmt: d})
 	}
-	body := b.wrap(f.Body)
+	params := []*ir.Var{args, codes, numArgs}
+	userBody := f.Body
+	if !ir.IsVoid(f.RetType) {
+		retValue := ir.NewVar("ret_value", ir.Handle)
+		retCode := ir.NewVar("ret_tcode", ir.Handle)
+		params = append(params, retValue, retCode)
+		userBody = rewriteReturns(userBody, f.RetType, retValue, retCode)
+	}
+	body := b.wrap(userBody)
 	attrs := maps.Clone(f.Attrs)
 	if attrs == nil {
 		attrs = map[string]any{}
@@ -229,12 +246,30 @@ func MakePackedAPI(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 	delete(attrs, AttrOutputs) // now in the signature
 	attrs[ir.AttrGlobalSymbol] = name
 	return &ir.PrimFunc{
-		Params:    []*ir.Var{args, codes, numArgs},
+		Params:    params,
 		BufferMap: map[*ir.Var]*ir.Buffer{},
 		Body:      body,
 		RetType:   ir.Int32,
 		Attrs:     attrs,
 	}, nil
+}
+
+// rewriteReturns turns each `return value` of a function returning t into
+// the store of value into the caller's ret_value and ret_tcode, then a
+// return of status 0 (TVM's ReturnRewriter).
+func rewriteReturns(body ir.Stmt, t ir.DType, retValue, retCode *ir.Var) ir.Stmt {
+	return ir.Transform(body, nil, func(s ir.Stmt) ir.Stmt {
+		v := ir.RetValue(s)
+		if v == nil {
+			return s
+		}
+		helper, wide := HelperRetInt, ir.Int64
+		if t.IsFloat() {
+			helper, wide = HelperRetFloat, ir.Float64
+		}
+		store := &ir.Evaluate{Value: ir.NewCallExtern(ir.Void, helper, retValue, retCode, ir.NewCast(wide, v))}
+		return ir.Seq(store, ir.Ret(ir.I32(0)))
+	})
 }
 
 func plural(n int) string {

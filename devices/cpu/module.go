@@ -30,9 +30,16 @@ static const char* kiln_call_str(void* fn) { return ((kiln_str_fn)fn)(); }
 
 // kiln_call_packed calls a kernel; on failure it stores a malloc'd copy of
 // the thread's error message in *err, read on the thread that failed. The
-// argument arrays come as integers (see Module.caller for why).
-static int32_t kiln_call_packed(void* fn, void* last_error, uintptr_t args, uintptr_t codes, int32_t n, uintptr_t err) {
-	int32_t rc = ((KilnPackedFunc)fn)((KilnValue*)args, (int32_t*)codes, n);
+// argument arrays come as integers (see Module.caller for why). ret, when
+// not 0, is the place of a function's result (KilnPackedFuncRet): its value
+// at ret, its type code at ret+8.
+static int32_t kiln_call_packed(void* fn, void* last_error, uintptr_t args, uintptr_t codes, int32_t n, uintptr_t err, uintptr_t ret) {
+	int32_t rc;
+	if (ret != 0) {
+		rc = ((KilnPackedFuncRet)fn)((KilnValue*)args, (int32_t*)codes, n, (KilnValue*)ret, (int32_t*)(ret + 8));
+	} else {
+		rc = ((KilnPackedFunc)fn)((KilnValue*)args, (int32_t*)codes, n);
+	}
 	if (rc != 0) {
 		const char* msg = last_error ? ((kiln_str_fn)last_error)() : NULL;
 		*(char**)err = strdup(msg && msg[0] ? msg : "kernel failed without a message");
@@ -377,6 +384,20 @@ func (p *callPlan) check(args []packedfunc.Value, vals []uint64, codes []C.int32
 	return nil
 }
 
+// result converts what a function with a result stored: nil when it ended
+// without a return (TVM's None), an int64 or a float64.
+func (p *callPlan) result(ret [2]uint64) (packedfunc.Value, error) {
+	switch abi.TypeCode(int32(uint32(ret[1]))) {
+	case abi.CodeNull:
+		return packedfunc.Nil, nil
+	case abi.CodeInt:
+		return packedfunc.Int(int64(ret[0])), nil
+	case abi.CodeFloat:
+		return packedfunc.Float(math.Float64frombits(ret[0])), nil
+	}
+	return packedfunc.Nil, fmt.Errorf("%s: returned a value of type code %d, want int or float (%s)", p.info.Name, int32(uint32(ret[1])), p.info.Ret)
+}
+
 func (p *callPlan) describe(prm abi.ParamInfo) string {
 	s := "("
 	for j, d := range prm.Shape {
@@ -414,6 +435,14 @@ func (m *Module) caller(fp unsafe.Pointer, plan *callPlan) packedfunc.Impl {
 			return packedfunc.Nil, fmt.Errorf("%s: too many arguments", plan.info.Name)
 		}
 		var cerr *C.char
+		// ret is the result's place for a function that returns one: the
+		// value, then the type code, which the function sets.
+		var ret [2]uint64
+		var retp uintptr
+		if plan.info.Ret != "" {
+			ret[1] = uint64(abi.CodeNull)
+			retp = uintptr(unsafe.Pointer(&ret[0]))
+		}
 		// The arrays go to C as integers, which spares the per-call cgo
 		// pointer check (a fifth of the call's cost). That is sound: they
 		// hold no Go pointers (DLTensors live in C memory), a goroutine's
@@ -424,7 +453,9 @@ func (m *Module) caller(fp unsafe.Pointer, plan *callPlan) packedfunc.Impl {
 			C.uintptr_t(uintptr(unsafe.Pointer(&vals[0]))),
 			C.uintptr_t(uintptr(unsafe.Pointer(&codes[0]))),
 			C.int32_t(n),
-			C.uintptr_t(uintptr(unsafe.Pointer(&cerr))))
+			C.uintptr_t(uintptr(unsafe.Pointer(&cerr))),
+			C.uintptr_t(retp))
+		runtime.KeepAlive(&ret)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(codes)
 		runtime.KeepAlive(&cerr)
@@ -434,6 +465,9 @@ func (m *Module) caller(fp unsafe.Pointer, plan *callPlan) packedfunc.Impl {
 			msg := C.GoString(cerr)
 			C.free(unsafe.Pointer(cerr))
 			return packedfunc.Nil, &KernelError{Func: plan.info.Name, Code: int32(rc), Msg: msg}
+		}
+		if retp != 0 {
+			return plan.result(ret)
 		}
 		return packedfunc.Nil, nil
 	}

@@ -30,6 +30,9 @@ def _binary() -> str:
 def _free_port(host: str, port: int, port_end: int) -> int:
     for p in range(port, max(port_end, port + 1)):
         with socket.socket() as s:
+            # As kiln's listeners do (Go sets SO_REUSEADDR): a port whose
+            # last listener has just gone (connections in TIME_WAIT) is free.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, p))
             except OSError:

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from . import _lib
 from ._lib import lib
-from .errors import KilnValueError, RPCError, SessionError, TrackerError
+from .errors import KilnError, KilnValueError, RPCError, SessionError, TrackerError
 from .nd import Device
 from .runtime import Function, Module
 
@@ -260,9 +260,11 @@ def connect(
 ) -> RPCSession:
     """Opens a session on the device daemon at host:port directly (a daemon
     that is not registered with a tracker, or one you hold a lease on), as
-    TVM's rpc.connect does. key is accepted for TVM's signature (a kiln
-    daemon serves whoever holds its token, whatever key it registers
-    under). session_timeout (seconds, 0: the daemon's own limit) is kept
+    TVM's rpc.connect does. At a daemon key is accepted for TVM's
+    signature (a kiln daemon serves whoever holds its token, whatever key
+    it registers under); at a kiln proxy's port (rpc.Proxy, kiln proxy)
+    it picks the board: the session opens on a board connected to the
+    proxy with that key, as TVM's proxy matches keys. session_timeout (seconds, 0: the daemon's own limit) is kept
     by the daemon: it ends the session and frees the device once it has
     passed, even while this object lives (a later call raises
     RPCSessionTimeoutError). session_constructor_args
@@ -280,10 +282,54 @@ def connect(
         host, port = session_constructor_args[1], int(session_constructor_args[2])
     if session_timeout is None or session_timeout < 0:
         raise KilnValueError(f"session_timeout {session_timeout!r}: want seconds, 0 or more")
+    tok = _token(token, token_file)
     h = _lib.Handle()
-    _lib.blocking(lib.kiln_connect_timeout, _addr(host, port), _token(token, token_file), float(session_timeout), 0,
-                  ctypes.byref(h), cancel_at=3)
+    try:
+        _lib.blocking(lib.kiln_connect_timeout, _addr(host, port), tok, float(session_timeout), 0,
+                      ctypes.byref(h), cancel_at=3)
+    except KilnError as e:
+        # host:port is a kiln proxy's port for daemons: as TVM's proxy
+        # does, it matches the client's key with a board connected with it.
+        if _PROXY_REFUSAL not in str(e):
+            raise
+        if not key:
+            raise RPCError(f"{host}:{port} is a kiln proxy ({_PROXY_REFUSAL}): give the key of the board to reach, "
+                           "rpc.connect(host, port, key=KEY)") from None
+        host, port = _proxy_lookup(host, port, key)
+        _lib.blocking(lib.kiln_connect_timeout, _addr(host, port), tok, float(session_timeout), 0,
+                      ctypes.byref(h), cancel_at=3)
     return RPCSession(h.value)
+
+
+# The start of the refusal a kiln proxy's daemon port answers a client's
+# hello with (cli/proxy.go's proxyClientRefusal).
+_PROXY_REFUSAL = "kiln proxy: this port is for device daemons"
+
+
+def _proxy_lookup(host: str, port: int, key: str) -> tuple:
+    """Asks the kiln proxy at host:port for the address of a board connected
+    with key (the port the proxy opened for it)."""
+    import socket
+
+    if not key.strip() or any(c.isspace() for c in key):
+        raise KilnValueError(f"key {key!r}: a board's key has no spaces")
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        c.sendall(f"KILNPROXY1 lookup {key}\n".encode())
+        buf = b""
+        while not buf.endswith(b"\n") and len(buf) < 4096:
+            part = c.recv(4096)
+            if not part:
+                break
+            buf += part
+    line = buf.decode(errors="replace").strip()
+    if not line.startswith("ok "):
+        why = line[len("error "):] if line.startswith("error ") else f"no answer ({line!r})"
+        raise SessionError(f"connect to the proxy {host}:{port} with key {key!r}: {why}")
+    addr = line[3:].strip()
+    h, _, p = addr.rpartition(":")
+    if not h or not p.isdigit():
+        raise SessionError(f"connect to the proxy {host}:{port}: it gave the board's address {addr!r}, want HOST:PORT")
+    return h.strip("[]"), int(p)
 
 
 class TrackerSession:

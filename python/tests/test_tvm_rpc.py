@@ -502,6 +502,63 @@ def test_rpc_tracker_via_proxy(device_key, proxy_token):
     tracker_server.terminate()
 
 
+def test_rpc_proxy_connect_by_key(proxy_token):
+    """TVM's tests/python/contrib/test_rpc_proxy.py: a client connects to
+    the proxy with a key and reaches the server that registered that key
+    (the server is a daemon behind the proxy, rpc.Server(is_proxy=True),
+    in place of TVM's websocket server)."""
+    prox = Proxy("127.0.0.1", port=9091, port_end=9199)
+    server = rpc.Server(host=prox.host, port=prox.port, is_proxy=True, key="x1")
+    other = rpc.Server(host=prox.host, port=prox.port, is_proxy=True, key="x2")
+
+    client = rpc.connect(prox.host, prox.port, key="x1")
+    f1 = client.get_function("testing.echo")
+    assert f1(10) == 10
+    assert f1("xyz") == "xyz"
+    assert client.info["addr"] == f"{server.host}:{server.port}"
+    client2 = rpc.connect(prox.host, prox.port, key="x2")
+    assert client2.info["addr"] == f"{other.host}:{other.port}"
+
+    # No board with that key; no key at all at the proxy's port.
+    with pytest.raises(tvm.error.RPCError, match='no board with key "x3" is connected to the proxy'):
+        rpc.connect(prox.host, prox.port, key="x3")
+    with pytest.raises(tvm.error.RPCError, match="this port is for device daemons"):
+        rpc.connect(prox.host, prox.port)
+
+    client.close()
+    client2.close()
+    other.terminate()
+    server.terminate()
+    prox.terminate()
+
+
+def test_rpc_proxy_restarted_daemon_serves_again(proxy_token):
+    # kiln's own: the proxy process is killed and started again on the same
+    # port; the daemon behind it connects again and is reached by its key.
+    prox = Proxy("127.0.0.1", port=9091, port_end=9199)
+    port = prox.port
+    server = rpc.Server(host=prox.host, port=prox.port, is_proxy=True, key="x1")
+    assert rpc.connect(prox.host, port, key="x1").get_function("testing.echo")(1) == 1
+    prox.proc.kill()
+    prox.terminate()
+
+    prox = Proxy("127.0.0.1", port=port, port_end=port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client = rpc.connect(prox.host, port, key="x1")
+            break
+        except tvm.error.RPCError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    assert client.get_function("testing.echo")(2) == 2
+    assert client.info["addr"] == f"{server.host}:{server.port}"
+    client.close()
+    server.terminate()
+    prox.terminate()
+
+
 @pytest.mark.parametrize("with_proxy", (True, False))
 def test_rpc_session_timeout_error(with_proxy, proxy_token):
     port = 9000
@@ -546,7 +603,6 @@ class Module:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="kiln's TVMScript has no prim_func return values (-> T.int64) yet")
 @pytest.mark.parametrize("call_with_unused_argument", [True, False])
 def test_compiled_function_with_zero_arguments(call_with_unused_argument, tmp_path):
     """RPC functions do not require an argument"""

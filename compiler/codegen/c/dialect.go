@@ -90,7 +90,8 @@ func PackedHelpers() map[string]bool {
 	for _, n := range []string{transform.HelperArgType, transform.HelperArgInt, transform.HelperArgFloat,
 		transform.HelperArgHandle, transform.HelperIsNull, transform.HelperNDim, transform.HelperShape,
 		transform.HelperStride, transform.HelperCompact, transform.HelperDTypeCode, transform.HelperDTypeBits,
-		transform.HelperDTypeLanes, transform.HelperDeviceType, transform.HelperData} {
+		transform.HelperDTypeLanes, transform.HelperDeviceType, transform.HelperData,
+		transform.HelperRetInt, transform.HelperRetFloat} {
 		m[n] = true
 	}
 	return m
@@ -124,6 +125,8 @@ static inline int32_t kiln_arg_type(const void* codes, int32_t i) { return ((con
 static inline int64_t kiln_arg_int(const void* args, int32_t i) { return ((const KilnValue*)args)[i].v_int64; }
 static inline double kiln_arg_float(const void* args, int32_t i) { return ((const KilnValue*)args)[i].v_float64; }
 static inline void* kiln_arg_handle(const void* args, int32_t i) { return ((const KilnValue*)args)[i].v_handle; }
+static inline void kiln_ret_int(void* rv, void* tc, int64_t v) { ((KilnValue*)rv)->v_int64 = v; *(int32_t*)tc = KILN_ARG_INT; }
+static inline void kiln_ret_float(void* rv, void* tc, double v) { ((KilnValue*)rv)->v_float64 = v; *(int32_t*)tc = KILN_ARG_FLOAT; }
 static inline bool kiln_is_null(const void* h) { return h == NULL; }
 static inline int32_t kiln_tensor_ndim(const void* t) { return ((const DLTensor*)t)->ndim; }
 static inline int64_t kiln_tensor_shape(const void* t, int32_t j) { return ((const DLTensor*)t)->shape[j]; }

@@ -80,6 +80,9 @@ func Generate(m *ir.IRModule, opts Options) (string, *abi.Metadata, error) {
 		if cSym != sym {
 			fi.Symbol = cSym
 		}
+		if fi.Ret != "" {
+			meta.FormatVersion = abi.VersionRet
+		}
 		meta.Functions = append(meta.Functions, fi)
 	}
 	exported := meta

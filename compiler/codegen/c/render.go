@@ -40,6 +40,7 @@ type Renderer struct {
 	inParallel int
 	nParallel  int      // parallel loops outlined so far
 	outlined   []string // their closures and functions, printed before fn
+	heap       []string // heap allocations live here, freed by a return
 	err        error
 }
 
@@ -64,6 +65,7 @@ func (r *Renderer) Func(name string, f *ir.PrimFunc) error {
 	r.ptrType = map[*ir.Var]ir.DType{}
 	r.promoted = map[*ir.Var]map[int64]slot{}
 	r.inParallel = 0
+	r.heap = nil
 	r.err = nil
 	r.noalias, _ = f.Attrs[ir.AttrNoAlias].(bool)
 	r.scanPointers(f.Body)
@@ -106,8 +108,13 @@ func (r *Renderer) Source() string {
 }
 
 func (r *Renderer) packedSignature(name string, f *ir.PrimFunc) (string, error) {
-	if f.Attrs[transform.AttrCallingConv] != transform.CallingConvPacked || len(f.Params) != 3 {
+	if f.Attrs[transform.AttrCallingConv] != transform.CallingConvPacked || (len(f.Params) != 3 && len(f.Params) != 5) {
 		return "", fmt.Errorf("no packed API: run transform.MakePackedAPI (lower the function) first")
+	}
+	if len(f.Params) == 5 {
+		// A function with a result: TVM's ret_value and ret_tcode.
+		return fmt.Sprintf("KILN_EXPORT int32_t %s(KilnValue* %s, int32_t* %s, int32_t %s, KilnValue* %s, int32_t* %s) {",
+			name, r.VarName(f.Params[0]), r.VarName(f.Params[1]), r.VarName(f.Params[2]), r.VarName(f.Params[3]), r.VarName(f.Params[4])), nil
 	}
 	return fmt.Sprintf("KILN_EXPORT int32_t %s(KilnValue* %s, int32_t* %s, int32_t %s) {",
 		name, r.VarName(f.Params[0]), r.VarName(f.Params[1]), r.VarName(f.Params[2])), nil
@@ -329,6 +336,17 @@ func (r *Renderer) stmt(s ir.Stmt) {
 	case *ir.LetStmt:
 		r.letStmt(s)
 	case *ir.Evaluate:
+		if v := ir.RetValue(s); v != nil {
+			if r.inParallel > 0 {
+				r.fail("return inside a parallel loop")
+				return
+			}
+			for i := len(r.heap) - 1; i >= 0; i-- {
+				r.line("free(" + r.heap[i] + ");")
+			}
+			r.line("return " + unparen(r.Expr(v)) + ";")
+			return
+		}
 		switch s.Value.(type) {
 		case *ir.IntImm, *ir.FloatImm:
 			return
@@ -446,7 +464,9 @@ func (r *Renderer) allocate(a *ir.Allocate) {
 	r.indent++
 	r.line(fmt.Sprintf("%s* %s = (%s*)kiln_alloc(%s);", elem, name, elem, bytes))
 	r.line(fmt.Sprintf("if (%s == NULL) %s", name, r.d.Fail(fmt.Sprintf("%s: out of memory allocating %q", r.fn, b.Name), r.inParallel > 0)))
+	r.heap = append(r.heap, name)
 	r.stmt(a.Body)
+	r.heap = r.heap[:len(r.heap)-1]
 	r.line(fmt.Sprintf("free(%s);", name))
 	r.indent--
 	r.line("}")
