@@ -49,7 +49,7 @@ type Server struct {
 	// submitting holds the submissions with a SubmitKey being persisted.
 	submitting map[idemKey]chan struct{}
 	pending    pendingSubmits // submissions counted against the queue's caps, not yet queued
-	queued     []*job // queued jobs in hand-out order (jobOrder)
+	queued     []*job         // queued jobs in hand-out order (jobOrder)
 	jobAvail   chan struct{}
 	buildTimes []time.Duration // the last recentBuilds jobs' build times
 	nextJob    uint64
