@@ -340,3 +340,86 @@ func commandNode(t *testing.T, ctx context.Context, work string, command ...stri
 	}
 	return c
 }
+
+// lines yields n bytes of comment lines.
+type lines struct{ n, off int64 }
+
+var commentLine = "# " + strings.Repeat("c", 61) + "\n" // 64 bytes
+
+func (l *lines) Read(p []byte) (int, error) {
+	if l.off >= l.n {
+		return 0, io.EOF
+	}
+	k := 0
+	for k < len(p) && l.off < l.n {
+		p[k] = commentLine[l.off%int64(len(commentLine))]
+		k++
+		l.off++
+	}
+	return k, nil
+}
+
+// TestNodeBuildsStreamedModule: a module of 200 MiB, over the one frame
+// of 64 MiB that carried every module before, streams from the client
+// (which never holds it) through the tracker's module store to the
+// compiler node, and builds, where the tracker's --max-module-size
+// allows it; with the default limit it is refused naming that limit.
+func TestNodeBuildsStreamedModule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const size = 200 << 20
+	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: "s3cret",
+		MaxModuleSize: 256 << 20, MaxQueuedBytes: 512 << 20})
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	defer func() { check.NoError(t, tr.Close()); <-trDone }()
+
+	t.Setenv("KILN_TEST_NODE_JOB", "1")
+	exe, err := os.Executable()
+	check.NoError(t, err)
+	opts := client.TrackerOptions{Token: "s3cret"}
+	ready := make(chan struct{})
+	nctx, ncancel := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- compilernode.Run(nctx, compilernode.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 2 * time.Minute})
+	}()
+	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
+	select {
+	case <-ready:
+	case err := <-nodeDone:
+		t.Fatalf("node stopped: %v", err)
+	}
+	c, err := client.DialTracker(ctx, tr.Addr(), opts)
+	check.NoError(t, err)
+	defer c.Close()
+
+	body := io.MultiReader(strings.NewReader(vadd), &lines{n: size - int64(len(vadd))})
+	job, err := c.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, size, body)
+	check.NoError(t, err)
+	check.Equal(t, job.ModuleSize, int64(size))
+	job, err = c.WaitBuild(ctx, job.ID, nil)
+	check.NoError(t, err)
+	check.Equal(t, job.State, proto.JobSucceeded)
+	var buf bytes.Buffer
+	_, err = c.DownloadArtifact(ctx, job.Artifact, &buf)
+	check.NoError(t, err)
+	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	check.NoError(t, err)
+	_, ok := a.Function("vadd")
+	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+
+	// The default limit refuses it before taking a byte, naming the limit.
+	def, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: "s3cret"})
+	check.NoError(t, err)
+	defDone := make(chan error, 1)
+	go func() { defDone <- def.Run(ctx) }()
+	defer func() { check.NoError(t, def.Close()); <-defDone }()
+	dc, err := client.DialTracker(ctx, def.Addr(), opts)
+	check.NoError(t, err)
+	defer dc.Close()
+	_, err = dc.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, size, &lines{n: size})
+	check.ErrorIs(t, err, proto.ErrTooLarge)
+	check.Error(t, err, "exceeds the tracker's limit of 33554432", "--max-module-size")
+}
