@@ -57,13 +57,7 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 	job, err = c.WaitBuild(ctx, job.ID, func(j proto.BuildJob) { states = append(states, j.State) })
 	check.NoError(t, err)
 	check.Equal(t, job.State, proto.JobSucceeded)
-	var buf bytes.Buffer
-	_, err = c.DownloadArtifact(ctx, job.Artifact, &buf)
-	check.NoError(t, err)
-	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	check.NoError(t, err)
-	_, ok := a.Function("vadd")
-	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+	checkVadd(t, ctx, c, job.Artifact)
 	// The job's stages are in its log (and were its progress messages);
 	// "schedule" comes before the build cache answers.
 	check.True(t, strings.Contains(job.Log, compilernode.StagePrefix+"schedule\n"), job.Log)
@@ -144,6 +138,18 @@ func nodeFleet(t *testing.T, ctx context.Context, cfg tracker.Config, ncfg compi
 	check.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// checkVadd checks that the artifact sha downloads and holds vadd.
+func checkVadd(t *testing.T, ctx context.Context, c *client.Tracker, sha string) {
+	t.Helper()
+	var buf bytes.Buffer
+	_, err := c.DownloadArtifact(ctx, sha, &buf)
+	check.NoError(t, err)
+	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	check.NoError(t, err)
+	_, ok := a.Function("vadd")
+	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
 }
 
 // httpGet returns the status and body of a GET.
@@ -397,13 +403,7 @@ func TestNodeBuildsStreamedModule(t *testing.T) {
 	job, err = c.WaitBuild(ctx, job.ID, nil)
 	check.NoError(t, err)
 	check.Equal(t, job.State, proto.JobSucceeded)
-	var buf bytes.Buffer
-	_, err = c.DownloadArtifact(ctx, job.Artifact, &buf)
-	check.NoError(t, err)
-	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	check.NoError(t, err)
-	_, ok := a.Function("vadd")
-	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+	checkVadd(t, ctx, c, job.Artifact)
 
 	// The default limit refuses it before taking a byte, naming the limit.
 	dc := nodeFleet(t, ctx, tracker.Config{}, compilernode.Config{})
