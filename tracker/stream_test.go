@@ -28,7 +28,8 @@ type moduleGen struct {
 	gate      <-chan struct{}
 }
 
-var genLine = "# " + strings.Repeat("k", 125) + "\n" // 128 bytes
+// genBlock is 64 KiB of comment lines, 128 bytes each.
+var genBlock = strings.Repeat("# "+strings.Repeat("k", 125)+"\n", 512)
 
 func (g *moduleGen) Read(p []byte) (int, error) {
 	if g.off >= g.size {
@@ -46,19 +47,19 @@ func (g *moduleGen) Read(p []byte) (int, error) {
 	if g.gate != nil {
 		lim = g.gateAt
 	}
+	p = p[:min(int64(len(p)), lim-g.off)]
 	tail := g.size - int64(len(module))
 	n := 0
-	for n < len(p) && g.off < lim {
-		var b byte
-		if g.off >= tail {
-			b = module[g.off-tail]
+	for n < len(p) {
+		var k int
+		if off := g.off + int64(n); off >= tail {
+			k = copy(p[n:], module[off-tail:])
 		} else {
-			b = genLine[g.off%int64(len(genLine))]
+			k = copy(p[n:min(int64(len(p)), int64(n)+tail-off)], genBlock[off%int64(len(genBlock)):])
 		}
-		p[n] = b
-		n++
-		g.off++
+		n += k
 	}
+	g.off += int64(n)
 	return n, nil
 }
 
