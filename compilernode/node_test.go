@@ -386,15 +386,16 @@ func (l *lines) Read(p []byte) (int, error) {
 	return k, nil
 }
 
-// TestNodeBuildsStreamedModule: a module of 200 MiB, over the one frame
-// of 64 MiB that carried every module before, streams from the client
-// (which never holds it) through the tracker's module store to the
-// compiler node, and builds, where the tracker's --max-module-size
-// allows it; with the default limit it is refused naming that limit.
+// TestNodeBuildsStreamedModule: a module of 200 MiB (2 MiB under the race
+// detector), over the one frame of 64 MiB that carried every module
+// before, streams from the client (which never holds it) through the
+// tracker's module store to the compiler node, and builds, where the
+// tracker's --max-module-size allows it; with the default limit a 200 MiB
+// one is refused naming that limit.
 func TestNodeBuildsStreamedModule(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const size = 200 << 20
+	const size = streamedModuleSize
 	c := nodeFleet(t, ctx, tracker.Config{MaxModuleSize: 256 << 20, MaxQueuedBytes: 512 << 20}, compilernode.Config{JobTimeout: 2 * time.Minute})
 	body := io.MultiReader(strings.NewReader(vadd), &lines{n: size - int64(len(vadd))})
 	job, err := c.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, size, body)
@@ -407,7 +408,7 @@ func TestNodeBuildsStreamedModule(t *testing.T) {
 
 	// The default limit refuses it before taking a byte, naming the limit.
 	dc := nodeFleet(t, ctx, tracker.Config{}, compilernode.Config{})
-	_, err = dc.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, size, &lines{n: size})
+	_, err = dc.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, 200<<20, &lines{n: 200 << 20})
 	check.ErrorIs(t, err, proto.ErrTooLarge)
 	check.Error(t, err, "exceeds the tracker's limit of 33554432", "--max-module-size")
 }
