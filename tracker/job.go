@@ -625,7 +625,12 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 			key, size, stored := j.moduleKey, j.moduleSize, j.moduleStored
 			s.mu.Unlock()
 			// A module over MaxInlineModule stays out of the reply (and of
-			// the tracker's memory): the node reads it from BulkBuildModule.
+			// the tracker's memory): the node reads it from BulkBuildModule
+			// (a job stored before ModuleSize was its report's has it
+			// from its record).
+			if key != "" || stored {
+				out.ModuleSize = size
+			}
 			if (key != "" || stored) && size <= proto.MaxInlineModule {
 				text, err := s.jobModule(ctx, j.ID, key, size)
 				if err != nil {
