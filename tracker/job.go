@@ -234,12 +234,19 @@ func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitA
 	// arrive and the job's record is written; the job takes the charge
 	// over once in s.jobs.
 	s.pending.add(owner, size)
+	// A streamed module no compiler node can build is not taken: its job
+	// fails at once.
+	early := s.unbuildableLocked(a.Target)
+	if body == nil {
+		early = nil
+	}
 	s.mu.Unlock()
 	var key, sum string
 	text := a.Module
 	inline := a.Format == "onnx-artifact"
 	var err error
 	switch {
+	case early != nil:
 	case !inline && !s.cfg.replicated():
 		// The text goes to the module store, not the tracker's memory or
 		// its state store.
@@ -291,7 +298,10 @@ func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitA
 	}
 	// A job no registered compiler node can build fails at once (it is
 	// kept, failed, so that query shows it and the client's wait ends).
-	unbuildable := s.unbuildableLocked(a.Target)
+	unbuildable := early
+	if unbuildable == nil {
+		unbuildable = s.unbuildableLocked(a.Target)
+	}
 	if unbuildable != nil {
 		j.State, j.Error, j.Finished = proto.JobFailed, unbuildable.Error(), now
 		j.module, j.moduleKey, j.moduleSize, j.moduleStored = "", "", 0, false

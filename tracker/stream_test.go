@@ -205,6 +205,12 @@ func TestStreamedSubmitsStayOutOfTheHeap(t *testing.T) {
 		return a.pending.byOwner["alice"] == pendingOwner{jobs: n, bytes: n * size}
 	})
 
+	// One that no compiler node builds fails at once, its module not kept.
+	fj, err := alice.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "gpu.py", Target: "cuda"}, 2<<20, &moduleGen{ctx: ctx, size: 2 << 20})
+	check.NoError(t, err)
+	check.Equal(t, fj.State, proto.JobFailed)
+	check.Error(t, errorString(fj.Error), "cuda")
+
 	close(gate)
 	wg.Wait()
 	for i := range n {
