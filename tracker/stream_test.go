@@ -101,7 +101,8 @@ func heapInuse() int64 {
 // being in the module store's spool; another user's small job is
 // accepted; the same user's submission that would pass its byte cap is
 // refused at once naming the cap, leaving no spool behind; one cut off
-// halfway leaves none either and gives its charge back. Once sent, the
+// halfway leaves none either and gives its charge back; one for a target
+// no compiler node builds fails at once, its module not kept. Once sent, the
 // modules are queued, each with the digest of its bytes, and the compiler
 // node running one reads it back streamed (and no other node can).
 func TestStreamedSubmitsStayOutOfTheHeap(t *testing.T) {
