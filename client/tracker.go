@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -10,8 +11,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -211,8 +215,14 @@ func (t *Tracker) QueryPage(ctx context.Context, a proto.QueryArgs) (proto.Track
 
 // SubmitBuild queues a build job. A submission whose connection fails is
 // sent again to the next replica under the same SubmitKey (a random one
-// unless args has one), so it queues one job, never two.
+// unless args has one), so it queues one job, never two. A module over
+// proto.MaxInlineModule bytes is streamed (see SubmitBuildFrom).
 func (t *Tracker) SubmitBuild(ctx context.Context, args proto.BuildSubmitArgs) (proto.BuildJob, error) {
+	if args.Format != "onnx-artifact" && len(args.Module) > proto.MaxInlineModule {
+		text := args.Module
+		args.Module = ""
+		return t.SubmitBuildFrom(ctx, args, int64(len(text)), strings.NewReader(text))
+	}
 	if args.SubmitKey == "" {
 		args.SubmitKey = randomKey()
 	}
@@ -221,6 +231,70 @@ func (t *Tracker) SubmitBuild(ctx context.Context, args proto.BuildSubmitArgs) (
 		return j, fmt.Errorf("submit build: %w", err)
 	}
 	return j, nil
+}
+
+// SubmitBuildFrom queues a build job whose module is the size bytes r
+// yields (args.Module empty), streamed to the tracker, which writes them
+// to its module store as they arrive: neither end holds the module
+// whole. The digest the tracker reports must be that of the bytes sent.
+// A submission whose connection fails is sent again when r can start over
+// (an io.Seeker), under the same SubmitKey.
+func (t *Tracker) SubmitBuildFrom(ctx context.Context, args proto.BuildSubmitArgs, size int64, r io.Reader) (proto.BuildJob, error) {
+	if args.Module != "" {
+		return proto.BuildJob{}, fmt.Errorf("submit build: the module is the stream's, args.Module must be empty: %w", proto.ErrBadRequest)
+	}
+	if args.SubmitKey == "" {
+		args.SubmitKey = randomKey()
+	}
+	head, err := proto.EncodeFrame(args, proto.MaxSubmitArgs)
+	if err != nil {
+		return proto.BuildJob{}, fmt.Errorf("submit build: %w", err)
+	}
+	var j proto.BuildJob
+	err = t.do(ctx, func(c *proto.Client, try int) error {
+		if try > 0 {
+			sk, ok := r.(io.Seeker)
+			if !ok {
+				return finalError{fmt.Errorf("the tracker connection failed and the module cannot be read again: %w", proto.ErrUnavailable)}
+			}
+			if _, err := sk.Seek(0, io.SeekStart); err != nil {
+				return finalError{fmt.Errorf("rewind the module for a retry: %w", err)}
+			}
+		}
+		h := sha256.New()
+		body := io.MultiReader(bytes.NewReader(head), io.TeeReader(io.LimitReader(r, size), h))
+		var reply bytes.Buffer
+		_, err := c.Bulk(ctx, proto.BulkBuildSubmit, proto.Bulk{Name: args.Name, Size: int64(len(head)) + size, Body: body}, limitWriter{&reply, proto.MaxSubmitArgs})
+		if err != nil {
+			return err
+		}
+		j = proto.BuildJob{}
+		if err := msgpack.Unmarshal(reply.Bytes(), &j); err != nil {
+			return fmt.Errorf("decode the job queued: %v: %w", err, proto.ErrInternal)
+		}
+		if sent := hex.EncodeToString(h.Sum(nil)); j.ModuleSHA256 != "" && j.ModuleSHA256 != sent {
+			c.Call(ctx, proto.MethodBuildCancel, proto.BuildJobArgs{ID: j.ID}, nil)
+			return finalError{fmt.Errorf("job %s: the tracker stored a module hashing to %s, not the %s sent: %w", j.ID, j.ModuleSHA256, sent, proto.ErrInternal)}
+		}
+		return nil
+	})
+	if err != nil {
+		return j, fmt.Errorf("submit build: %w", err)
+	}
+	return j, nil
+}
+
+// limitWriter is a bytes.Buffer that takes at most max bytes.
+type limitWriter struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (w limitWriter) Write(p []byte) (int, error) {
+	if w.b.Len()+len(p) > w.max {
+		return 0, fmt.Errorf("reply of over %d bytes: %w", w.max, proto.ErrTooLarge)
+	}
+	return w.b.Write(p)
 }
 
 // BuildStatus returns a job as the tracker sees it now.

@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -448,6 +451,61 @@ func (r *Registrar) UploadArtifact(ctx context.Context, sha string, size int64, 
 // w can start over.
 func (r *Registrar) DownloadArtifact(ctx context.Context, sha string, w io.Writer) (int64, error) {
 	return downloadVia(ctx, r.do, sha, w)
+}
+
+// FetchModule copies a build job's module to w when it was not handed out
+// inline (job.Module empty, job.ModuleSize bytes): streamed from the
+// tracker's module store, checked against job.ModuleSize and
+// job.ModuleSHA256. Only the node running the job may read it.
+func (r *Registrar) FetchModule(ctx context.Context, job *proto.BuildJob, w io.Writer) error {
+	what := fmt.Sprintf("build job %s's module", job.ID)
+	hw := &hashingWriter{w: w, h: sha256.New()}
+	var n int64
+	err := r.do(ctx, func(c *proto.Client, _ int) error {
+		var err error
+		n, err = downloadBulk(ctx, c, proto.BulkBuildModule, what, job.ID, hw, n)
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case n != job.ModuleSize:
+		return fmt.Errorf("download %s: got %d bytes, the job says %d: %w", what, n, job.ModuleSize, proto.ErrInternal)
+	}
+	if got := hex.EncodeToString(hw.h.Sum(nil)); job.ModuleSHA256 != "" && got != job.ModuleSHA256 {
+		return fmt.Errorf("download %s: the bytes hash to %s, the job says %s: %w", what, got, job.ModuleSHA256, proto.ErrInternal)
+	}
+	return nil
+}
+
+// hashingWriter hashes what it writes to w; it starts over (for a retry)
+// where w can.
+type hashingWriter struct {
+	w io.Writer
+	h hash.Hash
+}
+
+func (hw *hashingWriter) Write(p []byte) (int, error) {
+	n, err := hw.w.Write(p)
+	hw.h.Write(p[:n])
+	return n, err
+}
+
+func (hw *hashingWriter) Seek(off int64, whence int) (int64, error) {
+	rw, ok := hw.w.(rewindable)
+	if !ok || off != 0 || whence != io.SeekStart {
+		return 0, fmt.Errorf("the destination cannot start over: %w", errors.ErrUnsupported)
+	}
+	hw.h.Reset()
+	return rw.Seek(0, io.SeekStart)
+}
+
+func (hw *hashingWriter) Truncate(size int64) error {
+	rw, ok := hw.w.(rewindable)
+	if !ok {
+		return fmt.Errorf("the destination cannot start over: %w", errors.ErrUnsupported)
+	}
+	return rw.Truncate(size)
 }
 
 // CompleteJob marks a job succeeded with its (uploaded) artifact.

@@ -86,24 +86,30 @@ type resettable interface{ Reset() }
 // earlier try wrote to w, which is discarded first (or the retry given up
 // with a finalError when w cannot start over).
 func downloadArtifact(ctx context.Context, c *proto.Client, sha string, w io.Writer, written int64) (int64, error) {
+	return downloadBulk(ctx, c, proto.BulkArtifactDownload, "artifact "+sha, sha, w, written)
+}
+
+// downloadBulk copies what c's bulk method sends for name to w (what names
+// the bytes in errors), starting w over first as downloadArtifact does.
+func downloadBulk(ctx context.Context, c *proto.Client, method, what, name string, w io.Writer, written int64) (int64, error) {
 	if written > 0 {
 		switch rw := w.(type) {
 		case resettable:
 			rw.Reset()
 		case rewindable:
 			if _, err := rw.Seek(0, io.SeekStart); err != nil {
-				return written, finalError{fmt.Errorf("download artifact %s: rewind for a retry: %w", sha, err)}
+				return written, finalError{fmt.Errorf("download %s: rewind for a retry: %w", what, err)}
 			}
 			if err := rw.Truncate(0); err != nil {
-				return written, finalError{fmt.Errorf("download artifact %s: truncate for a retry: %w", sha, err)}
+				return written, finalError{fmt.Errorf("download %s: truncate for a retry: %w", what, err)}
 			}
 		default:
-			return written, finalError{fmt.Errorf("download artifact %s: the tracker connection failed after %d bytes and the destination cannot start over: %w", sha, written, proto.ErrUnavailable)}
+			return written, finalError{fmt.Errorf("download %s: the tracker connection failed after %d bytes and the destination cannot start over: %w", what, written, proto.ErrUnavailable)}
 		}
 	}
-	n, err := c.Download(ctx, proto.BulkArtifactDownload, sha, w)
+	n, err := c.Download(ctx, method, name, w)
 	if err != nil {
-		return n, fmt.Errorf("download artifact %s: %w", sha, err)
+		return n, fmt.Errorf("download %s: %w", what, err)
 	}
 	return n, nil
 }

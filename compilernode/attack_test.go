@@ -39,32 +39,11 @@ func startFleet(t *testing.T, ctx context.Context, mk func(tokenFile string) com
 	check.NoError(t, os.WriteFile(tokenFile, []byte(secret), 0o600))
 	t.Setenv("KILN_TEST_NODE_SECRET", secret)
 
-	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: secret})
-	check.NoError(t, err)
-	trDone := make(chan error, 1)
-	go func() { trDone <- tr.Run(ctx) }()
-	t.Cleanup(func() { check.NoError(t, tr.Close()); <-trDone })
-
-	opts := client.TrackerOptions{Token: secret}
-	ready := make(chan struct{})
-	nctx, ncancel := context.WithCancel(ctx)
-	nodeDone := make(chan error, 1)
 	cfg := mk(tokenFile)
-	cfg.Tracker, cfg.Options, cfg.Ready, cfg.JobTimeout = tr.Addr(), opts, ready, 30*time.Second
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = searchable(t)
 	}
-	go func() { nodeDone <- compilernode.Run(nctx, cfg) }()
-	select {
-	case <-ready:
-		t.Cleanup(func() { ncancel(); check.NoError(t, <-nodeDone) })
-	case err := <-nodeDone:
-		ncancel()
-		t.Fatalf("node stopped: %v", err)
-	}
-	c, err := client.DialTracker(ctx, tr.Addr(), opts)
-	check.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
+	c := nodeFleet(t, ctx, tracker.Config{Token: secret}, cfg)
 	return &fleet{c: c, secret: secret, tokenFile: tokenFile}
 }
 

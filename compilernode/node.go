@@ -392,6 +392,12 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 		if err := n.fetchModel(ctx, job.Module, filepath.Join(dir, ModuleFile)); err != nil {
 			return "", "", err
 		}
+	} else if job.Module == "" && job.ModuleSize > 0 {
+		// A module too large to come inline is streamed from the
+		// tracker's module store into the job directory.
+		if err := n.fetchModule(ctx, job, filepath.Join(dir, ModuleFile)); err != nil {
+			return "", "", err
+		}
 	} else if err := os.WriteFile(filepath.Join(dir, ModuleFile), []byte(job.Module), 0o644); err != nil {
 		return "", "", err
 	}
@@ -558,4 +564,18 @@ func (n *node) fetchModel(ctx context.Context, sha, path string) error {
 		return fmt.Errorf("fetch the model: its sha256 is %s, not %s", got, sha)
 	}
 	return nil
+}
+
+// fetchModule streams job's module to path, checked against its size and
+// digest.
+func (n *node) fetchModule(ctx context.Context, job *proto.BuildJob, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := n.reg.FetchModule(ctx, job, f); err != nil {
+		f.Close()
+		return fmt.Errorf("fetch the module: %w", err)
+	}
+	return f.Close()
 }

@@ -49,47 +49,15 @@ def vadd(A: T.Buffer((8,), "float32"), B: T.Buffer((8,), "float32"), C: T.Buffer
 func TestNodeBuildsThroughTracker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := tracker.New(tracker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Token: "s3cret"})
-	check.NoError(t, err)
-	trDone := make(chan error, 1)
-	go func() { trDone <- tr.Run(ctx) }()
-	defer func() { check.NoError(t, tr.Close()); <-trDone }()
-
-	t.Setenv("KILN_TEST_NODE_JOB", "1")
-	exe, err := os.Executable()
-	check.NoError(t, err)
-	opts := client.TrackerOptions{Token: "s3cret"}
-	ready := make(chan struct{})
-	nctx, ncancel := context.WithCancel(ctx)
-	nodeDone := make(chan error, 1)
 	metricsAddr := freeAddr(t)
-	go func() {
-		nodeDone <- compilernode.Run(nctx, compilernode.Config{Tracker: tr.Addr(), Options: opts, Command: []string{exe}, JobEnv: []string{"KILN_TEST_NODE_JOB=1"}, WorkDir: t.TempDir(), Ready: ready, JobTimeout: 30 * time.Second,
-			MetricsListen: metricsAddr})
-	}()
-	defer func() { ncancel(); check.NoError(t, <-nodeDone) }()
-	select {
-	case <-ready:
-	case err := <-nodeDone:
-		t.Fatalf("node stopped: %v", err)
-	}
-
-	c, err := client.DialTracker(ctx, tr.Addr(), opts)
-	check.NoError(t, err)
-	defer c.Close()
+	c := nodeFleet(t, ctx, tracker.Config{}, compilernode.Config{MetricsListen: metricsAddr})
 	job, err := c.SubmitBuild(ctx, proto.BuildSubmitArgs{Name: "vadd.py", Module: vadd, Target: "cpu"})
 	check.NoError(t, err)
 	var states []proto.JobState
 	job, err = c.WaitBuild(ctx, job.ID, func(j proto.BuildJob) { states = append(states, j.State) })
 	check.NoError(t, err)
 	check.Equal(t, job.State, proto.JobSucceeded)
-	var buf bytes.Buffer
-	_, err = c.DownloadArtifact(ctx, job.Artifact, &buf)
-	check.NoError(t, err)
-	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	check.NoError(t, err)
-	_, ok := a.Function("vadd")
-	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
+	checkVadd(t, ctx, c, job.Artifact)
 	// The job's stages are in its log (and were its progress messages);
 	// "schedule" comes before the build cache answers.
 	check.True(t, strings.Contains(job.Log, compilernode.StagePrefix+"schedule\n"), job.Log)
@@ -123,6 +91,65 @@ func TestNodeBuildsThroughTracker(t *testing.T) {
 		code, body := httpGet(t, "http://"+metricsAddr+path)
 		check.Equal(t, code, http.StatusOK, path, body)
 	}
+}
+
+// nodeFleet runs a tracker with cfg (on loopback, with a token unless cfg
+// has one) and a compiler node with ncfg (building through this test
+// binary unless it names a command), until the test ends, and returns a
+// client of the tracker.
+func nodeFleet(t *testing.T, ctx context.Context, cfg tracker.Config, ncfg compilernode.Config) *client.Tracker {
+	t.Helper()
+	cfg.Listen, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	if cfg.Token == "" {
+		cfg.Token = "s3cret"
+	}
+	tr, err := tracker.New(cfg)
+	check.NoError(t, err)
+	trDone := make(chan error, 1)
+	go func() { trDone <- tr.Run(ctx) }()
+	t.Cleanup(func() { check.NoError(t, tr.Close()); <-trDone })
+
+	if ncfg.Command == nil {
+		t.Setenv("KILN_TEST_NODE_JOB", "1")
+		exe, err := os.Executable()
+		check.NoError(t, err)
+		ncfg.Command, ncfg.JobEnv = []string{exe}, []string{"KILN_TEST_NODE_JOB=1"}
+	}
+	if ncfg.WorkDir == "" {
+		ncfg.WorkDir = t.TempDir()
+	}
+	if ncfg.JobTimeout == 0 {
+		ncfg.JobTimeout = 30 * time.Second
+	}
+	opts := client.TrackerOptions{Token: cfg.Token}
+	ready := make(chan struct{})
+	nctx, ncancel := context.WithCancel(ctx)
+	nodeDone := make(chan error, 1)
+	ncfg.Tracker, ncfg.Options, ncfg.Ready = tr.Addr(), opts, ready
+	go func() { nodeDone <- compilernode.Run(nctx, ncfg) }()
+	select {
+	case <-ready:
+		t.Cleanup(func() { ncancel(); check.NoError(t, <-nodeDone) })
+	case err := <-nodeDone:
+		ncancel()
+		t.Fatalf("node stopped: %v", err)
+	}
+	c, err := client.DialTracker(ctx, tr.Addr(), opts)
+	check.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// checkVadd checks that the artifact sha downloads and holds vadd.
+func checkVadd(t *testing.T, ctx context.Context, c *client.Tracker, sha string) {
+	t.Helper()
+	var buf bytes.Buffer
+	_, err := c.DownloadArtifact(ctx, sha, &buf)
+	check.NoError(t, err)
+	a, err := artifact.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	check.NoError(t, err)
+	_, ok := a.Function("vadd")
+	check.True(t, ok, "artifact lacks vadd:", a.Manifest.Functions)
 }
 
 // httpGet returns the status and body of a GET.
@@ -339,4 +366,49 @@ func commandNode(t *testing.T, ctx context.Context, work string, command ...stri
 		t.Fatalf("node stopped: %v", err)
 	}
 	return c
+}
+
+// lines yields n bytes of comment lines.
+type lines struct{ n, off int64 }
+
+var commentLine = "# " + strings.Repeat("c", 61) + "\n" // 64 bytes
+
+func (l *lines) Read(p []byte) (int, error) {
+	if l.off >= l.n {
+		return 0, io.EOF
+	}
+	k := 0
+	for k < len(p) && l.off < l.n {
+		p[k] = commentLine[l.off%int64(len(commentLine))]
+		k++
+		l.off++
+	}
+	return k, nil
+}
+
+// TestNodeBuildsStreamedModule: a module of 200 MiB (2 MiB under the race
+// detector), over the one frame of 64 MiB that carried every module
+// before, streams from the client (which never holds it) through the
+// tracker's module store to the compiler node, and builds, where the
+// tracker's --max-module-size allows it; with the default limit a 200 MiB
+// one is refused naming that limit.
+func TestNodeBuildsStreamedModule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const size = streamedModuleSize
+	c := nodeFleet(t, ctx, tracker.Config{MaxModuleSize: 256 << 20, MaxQueuedBytes: 512 << 20}, compilernode.Config{JobTimeout: 2 * time.Minute})
+	body := io.MultiReader(strings.NewReader(vadd), &lines{n: size - int64(len(vadd))})
+	job, err := c.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, size, body)
+	check.NoError(t, err)
+	check.Equal(t, job.ModuleSize, int64(size))
+	job, err = c.WaitBuild(ctx, job.ID, nil)
+	check.NoError(t, err)
+	check.Equal(t, job.State, proto.JobSucceeded)
+	checkVadd(t, ctx, c, job.Artifact)
+
+	// The default limit refuses it before taking a byte, naming the limit.
+	dc := nodeFleet(t, ctx, tracker.Config{}, compilernode.Config{})
+	_, err = dc.SubmitBuildFrom(ctx, proto.BuildSubmitArgs{Name: "vadd-big.py", Target: "cpu"}, 200<<20, &lines{n: 200 << 20})
+	check.ErrorIs(t, err, proto.ErrTooLarge)
+	check.Error(t, err, "exceeds the tracker's limit of 33554432", "--max-module-size")
 }

@@ -58,7 +58,9 @@ type Config struct {
 	// JobMaxAttempts bounds how often a job is requeued after its compiler
 	// node was lost (default 3).
 	JobMaxAttempts int
-	// MaxModuleSize bounds a submitted module's text (default 32 MiB).
+	// MaxModuleSize bounds a submitted module's text (default 32 MiB). A
+	// module over proto.MaxInlineModule is streamed into the module store,
+	// so the limit costs disk, not memory.
 	MaxModuleSize int
 	// MaxQueuedJobs and MaxQueuedBytes bound the build jobs waiting in
 	// the queue and the bytes of their modules (defaults 256 and 512 MiB):

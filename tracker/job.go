@@ -1,10 +1,16 @@
 package tracker
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"strings"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker/store"
@@ -106,32 +112,84 @@ func checkJobLabels(a proto.BuildSubmitArgs) error {
 }
 
 func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs) (any, error) {
+	if a.Format != "onnx-artifact" && len(a.Module) > proto.MaxInlineModule {
+		return nil, fmt.Errorf("submit build: module of %d bytes sent inline, over the limit of %d bytes for one frame; send it streamed (%s: the SDK and kiln build do so for every module over that size): %w",
+			len(a.Module), proto.MaxInlineModule, proto.BulkBuildSubmit, proto.ErrTooLarge)
+	}
+	if strings.TrimSpace(a.Module) == "" {
+		return nil, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
+	}
+	j, err := s.submit(ctx, c, a, int64(len(a.Module)), nil)
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// handleBuildSubmitStream is tracker.build.submit with the module on the
+// stream: a frame of BuildSubmitArgs, then the module's bytes, which go to
+// the module store as they arrive. The job queued goes back as a frame.
+func (s *Server) handleBuildSubmitStream(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+	if c.Role() != proto.RoleClient {
+		return proto.Bulk{}, fmt.Errorf("submit build: role %s submits no build jobs (a client does): %w", c.Role(), proto.ErrBadRequest)
+	}
+	b, err := proto.ReadFrame(in.Body, proto.MaxSubmitArgs)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("submit build: read the submission's arguments at the head of the stream: %w", err)
+	}
+	var a proto.BuildSubmitArgs
+	if err := msgpack.Unmarshal(b, &a); err != nil {
+		return proto.Bulk{}, fmt.Errorf("submit build: decode the submission's arguments: %v: %w", err, proto.ErrBadRequest)
+	}
+	size := in.Size - int64(len(b)) - 4 // the frame's length prefix
+	switch {
+	case a.Module != "":
+		return proto.Bulk{}, fmt.Errorf("submit build: a streamed submission carries its module after its arguments, not in them: %w", proto.ErrBadRequest)
+	case a.Format == "onnx-artifact":
+		return proto.Bulk{}, fmt.Errorf("submit build: an onnx-artifact module is a digest: submit it inline (%s): %w", proto.MethodBuildSubmit, proto.ErrBadRequest)
+	case size <= 0:
+		return proto.Bulk{}, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
+	}
+	j, err := s.submit(ctx, c, a, size, in.Body)
+	if err != nil {
+		return proto.Bulk{}, err
+	}
+	out, err := msgpack.Marshal(j)
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("submit build: encode the job: %w", err)
+	}
+	return proto.Bulk{Name: j.ID, Size: int64(len(out)), Body: bytes.NewReader(out)}, nil
+}
+
+// submit queues a build job whose module is a.Module (body nil) or the
+// size bytes body yields. The module's size is charged against the build
+// queue's caps before its first byte is read (see pendingSubmits), so
+// that submissions in flight cannot together pass them.
+func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs, size int64, body io.Reader) (proto.BuildJob, error) {
 	if err := s.writable(); err != nil {
-		return nil, fmt.Errorf("submit build: %w", err)
+		return proto.BuildJob{}, fmt.Errorf("submit build: %w", err)
 	}
 	switch {
-	case strings.TrimSpace(a.Module) == "":
-		return nil, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
 	case proto.TargetKind(a.Target) == "":
-		return nil, fmt.Errorf("submit build: empty target: %w", proto.ErrBadRequest)
-	case len(a.Module) > s.cfg.MaxModuleSize:
-		return nil, fmt.Errorf("submit build: module of %d bytes exceeds the tracker's limit of %d: %w", len(a.Module), s.cfg.MaxModuleSize, proto.ErrTooLarge)
+		return proto.BuildJob{}, fmt.Errorf("submit build: empty target: %w", proto.ErrBadRequest)
+	case size > int64(s.cfg.MaxModuleSize):
+		return proto.BuildJob{}, fmt.Errorf("submit build: module of %d bytes exceeds the tracker's limit of %d (--max-module-size): %w", size, s.cfg.MaxModuleSize, proto.ErrTooLarge)
 	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64" && a.Format != "onnx-artifact":
-		return nil, fmt.Errorf("submit build: unknown module format %q (want tvmscript, onnx-base64 or onnx-artifact): %w", a.Format, proto.ErrBadRequest)
+		return proto.BuildJob{}, fmt.Errorf("submit build: unknown module format %q (want tvmscript, onnx-base64 or onnx-artifact): %w", a.Format, proto.ErrBadRequest)
 	case a.Format == "onnx-artifact" && !validSHA256(a.Module):
-		return nil, fmt.Errorf("submit build: an onnx-artifact module is the sha256 of a model in the artifact store, not %q: %w", a.Module, proto.ErrBadRequest)
+		return proto.BuildJob{}, fmt.Errorf("submit build: an onnx-artifact module is the sha256 of a model in the artifact store, not %q: %w", a.Module, proto.ErrBadRequest)
 	case a.QueueTimeout < 0 || a.RunTimeout < 0:
-		return nil, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
+		return proto.BuildJob{}, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
 	case a.QueueTimeout > s.cfg.MaxJobQueueTimeout:
-		return nil, fmt.Errorf("submit build: queue timeout %s exceeds the tracker's limit of %s (--max-job-queue-timeout): %w", a.QueueTimeout, s.cfg.MaxJobQueueTimeout, proto.ErrBadRequest)
+		return proto.BuildJob{}, fmt.Errorf("submit build: queue timeout %s exceeds the tracker's limit of %s (--max-job-queue-timeout): %w", a.QueueTimeout, s.cfg.MaxJobQueueTimeout, proto.ErrBadRequest)
 	case a.RunTimeout > s.cfg.MaxJobRunTimeout:
-		return nil, fmt.Errorf("submit build: run timeout %s exceeds the tracker's limit of %s (--max-job-run-timeout): %w", a.RunTimeout, s.cfg.MaxJobRunTimeout, proto.ErrBadRequest)
+		return proto.BuildJob{}, fmt.Errorf("submit build: run timeout %s exceeds the tracker's limit of %s (--max-job-run-timeout): %w", a.RunTimeout, s.cfg.MaxJobRunTimeout, proto.ErrBadRequest)
 	}
 	if err := checkJobLabels(a); err != nil {
-		return nil, fmt.Errorf("submit build: %w", err)
+		return proto.BuildJob{}, fmt.Errorf("submit build: %w", err)
 	}
 	if err := checkJobPlace(a); err != nil {
-		return nil, fmt.Errorf("submit build: %w", err)
+		return proto.BuildJob{}, fmt.Errorf("submit build: %w", err)
 	}
 	if a.QueueTimeout == 0 {
 		a.QueueTimeout = s.cfg.JobQueueTimeout
@@ -140,20 +198,23 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		a.RunTimeout = s.cfg.JobRunTimeout
 	}
 	if kind, name := identity(c); kind == "node" {
-		return nil, fmt.Errorf("submit build: node %q: a node credential submits no build jobs (a client does, with its own token): %w", name, proto.ErrUnauthorized)
+		return proto.BuildJob{}, fmt.Errorf("submit build: node %q: a node credential submits no build jobs (a client does, with its own token): %w", name, proto.ErrUnauthorized)
 	}
 	now := time.Now()
 	owner := userOf(c)
 	s.mu.Lock()
 	if a.Format == "onnx-artifact" && !s.mayReadArtifactLocked(c, a.Module) {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("submit build: onnx-artifact model %s: %w (upload it first)", a.Module, proto.ErrNotFound)
+		return proto.BuildJob{}, fmt.Errorf("submit build: onnx-artifact model %s: %w (upload it first)", a.Module, proto.ErrNotFound)
 	}
 	if a.SubmitKey != "" {
 		j, err := s.submittedLocked(ctx, owner, a.SubmitKey)
 		if j != nil || err != nil {
 			s.mu.Unlock()
-			return j, err
+			if err != nil {
+				return proto.BuildJob{}, err
+			}
+			return *j, nil
 		}
 		key := idemKey{owner, a.SubmitKey}
 		done := make(chan struct{})
@@ -165,29 +226,58 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 			s.mu.Unlock()
 		}()
 	}
-	size := int64(len(a.Module))
 	if err := s.queueRoomLocked(owner, size); err != nil {
 		s.mu.Unlock()
-		return nil, err
+		return proto.BuildJob{}, err
 	}
-	// The text goes to the module store, not the tracker's memory or its
-	// state store; a replica's goes to etcd, which every replica reaches
-	// (an onnx-artifact module is a digest: it stays inline as well).
-	var key string
+	// The module's bytes count against the caps from here on, while they
+	// arrive and the job's record is written; the job takes the charge
+	// over once in s.jobs.
+	s.pending.add(owner, size)
+	// A streamed module no compiler node can build is not taken: its job
+	// fails at once.
+	early := s.unbuildableLocked(a.Target)
+	if body == nil {
+		early = nil
+	}
+	s.mu.Unlock()
+	var key, sum string
+	text := a.Module
 	inline := a.Format == "onnx-artifact"
-	if !inline && !s.cfg.replicated() {
-		s.mu.Unlock()
-		var err error
-		if key, err = s.putModule(ctx, a.Module); err != nil {
-			return nil, fmt.Errorf("submit build: %w", err)
+	var err error
+	switch {
+	case early != nil:
+	case !inline && !s.cfg.replicated():
+		// The text goes to the module store, not the tracker's memory or
+		// its state store.
+		r := body
+		if r == nil {
+			r = strings.NewReader(text)
 		}
-		s.mu.Lock()
-		if err := s.queueRoomLocked(owner, size); err != nil { // it may have filled meanwhile
-			s.mu.Unlock()
-			go s.removeModule(key)
-			return nil, err
+		key, sum, err = s.putModule(ctx, r, size)
+		text = ""
+	case !inline && body != nil:
+		// A replica's module goes to etcd, which every replica reaches:
+		// one record, within MaxModuleSize (at most store.EtcdMaxValue).
+		var b strings.Builder
+		var n int64
+		n, err = io.Copy(&b, io.LimitReader(body, size))
+		if err == nil && n != size {
+			err = fmt.Errorf("got %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
 		}
+		text = b.String()
+		fallthrough
+	case !inline:
+		h := sha256.Sum256([]byte(text))
+		sum = hex.EncodeToString(h[:])
 	}
+	if err != nil {
+		s.mu.Lock()
+		s.pending.add(owner, -size)
+		s.mu.Unlock()
+		return proto.BuildJob{}, fmt.Errorf("submit build: %w", err)
+	}
+	s.mu.Lock()
 	s.nextJob++
 	next := s.nextJob
 	j := &job{
@@ -197,15 +287,21 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		},
 		moduleKey: key, moduleSize: size, queuedAt: now, changed: make(chan struct{}),
 	}
+	if !inline {
+		j.ModuleSize, j.ModuleSHA256 = size, sum
+	}
 	switch {
 	case inline:
-		j.module = a.Module
+		j.module = text
 	case key == "":
 		j.moduleStored = true
 	}
 	// A job no registered compiler node can build fails at once (it is
 	// kept, failed, so that query shows it and the client's wait ends).
-	unbuildable := s.unbuildableLocked(a.Target)
+	unbuildable := early
+	if unbuildable == nil {
+		unbuildable = s.unbuildableLocked(a.Target)
+	}
 	if unbuildable != nil {
 		j.State, j.Error, j.Finished = proto.JobFailed, unbuildable.Error(), now
 		j.module, j.moduleKey, j.moduleSize, j.moduleStored = "", "", 0, false
@@ -215,21 +311,25 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 	adoptLocked(j, c)
 	rec := jobRecord{Job: j.BuildJob, QueuedAt: now, ModuleKey: j.moduleKey, ModuleSize: j.moduleSize}
 	var changes []store.Change
-	if unbuildable == nil && key == "" {
-		changes = append(changes, store.Put(store.Modules, rec.Job.ID, a.Module))
+	if unbuildable == nil && j.moduleStored {
+		changes = append(changes, store.Put(store.Modules, rec.Job.ID, text))
 	}
+	// The job stays counted as pending until it is in s.jobs.
 	durable := s.st.Apply(append(changes, store.Put(store.Meta, store.MetaNextJob, next), store.Put(store.Jobs, rec.Job.ID, rec))...)
 	s.mu.Unlock()
 	if key != "" && unbuildable != nil {
 		go s.removeModule(key)
 	}
-	if err := <-durable; err != nil {
+	err = <-durable
+	s.mu.Lock()
+	s.pending.add(owner, -size)
+	if err != nil {
+		s.mu.Unlock()
 		if key != "" {
 			go s.removeModule(key)
 		}
-		return nil, fmt.Errorf("submit build: persist job: %w", err)
+		return proto.BuildJob{}, fmt.Errorf("submit build: persist job: %w", err)
 	}
-	s.mu.Lock()
 	s.jobs[j.ID] = j
 	if unbuildable == nil {
 		s.queueJobLocked(j)
@@ -241,15 +341,52 @@ func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.B
 		s.log.Info("build job failed at submit", "job", j.ID, "name", a.Name, "err", unbuildable)
 		return out, nil
 	}
-	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target)
+	s.log.Info("build job submitted", "job", j.ID, "name", a.Name, "target", a.Target, "module_bytes", size)
 	return out, nil
+}
+
+// pendingSubmits are the submissions between their check against the
+// build queue's caps and their job's place in the queue (their modules
+// arriving, their records being written), guarded by Server.mu: they
+// count against the caps as queued jobs do.
+type pendingSubmits struct {
+	jobs    int
+	bytes   int64
+	byOwner map[string]pendingOwner
+}
+
+type pendingOwner struct {
+	jobs  int
+	bytes int64
+}
+
+// add counts a submission of size bytes by owner (size < 0: uncounts one).
+func (p *pendingSubmits) add(owner string, size int64) {
+	d := 1
+	if size < 0 {
+		d = -1
+	}
+	p.jobs += d
+	p.bytes += size
+	if p.byOwner == nil {
+		p.byOwner = map[string]pendingOwner{}
+	}
+	o := p.byOwner[owner]
+	o.jobs += d
+	o.bytes += size
+	if o.jobs <= 0 {
+		delete(p.byOwner, owner)
+		return
+	}
+	p.byOwner[owner] = o
 }
 
 // queueRoomLocked refuses a module of size bytes that would pass a cap of
 // the build queue: queued jobs and module bytes, the tracker's and the
-// named owner's.
+// named owner's, counting the submissions still arriving.
 func (s *Server) queueRoomLocked(owner string, size int64) error {
-	queued, queuedBytes, mine, mineBytes := 0, int64(0), 0, int64(0)
+	queued, queuedBytes := s.pending.jobs, s.pending.bytes
+	mine, mineBytes := s.pending.byOwner[owner].jobs, s.pending.byOwner[owner].bytes
 	for _, q := range s.jobs {
 		if q.State == proto.JobQueued {
 			queued++
@@ -497,7 +634,14 @@ func (s *Server) handleBuildTake(ctx context.Context, c *proto.Conn, a proto.Bui
 			out.Module = j.module
 			key, size, stored := j.moduleKey, j.moduleSize, j.moduleStored
 			s.mu.Unlock()
+			// A module over MaxInlineModule stays out of the reply (and of
+			// the tracker's memory): the node reads it from BulkBuildModule
+			// (a job stored before ModuleSize was its report's has it
+			// from its record).
 			if key != "" || stored {
+				out.ModuleSize = size
+			}
+			if (key != "" || stored) && size <= proto.MaxInlineModule {
 				text, err := s.jobModule(ctx, j.ID, key, size)
 				if err != nil {
 					s.mu.Lock()

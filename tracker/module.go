@@ -2,12 +2,15 @@ package tracker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 	"github.com/kiln-ml/kiln/tracker/store"
 )
 
@@ -23,31 +26,43 @@ import (
 // moduleIO bounds one module store operation.
 const moduleIO = time.Minute
 
-// putModule writes text to the module store and returns its key.
-func (s *Server) putModule(ctx context.Context, text string) (string, error) {
-	key := randomID("", 32)
+// putModule writes the size bytes r yields to the module store as they
+// come, hashing them, and returns their key and sha256. The spool file is
+// removed whatever happens: nothing of a module that failed to arrive is
+// left behind.
+func (s *Server) putModule(ctx context.Context, r io.Reader, size int64) (key, sum string, err error) {
+	key = randomID("", 32)
 	tmp, err := os.CreateTemp(s.modules.spoolDir(), "module-*")
 	if err != nil {
-		return "", fmt.Errorf("module store: %w", s.hidePaths(err))
+		return "", "", fmt.Errorf("module store: %w", s.hidePaths(err))
 	}
 	defer func() {
 		tmp.Close()
 		os.Remove(tmp.Name()) // gone already once put renamed it
 	}()
-	_, err = io.Copy(tmp, strings.NewReader(text))
-	if err == nil {
-		err = tmp.Sync()
+	h := sha256.New()
+	buf := make([]byte, moduleCopyBuf)
+	n, err := io.CopyBuffer(io.MultiWriter(tmp, h), io.LimitReader(r, size), buf)
+	if err == nil && n != size {
+		err = fmt.Errorf("got %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
 	}
-	if err == nil {
+	if err != nil {
+		return "", "", fmt.Errorf("receive module: %w", s.hidePaths(err))
+	}
+	if err = tmp.Sync(); err == nil {
 		ctx, cancel := context.WithTimeout(ctx, moduleIO)
-		err = s.modules.put(ctx, key, tmp, int64(len(text)))
+		err = s.modules.put(ctx, key, tmp, size)
 		cancel()
 	}
 	if err != nil {
-		return "", fmt.Errorf("module store: %w", s.hidePaths(err))
+		return "", "", fmt.Errorf("module store: %w", s.hidePaths(err))
 	}
-	return key, nil
+	return key, hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// moduleCopyBuf is the buffer a module is received or sent through: a
+// module never is in the tracker's memory whole.
+const moduleCopyBuf = 256 << 10
 
 // jobModule returns job id's module text: from the module store under
 // key, or from the state store's modules table when key is "".
@@ -109,4 +124,45 @@ func (s *Server) removeModuleAfter(key string, durable <-chan error) <-chan erro
 		}
 	}()
 	return out
+}
+
+// handleBuildModule sends a running job's module (in.Name is the job's id)
+// to the compiler node running it, streamed from the module store.
+func (s *Server) handleBuildModule(ctx context.Context, c *proto.Conn, in proto.Bulk) (proto.Bulk, error) {
+	what := fmt.Sprintf("read build job %q's module", in.Name)
+	if c.Role() != proto.RoleCompiler {
+		return proto.Bulk{}, fmt.Errorf("%s: only the compiler node running it may: %w", what, proto.ErrBadRequest)
+	}
+	s.mu.Lock()
+	j, err := s.jobLocked(in.Name)
+	if err == nil {
+		if n := s.nodes[j.Node]; j.State != proto.JobRunning || n == nil || n.conn != c {
+			err = fmt.Errorf("it is %s, not running on the compiler node registered on this connection: %w", j.State, proto.ErrNotFound)
+		}
+	}
+	var key string
+	var size int64
+	var stored bool
+	if err == nil {
+		key, size, stored = j.moduleKey, j.moduleSize, j.moduleStored
+		if key == "" && !stored {
+			err = fmt.Errorf("its module is inline (format %q): %w", j.Format, proto.ErrNotFound)
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if stored {
+		text, err := s.jobModule(ctx, in.Name, "", size)
+		if err != nil {
+			return proto.Bulk{}, fmt.Errorf("%s: %w", what, err)
+		}
+		return proto.Bulk{Name: in.Name, Size: int64(len(text)), Body: strings.NewReader(text)}, nil
+	}
+	r, err := s.modules.open(ctx, key) // the stream's deadline bounds it
+	if err != nil {
+		return proto.Bulk{}, fmt.Errorf("%s: module store: %w", what, s.hidePaths(err))
+	}
+	return proto.Bulk{Name: in.Name, Size: size, Body: r}, nil
 }

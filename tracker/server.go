@@ -48,7 +48,8 @@ type Server struct {
 	jobs      map[string]*job
 	// submitting holds the submissions with a SubmitKey being persisted.
 	submitting map[idemKey]chan struct{}
-	queued     []*job // queued jobs in hand-out order (jobOrder)
+	pending    pendingSubmits // submissions counted against the queue's caps, not yet queued
+	queued     []*job         // queued jobs in hand-out order (jobOrder)
 	jobAvail   chan struct{}
 	buildTimes []time.Duration // the last recentBuilds jobs' build times
 	nextJob    uint64
@@ -410,6 +411,8 @@ func (s *Server) routes() {
 	handle(s, proto.MethodResultGet, s.handleResultGet)
 	handleBulk(s, proto.BulkArtifactUpload, s.handleArtifactUpload)
 	handleBulk(s, proto.BulkArtifactDownload, s.handleArtifactDownload)
+	handleBulk(s, proto.BulkBuildSubmit, s.handleBuildSubmitStream)
+	handleBulk(s, proto.BulkBuildModule, s.handleBuildModule)
 }
 
 // disconnected drops what a connection owned: its queued lease requests

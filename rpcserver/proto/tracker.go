@@ -81,6 +81,24 @@ import (
 // The tracker checks an upload's hash and refuses a mismatch (ErrBadRequest).
 // A compiler node uploads the artifact, then calls tracker.build.complete
 // with its sha256.
+//
+// A module larger than MaxInlineModule is not sent in tracker.build.submit
+// (whose frame the tracker would hold whole) but on a bulk stream, and a
+// compiler node reads such a job's module back on one:
+//
+//	tracker.build.submit.stream  bulk, up: a frame of BuildSubmitArgs (its
+//	                             Module empty, at most MaxSubmitArgs bytes)
+//	                             then the module's bytes; back: a frame of
+//	                             the BuildJob queued
+//	tracker.build.module         bulk, name = job id, nothing up, the
+//	                             module's bytes back (to the compiler node
+//	                             running the job)
+//
+// The tracker charges the module's size, from the stream's header, against
+// the build queue's byte caps before it takes the first byte, writes the
+// bytes to its module store as they arrive, hashing them, and reports the
+// digest as the job's ModuleSHA256; a refused or broken stream leaves
+// nothing behind.
 const (
 	MethodTrackerRegister   = "tracker.register"
 	MethodTrackerHeartbeat  = "tracker.heartbeat"
@@ -108,7 +126,18 @@ const (
 
 	BulkArtifactUpload   = "tracker.artifact.upload"
 	BulkArtifactDownload = "tracker.artifact.download"
+	BulkBuildSubmit      = "tracker.build.submit.stream"
+	BulkBuildModule      = "tracker.build.module"
 )
+
+// MaxInlineModule is the largest module tracker.build.submit carries in
+// its frame, and tracker.build.take hands out in its reply: a larger one
+// moves on a bulk stream (BulkBuildSubmit, BulkBuildModule).
+const MaxInlineModule = 1 << 20
+
+// MaxSubmitArgs bounds the frame of BuildSubmitArgs at the head of a
+// BulkBuildSubmit stream.
+const MaxSubmitArgs = 64 << 10
 
 // NodeRole says what a registered node is.
 type NodeRole string
@@ -651,7 +680,9 @@ type BuildSubmitArgs struct {
 }
 
 // BuildJob is a build job as the tracker reports it. Module is only filled
-// in by tracker.build.take.
+// in by tracker.build.take, and only for a module of at most
+// MaxInlineModule bytes: a compiler node reads a larger one (ModuleSize
+// bytes hashing to ModuleSHA256) from BulkBuildModule.
 type BuildJob struct {
 	ID           string            `msgpack:"id" json:"id"`
 	Name         string            `msgpack:"name,omitempty" json:"name,omitempty"`
@@ -659,6 +690,8 @@ type BuildJob struct {
 	Format       string            `msgpack:"format,omitempty" json:"format,omitempty"`
 	Options      map[string]string `msgpack:"options,omitempty" json:"options,omitempty"`
 	Module       string            `msgpack:"module,omitempty" json:"-"`
+	ModuleSize   int64             `msgpack:"module_size,omitempty" json:"module_size,omitempty"`
+	ModuleSHA256 string            `msgpack:"module_sha256,omitempty" json:"module_sha256,omitempty"`
 	State        JobState          `msgpack:"state" json:"state"`
 	Seq          uint64            `msgpack:"seq" json:"seq"`
 	Attempt      int               `msgpack:"attempt" json:"attempt"`
