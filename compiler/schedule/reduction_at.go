@@ -49,3 +49,39 @@ func wholeReduction(blk *ir.Block, iv ir.IterVar, lo, ext affine) error {
 func spanString(lo, ext affine) string {
 	return fmt.Sprintf("[%s, %s + %s)", lo.expr(), lo.expr(), ext.expr())
 }
+
+// ownNest returns the outermost of the loops of the block at bs whose
+// body holds no other block of blocks (the scope's) and that encloses
+// every loop binding a reduction variable (reduce): the loop nest of
+// the block's own, which rfactor replaces when the loops above it are
+// shared with other blocks. It returns nil when there is none.
+func ownNest(blocks []site, bs site, loops []*ir.For, reduce map[*ir.Var]bool) *ir.For {
+	for i, f := range loops {
+		shared := false
+		for _, st := range blocks {
+			if st.realize() != bs.realize() && st.under(f) {
+				shared = true
+				break
+			}
+		}
+		if shared {
+			continue
+		}
+		for _, g := range loops[:i] {
+			if reduce[g.Var] {
+				return nil
+			}
+		}
+		return f
+	}
+	return nil
+}
+
+// loopSet is the set of the variables of loops.
+func loopSet(loops []*ir.For) map[*ir.Var]bool {
+	out := map[*ir.Var]bool{}
+	for _, f := range loops {
+		out[f.Var] = true
+	}
+	return out
+}
