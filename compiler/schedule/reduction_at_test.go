@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -54,4 +55,32 @@ func TestReverseComputeAtReductionErrors(t *testing.T) {
 	// A block that reads and writes a buffer without being its reduction
 	// still cannot move.
 	check.True(t, !updatesInPlace(&ir.Block{Name: "x"}, nil), "a block without a body is no reduction")
+}
+
+// rowCentered returns D[i, j] = A[i, j] - C[i] with C[i] the sum of row
+// i of A.
+func rowCentered(m, k int64) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(m, k), ir.Float32, "A")
+	r := te.ReduceAxis(ir.RangeFromExtent(ir.I32(k)), "k")
+	C := te.Compute(te.Shape(m), func(i ir.Expr) ir.Expr { return te.Sum(A.At(i, r), r) }, "C")
+	D := te.Compute(te.Shape(m, k), func(i, j ir.Expr) ir.Expr { return ir.Sub(A.At(i, j), C.At(i)) }, "D")
+	return mustFunc(A, D)
+}
+
+// TestRFactorSharedLoop factors a reduction computed under its
+// consumer's loop of rows: the loops of the block's own are the nest, and
+// the write-back follows them inside the row loop, before the consumer.
+func TestRFactorSharedLoop(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "rfactor_shared_loop", fn: func() *ir.PrimFunc { return rowCentered(3, 12) }, compiled: true, apply: func(t *testing.T, s *Schedule) {
+			c := must[BlockRV](t)(s.GetBlock("C"))
+			check.NoError(t, s.ComputeAt(c, loopsOf(t, s, "D")[0]))
+			ls := loopsOf(t, s, "C")
+			k := must[[]LoopRV](t)(s.Split(ls[len(ls)-1], -1, 4))
+			rf := must[BlockRV](t)(s.RFactor(k[1], -1))
+			must[BlockRV](t)(s.DecomposeReduction(rf, k[0]))
+			check.NoError(t, s.Vectorize(k[1]))
+			check.NoError(t, s.SetScope(rf, 0, "local"))
+		}},
+	})
 }
