@@ -19,10 +19,12 @@ import (
 // (C_rf), its init decomposed before the loop over vectors; the
 // write-back, moved under the channel's loop, combines the lanes, and
 // the epilogue (the division) follows it there. Both buffers are local
-// (a vector and a scalar per channel once compacted). A run no vector
-// divides (7·7) guards the last vector's missing lanes. The rows of a
-// plane (13 or 7 wide) divide into no vectors, so the row reduction
-// (reduction_cpu.go) leaves them scalar.
+// (a vector and a scalar per channel once compacted). L is by default
+// the widest vector (down to 4 lanes) that divides H·W; a run none
+// divides (7·7, 13·13) takes the widest vector, with a guard on the lanes
+// past the run, which keeps every vector of the run scalar (the lowering
+// has no loop partition to peel the last vector off: 2–2.5× slower than
+// whole vectors and a scalar tail on 13·13 planes).
 
 // scheduleGlobalPool returns f rewritten by the rule above, or an error
 // when block c is not a global pooling.
@@ -81,16 +83,17 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 		lanes /= 2
 	}
 	parallel := opts.ParallelFlops > 0 && N*C*K >= genericParallelFactor*opts.ParallelFlops
-	if err := globalPoolSchedule(s, c.name, epilogue, lanes, parallel); err != nil {
+	if err := globalPoolSchedule(s, c.name, epilogue, lanes, K, parallel); err != nil {
 		return nil, err
 	}
 	return s.Func(), nil
 }
 
 // globalPoolSchedule applies the global pooling rule to block name of s
-// (loops n, c, 1, 1, ry, rx) and its elementwise epilogue (none when ""),
-// with vectors of the given lanes.
-func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes int64, parallel bool) error {
+// (loops n, c, 1, 1, ry, rx, plane iterations in all) and its
+// elementwise epilogue (none when ""), with vectors of up to the given
+// lanes.
+func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plane int64, parallel bool) error {
 	b, err := s.GetBlock(name)
 	if err != nil {
 		return err
@@ -104,15 +107,15 @@ func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes int64
 	}
 	// The lanes, a choice the tuner may change (the vector's width and
 	// halves of it).
-	lanes, err = sampleLanes(s, lanes)
+	lanes, err = sampleLanes(s, lanes, plane)
 	if err != nil {
 		return err
 	}
-	plane, err := s.Fuse(loops[4], loops[5])
+	fused, err := s.Fuse(loops[4], loops[5])
 	if err != nil {
 		return err
 	}
-	vec, err := s.Split(plane, -1, lanes)
+	vec, err := s.Split(fused, -1, lanes)
 	if err != nil {
 		return err
 	}
@@ -187,14 +190,21 @@ func inlinedAfter(f *ir.PrimFunc, name string) (*schedule.Schedule, error) {
 	return s, nil
 }
 
-// sampleLanes makes the lanes of a vector a decision among lanes and its
-// halves down to 4, lanes by default.
-func sampleLanes(s *schedule.Schedule, lanes int64) (int64, error) {
-	cands, probs := []int64{lanes}, []float64{1}
-	for l := lanes / 2; l >= 4; l /= 2 {
+// sampleLanes makes the lanes of the vectors over a loop of extent ext a
+// decision among lanes and its halves down to 4: by default the widest
+// that divides ext (a vector that does not divide it is guarded, and its
+// lanes' guards keep every vector of the loop scalar), else lanes.
+func sampleLanes(s *schedule.Schedule, lanes, ext int64) (int64, error) {
+	var cands []int64
+	var probs []float64
+	decision := -1
+	for l := lanes; l >= min(lanes, 4); l /= 2 {
+		if ext%l == 0 && decision < 0 {
+			decision = len(cands)
+		}
 		cands, probs = append(cands, l), append(probs, 1)
 	}
-	return s.SampleCategorical(nil, cands, probs, 0)
+	return s.SampleCategorical(nil, cands, probs, max(decision, 0))
 }
 
 // vectorizeLast vectorizes the innermost loop of block b.

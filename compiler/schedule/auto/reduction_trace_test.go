@@ -58,7 +58,7 @@ func TestReductionTraces(t *testing.T) {
 		f := globalPoolFunc(t, [4]int64{1, 6, 7, 7}, false)
 		s, err := inlinedAfter(f, "x_red")
 		check.NoError(t, err)
-		check.NoError(t, globalPoolSchedule(s, "x_red", "T_divide", 16, true))
+		check.NoError(t, globalPoolSchedule(s, "x_red", "T_divide", 16, 49, true))
 		replayed(t, f, s)
 		g, _, err := Func(f, Options{ParallelFlops: 1})
 		check.NoError(t, err)
