@@ -27,7 +27,8 @@ func (s *Schedule) ComputeAt(b BlockRV, l LoopRV) error {
 // one iteration of l (TVM's sch.reverse_compute_at). Preconditions: every
 // producer of the buffers b reads lies under l, b comes after l, and b
 // reads at least one buffer produced under l at its iteration variables
-// one to one (C[v0, v1] = C_local[v0, v1]).
+// one to one (C[v0, v1] = C_local[v0, v1]). A reduction block (rfactor's
+// write-back) moves when its new loops cover its whole reduction.
 func (s *Schedule) ReverseComputeAt(b BlockRV, l LoopRV) error {
 	if err := s.computeAt("reverse_compute_at", b, l, true); err != nil {
 		return err
@@ -136,7 +137,7 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 			return fail("block %q reads no buffer produced under loop %q at its iteration variables one to one", blk.Name, loop.Var.Name)
 		}
 		for _, w := range blk.Writes {
-			if reads(blk, w.Buffer) {
+			if reads(blk, w.Buffer) && !updatesInPlace(blk, w.Buffer) {
 				return fail("block %q reads and writes %q", blk.Name, w.Buffer.Name)
 			}
 		}
@@ -215,6 +216,9 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 			return fail("the region of %q to cover along dimension %d is empty", buf.Name, d)
 		}
 		lo := region[d].lo
+		if err := wholeReduction(blk, iv, lo, ext); err != nil {
+			return fail("%v", err)
+		}
 		if lo.t != t {
 			return fail("iteration variable %q of block %q has dtype %s, the indices of %q have %s", iv.Var.Name, blk.Name, t, buf.Name, lo.t)
 		}

@@ -20,7 +20,9 @@ import (
 // The block must be a reduction, with an init, whose body is one store
 // out = out op x for op one of +, *, min and max; l must bind reduction
 // iteration variables only, and no loop of the nest may bind both kinds.
-// No other block in the loop nest may read the output.
+// No other block in the loop nest may read the output. When the nest is
+// under a loop shared with other blocks (a row's steps), the loops of the
+// block's own below it are the nest: the write-back follows them there.
 func (s *Schedule) RFactor(l LoopRV, factorAxis int) (BlockRV, error) {
 	out, err := s.rfactor(l, factorAxis)
 	if err != nil {
@@ -122,6 +124,10 @@ func (s *Schedule) rfactor(l LoopRV, factorAxis int) (BlockRV, error) {
 	}
 	scopeBR := bs.scope()
 	top := topOf(bs, scopeBR)
+	if own := ownNest(s.scopeBlocks(scopeBR), bs, loops, reduceLoops); own != nil && own != top {
+		top, loops = own, loops[slices.Index(loops, own):]
+		loopVars = loopSet(loops)
+	}
 	for _, st := range s.scopeBlocks(scopeBR) {
 		if o := st.realize(); o != br && st.under(top) && (reads(o.Block, out) || writes(o.Block, out)) {
 			return BlockRV{}, fmt.Errorf("block %q, in the loop nest of %q, accesses %q", o.Block.Name, blk.Name, out.Name)

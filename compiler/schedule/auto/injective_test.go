@@ -109,7 +109,7 @@ func genericCases() []genericCase {
 		// Softmax and layer norm take the row pipeline rule: one
 		// parallel loop over the rows, every step of a row under it.
 		{name: "softmax", f: func(t *testing.T) *ir.PrimFunc { return legalized(t, "nn.softmax", nil, []int64{3, 5, 32}) },
-			opts: always, allocs: "T_softmax_maxelem T_softmax_exp T_softmax_expsum", parallel: 1, vectorized: 6},
+			opts: always, allocs: "T_softmax_maxelem T_softmax_exp T_softmax_expsum T_softmax_maxelem_rf T_softmax_expsum_rf", parallel: 1, vectorized: 6},
 		// Rows too short for a vector, too little work for threads: the
 		// steps of a row still run together.
 		{name: "softmax_odd_small", f: func(t *testing.T) *ir.PrimFunc { return legalized(t, "nn.softmax", nil, []int64{3, 33}) },
@@ -119,7 +119,7 @@ func genericCases() []genericCase {
 		}, opts: always, parallel: 1},
 		{name: "layer_norm", f: func(t *testing.T) *ir.PrimFunc {
 			return legalized(t, "nn.layer_norm", map[string]any{"axes": []int64{-1}}, []int64{2, 3, 48}, []int64{48}, []int64{48})
-		}, opts: always, allocs: "T_layer_norm_sum T_layer_norm_sqsum", parallel: 1, vectorized: 5},
+		}, opts: always, allocs: "T_layer_norm_sum T_layer_norm_sqsum T_layer_norm_sum_rf T_layer_norm_sqsum_rf", parallel: 1, vectorized: 5},
 		// Rows of 64: a vector of partial sums (maxima) per row.
 		{name: "sum_rows_vector", f: func(t *testing.T) *ir.PrimFunc {
 			return legalized(t, "sum", map[string]any{"axis": []int64{1}}, []int64{5, 64})

@@ -1,7 +1,10 @@
 package auto
 
 import (
+	"fmt"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
 // Global pooling: a sum or maximum over the whole of each channel's plane
@@ -10,11 +13,18 @@ import (
 //	C[n, c, 0, 0] op= A[n, c, ry, rx]
 //
 // (GlobalAveragePool's mean, the sum before its division) reads each
-// plane as one run of H·W consecutive elements: a vector of partial
-// results over whole vectors of the run, then its lanes and the run's
-// tail, then the epilogue (the division) on the result. The rows of a
-// plane (13 or 7 wide) divide into no vectors, so the row reduction
-// (reduction_cpu.go) leaves them scalar.
+// plane as one run of H·W consecutive elements: the window's loops are
+// fused into one of H·W and split into vectors of L lanes, and rfactor
+// over the lanes makes a vector of L partial results per channel
+// (C_rf), its init decomposed before the loop over vectors; the
+// write-back, moved under the channel's loop, combines the lanes, and
+// the epilogue (the division) follows it there. Both buffers are local
+// (a vector and a scalar per channel once compacted). L is by default
+// the widest vector (down to 4 lanes) that divides H·W; a run none
+// divides (7·7, 13·13) takes the widest vector, with a guard on the lanes
+// past the run, which keeps every vector of the run scalar (the lowering
+// has no loop partition to peel the last vector off: 2–2.5× slower than
+// whole vectors and a scalar tail on 13·13 planes).
 
 // scheduleGlobalPool returns f rewritten by the rule above, or an error
 // when block c is not a global pooling.
@@ -22,10 +32,11 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 	if len(c.spatial) != 4 || c.spatial[2] != 1 || c.spatial[3] != 1 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a global pooling", c.name)
 	}
-	g, err := inlineAfter(f, c.name)
+	s, err := inlinedAfter(f, c.name)
 	if err != nil {
 		return nil, err
 	}
+	g := s.Func()
 	blocks := topBlocks(g)
 	if len(blocks) > 2 || blocks[0].Block.Name != c.name {
 		return nil, skip("block %q: other blocks", c.name)
@@ -50,11 +61,7 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 	if !ok || shape[0] != c.spatial[0] || shape[1] != c.spatial[1] || shape[2] != c.reduce[0] || shape[3] != c.reduce[1] {
 		return nil, skip("block %q: not a whole plane", c.name)
 	}
-	// What is stored for channel (n, c) from the result v.
-	out, at := st.Buffer, func(n, ch ir.Expr) []ir.Expr {
-		return []ir.Expr{n, ch, ir.NewIntImm(n.DType(), 0), ir.NewIntImm(n.DType(), 0)}
-	}
-	value := func(_, _, v ir.Expr) ir.Expr { return v }
+	var epilogue string
 	if len(blocks) == 2 {
 		e := blocks[1].Block
 		est, ok := e.Body.(*ir.BufferStore)
@@ -66,56 +73,147 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 				return nil, skip("the block after %q is not elementwise", c.name)
 			}
 		}
-		out = est.Buffer
-		value = func(n, ch, v ir.Expr) ir.Expr {
-			w := (&ir.Rewriter{Expr: func(x ir.Expr) ir.Expr {
-				if l, ok := x.(*ir.BufferLoad); ok && l.Buffer == st.Buffer {
-					return v
-				}
-				return x
-			}}).RewriteExpr(est.Value)
-			zero := ir.NewIntImm(n.DType(), 0)
-			return ir.SubstituteExpr(w, map[*ir.Var]ir.Expr{e.IterVars[0].Var: n, e.IterVars[1].Var: ch, e.IterVars[2].Var: zero, e.IterVars[3].Var: zero})
-		}
-	} else if !isParam(g, out) {
+		epilogue = e.Name
+	} else if !isParam(g, st.Buffer) {
 		return nil, skip("block %q writes an intermediate", c.name)
 	}
-
-	it := iv[0].Var.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
 	N, C, K := shape[0], shape[1], shape[2]*shape[3]
 	lanes := opts.VectorBytes / 4
 	for lanes > 4 && lanes > K {
 		lanes /= 2
 	}
-	flat := *a.Buffer
-	flat.Shape, flat.Strides, flat.ElemOffset = []ir.Expr{i64(N * C * K)}, nil, nil
-	n, ch := ir.NewVar("n", it), ir.NewVar("c", it)
-	base := ir.Mul(ir.Add(ir.Mul(n, i64(C)), ch), i64(K))
-	part := ir.NewBuffer("part", ir.Float32, []ir.Expr{i64(lanes)}, "local")
-	sum := ir.NewBuffer("sum", ir.Float32, []ir.Expr{i64(1)}, "local")
-	combine := func(x, y ir.Expr) ir.Expr { return ir.NewBinary(r.op, x, y) }
-	l0, l, k, l2, t := ir.NewVar("l0", it), ir.NewVar("l", it), ir.NewVar("k", it), ir.NewVar("lr", it), ir.NewVar("t", it)
-	zero := i64(0)
-	body := ir.Seq(
-		ir.NewFor(l0, zero, i64(lanes), ir.ForVectorized, ir.NewBufferStore(part, r.init, l0)),
-		ir.NewFor(k, zero, i64(K/lanes), ir.ForSerial,
-			ir.NewFor(l, zero, i64(lanes), ir.ForVectorized, ir.NewBufferStore(part,
-				combine(ir.NewBufferLoad(part, l), ir.NewBufferLoad(&flat, ir.Add(base, ir.Add(ir.Mul(k, i64(lanes)), l)))), l))),
-		ir.NewBufferStore(sum, r.init, zero),
-		ir.NewFor(l2, zero, i64(lanes), ir.ForUnrolled,
-			ir.NewBufferStore(sum, combine(ir.NewBufferLoad(sum, zero), ir.NewBufferLoad(part, l2)), zero)),
-		ir.NewFor(t, zero, i64(K%lanes), ir.ForSerial,
-			ir.NewBufferStore(sum, combine(ir.NewBufferLoad(sum, zero), ir.NewBufferLoad(&flat, ir.Add(base, ir.Add(i64(K/lanes*lanes), t)))), zero)),
-		ir.NewBufferStore(out, value(n, ch, ir.NewBufferLoad(sum, zero)), at(n, ch)...),
-	)
-	kind := ir.ForSerial
-	if opts.ParallelFlops > 0 && N*C*K >= genericParallelFactor*opts.ParallelFlops {
-		kind = ir.ForParallel
+	parallel := opts.ParallelFlops > 0 && N*C*K >= genericParallelFactor*opts.ParallelFlops
+	if err := globalPoolSchedule(s, c.name, epilogue, lanes, K, parallel); err != nil {
+		return nil, err
 	}
-	loops := ir.NewFor(n, zero, i64(N), ir.ForSerial,
-		ir.NewFor(ch, zero, i64(C), kind, &ir.Allocate{Buffer: part, Body: &ir.Allocate{Buffer: sum, Body: body}}))
-	return g.WithBody(ir.NewRootBlock(&ir.DeclBuffer{Buffer: &flat, Body: loops})), nil
+	return s.Func(), nil
+}
+
+// globalPoolSchedule applies the global pooling rule to block name of s
+// (loops n, c, 1, 1, ry, rx, plane iterations in all) and its
+// elementwise epilogue (none when ""), with vectors of up to the given
+// lanes.
+func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plane int64, parallel bool) error {
+	b, err := s.GetBlock(name)
+	if err != nil {
+		return err
+	}
+	loops, err := s.GetLoops(b)
+	if err != nil {
+		return err
+	}
+	if len(loops) != 6 {
+		return fmt.Errorf("block %q has %d loops, want 6", name, len(loops))
+	}
+	// The lanes, a choice the tuner may change (the vector's width and
+	// halves of it).
+	lanes, err = sampleLanes(s, lanes, plane)
+	if err != nil {
+		return err
+	}
+	fused, err := s.Fuse(loops[4], loops[5])
+	if err != nil {
+		return err
+	}
+	vec, err := s.Split(fused, -1, lanes)
+	if err != nil {
+		return err
+	}
+	rf, err := s.RFactor(vec[1], -1)
+	if err != nil {
+		return err
+	}
+	at := loops[3]
+	if err := s.ReverseComputeAt(b, at); err != nil {
+		return err
+	}
+	if epilogue != "" {
+		e, err := s.GetBlock(epilogue)
+		if err != nil {
+			return err
+		}
+		if err := s.ReverseComputeAt(e, at); err != nil {
+			return err
+		}
+	}
+	init, err := s.DecomposeReduction(rf, vec[0])
+	if err != nil {
+		return err
+	}
+	if err := vectorizeLast(s, init); err != nil {
+		return err
+	}
+	if err := s.Vectorize(vec[1]); err != nil {
+		return err
+	}
+	wl, err := s.GetLoops(b)
+	if err != nil {
+		return err
+	}
+	if _, err := s.DecomposeReduction(b, wl[len(wl)-1]); err != nil {
+		return err
+	}
+	if err := s.Unroll(wl[len(wl)-1]); err != nil {
+		return err
+	}
+	if err := s.SetScope(rf, 0, "local"); err != nil {
+		return err
+	}
+	if epilogue != "" {
+		if err := s.SetScope(b, 0, "local"); err != nil {
+			return err
+		}
+	}
+	if parallel {
+		return s.Parallel(loops[1])
+	}
+	return nil
+}
+
+// inlinedAfter returns a schedule of f with the elementwise blocks after
+// block name inlined into the last of them (see inlineAfter).
+func inlinedAfter(f *ir.PrimFunc, name string) (*schedule.Schedule, error) {
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	after := blocksAfter(s.Func(), name)
+	for _, a := range after[:max(len(after)-1, 0)] {
+		b, err := s.GetBlock(a)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return nil, skip("block %q after %q cannot be inlined: %v", a, name, err)
+		}
+	}
+	return s, nil
+}
+
+// sampleLanes makes the lanes of the vectors over a loop of extent ext a
+// decision among lanes and its halves down to 4: by default the widest
+// that divides ext (a vector that does not divide it is guarded, and its
+// lanes' guards keep every vector of the loop scalar), else lanes.
+func sampleLanes(s *schedule.Schedule, lanes, ext int64) (int64, error) {
+	var cands []int64
+	var probs []float64
+	decision := -1
+	for l := lanes; l >= min(lanes, 4); l /= 2 {
+		if ext%l == 0 && decision < 0 {
+			decision = len(cands)
+		}
+		cands, probs = append(cands, l), append(probs, 1)
+	}
+	return s.SampleCategorical(nil, cands, probs, max(decision, 0))
+}
+
+// vectorizeLast vectorizes the innermost loop of block b.
+func vectorizeLast(s *schedule.Schedule, b schedule.BlockRV) error {
+	loops, err := s.GetLoops(b)
+	if err != nil {
+		return err
+	}
+	return s.Vectorize(loops[len(loops)-1])
 }
 
 // constShape returns b's extents when they are all constants.

@@ -126,7 +126,7 @@ func TestGlobalPool(t *testing.T) {
 		check.NoError(t, err)
 		g, ok := scheduleChecked(t, f, Options{}, true)
 		check.True(t, ok, "scheduled")
-		check.True(t, strings.Contains(script.Print(g), "part"), "a vector of partial sums")
+		check.True(t, strings.Contains(script.Print(g), "x_red_rf"), "a vector of partial sums (rfactor)")
 		nearSlices(t, outputOf(t, g), outputOf(t, f))
 		fs, opts = append(fs, f), append(opts, Options{ParallelFlops: 1})
 	}
