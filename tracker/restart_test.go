@@ -31,9 +31,11 @@ func TestRestart(t *testing.T) {
 	check.Equal(t, got.ID, j1.ID)
 	lease, err := tc.RequestLease(ctx, client.LeaseRequest{Key: "k", NoRenew: true, TTL: time.Minute})
 	check.NoError(t, err)
-	tc.Close()
 
+	// The client goes with the tracker: a client that closed its
+	// connection first would have released the lease it held on it.
 	a.stop(t)
+	tc.Close()
 	cfg.Listen = a.Addr()
 	b := startTracker(t, cfg)
 

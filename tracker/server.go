@@ -264,6 +264,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	s.log.Info("tracker serving", "addr", s.Addr(), "tvm", s.TVMAddr(), "metrics", s.MetricsAddr(), "data", s.cfg.DataDir)
+	// The listeners and connections stop on serve, which ends only after
+	// stopping is set: a connection the shutdown itself closes must not
+	// mark its node lost or requeue its jobs (a restart restores them).
+	serve, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
 	var (
 		wg    sync.WaitGroup
 		errMu sync.Mutex
@@ -282,12 +287,12 @@ func (s *Server) Run(ctx context.Context) error {
 		ln = tlsListener(ln, s.cfg.TLS)
 	}
 	wg.Go(func() {
-		if err := s.rpc.Serve(ctx, ln); err != nil {
+		if err := s.rpc.Serve(serve, ln); err != nil {
 			fail(fmt.Errorf("tracker serve: %w", err))
 		}
 	})
 	if s.tvmLn != nil {
-		wg.Go(func() { s.serveTVM(ctx) })
+		wg.Go(func() { s.serveTVM(serve) })
 	}
 	if s.metricsLn != nil {
 		s.httpSrv = metricsrv.NewServer(s.metricsHandler())
@@ -297,18 +302,19 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		})
 		wg.Go(func() {
-			<-ctx.Done()
+			<-serve.Done()
 			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 			defer c()
 			s.httpSrv.Shutdown(sctx)
 		})
 	}
-	wg.Go(func() { s.expiryLoop(ctx) })
+	wg.Go(func() { s.expiryLoop(serve) })
 	<-ctx.Done()
 	s.log.Info("tracker stopping")
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+	stopServing()
 	wg.Wait()
 	err := s.shutdown()
 	if first == nil && err != nil {
