@@ -173,7 +173,7 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 func TestWrongToken(t *testing.T) {
 	var calls atomic.Int32
 	ts := startServer(t, ServerConfig{Token: "right"}, func(s *Server) {
-		s.refused.Interval = 100 * time.Millisecond
+		s.refused.Interval = 2 * time.Second
 		s.Handle("empty", func(ctx context.Context, c *Conn, args msgpack.RawMessage) (any, error) {
 			calls.Add(1)
 			return nil, nil
