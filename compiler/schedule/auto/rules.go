@@ -73,7 +73,7 @@ var gpuRules = []rule[*gpuIn]{
 	{"row reduction", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowReduction(in.f)) }},
 	{"row pipeline", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowPipeline(in.f)) }},
 	{"tensor-core matmul", onInlined(mmaMatmulRule)},
-	{"shared-memory matmul", onInlined(sharedMatmul)},
+	{"shared-memory matmul", onInlinedSchedule(sharedMatmul)},
 	{"matmul", bindRule(func(s *schedule.Schedule, br *ir.BlockRealize, _ GPUOptions) (schedule.LoopRV, bool, error) {
 		return bindMatmul(s, br)
 	})},
