@@ -27,7 +27,8 @@ func (s *Schedule) ComputeAt(b BlockRV, l LoopRV) error {
 // one iteration of l (TVM's sch.reverse_compute_at). Preconditions: every
 // producer of the buffers b reads lies under l, b comes after l, and b
 // reads at least one buffer produced under l at its iteration variables
-// one to one (C[v0, v1] = C_local[v0, v1]).
+// one to one (C[v0, v1] = C_local[v0, v1]); b may be a reduction block
+// (the write-back of RFactor, reducing name_rf under the loop).
 func (s *Schedule) ReverseComputeAt(b BlockRV, l LoopRV) error {
 	if err := s.computeAt("reverse_compute_at", b, l, true); err != nil {
 		return err
@@ -135,8 +136,10 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 		if buf == nil {
 			return fail("block %q reads no buffer produced under loop %q at its iteration variables one to one", blk.Name, loop.Var.Name)
 		}
+		// A reduction block reads what it writes (TVM's reverse_compute_at
+		// takes complete and reduction blocks).
 		for _, w := range blk.Writes {
-			if reads(blk, w.Buffer) {
+			if reads(blk, w.Buffer) && blk.Init == nil {
 				return fail("block %q reads and writes %q", blk.Name, w.Buffer.Name)
 			}
 		}

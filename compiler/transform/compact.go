@@ -373,6 +373,18 @@ func (c *compactor) region(b *ir.Buffer, s ir.Stmt) []dimRegion {
 			return false
 		case *ir.Let:
 			inner[n.Var] = true
+		case *ir.IfThenElse:
+			if perThread {
+				if restore := c.narrowAxis(n.Cond, axis); restore != nil {
+					ir.Visit(n.Cond, walk)
+					ir.Visit(n.Then, walk)
+					restore()
+					if n.Else != nil {
+						ir.Visit(n.Else, walk)
+					}
+					return false
+				}
+			}
 		case *ir.BufferLoad:
 			if n.Buffer.Data == b.Data {
 				access(n.Indices)

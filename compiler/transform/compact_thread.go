@@ -1,6 +1,8 @@
 package transform
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -66,4 +68,30 @@ func (c *compactor) axesOutside(e ir.Expr, enclosing map[string]*ir.Var) bool {
 // isThreadIdxLoop reports a loop bound to a threadIdx axis.
 func isThreadIdxLoop(f *ir.For) bool {
 	return f.Kind == ir.ForThreadBinding && strings.HasPrefix(f.ThreadTag, "threadIdx")
+}
+
+// narrowAxis narrows the range of a thread axis inside a branch taken
+// when cond, t < c for t (simplified) the variable of a threadIdx loop
+// (axis maps it to its axis's) and c a constant (the guard of a split of one element
+// over the threads: only the first threads run it), and returns what
+// restores the range; nil when cond is not of that form.
+func (c *compactor) narrowAxis(cond ir.Expr, axis map[*ir.Var]ir.Expr) func() {
+	lt, ok := cond.(*ir.Binary)
+	if !ok || lt.Op != ir.OpLT {
+		return nil
+	}
+	v, ok := c.a.Simplify(ir.SubstituteExpr(lt.A, axis)).(*ir.Var)
+	if !ok || !slices.Contains(slices.Collect(maps.Values(c.axes)), v) {
+		return nil
+	}
+	n, ok := ir.IsConstInt(lt.B)
+	if !ok {
+		return nil
+	}
+	lo, hi := c.a.ConstIntBound(v)
+	if n < lo+1 || n > hi {
+		return nil
+	}
+	c.a.BindBound(v, lo, n-1)
+	return func() { c.a.BindBound(v, lo, hi) }
 }

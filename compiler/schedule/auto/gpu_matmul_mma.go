@@ -345,3 +345,55 @@ func epilogueIndex(br *ir.BlockRealize, out []ir.Expr) []ir.Expr {
 	}
 	return idx
 }
+
+// epilogue returns the buffer block br stores and the value it stores at
+// out, when br is a spatial block over the same extents whose loads of
+// the buffers in values are at its own iteration variables; the loads are
+// replaced by their values and the variables by out.
+func epilogue(br *ir.BlockRealize, exts []int64, out []ir.Expr, values map[*ir.Buffer]ir.Expr) (*ir.Buffer, ir.Expr, bool) {
+	b := br.Block
+	if b.Init != nil || len(b.IterVars) != len(exts) || len(b.AllocBuffers) > 0 || !isTrue(br.Predicate) || len(br.IterValues) != len(exts) {
+		return nil, nil, false
+	}
+	vmap := map[*ir.Var]ir.Expr{}
+	for i, iv := range b.IterVars {
+		e, ok := ir.IsConstInt(iv.Dom.Extent)
+		if iv.Kind != ir.IterSpatial || !ok || e != exts[i] {
+			return nil, nil, false
+		}
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return nil, nil, false
+		}
+		vmap[iv.Var] = ir.NewCast(iv.Var.Type, out[i])
+	}
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) != len(exts) {
+		return nil, nil, false
+	}
+	own := func(idx []ir.Expr) bool { return ownIndices(b, idx) }
+	if !own(st.Indices) {
+		return nil, nil, false
+	}
+	good := true
+	r := &ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		l, ok := e.(*ir.BufferLoad)
+		if !ok {
+			return e
+		}
+		v, known := values[l.Buffer]
+		if !known {
+			return e
+		}
+		if !own(l.Indices) {
+			good = false
+		}
+		return v
+	}}
+	// Replace the loads first (their indices are the iteration
+	// variables), then the variables.
+	val := r.RewriteExpr(st.Value)
+	if !good {
+		return nil, nil, false
+	}
+	return st.Buffer, ir.SubstituteExpr(val, vmap), true
+}

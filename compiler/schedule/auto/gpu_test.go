@@ -81,3 +81,64 @@ def mm(A: T.Buffer((96, 40), "float32"), B: T.Buffer((40, 64), "float32"), C: T.
 		})
 	}
 }
+
+// TestRowReductionRule: the row-reduction rule, made of schedule
+// primitives only (its cross-thread sum lowered by
+// lower_cross_thread_reduction), on a row sum whose threads do not divide
+// the row (77 values, 64 threads), over two fused spatial loops, and on a
+// GEMV whose intermediate sum feeds a bias add and ReLU.
+func TestRowReductionRule(t *testing.T) {
+	for _, c := range []gpuRuleCase{
+		{"row_sum", `
+@T.prim_func(private=True)
+def row_sum(A: T.Buffer((10, 77), "float32"), S: T.Buffer((10,), "float32")):
+    for i, k in T.grid(10, 77):
+        with T.block("S"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                S[vi] = T.float32(0)
+            S[vi] = S[vi] + A[vi, vk]
+`},
+		{"row_sum_2d", `
+@T.prim_func(private=True)
+def row_sum_2d(A: T.Buffer((3, 5, 300), "float32"), S: T.Buffer((3, 5), "float32")):
+    for i, j, k in T.grid(3, 5, 300):
+        with T.block("S"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                S[vi, vj] = T.float32(0)
+            S[vi, vj] = S[vi, vj] + A[vi, vj, vk] * T.float32(0.5)
+`},
+		{"gemv_bias_relu", `
+@T.prim_func(private=True)
+def gemv(A: T.Buffer((7, 130), "float32"), x: T.Buffer((130,), "float32"), b: T.Buffer((7,), "float32"), y: T.Buffer((7,), "float32")):
+    t = T.alloc_buffer((7,), "float32")
+    u = T.alloc_buffer((7,), "float32")
+    for i, k in T.grid(7, 130):
+        with T.block("t"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                t[vi] = T.float32(0)
+            t[vi] = t[vi] + A[vi, vk] * x[vk]
+    for i in range(7):
+        with T.block("u"):
+            vi = T.axis.spatial(7, i)
+            u[vi] = t[vi] + b[vi]
+    for i in range(7):
+        with T.block("y"):
+            vi = T.axis.spatial(7, i)
+            y[vi] = T.max(u[vi], T.float32(0))
+`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := parseFunc(t, c.src)
+			s, err := schedule.New(f)
+			check.NoError(t, err)
+			ok, err := rowReduction(s)
+			check.NoError(t, err)
+			check.True(t, ok, "the rule does not apply")
+			checkGPURule(t, f, s, 1e-5)
+		})
+	}
+}
+

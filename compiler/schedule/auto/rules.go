@@ -70,7 +70,7 @@ type gpuIn struct {
 // fallback applies to every function of spatial loops around reductions
 // whose later blocks read what a thread computed.
 var gpuRules = []rule[*gpuIn]{
-	{"row reduction", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowReduction(in.f)) }},
+	{"row reduction", onFunc(rowReduction)},
 	{"row pipeline", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowPipeline(in.f)) }},
 	{"tensor-core matmul", onInlined(mmaMatmulRule)},
 	{"shared-memory matmul", onInlinedSchedule(sharedMatmul)},
