@@ -142,3 +142,70 @@ def gemv(A: T.Buffer((7, 130), "float32"), x: T.Buffer((130,), "float32"), b: T.
 	}
 }
 
+// TestRowPipelineRule: the row-pipeline rule, made of schedule
+// primitives only, on a softmax whose threads do not divide the row (77
+// values, 64 threads) and a layer norm over two fused spatial loops (rows
+// of 40, 32 threads).
+func TestRowPipelineRule(t *testing.T) {
+	for _, c := range []gpuRuleCase{
+		{"softmax", `
+@T.prim_func(private=True)
+def softmax(A: T.Buffer((5, 77), "float32"), B: T.Buffer((5, 77), "float32")):
+    mx = T.alloc_buffer((5,), "float32")
+    e = T.alloc_buffer((5, 77), "float32")
+    s = T.alloc_buffer((5,), "float32")
+    for i, k in T.grid(5, 77):
+        with T.block("max"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                mx[vi] = T.float32(-3.4028234663852886e38)
+            mx[vi] = T.max(mx[vi], A[vi, vk])
+    for i, j in T.grid(5, 77):
+        with T.block("exp"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            e[vi, vj] = T.exp(A[vi, vj] - mx[vi])
+    for i, k in T.grid(5, 77):
+        with T.block("sum"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                s[vi] = T.float32(0)
+            s[vi] = s[vi] + e[vi, vk]
+    for i, j in T.grid(5, 77):
+        with T.block("norm"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            B[vi, vj] = e[vi, vj] / s[vi]
+`},
+		{"layer_norm", `
+@T.prim_func(private=True)
+def layer_norm(A: T.Buffer((3, 2, 40), "float32"), B: T.Buffer((3, 2, 40), "float32")):
+    s = T.alloc_buffer((3, 2), "float32")
+    v = T.alloc_buffer((3, 2), "float32")
+    for i, j, k in T.grid(3, 2, 40):
+        with T.block("sum"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                s[vi, vj] = T.float32(0)
+            s[vi, vj] = s[vi, vj] + A[vi, vj, vk]
+    for i, j, k in T.grid(3, 2, 40):
+        with T.block("var"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                v[vi, vj] = T.float32(0)
+            v[vi, vj] = v[vi, vj] + (A[vi, vj, vk] - s[vi, vj] * T.float32(0.025)) * (A[vi, vj, vk] - s[vi, vj] * T.float32(0.025))
+    for i, j, k in T.grid(3, 2, 40):
+        with T.block("norm"):
+            vi, vj, vk = T.axis.remap("SSS", [i, j, k])
+            B[vi, vj, vk] = (A[vi, vj, vk] - s[vi, vj] * T.float32(0.025)) / T.sqrt(v[vi, vj] * T.float32(0.025) + T.float32(1e-5))
+`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := parseFunc(t, c.src)
+			s, err := schedule.New(f)
+			check.NoError(t, err)
+			ok, err := rowPipeline(s)
+			check.NoError(t, err)
+			check.True(t, ok, "the rule does not apply")
+			checkGPURule(t, f, s, 1e-5)
+		})
+	}
+}

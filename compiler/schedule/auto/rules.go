@@ -71,7 +71,7 @@ type gpuIn struct {
 // whose later blocks read what a thread computed.
 var gpuRules = []rule[*gpuIn]{
 	{"row reduction", onFunc(rowReduction)},
-	{"row pipeline", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowPipeline(in.f)) }},
+	{"row pipeline", onFunc(rowPipeline)},
 	{"tensor-core matmul", onInlined(mmaMatmulRule)},
 	{"shared-memory matmul", onInlinedSchedule(sharedMatmul)},
 	{"matmul", bindRule(func(s *schedule.Schedule, br *ir.BlockRealize, _ GPUOptions) (schedule.LoopRV, bool, error) {
