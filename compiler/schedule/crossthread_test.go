@@ -16,10 +16,19 @@ func rowSum(m, n int64) *ir.PrimFunc {
 	return mustFunc(A, S)
 }
 
+// rowMax returns S[i] = max over k of A[i, k] for A: m×n (the same in
+// any order: a cross-thread reduction of it gives the serial bits).
+func rowMax(m, n int64) *ir.PrimFunc {
+	A := te.Placeholder(te.Shape(m, n), ir.Float32, "A")
+	r := te.ReduceAxis(ir.RangeFromExtent(ir.I32(n)), "k")
+	S := te.Compute(te.Shape(m), func(i ir.Expr) ir.Expr { return te.Max(A.At(i, r), r) }, "S")
+	return mustFunc(A, S)
+}
+
 // TestCrossThreadReduction: rfactor by a split of k that does not divide
 // it (10 by 4) keeps the split's predicate on the partial results when
 // compute_at moves them under the write-back's row loop; and the
-// write-back, moved under the partial results' row loop (a reduction
+// write-back of a row max, moved under the partial results' row loop (a reduction
 // block, which reverse_compute_at takes), reduces over a loop bound to
 // threadIdx.x: a cross-thread reduction.
 func TestCrossThreadReduction(t *testing.T) {
@@ -31,7 +40,7 @@ func TestCrossThreadReduction(t *testing.T) {
 			wb := loopsOf(t, s, "S")
 			check.NoError(t, s.ComputeAt(rf, wb[0]))
 		}},
-		{name: "cross_thread_reduction", fn: func() *ir.PrimFunc { return rowSum(4, 70) }, apply: func(t *testing.T, s *Schedule) {
+		{name: "cross_thread_reduction", fn: func() *ir.PrimFunc { return rowMax(4, 70) }, apply: func(t *testing.T, s *Schedule) {
 			ls := loopsOf(t, s, "S")
 			k := must[[]LoopRV](t)(s.Split(ls[1], -1, 32))
 			rf := must[BlockRV](t)(s.RFactor(k[1], 0))
