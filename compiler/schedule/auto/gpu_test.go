@@ -130,16 +130,22 @@ def gemv(A: T.Buffer((7, 130), "float32"), x: T.Buffer((130,), "float32"), b: T.
             y[vi] = T.max(u[vi], T.float32(0))
 `},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := parseFunc(t, c.src)
-			s, err := schedule.New(f)
-			check.NoError(t, err)
-			ok, err := rowReduction(s)
-			check.NoError(t, err)
-			check.True(t, ok, "the rule does not apply")
-			checkGPURule(t, f, s, 1e-5)
-		})
+		t.Run(c.name, func(t *testing.T) { checkFuncRule(t, c.src, rowReduction) })
 	}
+}
+
+// checkFuncRule applies rule, one that schedules a function as it is, to
+// the function of src, requires it to apply, and checks it as
+// checkGPURule does (results within rounding of a reordered sum).
+func checkFuncRule(t *testing.T, src string, rule func(*schedule.Schedule) (bool, error)) {
+	t.Helper()
+	f := parseFunc(t, src)
+	s, err := schedule.New(f)
+	check.NoError(t, err)
+	ok, err := rule(s)
+	check.NoError(t, err)
+	check.True(t, ok, "the rule does not apply")
+	checkGPURule(t, f, s, 1e-5)
 }
 
 // TestRowPipelineRule: the row-pipeline rule, made of schedule
@@ -198,14 +204,6 @@ def layer_norm(A: T.Buffer((3, 2, 40), "float32"), B: T.Buffer((3, 2, 40), "floa
             B[vi, vj, vk] = (A[vi, vj, vk] - s[vi, vj] * T.float32(0.025)) / T.sqrt(v[vi, vj] * T.float32(0.025) + T.float32(1e-5))
 `},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := parseFunc(t, c.src)
-			s, err := schedule.New(f)
-			check.NoError(t, err)
-			ok, err := rowPipeline(s)
-			check.NoError(t, err)
-			check.True(t, ok, "the rule does not apply")
-			checkGPURule(t, f, s, 1e-5)
-		})
+		t.Run(c.name, func(t *testing.T) { checkFuncRule(t, c.src, rowPipeline) })
 	}
 }
