@@ -12,7 +12,6 @@ import (
 const (
 	gpuReduceThreads = 256
 	gpuReduceMinK    = 64
-	gpuWarp          = 32
 )
 
 // rowReduction gives the function of s, when its one block is a sum over
