@@ -79,10 +79,13 @@ type verifier struct {
 	defined map[*Var]bool    // ever defined in the function
 	scope   map[*Var]bool    // defined here
 	kinds   map[*Var]ForKind // loop variables in scope
-	buffers map[*Buffer]bool // declared buffers in scope
-	reduce  map[*Var]bool    // reduce iteration variables not allowed here
-	block   string
-	node    string
+	// crossThread are the variables of the threadIdx loops in scope: a
+	// reduction over one is a cross-thread reduction.
+	crossThread map[*Var]bool
+	buffers     map[*Buffer]bool // declared buffers in scope
+	reduce      map[*Var]bool    // reduce iteration variables not allowed here
+	block       string
+	node        string
 }
 
 func verifyFunc(name string, f *PrimFunc) error {
@@ -410,6 +413,12 @@ func (v *verifier) stmt(s Stmt) {
 		}
 		v.define(s.Var)
 		v.kinds[s.Var] = s.Kind
+		if s.Kind == ForThreadBinding && strings.HasPrefix(s.ThreadTag, "threadIdx.") {
+			if v.crossThread == nil {
+				v.crossThread = map[*Var]bool{}
+			}
+			v.crossThread[s.Var] = true
+		}
 		v.stmt(s.Body)
 		v.undefine(s.Var)
 	case *BlockRealize:
@@ -528,7 +537,7 @@ func (v *verifier) blockRealize(s *BlockRealize) {
 			if iv.Kind == IterReduce {
 				PostOrderVisit(val, func(n Node) {
 					if x, ok := n.(*Var); ok {
-						if k, ok := v.kinds[x]; ok && k != ForSerial && k != ForUnrolled {
+						if k, ok := v.kinds[x]; ok && k != ForSerial && k != ForUnrolled && !v.crossThread[x] {
 							v.errorf("reduction variable %q bound to %s loop %q", iv.Var.Name, k, x.Name)
 						}
 					}

@@ -10,7 +10,10 @@ import (
 // ComputeAt moves producer block b to the start of loop l's body, where it
 // computes only the region of its output that the blocks under l read in
 // one iteration of l (TVM's sch.compute_at). New loops ax0, ax1 … cover
-// that region, with a predicate where it may leave the block's domain.
+// that region, with a predicate where it may leave the block's domain;
+// the block's own predicate (a split that does not divide) is kept where
+// it is over loops that bind its iteration variables directly (as
+// rfactor's partial results are), else compute_at refuses.
 // Preconditions: b writes one intermediate buffer (not a parameter) and
 // is its only producer; every block that reads it is under l; b comes
 // before l and is not already under it.
@@ -136,6 +139,8 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 		if buf == nil {
 			return fail("block %q reads no buffer produced under loop %q at its iteration variables one to one", blk.Name, loop.Var.Name)
 		}
+		// A reduction block reads what it writes (TVM's reverse_compute_at
+		// takes complete and reduction blocks).
 		for _, w := range blk.Writes {
 			if reads(blk, w.Buffer) && !updatesInPlace(blk, w.Buffer) {
 				return fail("block %q reads and writes %q", blk.Name, w.Buffer.Name)
@@ -237,6 +242,26 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 				pred = conjoin(pred, c)
 			}
 		}
+	}
+	// The block's own predicate (a split that does not divide) carries
+	// over where it is over loops that bind iteration variables directly.
+	if c, ok := ir.IsConstInt(br.Predicate); !ok || c == 0 {
+		direct := map[*ir.Var]ir.Expr{}
+		for i, v := range br.IterValues {
+			if lv, ok := v.(*ir.Var); ok {
+				direct[lv] = vals[i]
+			}
+		}
+		kept := map[*ir.Var]bool{loop.Var: true}
+		for _, f := range ls.loops() {
+			kept[f.Var] = true
+		}
+		for _, f := range bs.loops() {
+			if _, ok := direct[f.Var]; !ok && !kept[f.Var] && usesVar(br.Predicate, map[*ir.Var]bool{f.Var: true}) {
+				return fail("block %q has the predicate %s over loop %q, which binds none of its iteration variables directly", blk.Name, br.Predicate, f.Var.Name)
+			}
+		}
+		pred = conjoin(pred, bnd.simplify(ir.SubstituteExpr(br.Predicate, direct)))
 	}
 	var nest ir.Stmt = &ir.BlockRealize{IterValues: vals, Predicate: pred, Block: blk}
 	for i := len(loopVars) - 1; i >= 0; i-- {

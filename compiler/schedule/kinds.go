@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
@@ -43,7 +44,10 @@ func (s *Schedule) Unroll(l LoopRV) error {
 }
 
 // Bind binds loop l to the GPU thread axis tag (one of ThreadTags). Every
-// block under it must bind only spatial iteration variables to it.
+// block under it must bind only spatial iteration variables to it, except
+// on a threadIdx axis: a reduction over threadIdx is a cross-thread
+// reduction (TVM's), which lowering turns into a reduction across the
+// threads of a block (see transform.LowerCrossThreadReduction).
 func (s *Schedule) Bind(l LoopRV, tag string) error {
 	if !slices.Contains(ThreadTags, tag) {
 		return fmt.Errorf("bind: unknown thread axis %q (want one of %v)", tag, ThreadTags)
@@ -92,7 +96,8 @@ func (s *Schedule) setKind(prim string, l LoopRV, kind ir.ForKind, tag string) e
 			return fmt.Errorf("%s: cannot vectorize loop %q: extent %s is not constant", prim, f.Var.Name, f.Extent)
 		}
 	}
-	if kind != ir.ForUnrolled {
+	crossThread := kind == ir.ForThreadBinding && strings.HasPrefix(tag, "threadIdx.")
+	if kind != ir.ForUnrolled && !crossThread {
 		if err := checkDataParallel(f); err != nil {
 			return fmt.Errorf("%s: %w", prim, err)
 		}

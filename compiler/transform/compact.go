@@ -37,8 +37,10 @@ const maxSymbolicCompact = 1 << 16
 // first access's index with those variables at their minimum, plus a
 // constant; its extent a constant from compiler/arith's bounds. A
 // dimension whose extent cannot be proved constant, or is not smaller
-// than the buffer's, keeps its full size. Accesses are rewritten to
-// index − minimum. Buffers with strides, an element offset, or whose data
+// than the buffer's, keeps its full size. A "local" buffer allocated in a
+// GPU kernel outside its threadIdx loops is private to each thread, and
+// its region is one thread's (see compact_thread.go). Accesses are
+// rewritten to index − minimum. Buffers with strides, an element offset, or whose data
 // is used other than by loads and stores of the same shape (a declared
 // view, an address) are left as they are.
 //
@@ -58,6 +60,9 @@ type compactor struct {
 	// threads maps the variables of enclosing thread-bound loops to their
 	// loops (a shared buffer's region is relaxed over threadIdx).
 	threads map[*ir.Var]*ir.For
+	// axes are the canonical variables of the thread axes, by tag, for
+	// the regions of per-thread buffers (compact_thread.go).
+	axes map[string]*ir.Var
 }
 
 // stmt compacts the allocations under s.
@@ -287,12 +292,18 @@ func (c *compactor) region(b *ir.Buffer, s ir.Stmt) []dimRegion {
 			}
 		}
 	}
+	perThread := c.perThread(b)
+	axis := map[*ir.Var]ir.Expr{}     // threadIdx loop variable → its axis's
+	enclosing := map[string]*ir.Var{} // axes of the threadIdx loops around the access
 	access := func(idx []ir.Expr) {
 		seen = true
 		for d, e := range idx {
 			r := &reg[d]
 			if !r.ok {
 				continue
+			}
+			if perThread {
+				e = ir.SubstituteExpr(e, axis)
 			}
 			if e.DType().Lanes != 1 {
 				r.ok = false
@@ -308,12 +319,16 @@ func (c *compactor) region(b *ir.Buffer, s ir.Stmt) []dimRegion {
 					base = nb
 				}
 				base = c.a.Simplify(base)
-				if usesAnyVar(base, inner) || usesAnyVar(base, relax) {
+				if usesAnyVar(base, inner) || usesAnyVar(base, relax) || c.axesOutside(base, enclosing) {
 					r.ok = false
 					continue
 				}
 				r.base = base
 				r.lo, r.hi = 1, 0 // empty
+			}
+			if c.axesOutside(r.base, enclosing) {
+				r.ok = false
+				continue
 			}
 			off := c.a.Simplify(ir.Sub(e, r.base))
 			lo, hi := c.a.ConstIntBound(off)
@@ -334,6 +349,14 @@ func (c *compactor) region(b *ir.Buffer, s ir.Stmt) []dimRegion {
 		case *ir.For:
 			ir.Visit(n.Min, walk)
 			ir.Visit(n.Extent, walk)
+			if perThread && isThreadIdxLoop(n) {
+				v := c.threadAxis(n)
+				axis[n.Var], enclosing[n.ThreadTag] = v, v
+				ir.Visit(n.Body, walk)
+				delete(axis, n.Var)
+				delete(enclosing, n.ThreadTag)
+				return false
+			}
 			c.a.Bind(n.Var, ir.Range{Min: n.Min, Extent: n.Extent})
 			inner[n.Var] = true
 			relax[n.Var] = n.Min
@@ -350,6 +373,18 @@ func (c *compactor) region(b *ir.Buffer, s ir.Stmt) []dimRegion {
 			return false
 		case *ir.Let:
 			inner[n.Var] = true
+		case *ir.IfThenElse:
+			if perThread {
+				if restore := c.narrowAxis(n.Cond, axis); restore != nil {
+					ir.Visit(n.Cond, walk)
+					ir.Visit(n.Then, walk)
+					restore()
+					if n.Else != nil {
+						ir.Visit(n.Else, walk)
+					}
+					return false
+				}
+			}
 		case *ir.BufferLoad:
 			if n.Buffer.Data == b.Data {
 				access(n.Indices)
@@ -427,12 +462,15 @@ func (c *compactor) compactAt(b *ir.Buffer, s ir.Stmt) ir.Stmt {
 			nb.Shape[i] = b.Shape[i]
 		}
 	}
+	// The thread axes' variables of a per-thread buffer's minima are
+	// those of the loops around each access.
+	axisVar := map[*ir.Var]ir.Expr{}
 	shift := func(idx []ir.Expr) []ir.Expr {
 		out := make([]ir.Expr, len(idx))
 		for i, e := range idx {
 			out[i] = e
 			if mins[i] != nil && !isZeroConst(mins[i]) {
-				out[i] = c.a.Simplify(ir.Sub(e, mins[i]))
+				out[i] = c.a.Simplify(ir.Sub(e, ir.SubstituteExpr(mins[i], axisVar)))
 			}
 		}
 		return out
@@ -441,6 +479,17 @@ func (c *compactor) compactAt(b *ir.Buffer, s ir.Stmt) ir.Stmt {
 	r.PreStmt = func(s ir.Stmt) (ir.Stmt, bool) {
 		switch s := s.(type) {
 		case *ir.For:
+			if v, ok := c.axes[s.ThreadTag]; ok && isThreadIdxLoop(s) {
+				outer, had := axisVar[v]
+				axisVar[v] = s.Var
+				defer func() {
+					if had {
+						axisVar[v] = outer
+					} else {
+						delete(axisVar, v)
+					}
+				}()
+			}
 			mn, ext := r.RewriteExpr(s.Min), r.RewriteExpr(s.Extent)
 			c.a.Bind(s.Var, ir.Range{Min: s.Min, Extent: s.Extent})
 			body := r.RewriteStmt(s.Body)

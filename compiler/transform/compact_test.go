@@ -67,6 +67,9 @@ func TestCompactBuffersShapes(t *testing.T) {
 		{"unit_batch", []string{"C_local [1 4 16] in i_0"}},
 		{"symbolic", []string{"u [n 1] in root", "t [1 4] in i"}},
 		{"threads", []string{"S [16] in bx", "L [1] in tx"}},
+		// A thread's accumulator from one threadIdx nest to the next keeps
+		// only that thread's elements.
+		{"per_thread", []string{"L [1 1 2] in bx"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {

@@ -24,7 +24,15 @@ type Pass struct {
 
 // passes is the pipeline in order.
 var passes = []Pass{
-	{Name: "lower_init", Fn: LowerInit, Required: true},
+	// lower_init first lowers the cross-thread reductions, which need
+	// the blocks' inits.
+	{Name: "lower_init", Fn: func(f *ir.PrimFunc) (*ir.PrimFunc, error) {
+		f, err := LowerCrossThreadReduction(f)
+		if err != nil {
+			return nil, err
+		}
+		return LowerInit(f)
+	}, Required: true},
 	{Name: "lower_blocks", Fn: LowerBlocks, Required: true},
 	{Name: "compact_buffers", Fn: CompactBuffers},
 	{Name: "flatten_buffers", Fn: FlattenBuffers, Required: true},

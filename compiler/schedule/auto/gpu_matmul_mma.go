@@ -283,3 +283,117 @@ func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		Body: &ir.For{Var: bx, Min: i32(0), Extent: i32(m.N / BN), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: body}}
 	return f.WithBody(ir.NewRootBlock(body))
 }
+
+// matmulStores returns the stores of one element of a matmul's output c
+// (value v, at out, in the dtypes of the iteration variables ivs) and of
+// its elementwise epilogues (see epilogue) over an M × N output (exts),
+// except those of intermediates (inter), which are never stored; ok is
+// false when an epilogue is not elementwise or nothing would be stored.
+func matmulStores(c *ir.Buffer, v ir.Expr, ivs []*ir.Var, out []ir.Expr, epilogues []*ir.BlockRealize, exts []int64, inter map[*ir.Buffer]bool) (ir.Stmt, bool) {
+	values := map[*ir.Buffer]ir.Expr{c: v}
+	var stores []ir.Stmt
+	if !inter[c] {
+		stores = append(stores, ir.NewBufferStore(c, v, ir.NewCast(ivs[0].Type, out[0]), ir.NewCast(ivs[1].Type, out[1])))
+	}
+	for _, e := range epilogues {
+		buf, ev, ok := epilogue(e, exts, out, values)
+		if !ok {
+			return &ir.Evaluate{Value: ir.NewIntImm(ir.Int32, 0)}, false
+		}
+		values[buf] = ev
+		if !inter[buf] {
+			stores = append(stores, ir.NewBufferStore(buf, ev, epilogueIndex(e, out)...))
+		}
+	}
+	return ir.Seq(stores...), len(stores) > 0
+}
+
+// tileCopy returns thread's share (thread is its index among the T threads
+// of the block) of the copy of a rows × cols tile into dst[rr, cc] from
+// src at the iteration variables at(rr, cc): vector e of vw elements of
+// the tile (row-major) is copied by thread e mod T, as one vector load and
+// store when vw > 1 (see copyVector).
+func tileCopy(dst *ir.Buffer, rows, cols, T int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var, thread ir.Expr) ir.Stmt {
+	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
+	vw := int64(1)
+	if len(src.Indices) == 2 && isVar(src.Indices[1], col) {
+		vw = copyVector(src, cols)
+	}
+	it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
+	e := ir.Add(ir.Mul(it, i32(T)), thread)
+	rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
+	if vw > 1 {
+		cc = ir.Add(cc, v)
+	}
+	var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
+	if vw > 1 {
+		s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
+	}
+	n := rows * cols / vw
+	if n%T != 0 {
+		s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
+	}
+	return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
+}
+
+// epilogueIndex is the index an epilogue block (see epilogue) stores at
+// for the output element out, in its iteration variables' dtypes.
+func epilogueIndex(br *ir.BlockRealize, out []ir.Expr) []ir.Expr {
+	idx := make([]ir.Expr, len(out))
+	for i, iv := range br.Block.IterVars {
+		idx[i] = ir.NewCast(iv.Var.Type, out[i])
+	}
+	return idx
+}
+
+// epilogue returns the buffer block br stores and the value it stores at
+// out, when br is a spatial block over the same extents whose loads of
+// the buffers in values are at its own iteration variables; the loads are
+// replaced by their values and the variables by out.
+func epilogue(br *ir.BlockRealize, exts []int64, out []ir.Expr, values map[*ir.Buffer]ir.Expr) (*ir.Buffer, ir.Expr, bool) {
+	b := br.Block
+	if b.Init != nil || len(b.IterVars) != len(exts) || len(b.AllocBuffers) > 0 || !isTrue(br.Predicate) || len(br.IterValues) != len(exts) {
+		return nil, nil, false
+	}
+	vmap := map[*ir.Var]ir.Expr{}
+	for i, iv := range b.IterVars {
+		e, ok := ir.IsConstInt(iv.Dom.Extent)
+		if iv.Kind != ir.IterSpatial || !ok || e != exts[i] {
+			return nil, nil, false
+		}
+		if _, ok := br.IterValues[i].(*ir.Var); !ok {
+			return nil, nil, false
+		}
+		vmap[iv.Var] = ir.NewCast(iv.Var.Type, out[i])
+	}
+	st, ok := b.Body.(*ir.BufferStore)
+	if !ok || len(st.Indices) != len(exts) {
+		return nil, nil, false
+	}
+	own := func(idx []ir.Expr) bool { return ownIndices(b, idx) }
+	if !own(st.Indices) {
+		return nil, nil, false
+	}
+	good := true
+	r := &ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		l, ok := e.(*ir.BufferLoad)
+		if !ok {
+			return e
+		}
+		v, known := values[l.Buffer]
+		if !known {
+			return e
+		}
+		if !own(l.Indices) {
+			good = false
+		}
+		return v
+	}}
+	// Replace the loads first (their indices are the iteration
+	// variables), then the variables.
+	val := r.RewriteExpr(st.Value)
+	if !good {
+		return nil, nil, false
+	}
+	return st.Buffer, ir.SubstituteExpr(val, vmap), true
+}

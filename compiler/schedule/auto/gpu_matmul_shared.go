@@ -1,55 +1,68 @@
 package auto
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
 // gpuTileK is the most of the reduction one shared-memory tile holds.
 const gpuTileK = 16
 
-// sharedMatmul gives f, when its first block is a 2-D matmul the matmul
-// rule takes (C[i, j] = C[i, j] + A(i, k) * B(k, j), see gpuMatmulTiles)
-// and the blocks after it are elementwise epilogues over C (a bias add, an
-// activation), a shared-memory tiled schedule: a block of ty × tx threads
-// computes a tile of (ty·rt) × (tx·ct) elements of C, each thread an rt ×
-// ct register tile whose rows are ty apart and whose columns are tx apart
-// (so the threads of a warp read consecutive columns of shared memory and
-// store consecutive elements of C). The reduction runs over tiles of bk
-// (up to 16) values of k: the threads first copy the block's bm × bk tile
-// of the operand indexed by (i, k) and its bk × bn tile of the operand
-// indexed by (k, j) from global into shared memory, each thread a strided
-// share of the elements (consecutive threads read consecutive addresses),
-// then each thread accumulates its register tile (a "local" buffer that
-// lives across the tiles) from shared memory. Barrier insertion places the
+// sharedMatmul gives the function of s, when its first block is a 2-D
+// matmul the matmul rule takes (C[i, j] = C[i, j] + A(i, k) * B(k, j), see
+// gpuMatmulTiles) and the blocks after it are elementwise epilogues over C
+// (a bias add, an activation), a shared-memory tiled schedule: a block of
+// ty × tx threads computes a tile of (ty·rt) × (tx·ct) elements of C, each
+// thread an rt × ct register tile whose rows are ty apart and whose
+// columns are tx apart (so the threads of a warp read consecutive columns
+// of shared memory and store consecutive elements of C). The rows split
+// into blockIdx.y, the tile and threadIdx.y, the columns into blockIdx.x,
+// the tile and threadIdx.x, and k into tiles of bk (up to 16) values:
+// for each, cache_read and compute_at copy the block's bm × bk tile of the
+// operand indexed by (i, k) and its bk × bn tile of the operand indexed by
+// (k, j) into "shared" buffers (the copy's loops fused and split over the
+// threads, so consecutive threads read consecutive addresses, as 16-byte
+// vectors where the layout allows), then each thread accumulates its
+// register tile from them. The accumulator is a "local" cache_write of C
+// in the layout (block row, block column, thread row, thread column, tile
+// row, tile column), so each thread's part compacts to its rt × ct
+// registers; decompose_reduction puts its init before the k tiles, and its
+// copy back (reverse_compute_at under the block, split over the threads
+// as the products are) stores C. Barrier insertion places the
 // __syncthreads() between the copy and the products, and after the
 // products before the next tile's copy overwrites what they read. The sum
-// for each element of C runs over k in order, as the unscheduled loop's. The
-// epilogues are computed by each thread from its accumulators; an
-// intermediate only they read is never stored. It returns nil when f is
-// not such a function (the register-only matmul rule then applies).
-func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
+// for each element of C runs over k in order, as the unscheduled loop's.
+// An epilogue is inlined into the copy back when it reads an intermediate
+// C (reverse_compute_inline), else computed by each thread element for
+// element after the copy back (reverse_compute_at); an intermediate only
+// the epilogues read is never stored. It reports false when the function
+// is not such a function (the register-only matmul rule then applies).
+func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize) (bool, error) {
 	br := blocks[0]
 	m, RT, CT, TY, TX, ok := gpuMatmulTiles(br)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	M, N, K := m.extents[0], m.extents[1], m.extents[2]
 	BK := largestDivisor(K, gpuTileK)
 	if BK < 2 {
-		return nil
+		return false, nil
 	}
 	b := br.Block
 	vi, vj, vk := b.IterVars[0].Var, b.IterVars[1].Var, b.IterVars[2].Var
 	st := b.Body.(*ir.BufferStore)
 	init, ok := b.Init.(*ir.BufferStore)
 	if !ok || init.Buffer != st.Buffer || len(st.Indices) != 2 || !isVar(st.Indices[0], vi) || len(b.AllocBuffers) > 0 {
-		return nil
+		return false, nil
 	}
 	if st.Buffer.DType.Lanes != 1 || !isTrue(br.Predicate) {
-		return nil
+		return false, nil
 	}
 	inter := map[*ir.Buffer]bool{}
-	if root := ir.RootBlock(f.Body); root != nil {
+	if root := ir.RootBlock(s.Func().Body); root != nil {
 		for _, a := range root.AllocBuffers {
 			inter[a] = true
 		}
@@ -57,179 +70,260 @@ func sharedMatmul(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 	sum := st.Value.(*ir.Binary)
 	self := sum.A.(*ir.BufferLoad)
 	if len(self.Indices) != 2 || !isVar(self.Indices[0], vi) || !isVar(self.Indices[1], vj) {
-		return nil
+		return false, nil
 	}
 	if readsAny(sum.B, inter) || readsAny(sum.B, map[*ir.Buffer]bool{st.Buffer: true}) || readsAny(init.Value, map[*ir.Buffer]bool{st.Buffer: true}) {
-		return nil
+		return false, nil
 	}
 	prod := sum.B.(*ir.Binary)
 	aLoad, bLoad := prod.A.(*ir.BufferLoad), prod.B.(*ir.BufferLoad)
 	aStaged := usesExactly(aLoad, vi, vk)
 	bStaged := usesExactly(bLoad, vk, vj)
 	if !aStaged && !bStaged {
-		return nil
+		return false, nil
 	}
-	BM, BN, T := TY*RT, TX*CT, TY*TX
-	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
-	by, bx := ir.NewVar("by", ir.Int32), ir.NewVar("bx", ir.Int32)
-	ko := ir.NewVar("ko", ir.Int32)
-	cast := func(v *ir.Var, e ir.Expr) ir.Expr { return ir.NewCast(v.Type, e) }
-	dt := st.Buffer.DType
-	acc := ir.NewBuffer(st.Buffer.Name+"_local", dt, []ir.Expr{i32(RT * CT)}, "local")
-	As := ir.NewBuffer(aLoad.Buffer.Name+"_shared", aLoad.Buffer.DType, []ir.Expr{i32(BM), i32(BK)}, "shared")
-	Bs := ir.NewBuffer(bLoad.Buffer.Name+"_shared", bLoad.Buffer.DType, []ir.Expr{i32(BK), i32(BN)}, "shared")
-
-	// threads runs body in every thread of the block, as a nest of
-	// threadIdx.y over threadIdx.x.
-	threads := func(body func(ty, tx ir.Expr) ir.Stmt) ir.Stmt {
-		ty, tx := ir.NewVar("ty", ir.Int32), ir.NewVar("tx", ir.Int32)
-		return &ir.For{Var: ty, Min: i32(0), Extent: i32(TY), Kind: ir.ForThreadBinding, ThreadTag: "threadIdx.y",
-			Body: &ir.For{Var: tx, Min: i32(0), Extent: i32(TX), Kind: ir.ForThreadBinding, ThreadTag: "threadIdx.x", Body: body(ty, tx)}}
+	if !elementwiseEpilogues(st.Buffer, blocks[1:], []int64{M, N}, inter) {
+		return false, nil
 	}
-	// tile runs body for each element (r, c) of a thread's register tile.
-	tile := func(body func(r, c ir.Expr) ir.Stmt) ir.Stmt {
-		r, c := ir.NewVar("r", ir.Int32), ir.NewVar("c", ir.Int32)
-		return &ir.For{Var: r, Min: i32(0), Extent: i32(RT), Kind: ir.ForUnrolled,
-			Body: &ir.For{Var: c, Min: i32(0), Extent: i32(CT), Kind: ir.ForUnrolled, Body: body(r, c)}}
+	BM, BN := TY*RT, TX*CT
+	fail := func(err error) (bool, error) {
+		return false, fmt.Errorf("shared-memory matmul of block %q: %w", b.Name, err)
 	}
-	row := func(r, ty ir.Expr) ir.Expr { return ir.Add(ir.Add(ir.Mul(by, i32(BM)), ir.Mul(r, i32(TY))), ty) }
-	col := func(c, tx ir.Expr) ir.Expr { return ir.Add(ir.Add(ir.Mul(bx, i32(BN)), ir.Mul(c, i32(TX))), tx) }
-	slot := func(r, c ir.Expr) ir.Expr { return ir.Add(ir.Mul(r, i32(CT)), c) }
 
-	initNest := threads(func(ty, tx ir.Expr) ir.Stmt {
-		return tile(func(r, c ir.Expr) ir.Stmt {
-			v := ir.SubstituteExpr(init.Value, map[*ir.Var]ir.Expr{vi: cast(vi, row(r, ty)), vj: cast(vj, col(c, tx))})
-			return ir.NewBufferStore(acc, v, slot(r, c))
-		})
-	})
+	c, err := s.GetBlock(b.Name)
+	if err != nil {
+		return fail(err)
+	}
+	loops, err := s.GetLoops(c)
+	if err != nil {
+		return fail(err)
+	}
+	is, err := s.Split(loops[0], M/BM, RT, TY)
+	if err != nil {
+		return fail(err)
+	}
+	js, err := s.Split(loops[1], N/BN, CT, TX)
+	if err != nil {
+		return fail(err)
+	}
+	ks, err := s.Split(loops[2], K/BK, BK)
+	if err != nil {
+		return fail(err)
+	}
+	by, r, ty := is[0], is[1], is[2]
+	bx, cl, tx := js[0], js[1], js[2]
+	ko, kk := ks[0], ks[1]
+	if err := s.Reorder(by, bx, ko, ty, tx, kk, r, cl); err != nil {
+		return fail(err)
+	}
+	if err := bindAll(s, []schedule.LoopRV{by, bx, ty, tx}, []string{"blockIdx.y", "blockIdx.x", "threadIdx.y", "threadIdx.x"}); err != nil {
+		return fail(err)
+	}
 
-	copyTile := func(dst *ir.Buffer, rows, cols int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var) func(ty, tx ir.Expr) ir.Stmt {
-		return func(ty, tx ir.Expr) ir.Stmt {
-			return tileCopy(dst, rows, cols, T, src, at, col, ir.Add(ir.Mul(ty, i32(TX)), tx))
+	// The accumulator and its copy back, with the epilogues that read an
+	// intermediate C inlined into it.
+	wb, err := s.CacheWrite(c, 0, "local")
+	if err != nil {
+		return fail(err)
+	}
+	var later []schedule.BlockRV
+	for _, e := range blocks[1:] {
+		eb, err := s.GetBlock(e.Block.Name)
+		if err != nil {
+			return fail(err)
+		}
+		if t := s.Copy(); t.ReverseComputeInline(eb) == nil {
+			*s = *t
+			continue
+		}
+		later = append(later, eb)
+	}
+	if err := s.ReverseComputeAt(wb, bx); err != nil {
+		return fail(err)
+	}
+	wl, err := s.GetLoops(wb)
+	if err != nil {
+		return fail(err)
+	}
+	wr, err := s.Split(wl[len(wl)-2], RT, TY)
+	if err != nil {
+		return fail(err)
+	}
+	wc, err := s.Split(wl[len(wl)-1], CT, TX)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.Reorder(wr[1], wc[1], wr[0], wc[0]); err != nil {
+		return fail(err)
+	}
+	if err := bindAll(s, []schedule.LoopRV{wr[1], wc[1]}, []string{"threadIdx.y", "threadIdx.x"}); err != nil {
+		return fail(err)
+	}
+	unroll := []schedule.LoopRV{r, cl, wr[0], wc[0]}
+	for _, e := range later {
+		if err := s.ReverseComputeAt(e, wc[0]); err != nil {
+			return fail(err)
 		}
 	}
-	kAt := func(kk ir.Expr) ir.Expr { return cast(vk, ir.Add(ir.Mul(ko, i32(BK)), kk)) }
-	var copies []func(ty, tx ir.Expr) ir.Stmt
-	if aStaged {
-		copies = append(copies, copyTile(As, BM, BK, aLoad, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
-			return map[*ir.Var]ir.Expr{vi: cast(vi, ir.Add(ir.Mul(by, i32(BM)), rr)), vk: kAt(cc)}
-		}, vk))
+	initB, err := s.DecomposeReduction(c, ko)
+	if err != nil {
+		return fail(err)
 	}
-	if bStaged {
-		copies = append(copies, copyTile(Bs, BK, BN, bLoad, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
-			return map[*ir.Var]ir.Expr{vk: kAt(rr), vj: cast(vj, ir.Add(ir.Mul(bx, i32(BN)), cc))}
-		}, vj))
+	il, err := s.GetLoops(initB)
+	if err != nil {
+		return fail(err)
 	}
-	copyNest := threads(func(ty, tx ir.Expr) ir.Stmt {
-		var ss []ir.Stmt
-		for _, c := range copies {
-			ss = append(ss, c(ty, tx))
-		}
-		return ir.Seq(ss...)
+	unroll = append(unroll, il[len(il)-2:]...)
+	// Each thread's accumulators apart from the others': the layout
+	// (block row, block column, thread row, thread column, tile row, tile
+	// column) of C's element (i, j).
+	layout := schedule.NewIndexMap(2, func(ix ...ir.Expr) []ir.Expr {
+		i, j := ix[0], ix[1]
+		return []ir.Expr{ir.FloorDiv(i, ir.I32(BM)), ir.FloorDiv(j, ir.I32(BN)), ir.FloorMod(i, ir.I32(TY)), ir.FloorMod(j, ir.I32(TX)),
+			ir.FloorDiv(ir.FloorMod(i, ir.I32(BM)), ir.I32(TY)), ir.FloorDiv(ir.FloorMod(j, ir.I32(BN)), ir.I32(TX))}
 	})
-	kk := ir.NewVar("kk", ir.Int32)
-	computeNest := threads(func(ty, tx ir.Expr) ir.Stmt {
-		body := tile(func(r, c ir.Expr) ir.Stmt {
-			loads := map[*ir.BufferLoad]ir.Expr{self: ir.NewBufferLoad(acc, slot(r, c))}
-			if aStaged {
-				loads[aLoad] = ir.NewBufferLoad(As, ir.Add(ir.Mul(r, i32(TY)), ty), kk)
-			}
-			if bStaged {
-				loads[bLoad] = ir.NewBufferLoad(Bs, kk, ir.Add(ir.Mul(c, i32(TX)), tx))
-			}
-			v := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
-				if l, ok := e.(*ir.BufferLoad); ok {
-					if x, found := loads[l]; found {
-						return x
-					}
-				}
-				return e
-			}}).RewriteExpr(st.Value)
-			v = ir.SubstituteExpr(v, map[*ir.Var]ir.Expr{vi: cast(vi, row(r, ty)), vj: cast(vj, col(c, tx)), vk: kAt(kk)})
-			return ir.NewBufferStore(acc, v, slot(r, c))
-		})
-		return &ir.For{Var: kk, Min: i32(0), Extent: i32(BK), Kind: ir.ForSerial, Body: body}
-	})
+	if err := s.TransformLayout(wb, schedule.BufferIndex{}, layout, nil); err != nil {
+		return fail(err)
+	}
 
-	// The stores of C and of the epilogues, from the accumulators.
-	var fail bool
-	storeNest := threads(func(ty, tx ir.Expr) ir.Stmt {
-		return tile(func(r, c ir.Expr) ir.Stmt {
-			out := []ir.Expr{row(r, ty), col(c, tx)}
-			values := map[*ir.Buffer]ir.Expr{st.Buffer: ir.NewBufferLoad(acc, slot(r, c))}
-			s, ok := matmulStores(st.Buffer, values[st.Buffer], []*ir.Var{vi, vj}, out, blocks[1:], []int64{M, N}, inter)
-			fail = fail || !ok
-			return s
-		})
-	})
-	if fail {
-		return nil
+	// The tiles of the operands, copied by all the threads for each
+	// tile of k.
+	for _, op := range []struct {
+		load   *ir.BufferLoad
+		staged bool
+		col    *ir.Var
+		cols   int64
+	}{{aLoad, aStaged, vk, BK}, {bLoad, bStaged, vj, BN}} {
+		if !op.staged {
+			continue
+		}
+		cr, err := s.BlockRealize(c)
+		if err != nil {
+			return fail(err)
+		}
+		at := slices.IndexFunc(cr.Block.Reads, func(rg ir.BufferRegion) bool { return rg.Buffer == op.load.Buffer })
+		if at < 0 {
+			return fail(fmt.Errorf("block %q does not read %q", b.Name, op.load.Buffer.Name))
+		}
+		cp, err := s.CacheRead(c, at, "shared")
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.ComputeAt(cp, ko); err != nil {
+			return fail(err)
+		}
+		vw := int64(1)
+		if len(op.load.Indices) == 2 && isVar(op.load.Indices[1], op.col) {
+			vw = copyVector(op.load, op.cols)
+		}
+		cl, err := s.GetLoops(cp)
+		if err != nil {
+			return fail(err)
+		}
+		// Vector e of the tile (row-major) is copied by thread e mod T.
+		rows, cols := cl[len(cl)-2], cl[len(cl)-1]
+		var vec []schedule.LoopRV
+		if vw > 1 {
+			cs, err := s.Split(cols, op.cols/vw, vw)
+			if err != nil {
+				return fail(err)
+			}
+			cols, vec = cs[0], cs[1:]
+		}
+		f, err := s.Fuse(rows, cols)
+		if err != nil {
+			return fail(err)
+		}
+		parts, err := s.Split(f, -1, TY, TX)
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.Reorder(parts[1], parts[2], parts[0]); err != nil {
+			return fail(err)
+		}
+		if err := bindAll(s, parts[1:], []string{"threadIdx.y", "threadIdx.x"}); err != nil {
+			return fail(err)
+		}
+		unroll = append(unroll, parts[0])
+		for _, v := range vec {
+			if err := s.Vectorize(v); err != nil {
+				return fail(err)
+			}
+		}
 	}
-	kernel := ir.Seq(initNest,
-		&ir.For{Var: ko, Min: i32(0), Extent: i32(K / BK), Kind: ir.ForSerial, Body: ir.Seq(copyNest, computeNest)},
-		storeNest)
-	var body ir.Stmt = &ir.Allocate{Buffer: acc, Body: kernel}
-	if bStaged {
-		body = &ir.Allocate{Buffer: Bs, Body: body}
+	for _, u := range unroll {
+		if err := s.Unroll(u); err != nil {
+			return fail(err)
+		}
 	}
-	if aStaged {
-		body = &ir.Allocate{Buffer: As, Body: body}
-	}
-	body = &ir.For{Var: by, Min: i32(0), Extent: i32(M / BM), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.y",
-		Body: &ir.For{Var: bx, Min: i32(0), Extent: i32(N / BN), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: body}}
-	return f.WithBody(ir.NewRootBlock(body))
+	return true, nil
 }
 
-// matmulStores returns the stores of one element of a matmul's output c
-// (value v, at out, in the dtypes of the iteration variables ivs) and of
-// its elementwise epilogues (see epilogue) over an M × N output (exts),
-// except those of intermediates (inter), which are never stored; ok is
-// false when an epilogue is not elementwise or nothing would be stored.
-func matmulStores(c *ir.Buffer, v ir.Expr, ivs []*ir.Var, out []ir.Expr, epilogues []*ir.BlockRealize, exts []int64, inter map[*ir.Buffer]bool) (ir.Stmt, bool) {
-	values := map[*ir.Buffer]ir.Expr{c: v}
-	var stores []ir.Stmt
-	if !inter[c] {
-		stores = append(stores, ir.NewBufferStore(c, v, ir.NewCast(ivs[0].Type, out[0]), ir.NewCast(ivs[1].Type, out[1])))
-	}
-	for _, e := range epilogues {
-		buf, ev, ok := epilogue(e, exts, out, values)
-		if !ok {
-			return &ir.Evaluate{Value: ir.NewIntImm(ir.Int32, 0)}, false
-		}
-		values[buf] = ev
-		if !inter[buf] {
-			stores = append(stores, ir.NewBufferStore(buf, ev, epilogueIndex(e, out)...))
+// bindAll binds each loop of ls to the thread axis of the same index in
+// tags.
+func bindAll(s *schedule.Schedule, ls []schedule.LoopRV, tags []string) error {
+	for i, l := range ls {
+		if err := s.Bind(l, tags[i]); err != nil {
+			return err
 		}
 	}
-	return ir.Seq(stores...), len(stores) > 0
+	return nil
 }
 
-// tileCopy returns thread's share (thread is its index among the T threads
-// of the block) of the copy of a rows × cols tile into dst[rr, cc] from
-// src at the iteration variables at(rr, cc): vector e of vw elements of
-// the tile (row-major) is copied by thread e mod T, as one vector load and
-// store when vw > 1 (see copyVector).
-func tileCopy(dst *ir.Buffer, rows, cols, T int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var, thread ir.Expr) ir.Stmt {
-	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
-	vw := int64(1)
-	if len(src.Indices) == 2 && isVar(src.Indices[1], col) {
-		vw = copyVector(src, cols)
+// elementwiseEpilogues reports whether the blocks after a matmul into c
+// over an M × N output (exts) are spatial blocks over the same extents
+// that read c and each other's outputs only at their own iteration
+// variables, and whether at least one buffer is stored (c or an epilogue's
+// output that is not an intermediate of inter).
+func elementwiseEpilogues(c *ir.Buffer, epilogues []*ir.BlockRealize, exts []int64, inter map[*ir.Buffer]bool) bool {
+	known := map[*ir.Buffer]bool{c: true}
+	stored := !inter[c]
+	for _, br := range epilogues {
+		b := br.Block
+		if b.Init != nil || len(b.IterVars) != len(exts) || len(b.AllocBuffers) > 0 || !isTrue(br.Predicate) || len(br.IterValues) != len(exts) {
+			return false
+		}
+		for i, iv := range b.IterVars {
+			e, ok := ir.IsConstInt(iv.Dom.Extent)
+			if iv.Kind != ir.IterSpatial || !ok || e != exts[i] {
+				return false
+			}
+			if _, ok := br.IterValues[i].(*ir.Var); !ok {
+				return false
+			}
+		}
+		st, ok := b.Body.(*ir.BufferStore)
+		if !ok || !ownIndices(b, st.Indices) {
+			return false
+		}
+		good := true
+		ir.Visit(st.Value, func(n ir.Node) bool {
+			if l, ok := n.(*ir.BufferLoad); ok && known[l.Buffer] && !ownIndices(b, l.Indices) {
+				good = false
+			}
+			return good
+		})
+		if !good {
+			return false
+		}
+		known[st.Buffer] = true
+		stored = stored || !inter[st.Buffer]
 	}
-	it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
-	e := ir.Add(ir.Mul(it, i32(T)), thread)
-	rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
-	if vw > 1 {
-		cc = ir.Add(cc, v)
+	return stored
+}
+
+// ownIndices reports whether idx are block b's iteration variables, in
+// order.
+func ownIndices(b *ir.Block, idx []ir.Expr) bool {
+	if len(idx) != len(b.IterVars) {
+		return false
 	}
-	var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
-	if vw > 1 {
-		s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
+	for i, x := range idx {
+		if !isVar(x, b.IterVars[i].Var) {
+			return false
+		}
 	}
-	n := rows * cols / vw
-	if n%T != 0 {
-		s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
-	}
-	return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
+	return true
 }
 
 // usesExactly reports whether the indices of l use the variables x and y,
@@ -250,16 +344,6 @@ func usesExactly(l *ir.BufferLoad, x, y *ir.Var) bool {
 		})
 	}
 	return !other && seen[x] && seen[y]
-}
-
-// epilogueIndex is the index an epilogue block (see epilogue) stores at
-// for the output element out, in its iteration variables' dtypes.
-func epilogueIndex(br *ir.BlockRealize, out []ir.Expr) []ir.Expr {
-	idx := make([]ir.Expr, len(out))
-	for i, iv := range br.Block.IterVars {
-		idx[i] = ir.NewCast(iv.Var.Type, out[i])
-	}
-	return idx
 }
 
 // copyVector returns the lanes of the vector copies of a tile cols wide
@@ -289,4 +373,22 @@ func copyVector(l *ir.BufferLoad, cols int64) int64 {
 		return 1
 	}
 	return vw
+}
+
+// onInlinedSchedule makes a GPU rule of one that schedules a copy of the
+// schedule of the function with its producers inlined (see prepare),
+// reporting false when it does not apply.
+func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize) (bool, error)) func(*gpuIn) (*ir.PrimFunc, bool, error) {
+	return func(in *gpuIn) (*ir.PrimFunc, bool, error) {
+		blocks, err := in.prepare()
+		if err != nil {
+			return nil, false, err
+		}
+		s := in.inlined.Copy()
+		ok, err := r(s, blocks)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		return s.Func(), true, nil
+	}
 }

@@ -4,29 +4,35 @@ import (
 	"fmt"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
-// rowPipeline gives f, when its blocks all run over the same rows and one
-// last axis of the same length K (softmax, layer norm: sums and maxima of
-// a row, then elementwise work over the row that reads them), a
-// cross-thread schedule: one block of T threads (a power of two from 32 to
-// 256, at most K) per row. Each reduction of a row (y[rows] = y[rows] + E
-// or max(y[rows], E), from a constant init) is summed by the threads
-// (thread t takes k = t, t+T…) into shared memory, folded pairwise down to
-// 64 and then with warp shuffles, and its total is put in shared memory
-// for every thread (barriers between the steps, placed by barrier
-// insertion); each elementwise block over the row is computed by the
-// threads, k = t, t+T…. Intermediates computed element for element are
-// recomputed where they are read (inlined), never stored; a reduction's
-// total is read by later blocks only at its own row. It returns nil when
-// f is not such a function (at least one reduction is needed).
-func rowPipeline(f *ir.PrimFunc) *ir.PrimFunc {
+// rowPipeline gives the function of s, when its blocks all run over the
+// same rows and one last axis of the same length K (softmax, layer norm:
+// sums and maxima of a row, then elementwise work over the row that
+// reads them), a cross-thread schedule made of schedule primitives, as
+// DLight's general-reduction rule: one block of T threads (a power of two
+// from 32 to 256, at most K) per row. Elementwise intermediates are
+// inlined into their readers (recomputed, never stored); the last block,
+// elementwise into an output, gets the rows fused into blockIdx.x and
+// the row split over the threads (thread t computes k = t, t+T…); each
+// reduction of a row (y[rows] = y[rows] + E or max(y[rows], E), from a
+// constant init, into an intermediate) is moved under the row's blockIdx.x
+// loop (compute_at, last first) and reduced across the threads as the
+// row-reduction rule does (rfactor into a "local" partial result per
+// thread, then a cross-thread reduction over threadIdx.x, which lowering
+// turns into a tree through shared memory and warp shuffles), its total a
+// "local" value that every thread of the row gets. A reduction's total is
+// read by later blocks only at its own row. It reports false when the
+// function is not such a function (at least one reduction is needed).
+func rowPipeline(s *schedule.Schedule) (bool, error) {
+	f := s.Func()
 	blocks := topBlocks(f)
 	if len(blocks) < 2 {
-		return nil
+		return false, nil
 	}
 	if _, _, _, _, _, mm := gpuMatmulTiles(blocks[0]); mm {
-		return nil
+		return false, nil
 	}
 	inter := map[*ir.Buffer]bool{}
 	if root := ir.RootBlock(f.Body); root != nil {
@@ -35,30 +41,19 @@ func rowPipeline(f *ir.PrimFunc) *ir.PrimFunc {
 		}
 	}
 	var exts []int64
-	type red struct {
-		op    ir.BinaryOp
-		init  ir.Expr
-		term  ir.Expr
-		out   *ir.Buffer
-		total *ir.Buffer
-	}
-	type step struct {
-		b   *ir.Block
-		red *red
-		st  *ir.BufferStore
-	}
-	var steps []step
-	reductions := 0
-	for _, br := range blocks {
+	totals := map[*ir.Buffer]bool{}   // the reductions' outputs
+	computed := map[*ir.Buffer]bool{} // the outputs of the blocks so far
+	var reds, inlined []string
+	for j, br := range blocks {
 		b := br.Block
 		n := len(b.IterVars)
 		if n < 2 || len(br.IterValues) != n || !isTrue(br.Predicate) || len(b.AllocBuffers) > 0 {
-			return nil
+			return false, nil
 		}
 		if exts == nil {
 			exts = make([]int64, n)
 		} else if len(exts) != n {
-			return nil
+			return false, nil
 		}
 		isRed := b.Init != nil
 		for i, iv := range b.IterVars {
@@ -68,214 +63,162 @@ func rowPipeline(f *ir.PrimFunc) *ir.PrimFunc {
 			}
 			e, ok := ir.IsConstInt(iv.Dom.Extent)
 			if iv.Kind != want || !ok || e < 1 || (exts[i] != 0 && exts[i] != e) {
-				return nil
+				return false, nil
 			}
 			if m, ok := ir.IsConstInt(iv.Dom.Min); !ok || m != 0 {
-				return nil
+				return false, nil
 			}
 			if _, ok := br.IterValues[i].(*ir.Var); !ok {
-				return nil
+				return false, nil
 			}
 			exts[i] = e
 		}
 		st, ok := b.Body.(*ir.BufferStore)
 		if !ok || st.Buffer.DType.Lanes != 1 || !st.Buffer.DType.IsFloat() {
-			return nil
+			return false, nil
 		}
 		own := n
 		if isRed {
 			own = n - 1
 		}
-		if len(st.Indices) != own {
-			return nil
+		if len(st.Indices) != own || !ownIndices(&ir.Block{IterVars: b.IterVars[:own]}, st.Indices) {
+			return false, nil
 		}
-		for i, idx := range st.Indices {
-			if !isVar(idx, b.IterVars[i].Var) {
-				return nil
-			}
-		}
-		s := step{b: b, st: st}
+		value := st.Value
 		if isRed {
-			reductions++
 			r, ok := reduction(b, st)
-			if !ok {
-				return nil
+			if !ok || !inter[st.Buffer] {
+				return false, nil
 			}
-			r2 := &red{op: r.op, init: r.init, term: r.term, out: st.Buffer}
-			s.red = r2
+			value = r.term
 		}
-		steps = append(steps, s)
+		// Totals are read at their own row; intermediates after they
+		// are computed.
+		good := true
+		ir.Visit(value, func(nd ir.Node) bool {
+			if l, ok := nd.(*ir.BufferLoad); ok {
+				if totals[l.Buffer] && !ownIndices(&ir.Block{IterVars: b.IterVars[:n-1]}, l.Indices) {
+					good = false
+				}
+				if inter[l.Buffer] && !computed[l.Buffer] {
+					good = false
+				}
+			}
+			return good
+		})
+		if !good {
+			return false, nil
+		}
+		computed[st.Buffer] = true
+		switch last := j == len(blocks)-1; {
+		case isRed:
+			totals[st.Buffer] = true
+			reds = append(reds, b.Name)
+		case last && inter[st.Buffer], !last && !inter[st.Buffer]:
+			return false, nil // one output, the last block's
+		case !last:
+			inlined = append(inlined, b.Name)
+		}
 	}
 	n := len(exts)
 	K := exts[n-1]
-	if reductions == 0 || K < 32 {
-		return nil
+	if len(reds) == 0 || K < 32 {
+		return false, nil
 	}
 	N := int64(1)
 	for _, e := range exts[:n-1] {
 		N *= e
 	}
 	if N > 1<<31-1 {
-		return nil
+		return false, nil
 	}
 	T := int64(gpuReduceThreads)
 	for T > K {
 		T /= 2
 	}
-
-	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
-	bx := ir.NewVar("bx", ir.Int32)
-	t := ir.NewVar("tx", ir.Int32)
-	rows := make([]ir.Expr, n-1)
-	rest := ir.Expr(bx)
-	for i := n - 2; i >= 0; i-- {
-		if i == 0 {
-			rows[i] = rest
-		} else {
-			rows[i] = ir.FloorMod(rest, i32(exts[i]))
-			rest = ir.FloorDiv(rest, i32(exts[i]))
+	fail := func(err error) (bool, error) { return false, fmt.Errorf("row pipeline: %w", err) }
+	for _, name := range inlined {
+		b, err := s.GetBlock(name)
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return false, nil // read where it cannot be recomputed
 		}
 	}
-	thread := func(body ir.Stmt) ir.Stmt {
-		tv := ir.NewVar("tx", ir.Int32)
-		return &ir.For{Var: tv, Min: i32(0), Extent: i32(T), Kind: ir.ForThreadBinding, ThreadTag: "threadIdx.x",
-			Body: ir.Substitute(body, map[*ir.Var]ir.Expr{t: tv})}
+	// The output: the rows on blockIdx.x, the row over the threads.
+	out, err := s.GetBlock(blocks[len(blocks)-1].Block.Name)
+	if err != nil {
+		return fail(err)
 	}
-	// overK runs body for k = ko*T + t < K.
-	overK := func(body func(k ir.Expr) ir.Stmt) ir.Stmt {
-		ko := ir.NewVar("ko", ir.Int32)
-		k := ir.Add(ir.Mul(ko, i32(T)), t)
-		s := body(k)
-		if K%T != 0 {
-			s = &ir.IfThenElse{Cond: ir.LT(k, i32(K)), Then: s}
-		}
-		return &ir.For{Var: ko, Min: i32(0), Extent: i32((K + T - 1) / T), Kind: ir.ForSerial, Body: s}
+	loops, err := s.GetLoops(out)
+	if err != nil {
+		return fail(err)
 	}
-	// Loads of earlier results: a total at its own row, an inlined
-	// element anywhere.
-	totals := map[*ir.Buffer]*ir.Buffer{}
-	type elem struct {
-		vars []*ir.Var
-		val  ir.Expr
+	rows := loops[0]
+	if n > 2 {
+		if rows, err = s.Fuse(loops[:n-1]...); err != nil {
+			return fail(err)
+		}
 	}
-	elems := map[*ir.Buffer]elem{}
-	var subst func(b *ir.Block, e ir.Expr) (ir.Expr, bool)
-	subst = func(b *ir.Block, e ir.Expr) (ir.Expr, bool) {
-		good := true
-		r := &ir.Rewriter{Expr: func(x ir.Expr) ir.Expr {
-			l, ok := x.(*ir.BufferLoad)
-			if !ok {
-				return x
-			}
-			if tot, ok := totals[l.Buffer]; ok {
-				for i, idx := range l.Indices {
-					if i >= n-1 || !isVar(idx, b.IterVars[i].Var) {
-						good = false
-					}
-				}
-				return ir.NewBufferLoad(tot, i32(0))
-			}
-			if el, ok := elems[l.Buffer]; ok {
-				m := map[*ir.Var]ir.Expr{}
-				for i, v := range el.vars {
-					m[v] = l.Indices[i]
-				}
-				return ir.SubstituteExpr(el.val, m)
-			}
-			if inter[l.Buffer] {
-				good = false // read before it is computed
-			}
-			return x
-		}}
-		out := r.RewriteExpr(e)
-		return out, good
+	ks, err := s.Split(loops[n-1], -1, T)
+	if err != nil {
+		return fail(err)
 	}
-	at := func(b *ir.Block, e ir.Expr, k ir.Expr) ir.Expr {
-		m := map[*ir.Var]ir.Expr{}
-		for i, iv := range b.IterVars {
-			if i < n-1 {
-				m[iv.Var] = ir.NewCast(iv.Var.Type, rows[i])
-			} else {
-				m[iv.Var] = ir.NewCast(iv.Var.Type, k)
-			}
-		}
-		return ir.SubstituteExpr(e, m)
+	if err := s.Reorder(ks[1], ks[0]); err != nil {
+		return fail(err)
 	}
-	var body []ir.Stmt
-	var allocs []*ir.Buffer
-	var S *ir.Buffer
-	for j, s := range steps {
-		if s.red == nil {
-			val, ok := subst(s.b, s.st.Value)
-			if !ok {
-				return nil
-			}
-			vars := make([]*ir.Var, n)
-			for i, iv := range s.b.IterVars {
-				vars[i] = iv.Var
-			}
-			elems[s.st.Buffer] = elem{vars: vars, val: val}
-			if !inter[s.st.Buffer] {
-				b := s.b
-				body = append(body, thread(overK(func(k ir.Expr) ir.Stmt {
-					idx := append(append([]ir.Expr{}, rows...), k)
-					return ir.NewBufferStore(s.st.Buffer, at(b, val, k), idx...)
-				})))
-			}
-			continue
-		}
-		r := s.red
-		term, ok := subst(s.b, r.term)
-		if !ok {
-			return nil
-		}
-		dt := s.st.Buffer.DType
-		if S == nil {
-			S = ir.NewBuffer("partial", dt, []ir.Expr{i32(T)}, "shared")
-			allocs = append(allocs, S)
-		} else if S.DType != dt {
-			return nil
-		}
-		combine := func(a, b ir.Expr) ir.Expr { return ir.Arith(r.op, a, b) }
-		b := s.b
-		body = append(body, thread(ir.Seq(
-			ir.NewBufferStore(S, r.init, t),
-			overK(func(k ir.Expr) ir.Stmt {
-				return ir.NewBufferStore(S, combine(ir.NewBufferLoad(S, t), at(b, term, k)), t)
-			}),
-		)))
-		for w := T / 2; w >= 2*gpuWarp; w /= 2 {
-			body = append(body, thread(&ir.IfThenElse{Cond: ir.LT(t, i32(w)),
-				Then: ir.NewBufferStore(S, combine(ir.NewBufferLoad(S, t), ir.NewBufferLoad(S, ir.Add(t, i32(w)))), t)}))
-		}
-		lane := ir.FloorMod(t, i32(gpuWarp))
-		first := ir.Expr(ir.NewBufferLoad(S, lane))
-		if T >= 2*gpuWarp {
-			first = combine(first, ir.NewBufferLoad(S, ir.Add(lane, i32(gpuWarp))))
-		}
-		vars := []*ir.Var{ir.NewVar("v0", dt)}
-		for d := int64(gpuWarp / 2); d >= 1; d /= 2 {
-			vars = append(vars, ir.NewVar(fmt.Sprintf("v%d", len(vars)), dt))
-		}
-		tot := ir.NewBuffer(fmt.Sprintf("total%d", j), dt, []ir.Expr{i32(1)}, "shared")
-		allocs = append(allocs, tot)
-		totals[s.st.Buffer] = tot
-		last := vars[len(vars)-1]
-		stores := []ir.Stmt{ir.NewBufferStore(tot, last, i32(0))}
-		if !inter[s.st.Buffer] {
-			stores = append(stores, ir.NewBufferStore(s.st.Buffer, last, rows...))
-		}
-		var ws ir.Stmt = &ir.IfThenElse{Cond: ir.EQ(t, i32(0)), Then: ir.Seq(stores...)}
-		for i := len(vars) - 1; i >= 1; i-- {
-			ws = &ir.LetStmt{Var: vars[i], Value: combine(vars[i-1], ir.WarpShuffleDown(vars[i-1], int64(gpuWarp)>>i)), Body: ws}
-		}
-		body = append(body, thread(&ir.LetStmt{Var: vars[0], Value: first, Body: ws}))
+	if err := s.Bind(rows, "blockIdx.x"); err != nil {
+		return fail(err)
 	}
-	var kernel ir.Stmt = ir.Seq(body...)
-	for i := len(allocs) - 1; i >= 0; i-- {
-		kernel = &ir.Allocate{Buffer: allocs[i], Body: kernel}
+	if err := s.Bind(ks[1], "threadIdx.x"); err != nil {
+		return fail(err)
 	}
-	return f.WithBody(ir.NewRootBlock(&ir.For{Var: bx, Min: i32(0), Extent: i32(N), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: kernel}))
+	// The reductions in the same block of threads, last first (each is
+	// read only under the row's loop by then): each reduced across the
+	// threads in a nest of its own, then moved under the row's loop.
+	for i := len(reds) - 1; i >= 0; i-- {
+		if err := crossThreadSum(s, reds[i], T); err != nil {
+			return fail(err)
+		}
+		b, err := s.GetBlock(reds[i])
+		if err != nil {
+			return fail(err)
+		}
+		rf, err := s.GetBlock(reds[i] + "_rf")
+		if err != nil {
+			return fail(err)
+		}
+		for _, x := range []schedule.BlockRV{b, rf} {
+			if err := s.ComputeAt(x, rows); err != nil {
+				return fail(err)
+			}
+		}
+		bl, err := s.GetLoops(b)
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.Bind(bl[len(bl)-1], "threadIdx.x"); err != nil {
+			return fail(err)
+		}
+		// The partial results' loops: the row's (one iteration), k's outer
+		// part, the threads.
+		rl, err := s.GetLoops(rf)
+		if err != nil {
+			return fail(err)
+		}
+		ko, tx := rl[len(rl)-2], rl[len(rl)-1]
+		if err := s.Reorder(tx, ko); err != nil {
+			return fail(err)
+		}
+		if err := s.Bind(tx, "threadIdx.x"); err != nil {
+			return fail(err)
+		}
+		if err := s.SetScope(b, 0, "local"); err != nil {
+			return fail(err)
+		}
+	}
+	return true, nil
 }
 
 // reduced is a reduction block's update: y = op(y, term) from init.

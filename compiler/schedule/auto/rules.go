@@ -70,10 +70,10 @@ type gpuIn struct {
 // fallback applies to every function of spatial loops around reductions
 // whose later blocks read what a thread computed.
 var gpuRules = []rule[*gpuIn]{
-	{"row reduction", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowReduction(in.f)) }},
-	{"row pipeline", func(in *gpuIn) (*ir.PrimFunc, bool, error) { return found(rowPipeline(in.f)) }},
+	{"row reduction", onFunc(rowReduction)},
+	{"row pipeline", onFunc(rowPipeline)},
 	{"tensor-core matmul", onInlined(mmaMatmulRule)},
-	{"shared-memory matmul", onInlined(sharedMatmul)},
+	{"shared-memory matmul", onInlinedSchedule(sharedMatmul)},
 	{"matmul", bindRule(func(s *schedule.Schedule, br *ir.BlockRealize, _ GPUOptions) (schedule.LoopRV, bool, error) {
 		return bindMatmul(s, br)
 	})},

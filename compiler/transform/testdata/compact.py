@@ -132,3 +132,15 @@ class Module:
             for tx in T.thread_binding(16, thread="threadIdx.x"):
                 L[bx * 16 + tx] = S[bx * 16 + 15 - tx] * T.float32(2)
                 B[bx * 16 + tx] = L[bx * 16 + tx]
+
+    @T.prim_func
+    def per_thread(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+        T.func_attr({"global_symbol": "per_thread"})
+        L = T.decl_buffer((2, 16, 2), scope="local")
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for tx in T.thread_binding(16, thread="threadIdx.x"):
+                for r in range(2):
+                    L[bx, tx, r] = A[bx * 32 + r * 16 + tx]
+            for tx in T.thread_binding(16, thread="threadIdx.x"):
+                for r in range(2):
+                    B[bx * 32 + r * 16 + tx] = L[bx, tx, 1 - r] * T.float32(2)
