@@ -102,11 +102,7 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 	if opt.quick {
 		n, m, k, rounds, minBatch = 64, 64, 32, 1, time.Millisecond
 	}
-	target, err := benchTarget(opt.target)
-	if err != nil {
-		return nil, err
-	}
-	info, err := target.Info()
+	target, info, err := benchTargetInfo(opt.target)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,16 @@ func benchTarget(s string) (compiler.Target, error) {
 	return t, nil
 }
 
+// benchTargetInfo is benchTarget with the target's table entry.
+func benchTargetInfo(s string) (compiler.Target, compiler.TargetInfo, error) {
+	t, err := benchTarget(s)
+	if err != nil {
+		return t, compiler.TargetInfo{}, err
+	}
+	info, err := t.Info()
+	return t, info, err
+}
+
 // targetISA names the vector ISA kiln's code for t uses, from its vector
 // width: AVX-512, AVX2 or SSE on x86 (another architecture's vectors by
 // their width).

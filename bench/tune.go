@@ -192,11 +192,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	f = f.WithAttr(ir.AttrGlobalSymbol, "matmul")
-	target, err := benchTarget(opt.target)
-	if err != nil {
-		return nil, err
-	}
-	info, err := target.Info()
+	target, info, err := benchTargetInfo(opt.target)
 	if err != nil {
 		return nil, err
 	}
