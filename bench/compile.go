@@ -97,7 +97,7 @@ func runCompile(ctx context.Context, opt options) (result, error) {
 func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
 
 // scheduledMatmulModule is the matmul benchmark's scheduled n³ function
-// (named matmul_N) in a module, with its schedule.
+// for the host (named matmul_N) in a module, with its schedule.
 func scheduledMatmulModule(n int) (*ir.IRModule, *schedule.Schedule, error) {
 	f, err := matmulFunc(n, n, n)
 	if err != nil {
@@ -107,7 +107,12 @@ func scheduledMatmulModule(n int) (*ir.IRModule, *schedule.Schedule, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule: %w", err)
 	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
+	info, err := compiler.Target{Kind: "cpu"}.Info()
+	if err != nil {
+		return nil, nil, err
+	}
+	mr, nr, lanes := matmulHandTile(info)
+	if err := scheduleMatmul(s, mr, nr, lanes); err != nil {
 		return nil, nil, fmt.Errorf("schedule: %w", err)
 	}
 	name := fmt.Sprintf("matmul_%d", n)

@@ -49,6 +49,9 @@ type options struct {
 	// contention also times the onnx benchmark's models beside CPU-bound
 	// processes (--contention).
 	contention bool
+	// target is the CPU the matmul, onnx and tune benchmarks build for
+	// (--target; "": the host), see benchTarget.
+	target string
 }
 
 // result is a benchmark's report. It marshals to one JSON object that has
@@ -102,6 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	perKernel := fs.Bool("kernels", false, "the onnx benchmark: also print kiln's time per kernel of each model to stderr, the most expensive first")
 	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
 	part := fs.String("part", "", "the tune benchmark: only this part: scaling (the matmul's search, then trials per minute with 1 and 2 daemons) or others (the convolution and the softmax, --trials each)")
+	target := fs.String("target", "", benchTargetHelp)
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopProfile()
 	}
-	opt := options{quick: *quick, model: *model, trials: *trials, part: *part, contention: *contention}
+	opt := options{quick: *quick, model: *model, trials: *trials, part: *part, contention: *contention, target: *target}
 	if *perKernel {
 		opt.kernels = stderr
 	}

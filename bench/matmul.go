@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -23,7 +24,7 @@ import (
 func init() {
 	register(benchmark{
 		name:    "matmul",
-		summary: "fp32 1024³ matmul built from TE: hand-written schedule and unscheduled default, GFLOPS against numpy (OpenBLAS)",
+		summary: "fp32 1024³ matmul built from TE: hand-written schedule, default schedule and unscheduled, GFLOPS against numpy (OpenBLAS) on the same ISA (--target)",
 		run:     runMatmul,
 	})
 }
@@ -37,18 +38,24 @@ func init() {
 type matmulResult struct {
 	Name            string   `json:"name"`
 	Sizes           sizesNMK `json:"sizes"`
+	Target          string   `json:"target"`     // what kiln built for
+	ISA             string   `json:"isa"`        // the vector ISA of kiln's code
+	HandTile        []int64  `json:"hand_tile"`  // the hand schedule's rows, columns and lanes (from the target)
+	NumpyCore       string   `json:"numpy_core"` // OPENBLAS_CORETYPE given to numpy ("" : its own choice)
 	Repeats         int      `json:"repeats"`
 	MinBatchMS      float64  `json:"min_batch_ms"`
 	GFLOPSScheduled float64  `json:"gflops_scheduled"`
-	GFLOPSDefault   float64  `json:"gflops_default"`
+	GFLOPSAuto      float64  `json:"gflops_default_schedule"` // the default schedule (compiler/schedule/auto)
+	GFLOPSDefault   float64  `json:"gflops_default"`          // unscheduled
 	GFLOPSNumpy     float64  `json:"gflops_numpy,omitempty"`
-	Ratio           float64  `json:"ratio,omitempty"`         // scheduled / numpy
-	RatioDefault    float64  `json:"ratio_default,omitempty"` // default / numpy
-	Numpy           string   `json:"numpy,omitempty"`         // numpy version and BLAS
-	NoReference     string   `json:"no_reference,omitempty"`  // why there is no ratio
-	Trace           []string `json:"trace"`                   // the scheduled variant's schedule
-	MaxRelErr       float64  `json:"max_rel_err"`             // largest relative error of both variants' checked entries
-	Checked         int      `json:"checked"`                 // entries of C checked against a Go reference, per variant
+	Ratio           float64  `json:"ratio,omitempty"`                  // scheduled / numpy
+	RatioAuto       float64  `json:"ratio_default_schedule,omitempty"` // default schedule / numpy
+	RatioDefault    float64  `json:"ratio_default,omitempty"`          // unscheduled / numpy
+	Numpy           string   `json:"numpy,omitempty"`                  // numpy version, BLAS and its kernels
+	NoReference     string   `json:"no_reference,omitempty"`           // why there is no ratio
+	Trace           []string `json:"trace"`                            // the scheduled variant's schedule
+	MaxRelErr       float64  `json:"max_rel_err"`                      // largest relative error of both variants' checked entries
+	Checked         int      `json:"checked"`                          // entries of C checked against a Go reference, per variant
 	Quick           bool     `json:"quick,omitempty"`
 }
 
@@ -60,32 +67,51 @@ type sizesNMK struct {
 }
 
 func (r matmulResult) Line() string {
-	s := fmt.Sprintf("matmul: %d×%d×%d fp32: scheduled %.1f GFLOPS, default %.2f GFLOPS", r.Sizes.N, r.Sizes.M, r.Sizes.K, r.GFLOPSScheduled, r.GFLOPSDefault)
+	s := fmt.Sprintf("matmul: %d×%d×%d fp32, kiln %s (%s): scheduled %.1f GFLOPS, default schedule %.1f, unscheduled %.2f", r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Target, r.ISA, r.GFLOPSScheduled, r.GFLOPSAuto, r.GFLOPSDefault)
 	if r.GFLOPSNumpy > 0 {
-		s += fmt.Sprintf(", numpy %.1f GFLOPS; ratio %.3f (default %.4f)", r.GFLOPSNumpy, r.Ratio, r.RatioDefault)
+		s += fmt.Sprintf("; %s %.1f GFLOPS; ratio %.3f (default schedule %.3f, unscheduled %.4f)", r.Numpy, r.GFLOPSNumpy, r.Ratio, r.RatioAuto, r.RatioDefault)
 	} else {
 		s += fmt.Sprintf("; no ratio: %s", r.NoReference)
 	}
 	return s + fmt.Sprintf(" [median of %d]", r.Repeats)
 }
 
-// The register block of the scheduled variant: an matmulMR×matmulNR tile
-// of C accumulates in vectors of matmulLanes fp32 (see scheduleMatmul).
-const (
-	matmulMR    = 8
-	matmulNR    = 32
-	matmulLanes = 16
-)
+// matmulHandTile is the register block of the hand schedule for a target
+// (see scheduleMatmul): lanes fp32 to a vector register, an mr×nr tile
+// of C kept in mr·nr/lanes accumulators. With 32 vector registers
+// (AVX-512) 8 rows of two vectors: 16 accumulators, two loads of B and
+// broadcasts of A beside them. With 16 (AVX2) 4 rows of two vectors: 8
+// accumulators, and AVX2's broadcasts, which cannot be folded into the
+// multiply-add as AVX-512's can, take registers of their own.
+func matmulHandTile(info compiler.TargetInfo) (mr, nr, lanes int64) {
+	lanes = max(info.VectorBytes/4, 4)
+	mr = 8
+	if info.VectorRegisters < 32 {
+		mr = 4
+	}
+	return mr, 2 * lanes, lanes
+}
 
-// runMatmul builds C = A·B from tensor expressions twice (the unscheduled
-// default and scheduleMatmul's register-blocked schedule), checks both
-// against a Go reference and times them interleaved with numpy.
+// runMatmul builds C = A·B from tensor expressions three times (the
+// unscheduled function, the default schedule, and scheduleMatmul's
+// register-blocked schedule), checks each against a Go reference and
+// times them interleaved with numpy, whose OpenBLAS runs the kernels of
+// the ISA kiln builds for.
 func runMatmul(ctx context.Context, opt options) (result, error) {
 	n, m, k, rounds, minBatch := 1024, 1024, 1024, 5, 200*time.Millisecond
 	if opt.quick {
 		n, m, k, rounds, minBatch = 64, 64, 32, 1, time.Millisecond
 	}
-	r := matmulResult{Name: "matmul", Sizes: sizesNMK{n, m, k}, Repeats: rounds, MinBatchMS: float64(minBatch) / 1e6, Quick: opt.quick}
+	target, info, err := benchTargetInfo(opt.target)
+	if err != nil {
+		return nil, err
+	}
+	env := numpyEnv(target)
+	r := matmulResult{Name: "matmul", Sizes: sizesNMK{n, m, k}, Target: target.String(), ISA: targetISA(target),
+		NumpyCore: os.Getenv("OPENBLAS_CORETYPE"), Repeats: rounds, MinBatchMS: float64(minBatch) / 1e6, Quick: opt.quick}
+	if len(env) > 0 {
+		r.NumpyCore = strings.TrimPrefix(env[0], "OPENBLAS_CORETYPE=")
+	}
 
 	f, err := matmulFunc(n, m, k)
 	if err != nil {
@@ -95,7 +121,9 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
+	mr, nr, lanes := matmulHandTile(info)
+	r.HandTile = []int64{mr, nr, lanes}
+	if err := scheduleMatmul(s, mr, nr, lanes); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
 	r.Trace = s.Trace()
@@ -105,17 +133,27 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	sched, err := buildKernel(ctx, s.Func(), "matmul_scheduled", dir, compiler.BuildOptions{})
-	if err != nil {
-		return nil, err
+	var kernels []*kernel
+	defer func() {
+		for _, kern := range kernels {
+			kern.close()
+		}
+	}()
+	for _, v := range []struct {
+		name string
+		f    *ir.PrimFunc
+		opts compiler.BuildOptions
+	}{
+		{"matmul_scheduled", s.Func(), compiler.BuildOptions{}},
+		{"matmul_default_schedule", f, compiler.BuildOptions{}},
+		{"matmul_default", f, compiler.BuildOptions{NoDefaultSchedule: true}},
+	} {
+		kern, err := buildKernel(ctx, v.f, v.name, dir, target, v.opts)
+		if err != nil {
+			return nil, err
+		}
+		kernels = append(kernels, kern)
 	}
-	defer sched.close()
-	// The unscheduled function, built as it is.
-	def, err := buildKernel(ctx, f, "matmul_default", dir, compiler.BuildOptions{NoDefaultSchedule: true})
-	if err != nil {
-		return nil, err
-	}
-	defer def.close()
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	a, err := randomArray(rng, n, k)
@@ -131,7 +169,7 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	args := []packedfunc.Value{packedfunc.Array(a), packedfunc.Array(b), packedfunc.Array(c)}
-	for _, kern := range []*kernel{sched, def} {
+	for _, kern := range kernels {
 		if _, err := kern.fn.Call(args...); err != nil {
 			return nil, fmt.Errorf("%s: %w", kern.name, err)
 		}
@@ -146,24 +184,24 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 	}
 
 	flops := 2 * float64(n) * float64(m) * float64(k)
-	var gs, gd, gn, rs, rd []float64
+	g := make([][]float64, len(kernels)) // per kernel, per round
+	rs := make([][]float64, len(kernels))
+	var gn []float64
 	for range rounds {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ts, err := timeCalls(ctx, func() error { _, err := sched.fn.Call(args...); return err }, minBatch)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sched.name, err)
+		for x, kern := range kernels {
+			t, err := timeCalls(ctx, func() error { _, err := kern.fn.Call(args...); return err }, minBatch)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", kern.name, err)
+			}
+			g[x] = append(g[x], flops/t/1e9)
 		}
-		td, err := timeCalls(ctx, func() error { _, err := def.fn.Call(args...); return err }, minBatch)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", def.name, err)
-		}
-		gs, gd = append(gs, flops/ts/1e9), append(gd, flops/td/1e9)
 		if r.NoReference != "" {
 			continue
 		}
-		ref, err := runNumpy(ctx, "matmul", n, m, k, 1)
+		ref, err := runNumpyEnv(ctx, env, "matmul", n, m, k, 1)
 		if errors.Is(err, errNoReference) {
 			r.NoReference = err.Error()
 			continue
@@ -171,17 +209,20 @@ func runMatmul(ctx context.Context, opt options) (result, error) {
 		if err != nil {
 			return nil, err
 		}
-		g := num(ref, "gflops")
-		if g <= 0 {
+		gr := num(ref, "gflops")
+		if gr <= 0 {
 			return nil, fmt.Errorf("numpy reference: no gflops in %v", ref)
 		}
 		r.Numpy = numpyName(ref)
-		gn = append(gn, g)
-		rs, rd = append(rs, gs[len(gs)-1]/g), append(rd, gd[len(gd)-1]/g)
+		gn = append(gn, gr)
+		for x := range kernels {
+			rs[x] = append(rs[x], g[x][len(g[x])-1]/gr)
+		}
 	}
-	r.GFLOPSScheduled, r.GFLOPSDefault = sig(median(gs), 4), sig(median(gd), 3)
+	r.GFLOPSScheduled, r.GFLOPSAuto, r.GFLOPSDefault = sig(median(g[0]), 4), sig(median(g[1]), 4), sig(median(g[2]), 3)
 	if len(gn) > 0 {
-		r.GFLOPSNumpy, r.Ratio, r.RatioDefault = sig(median(gn), 4), sig(median(rs), 3), sig(median(rd), 3)
+		r.GFLOPSNumpy = sig(median(gn), 4)
+		r.Ratio, r.RatioAuto, r.RatioDefault = sig(median(rs[0]), 3), sig(median(rs[1]), 3), sig(median(rs[2]), 3)
 	}
 	return r, nil
 }
@@ -342,10 +383,11 @@ type kernel struct {
 }
 
 // buildKernel builds f as a one-function module named name (also its
-// exported symbol) and loads it; dir receives the host library.
-func buildKernel(ctx context.Context, f *ir.PrimFunc, name, dir string, opts compiler.BuildOptions) (*kernel, error) {
+// exported symbol) for target and loads it; dir receives the host
+// library.
+func buildKernel(ctx context.Context, f *ir.PrimFunc, name, dir string, target compiler.Target, opts compiler.BuildOptions) (*kernel, error) {
 	mod := ir.NewIRModule().With(name, f.WithAttr(ir.AttrGlobalSymbol, name))
-	res, err := compiler.BuildWithResult(ctx, mod, compiler.Target{Kind: "cpu"}, opts)
+	res, err := compiler.BuildWithResult(ctx, mod, target, opts)
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", name, err)
 	}
@@ -428,8 +470,12 @@ func floats(a *ndarray.NDArray) []float32 {
 func numpyName(ref map[string]any) string {
 	v, _ := ref["numpy"].(string)
 	s := "numpy " + v
-	if blas, ok := ref["blas"].(string); ok && blas != "" {
-		s += " (" + blas + ")"
+	blas, _ := ref["blas"].(string)
+	if core, ok := ref["blas_core"].(string); ok && core != "" {
+		blas += ", " + core + " kernels"
+	}
+	if blas != "" {
+		s += " (" + strings.TrimPrefix(blas, ", ") + ")"
 	}
 	return s
 }

@@ -82,6 +82,8 @@ type onnxResult struct {
 	GoalVsORT   float64           `json:"goal_vs_ort"`
 	Quick       bool              `json:"quick,omitempty"`
 	Environment string            `json:"environment"`
+	Target      string            `json:"target"` // what kiln built for (--target)
+	ISA         string            `json:"isa"`    // the vector ISA of kiln's code; ONNX Runtime picks its own from the host's CPU
 }
 
 func (r onnxResult) Line() string {
@@ -98,7 +100,7 @@ func (r onnxResult) Line() string {
 		s += contentionLine(m.Contention)
 		parts = append(parts, s)
 	}
-	line := "onnx: " + strings.Join(parts, "; ")
+	line := fmt.Sprintf("onnx (kiln %s, %s; ONNX Runtime: the host's ISA): ", r.Target, r.ISA) + strings.Join(parts, "; ")
 	if r.NoORT != "" {
 		line += "; no ONNX Runtime: " + r.NoORT
 	}
@@ -211,6 +213,11 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 	rounds := 100
 	r := onnxResult{Name: "onnx", Threads: 2, GoalVsORT: 1.0, Quick: opt.quick,
 		Environment: "kiln: default schedules, no tuning; ONNX Runtime: onnxruntime-node, 2 intra-op threads, all graph optimizations; PyTorch eager, 2 threads"}
+	target, err := benchTarget(opt.target)
+	if err != nil {
+		return nil, err
+	}
+	r.Target, r.ISA = target.String(), targetISA(target)
 	models := onnxModels
 	switch {
 	case opt.quick:
@@ -241,7 +248,7 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		}
 	}
 	for _, name := range models {
-		mr, timeKiln, done, err := benchONNXModel(ctx, cache, name, rounds, opt.quick, opt.kernels)
+		mr, timeKiln, done, err := benchONNXModel(ctx, cache, name, target, rounds, opt.quick, opt.kernels)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -315,7 +322,7 @@ func maxDiff(got, want []float32) (abs, scale float64) {
 //
 // It also returns a function that times rounds more inferences (the
 // milliseconds of each) and one that releases the model.
-func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer) (mr onnxModelResult, timeKiln func(rounds int) ([]float64, error), done func(), err error) {
+func benchONNXModel(ctx context.Context, cache, name string, target compiler.Target, rounds int, quick bool, perKernel io.Writer) (mr onnxModelResult, timeKiln func(rounds int) ([]float64, error), done func(), err error) {
 	var cleanup []func()
 	done = func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
@@ -327,11 +334,11 @@ func benchONNXModel(ctx context.Context, cache, name string, rounds int, quick b
 			done()
 		}
 	}()
-	mr, err = loadONNXModel(ctx, cache, name, rounds, quick, perKernel, &timeKiln, &cleanup)
+	mr, err = loadONNXModel(ctx, cache, name, target, rounds, quick, perKernel, &timeKiln, &cleanup)
 	return mr, timeKiln, done, err
 }
 
-func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bool, perKernel io.Writer, timeKiln *func(int) ([]float64, error), cleanup *[]func()) (onnxModelResult, error) {
+func loadONNXModel(ctx context.Context, cache, name string, target compiler.Target, rounds int, quick bool, perKernel io.Writer, timeKiln *func(int) ([]float64, error), cleanup *[]func()) (onnxModelResult, error) {
 	mr := onnxModelResult{Model: name}
 	model := filepath.Join(cache, name+".onnx")
 	var x *ndarray.NDArray
@@ -374,7 +381,7 @@ func loadONNXModel(ctx context.Context, cache, name string, rounds int, quick bo
 		return mr, err
 	}
 	mr.WeightsMiB = float64(len(weights)) / (1 << 20)
-	a, err := compiler.Build(ctx, mod, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{Params: weights})
+	a, err := compiler.Build(ctx, mod, target, compiler.BuildOptions{Params: weights})
 	if err != nil {
 		return mr, err
 	}

@@ -56,6 +56,24 @@ try:
     res["blas"] = cfg["Build Dependencies"]["blas"]["name"]
 except Exception:
     pass
+try:
+    # The BLAS numpy loaded, and the kernels a DYNAMIC_ARCH OpenBLAS chose.
+    import ctypes
+    libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.rsplit("/", 1)[-1]})
+    for lib in libs:
+        try:
+            f = ctypes.CDLL(lib).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        f.restype = ctypes.c_char_p
+        res.setdefault("blas", "openblas")
+        res["blas_core"] = f().decode()
+        break
+    else:
+        if libs:
+            res.setdefault("blas", libs[0].rsplit("/", 1)[-1])
+except Exception:
+    pass
 if op == "matmul":
     n, m, k, repeats = args
     a = rng.random((n, k), dtype=np.float32)
@@ -79,6 +97,12 @@ print(json.dumps(res))
 
 // runNumpy runs one numpy reference measurement and decodes its JSON.
 func runNumpy(ctx context.Context, op string, args ...int) (map[string]any, error) {
+	return runNumpyEnv(ctx, nil, op, args...)
+}
+
+// runNumpyEnv is runNumpy with env added to the peer's environment (such
+// as numpyEnv's OPENBLAS_CORETYPE).
+func runNumpyEnv(ctx context.Context, env []string, op string, args ...int) (map[string]any, error) {
 	py := referencePython()
 	if _, err := exec.LookPath(py); err != nil {
 		return nil, fmt.Errorf("%w: %s not found", errNoReference, py)
@@ -88,6 +112,9 @@ func runNumpy(ctx context.Context, op string, args ...int) (map[string]any, erro
 		cmdArgs = append(cmdArgs, strconv.Itoa(a))
 	}
 	cmd := exec.CommandContext(ctx, py, cmdArgs...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -192,7 +192,10 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	f = f.WithAttr(ir.AttrGlobalSymbol, "matmul")
-	target := compiler.Target{Kind: "cpu"}
+	target, info, err := benchTargetInfo(opt.target)
+	if err != nil {
+		return nil, err
+	}
 	rtarget, err := target.TuneTarget()
 	if err != nil {
 		return nil, err
@@ -205,7 +208,8 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := scheduleMatmul(s, matmulMR, matmulNR, matmulLanes); err != nil {
+	mr, nr, lanes := matmulHandTile(info)
+	if err := scheduleMatmul(s, mr, nr, lanes); err != nil {
 		return nil, fmt.Errorf("hand schedule: %w", err)
 	}
 	hand := s.Func()
@@ -304,7 +308,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		fn   *ir.PrimFunc
 	}{{"matmul_tuned", tuned.Func}, {"matmul_hand", hand}, {"matmul_default", f}, {"matmul_tutorial", tutorial}} {
 		// The default is the unscheduled function: built as it is.
-		kern, err := buildKernel(ctx, k.fn, k.name, kdir, compiler.BuildOptions{NoDefaultSchedule: k.fn == f})
+		kern, err := buildKernel(ctx, k.fn, k.name, kdir, target, compiler.BuildOptions{NoDefaultSchedule: k.fn == f})
 		if err != nil {
 			return nil, err
 		}
@@ -353,7 +357,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		if r.NoReference != "" {
 			continue
 		}
-		ref, err := runNumpy(ctx, "matmul", n, n, n, 1)
+		ref, err := runNumpyEnv(ctx, numpyEnv(target), "matmul", n, n, n, 1)
 		if errors.Is(err, errNoReference) {
 			r.NoReference = err.Error()
 			continue

@@ -81,7 +81,7 @@ func runVecadd(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kern, err := buildKernel(ctx, s.Func(), "vecadd", dir, compiler.BuildOptions{})
+	kern, err := buildKernel(ctx, s.Func(), "vecadd", dir, compiler.Target{Kind: "cpu"}, compiler.BuildOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/relax/op"
+	"github.com/kiln-ml/kiln/compiler/schedule/auto"
 )
 
 // AlterDenseLayout packs the weight of every dense layer for the CPU's
@@ -98,41 +99,17 @@ func denseToPack(call *ir.RCall, vectorBytes int64) (k, n, p int64) {
 }
 
 // denseTileWidth is the column tile of the default CPU schedule's dense
-// rule for float32 (compiler/schedule/auto's matmulTile, which must
-// agree: the schedule takes a packed weight only in tiles of its panel):
-// vectors of the most lanes that divides n (at most vectorBytes/4, at
-// least 4), rows of the largest divisor of rows up to 8, and as many
-// vectors as fit beside them in the vector registers (32 with 64-byte
-// vectors, else 16). 0 when no vector width divides n.
+// rule for float32 (compiler/schedule/auto's DenseTileWidth: the schedule
+// takes a packed weight only in tiles of its panel) on a CPU with vectors
+// of vectorBytes (at least 16) and the register file that width implies
+// (32 with 64-byte vectors, else 16). 0 when no vector width divides n.
 func denseTileWidth(rows, n, vectorBytes int64) int64 {
 	vectorBytes = max(vectorBytes, 16)
-	lanes := vectorBytes / 4
-	for lanes >= 4 && n%lanes != 0 {
-		lanes /= 2
-	}
-	if lanes < 4 {
-		return 0
-	}
 	regs := int64(32)
 	if vectorBytes < 64 {
 		regs = 16
 	}
-	mr := int64(1)
-	for d := min(rows, 8); d > 1; d-- {
-		if rows%d == 0 {
-			mr = d
-			break
-		}
-	}
-	limit := max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
-	vecs := int64(1)
-	for d := min(n/lanes, limit); d > 1; d-- {
-		if (n/lanes)%d == 0 {
-			vecs = d
-			break
-		}
-	}
-	return vecs * lanes
+	return auto.DenseTileWidth(rows, n, vectorBytes, regs)
 }
 
 // packDense returns the bindings that pack vb's weight and call

@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"fmt"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -76,10 +78,20 @@ const maxMatmulRows = 8
 
 // matmulTile picks a matmul's register tile over rows × N: lanes per
 // vector (the widest power of two of at most maxLanes that divides N, at
-// least 4), mr rows (the largest divisor of rows up to maxMatmulRows)
-// and vecs vectors of columns, as many as fit in the vector registers
-// (regs) beside them: mr·vecs accumulators, vecs loads of B and one
-// broadcast of A, the accumulators at most three quarters of the file.
+// least 4), mr rows (a divisor of rows up to maxMatmulRows) and vecs
+// vectors of columns, as many as fit in the vector registers (regs)
+// beside them: mr·vecs accumulators, vecs loads of B and one broadcast
+// of A, the accumulators at most three quarters of the file.
+//
+// mr is the largest such divisor whose tile keeps the loads from bounding
+// the loop: a step of k loads vecs vectors of B and broadcasts mr values
+// of A for mr·vecs multiply-adds, and a core that issues as many loads as
+// multiply-adds a cycle (two and two on Zen 3 and 4, Haswell and later)
+// waits on its loads when mr+vecs > mr·vecs, as one vector per row does.
+// With AVX-512's 32 registers that is 8 rows of 2 vectors; with AVX2's 16
+// it is 4 rows of 2 (8 rows leave room for one vector each: 8 rows × 8
+// columns ran at 0.7× 4 × 16 on the 1024³ matmul). When no divisor of
+// rows gives such a tile (a prime count of rows) the largest is taken.
 // Without a vector width that divides N, vector is false and the tile
 // is one row of an unrolled run of up to 32 scalar columns.
 func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool) {
@@ -88,9 +100,32 @@ func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool
 	if lanes < 4 || lanes&(lanes-1) != 0 {
 		return 1, 1, largestDivisor(N, 32), false
 	}
+	vecs := func(mr int64) int64 {
+		limit := max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
+		return largestDivisor(N/lanes, limit)
+	}
 	mr = largestDivisor(rows, maxMatmulRows)
-	limit := max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
-	return lanes, mr, largestDivisor(N/lanes, limit) * lanes, true
+	for d := mr; d > 1; d = largestDivisor(rows, d-1) {
+		if v := vecs(d); d+v <= d*v {
+			mr = d
+			break
+		}
+	}
+	return lanes, mr, vecs(mr) * lanes, true
+}
+
+// DenseTileWidth is the column tile the dense rule gives a float32 layer
+// of rows × n on a target of vectorBytes-wide vectors and regs vector
+// registers (0: as Options fills them in): the panel width a weight
+// packed for it must have (relax's AlterDenseLayout). 0 when no vector
+// width divides n.
+func DenseTileWidth(rows, n, vectorBytes, regs int64) int64 {
+	o := Options{VectorBytes: vectorBytes, VectorRegisters: regs}.withDefaults()
+	_, _, nt, vector := matmulTile(rows, n, o.VectorBytes/4, o.VectorRegisters)
+	if !vector {
+		return 0
+	}
+	return nt
 }
 
 // The rules FuncRule names, in the order it tries them.
@@ -118,6 +153,8 @@ type matmulBlock struct {
 	// packed is P when B is a weight packed in panels of P columns,
 	// B[j / P, k, j % P] (relax.matmul_packed): the column tile is P.
 	packed int64
+	// b is the buffer B.
+	b *ir.Buffer
 }
 
 // findMatmuls lists the blocks of f that look like an unscheduled matmul:
@@ -202,6 +239,7 @@ func matchMatmul(br *ir.BlockRealize) (matmulBlock, bool) {
 		return matmulBlock{}, false
 	}
 	m.dtype = st.Buffer.DType
+	m.b = bl.Buffer
 	m.sharedB = true
 	for _, iv := range b.IterVars[:n-2] {
 		for _, e := range bl.Indices {
@@ -253,6 +291,50 @@ func largestDivisor(n, limit int64) int64 {
 		}
 	}
 	return 1
+}
+
+// minPanelRowTiles and minPanelRowBytes say when a matmul copies the
+// panel of B a column tile reads (copyPanel): at least this many row
+// tiles read it, each K times in steps of rows this many bytes apart
+// (a page: a step each to the TLB, and with rows a multiple of 4 KiB
+// all in the same few cache sets, which no L1 or L2 size avoids).
+const (
+	minPanelRowTiles = 4
+	minPanelRowBytes = 4 << 10
+)
+
+// copyPanel copies the panel of B that one iteration of the column tile
+// loop at reads into a contiguous buffer there (cache_read computed at
+// the loop, its innermost loop vectorized), so that the tiles' steps of
+// k read consecutive rows of the panel, as a weight packed in panels
+// (relax.matmul_packed) has them. The copy is K × columns once per column
+// tile, against rows × K × columns multiply-adds.
+func copyPanel(s *schedule.Schedule, c schedule.BlockRV, b *ir.Buffer, at schedule.LoopRV) error {
+	br, err := s.BlockRealize(c)
+	if err != nil {
+		return err
+	}
+	idx := -1
+	for x, r := range br.Block.Reads {
+		if r.Buffer == b {
+			idx = x
+		}
+	}
+	if idx < 0 {
+		return fmt.Errorf("block %q does not read %q", br.Block.Name, b.Name)
+	}
+	p, err := s.CacheRead(c, idx, "global")
+	if err != nil {
+		return err
+	}
+	if err := s.ComputeAt(p, at); err != nil {
+		return err
+	}
+	pl, err := s.GetLoops(p)
+	if err != nil {
+		return err
+	}
+	return s.Vectorize(pl[len(pl)-1])
 }
 
 // scheduleMatmul register-blocks block m: a tile of mr rows × nt columns
@@ -376,6 +458,11 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	if err != nil {
 		return false, err
+	}
+	if m.sharedB && m.packed == 0 && iExt/mr >= minPanelRowTiles && N*esize >= minPanelRowBytes {
+		if err := copyPanel(s, c, m.b, js[0]); err != nil {
+			return false, err
+		}
 	}
 	il, err := s.GetLoops(init)
 	if err != nil {

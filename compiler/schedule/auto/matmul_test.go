@@ -310,7 +310,13 @@ func TestMatmulTile(t *testing.T) {
 		{1, 64, 16, 32, 16, 1, 64, true},
 		{6, 64, 16, 32, 16, 6, 64, true},
 		{3, 48, 16, 32, 16, 3, 48, true},
-		{32, 128, 8, 16, 8, 8, 8, true},
+		// AVX2's 16 registers: 4 rows of two vectors, not 8 of one.
+		{32, 128, 8, 16, 8, 4, 16, true},
+		{1024, 1024, 8, 16, 8, 4, 16, true},
+		// 40 columns of 8 lanes: 4 rows of all five vectors, not 8 of one;
+		// 7 rows (a prime) keep one vector each.
+		{8, 40, 16, 32, 8, 4, 40, true},
+		{7, 40, 8, 16, 8, 7, 8, true},
 		{4, 24, 8, 16, 8, 4, 24, true},
 		{3, 10, 16, 32, 1, 1, 10, false},
 	}
