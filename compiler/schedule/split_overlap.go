@@ -27,7 +27,10 @@ const AnnRecomputedIterations = "recomputed_iterations"
 // a reduction block with its init whose reduction loops are all under
 // l. A parallel outer loop writes the overlapped outputs twice, with the
 // same values. The extent must be a constant of at least the product of
-// the other factors. When they divide it, SplitOverlap is Split.
+// the other factors. When they divide it, SplitOverlap is Split. The
+// checks hold for the loop nest as it is: a later Reorder that moves a
+// reduction loop outside the outer loop makes the overlap reduce twice,
+// so split the reductions' tile first.
 func (s *Schedule) SplitOverlap(l LoopRV, factors ...int64) ([]LoopRV, error) {
 	out, err := s.splitOverlap(l, factors)
 	if err != nil {

@@ -138,11 +138,8 @@ func convCases() []convCase {
 		{name: "panels_sliced", n: 1, c: 9, h: 13, w: 13, f: 32, kh: 1, kw: 1, stride: 1, block: 8, slice: 24, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "panels_residual_batch2", n: 2, c: 7, h: 9, w: 15, f: 16, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "panels_avx2", n: 1, c: 5, h: 3, w: 5, f: 16, kh: 1, kw: 1, stride: 1, block: 8, opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
-		// Blocks of 32 channels (AlterConvLayout's for most) on the small
-		// planes of a network's last stages: tiles of 8 channels within a
-		// block, the plane's last tile overlapping.
-		{name: "panels_32_7x7", n: 1, c: 24, h: 7, w: 7, f: 64, kh: 1, kw: 1, stride: 1, block: 32, epilogue: "relu6", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
-		{name: "panels_32_14x14_residual", n: 1, c: 16, h: 14, w: 14, f: 32, kh: 1, kw: 1, stride: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
+		// A 14×14 plane in panels of 8, its last tile overlapping.
+		{name: "panels_14x14_residual", n: 1, c: 16, h: 14, w: 14, f: 32, kh: 1, kw: 1, stride: 1, block: 8, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		// Depthwise rows no vector divides, or of stride 2: a plane per
 		// channel (depthwise_plane.go).
 		{name: "depthwise_stride2", n: 1, c: 4, h: 9, w: 16, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, scheduled: true, inTile: true},
@@ -312,14 +309,11 @@ func TestPointwise(t *testing.T) {
 		ft, pv := streamingPointwiseTile(c.f, c.p, c.lanes, c.limit)
 		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
 	}
-	// Blocks of 8 or 32 channels: as many vectors as compute at most a
-	// tenth more than the fewest, the last tile overlapping, and the
-	// channels of the block that fit beside them.
-	for _, c := range []struct{ b, p, lanes, limit, ft, pv int64 }{
-		{8, 169, 16, 24, 8, 3}, {8, 3025, 16, 24, 8, 3}, {8, 196, 16, 24, 8, 2}, {8, 169, 8, 12, 4, 3}, {8, 40, 16, 24, 8, 1},
-		{32, 49, 16, 24, 8, 2}, {32, 196, 16, 24, 8, 2}, {32, 784, 16, 24, 8, 3},
+	// Panels of 8 channels take three vectors; with 12 accumulators one,
+	// and no more vectors than the plane holds.
+	for _, c := range []struct{ ft, p, lanes, limit, pv int64 }{
+		{8, 169, 16, 24, 3}, {8, 3025, 16, 24, 3}, {8, 196, 16, 24, 3}, {8, 169, 8, 12, 1}, {8, 40, 16, 24, 2},
 	} {
-		ft, pv := packedPointwiseTile(c.b, c.p, c.lanes, c.limit)
-		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.b, "×", c.p)
+		check.Equal(t, packedPointwiseTile(c.ft, c.p, c.lanes, c.limit), c.pv, c.ft, "×", c.p)
 	}
 }

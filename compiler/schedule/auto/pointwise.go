@@ -37,13 +37,14 @@ import (
 //	C[n, y, x, f] += A[n, c, y, x] · W[f / b, c, 0, 0, f % b]
 //
 // followed by a layout change back to NCHW with the elementwise blocks
-// after it (findConvs finds those). A tile's ft channels then lie within
-// a block, so that at each c its weights are one run (one cache line):
-// an OIHW kernel's rows lie C floats apart, a power of two for 256 or 512
-// channels, which sends every row to the same few cache sets. Planes of
-// 7×7 and 14×14 (mobilenet_v2's, efficientnet_b0's and shufflenet's last
-// stages) took the channel-vectorized rule before, which stores each
-// vector of channels as scalars across as many planes.
+// after it (findConvs finds those: AlterConvLayout's OIHW8o for those
+// reducing many input channels over rows no vector divides, squeezenet1_1's
+// 512→1000 classifier). A tile is then one block, so that at each c its
+// weights are one run (one cache line): an OIHW kernel's rows lie C floats
+// apart, a power of two for 256 or 512 channels, which sends every row to
+// the same few cache sets. Only the channels the last block writes are
+// stored; a kernel padded with zero channels (sliced off after the
+// convolution) computes its padding too.
 
 // maxPointwiseVectors bounds a pointwise tile's vectors along the
 // plane.
@@ -93,24 +94,18 @@ func streamingPointwiseTile(F, P, lanes, limit int64) (ft, pv int64) {
 	return ft, pv
 }
 
-// packedPointwiseTile picks the tile of a kernel in blocks of b output
-// channels: pv vectors along a plane of P, the most (up to
-// maxPointwiseVectors) that compute at most a tenth more vectors than
-// the fewest (the last tile overlapping the one before it), and ft
-// channels dividing b, as many as fit in limit accumulators beside them.
-// Each step loads ft weights and pv vectors for ft·pv multiply-adds:
-// 8 channels × 3 vectors ran 1.03–1.08× faster than × 2 on the 27×27
-// and 14×14 planes of squeezenet1_1 and mobilenet_v2, and than 20
-// channels × 1 vector on the 13×13 classifier.
-func packedPointwiseTile(b, P, lanes, limit int64) (ft, pv int64) {
-	vecs := func(v int64) int64 { return (P + v*lanes - 1) / (v * lanes) * v }
-	fewest := vecs(1)
-	for v := int64(1); v <= maxPointwiseVectors && v*lanes <= P && v <= limit; v++ {
-		if vecs(v)*10 <= fewest*11 {
-			pv = v
-		}
+// packedPointwiseTile picks the vectors pv along a plane of P for tiles
+// of ft channels (a block of the kernel; at most limit accumulators): the
+// most, up to maxPointwiseVectors. Each step loads ft weights and pv
+// vectors for ft·pv multiply-adds: 8 channels × 3 vectors ran 1.03–1.08×
+// faster than × 2 on the 27×27 and 14×14 planes of squeezenet1_1 and
+// mobilenet_v2, and than 20 channels × 1 vector on the 13×13 classifier.
+func packedPointwiseTile(ft, P, lanes, limit int64) int64 {
+	pv := int64(0)
+	for v := int64(1); v <= maxPointwiseVectors && v*lanes <= P && ft*v <= limit; v++ {
+		pv = v
 	}
-	return largestDivisor(b, max(limit/pv, 1)), pv
+	return pv
 }
 
 // pointwiseConv is a pointwise convolution block the rule schedules.
@@ -163,7 +158,19 @@ func pointwiseRule(f *ir.PrimFunc, p pointwiseConv, opts Options) (*ir.PrimFunc,
 	var ft, pv int64
 	switch {
 	case p.hwio:
-		ft, pv = packedPointwiseTile(c.fblock, P, lanes, limit)
+		// Whole vectors along the plane, overrunning it by at most an
+		// eighth (AlterConvLayout's rule for the plane), and a tile of
+		// one block: larger blocks (32 channels, AlterConvLayout's for
+		// the channel-vectorized rule) ran 1.3–1.7× faster there than in
+		// tiles of 8 channels of the plane on mobilenet_v2's 7×7 and
+		// 14×14 planes of 160 to 960 channels.
+		if (P+lanes-1)/lanes*lanes*8 > P*9 {
+			return nil, skip("block %q: a plane of %d", c.name, P)
+		}
+		ft, pv = c.fblock, packedPointwiseTile(c.fblock, P, lanes, limit)
+		if pv == 0 {
+			return nil, skip("block %q: blocks of %d channels take no tile", c.name, c.fblock)
+		}
 	case p.K*P*4 > opts.L2Bytes:
 		posOuter = true
 		ft, pv = streamingPointwiseTile(p.F, P, lanes, limit)
