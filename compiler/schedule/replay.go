@@ -608,8 +608,12 @@ var replayPrims = map[string]replayPrim{
 	"transform_layout": {"b:block x:buffer m:index_map p:pad_value", func(s *Schedule, v []any) (any, error) {
 		return noResult(s.TransformLayout(v[0].(BlockRV), v[1].(BufferIndex), v[2].(*IndexMap), v[3].(*float64)))
 	}},
-	"pad_einsum": {"b:block n:padding", func(s *Schedule, v []any) (any, error) { return noResult(s.PadEinsum(v[0].(BlockRV), v[1].([]int64))) }},
-	"blockize":   {"l:target", func(s *Schedule, v []any) (any, error) { return s.Blockize(v[0].(LoopRV)) }},
+	"transform_block_layout": {"b:block m:index_map", func(s *Schedule, v []any) (any, error) {
+		return noResult(s.TransformBlockLayout(v[0].(BlockRV), v[1].(*IndexMap)))
+	}},
+	"split_overlap": {"l:loop N:factors", func(s *Schedule, v []any) (any, error) { return s.SplitOverlap(v[0].(LoopRV), v[1].([]int64)...) }},
+	"pad_einsum":    {"b:block n:padding", func(s *Schedule, v []any) (any, error) { return noResult(s.PadEinsum(v[0].(BlockRV), v[1].([]int64))) }},
+	"blockize":      {"l:target", func(s *Schedule, v []any) (any, error) { return s.Blockize(v[0].(LoopRV)) }},
 	"tensorize": {"l:block_or_loop s:tensor_intrin", func(s *Schedule, v []any) (any, error) {
 		return noResult(s.Tensorize(v[0].(LoopRV), v[1].(string)))
 	}},

@@ -234,6 +234,11 @@ func (c *compactor) mayEnter(b *ir.Buffer, f *ir.For) bool {
 		if ext, ok := ir.IsConstInt(f.Extent); ok && ext == 1 {
 			return true // one iteration: nothing flows to the next
 		}
+		if f.Annotations["recomputed_iterations"] == true {
+			// schedule.SplitOverlap's loop: each iteration writes what it
+			// reads, its regions overlapping the one before's.
+			return true
+		}
 		// Disjoint per-iteration regions: look at the region touched by
 		// one iteration, with the loop variable fixed.
 		c.bind(f.Var, ir.Range{Min: f.Min, Extent: f.Extent})
