@@ -26,13 +26,17 @@ func (in *padInput) windowLoad(indices []ir.Expr, index map[*ir.Var]int, exts []
 		in.need = make([]int64, len(indices))
 	}
 	for d, ix := range indices {
-		a := toAffine(ix)
+		a := toAffine(bounds{}.simplify(ix))
 		if a.c < 0 {
 			return fmt.Errorf("at %s in dimension %d, below 0 at the domain's start", ix, d)
 		}
 		top := a.c
 		for _, t := range a.terms {
-			v, ok := t.atom.(*ir.Var)
+			atom := t.atom
+			if c, ok := atom.(*ir.Cast); ok && c.DType().IsInt() && c.Value.DType().IsInt() && c.DType().Bits >= c.Value.DType().Bits {
+				atom = c.Value // a variable widened to the index type
+			}
+			v, ok := atom.(*ir.Var)
 			i, isIter := index[v]
 			if !ok || !isIter || t.coef < 0 {
 				return fmt.Errorf("at %s in dimension %d, not a sum of iteration variables times non-negative constants", ix, d)

@@ -131,7 +131,9 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if xv/lanes > maxPlaneVectors {
 		return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
 	}
-	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
+	return withEpilogue(g, func(s *schedule.Schedule, epilogue bool) error {
+		return d.schedule(s, c, lanes, xv, opts, epilogue)
+	})
 }
 
 // matchPlaneFunc returns f with the elementwise blocks after block c
@@ -406,185 +408,6 @@ func ceilDiv(a, b int64) int64 {
 	return -((-a) / b)
 }
 
-// loops builds the function's new body.
-func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
-	// Indices in the type of the convolution's iteration variables.
-	it := d.c.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	n := ir.NewVar("n", it)
-	c := ir.NewVar("c", it)
-	// The plane: sx phases of hn rows of wq columns; phase p, row r,
-	// column j holds A[.., r, j·sx + p] (zero past A's width).
-	hn := (d.Y-1)*d.sy + d.KH
-	wq := xv + (d.KW-1)/d.sx
-	plane := ir.NewBuffer("plane", ir.Float32, []ir.Expr{i64(d.sx * hn * wq)}, "global")
-
-	// Channel indices of A for output channel c (rc = 0).
-	conv := map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0)}
-	an := ir.SubstituteExpr(d.a.Indices[0], conv)
-	ac := ir.SubstituteExpr(d.a.Indices[1], conv)
-
-	// The plane is src's rows and columns, copied (plain loops the C
-	// compiler vectorizes), framed by the padding value.
-	var fills []ir.Stmt
-	rect := func(p, ra, rb, ja, jb int64, value func(r, j ir.Expr) ir.Expr) {
-		if ra >= rb || ja >= jb {
-			return
-		}
-		r := ir.NewVar("r", it)
-		j := ir.NewVar("j", it)
-		fills = append(fills, ir.NewFor(r, i64(ra), i64(rb-ra), ir.ForSerial,
-			ir.NewFor(j, i64(ja), i64(jb-ja), ir.ForSerial,
-				ir.NewBufferStore(plane, value(r, j), ir.Add(ir.Mul(ir.Add(i64(p*hn), r), i64(wq)), j)))))
-	}
-	padding := func(_, _ ir.Expr) ir.Expr { return d.padValue }
-	// Plane row r is A's row r+offY, src's row r+offY-padY.
-	r0, r1 := min(max(0, d.padY-d.offY), hn), max(min(hn, d.srcH+d.padY-d.offY), 0)
-	for p := int64(0); p < d.sx; p++ {
-		// Plane column j of phase p is A's column j·sx+p+offX.
-		base := p + d.offX - d.padX
-		j0, j1 := ceilDiv(-base, d.sx), ceilDiv(d.srcW-base, d.sx)
-		j0, j1 = min(max(j0, 0), wq), max(min(j1, wq), 0)
-		if r0 >= r1 || j0 >= j1 {
-			rect(p, 0, hn, 0, wq, padding)
-			continue
-		}
-		rect(p, 0, r0, 0, wq, padding)
-		rect(p, r0, r1, 0, j0, padding)
-		rect(p, r0, r1, j0, j1, func(r, j ir.Expr) ir.Expr {
-			return ir.NewBufferLoad(d.src, an, ac, ir.Add(r, i64(d.offY-d.padY)), ir.Add(ir.Mul(j, i64(d.sx)), i64(base)))
-		})
-		rect(p, r0, r1, j1, wq, padding)
-		rect(p, r1, hn, 0, wq, padding)
-	}
-	fill := ir.Seq(fills...)
-
-	// A tile of yt rows × xv/lanes vectors stays in registers.
-	yt := largestDivisor(d.Y, max(1, maxPlaneAccumulators/(xv/lanes)))
-	yo := ir.NewVar("yo", it)
-	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(yt * xv)}, "local")
-	row := ir.NewBuffer("row", ir.Float32, []ir.Expr{i64(yt * xv)}, "global")
-	// tile runs body over the tile: the row's y, the column x in it and
-	// the slot of the tile.
-	tile := func(name string, body func(y, x, slot ir.Expr) ir.Stmt) ir.Stmt {
-		yi := ir.NewVar(name+"_y", it)
-		xo := ir.NewVar(name+"_o", it)
-		xi := ir.NewVar(name+"_i", it)
-		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
-		return ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled,
-			ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
-				ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
-					body(ir.Add(ir.Mul(yo, i64(yt)), yi), x, ir.Add(ir.Mul(yi, i64(xv)), x)))))
-	}
-	ry := ir.NewVar("ry", it)
-	rx := ir.NewVar("rx", it)
-	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, d.init, slot) })
-	var wv ir.Expr
-	if d.w != nil {
-		wv = ir.SubstituteExpr(d.w, map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0), d.ry: ry, d.rx: rx})
-	}
-	var taps []ir.Stmt
-	for k := int64(0); k < d.KW; k++ {
-		// Tap rx = k reads phase k mod sx from column x + k div sx.
-		kk := k
-		taps = append(taps, tile("t", func(y, x, slot ir.Expr) ir.Stmt {
-			at := ir.Add(ir.Mul(ir.Add(i64(kk%d.sx*hn), ir.Add(ir.Mul(y, i64(d.sy)), ry)), i64(wq)), ir.Add(x, i64(kk/d.sx)))
-			term := ir.Expr(ir.NewBufferLoad(plane, at))
-			if wv != nil {
-				term = ir.Mul(term, ir.SubstituteExpr(wv, map[*ir.Var]ir.Expr{rx: i64(kk)}))
-			}
-			return ir.NewBufferStore(acc, ir.NewBinary(d.op, ir.NewBufferLoad(acc, slot), term), slot)
-		}))
-	}
-	window := ir.NewFor(ry, i64(0), i64(d.KH), ir.ForSerial, ir.Seq(taps...))
-	outBuf, epilogue, vectorTail := d.output(n, c)
-	// When the epilogue reads nothing else along the row (a bias, Clip),
-	// it runs on the tile's whole vectors, extra lanes included, and the
-	// rows are copied out; otherwise it runs on the row's X elements.
-	save := tile("s", func(y, x, slot ir.Expr) ir.Stmt {
-		v := ir.Expr(ir.NewBufferLoad(acc, slot))
-		if vectorTail {
-			v = epilogue(y, x, v)
-		}
-		return ir.NewBufferStore(row, v, slot)
-	})
-
-	yi := ir.NewVar("yi", it)
-	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
-	x := ir.NewVar("x", it)
-	slot := ir.Add(ir.Mul(yi, i64(xv)), x)
-	v := ir.Expr(ir.NewBufferLoad(row, slot))
-	if !vectorTail {
-		v = epilogue(y, x, v)
-	}
-	store := ir.NewBufferStore(outBuf, v, n, c, y, x)
-	out := ir.Stmt(ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial, store))
-	if d.X%lanes == 0 {
-		xo := ir.NewVar("xe_o", it)
-		xi := ir.NewVar("xe_i", it)
-		out = ir.NewFor(xo, i64(0), i64(d.X/lanes), ir.ForSerial,
-			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
-				ir.Substitute(store, map[*ir.Var]ir.Expr{x: ir.Add(ir.Mul(xo, i64(lanes)), xi)})))
-	}
-	out = ir.NewFor(yi, i64(0), i64(yt), ir.ForSerial, out)
-	var flat *ir.Buffer
-	if vectorTail && xv <= 2*d.X && d.Y > 1 && outBuf.Strides == nil {
-		flat = flatView(outBuf, it, d.Y*d.X)
-		save, out = d.overlappingRows(flat, outBuf, acc, row, n, c, yo, yt, lanes, xv, epilogue)
-	}
-	rows := ir.NewFor(yo, i64(0), i64(d.Y/yt), ir.ForSerial,
-		&ir.Allocate{Buffer: acc, Body: &ir.Allocate{Buffer: row, Body: ir.Seq(zero, window, save, out)}})
-	kind := ir.ForSerial
-	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
-		kind = ir.ForParallel
-	}
-	body := ir.Stmt(ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
-		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)})))
-	if flat != nil {
-		body = &ir.DeclBuffer{Buffer: flat, Body: body}
-	}
-	return body
-}
-
-// overlappingRows returns the tile's store and the copy after it, when
-// the epilogue reads nothing else along the row: every row but the plane's last is stored as its
-// whole vectors straight into the output plane (flat, a view of outBuf
-// as [N, C, Y·X]), the extra lanes running into the next row, which is
-// stored after it and overwrites them; the last row, whose extra lanes
-// would run past the channel's plane (into a plane another thread may
-// be writing), goes through row and is copied out element by element.
-// Rows of 56, 28, 14 or 7 (mobilenet_v2's) no longer pass through a
-// buffer and a scalar copy each: its depthwise convolutions ran
-// 1.06–1.2× faster so. Rows that whole vectors fill (112) are all
-// stored straight into the output (its 112×112 one 1.2× faster).
-func (d *depthwisePlane) overlappingRows(flat, outBuf, acc, row *ir.Buffer, n, c, yo ir.Expr, yt, lanes, xv int64, epilogue func(y, x, v ir.Expr) ir.Expr) (save, out ir.Stmt) {
-	it := d.c.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	yi := ir.NewVar("s_y", it)
-	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
-	vectors := func(body func(x, slot ir.Expr) ir.Stmt) ir.Stmt {
-		xo := ir.NewVar("s_o", it)
-		xi := ir.NewVar("s_i", it)
-		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
-		return ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
-			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized, body(x, ir.Add(ir.Mul(yi, i64(xv)), x))))
-	}
-	value := func(x, slot ir.Expr) ir.Expr { return epilogue(y, x, ir.NewBufferLoad(acc, slot)) }
-	direct := vectors(func(x, slot ir.Expr) ir.Stmt {
-		return ir.NewBufferStore(flat, value(x, slot), n, c, ir.Add(ir.Mul(y, i64(d.X)), x))
-	})
-	last := vectors(func(x, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(row, value(x, slot), slot) })
-	if xv == d.X {
-		// Whole vectors end every row: nothing runs over.
-		return ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled, direct), ir.Seq()
-	}
-	save = ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled, &ir.IfThenElse{Cond: ir.LT(y, i64(d.Y-1)), Then: direct, Else: last})
-	x := ir.NewVar("x", it)
-	copyLast := ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial,
-		ir.NewBufferStore(outBuf, ir.NewBufferLoad(row, ir.Add(i64((yt-1)*xv), x)), n, c, i64(d.Y-1), x))
-	return save, &ir.IfThenElse{Cond: ir.EQ(yo, i64(d.Y/yt-1)), Then: copyLast}
-}
-
 // output returns the buffer the function stores for channel (n, c), the
 // value stored at (y, x) from the window's result v, and whether that
 // value reads nothing else along the row (a bias, Clip: it may be
@@ -612,4 +435,263 @@ func (d *depthwisePlane) output(n, c ir.Expr) (*ir.Buffer, func(y, x, v ir.Expr)
 		}}).RewriteExpr(est.Value)
 		return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
 	}, vectorTail
+}
+
+// schedule applies the rule's primitives to s (the function with its
+// epilogue inlined into one block), rows of X computed as xv columns of
+// vectors of lanes; rows that vectors divide take the epilogue on the
+// register tile when epilogue is set.
+func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv int64, opts Options, epilogue bool) error {
+	blk, err := s.GetBlock(c.name)
+	if err != nil {
+		return err
+	}
+	// Whole vectors along x: the padded domain reads a padded copy of
+	// the plane (the padding stage inlined into it) and stores a padded
+	// output whose extra columns are dropped.
+	padding := make([]int64, len(c.spatial)+len(c.reduce))
+	for i := range padding {
+		padding[i] = 1
+	}
+	padding[3] = lanes
+	if err := s.PadEinsum(blk, padding); err != nil {
+		return err
+	}
+	plane, err := d.planeBlock(s, blk)
+	if err != nil {
+		return err
+	}
+	loops, err := s.GetLoops(blk)
+	if err != nil {
+		return err
+	}
+	if len(loops) != len(padding) {
+		return skip("block %q is nested in other loops", c.name)
+	}
+	// A tile of yt rows × xv/lanes vectors stays in registers.
+	yt := largestDivisor(d.Y, max(1, maxPlaneAccumulators/(xv/lanes)))
+	ys, err := s.Split(loops[2], -1, yt)
+	if err != nil {
+		return err
+	}
+	xs, err := s.Split(loops[3], -1, xv/lanes, lanes)
+	if err != nil {
+		return err
+	}
+	order := append([]schedule.LoopRV{loops[0], loops[1], ys[0], xs[0]}, loops[4:]...)
+	tile := []schedule.LoopRV{ys[1], xs[1], xs[2]}
+	if err := s.Reorder(append(order, tile...)...); err != nil {
+		return err
+	}
+	if xv == d.X {
+		if err := registerTile(s, blk, nil, xs[0], loops[4], tile, lanes, epilogue); err != nil {
+			return err
+		}
+	} else if err := d.paddedTile(s, blk, ys[0], xs[0], loops[4], tile, lanes); err != nil {
+		return err
+	}
+	if plane != nil {
+		if err := s.ComputeAt(*plane, loops[1]); err != nil {
+			return err
+		}
+	}
+	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
+		if err := s.Parallel(loops[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planeBlock returns the block that writes the plane block blk reads (the
+// padded copy, the padding stage, or for a parameter read with a stride
+// a copy of it), with the padding stage inlined into a padded copy; a
+// stride of 2 stores the plane's even and odd columns apart (w % 2, w //
+// 2), so that every tap reads consecutive elements. It is nil when blk
+// reads a parameter in place.
+func (d *depthwisePlane) planeBlock(s *schedule.Schedule, blk schedule.BlockRV) (*schedule.BlockRV, error) {
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return nil, err
+	}
+	read := -1
+	for i, r := range br.Block.Reads {
+		if d.w == nil || r.Buffer != d.w.Buffer {
+			if r.Buffer != br.Block.Body.(*ir.BufferStore).Buffer {
+				read = i
+				break
+			}
+		}
+	}
+	if read < 0 {
+		return nil, skip("block %q reads no plane", br.Block.Name)
+	}
+	planeBuf := br.Block.Reads[read].Buffer
+	writer := writerOf(s.Func(), planeBuf)
+	if writer != "" && d.pad != nil && writer != d.pad.Block.Name {
+		// The padded copy reads the padding stage: inline it.
+		pad, err := s.GetBlock(d.pad.Block.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ComputeInline(pad); err != nil {
+			return nil, err
+		}
+	}
+	deinterleave := "lambda n, c, h, w: (n, c, w % 2, h, w // 2)"
+	var zero float64
+	var pb schedule.BlockRV
+	switch {
+	case writer == "" && d.sx == 1:
+		return nil, nil
+	case writer == "":
+		m, err := schedule.ParseIndexMap(deinterleave)
+		if err != nil {
+			return nil, err
+		}
+		pb, err = s.CacheReadLayout(blk, read, "global", m, &zero)
+		return &pb, err
+	default:
+		pb, err = s.GetBlock(writer)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if d.sx == 2 {
+		m, err := schedule.ParseIndexMap(deinterleave)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.TransformLayout(pb, schedule.BufferIndex{Write: true}, m, &zero); err != nil {
+			return nil, err
+		}
+	}
+	return &pb, nil
+}
+
+// writerOf names the block of f that writes buf, or "" for none (a
+// parameter).
+func writerOf(f *ir.PrimFunc, buf *ir.Buffer) string {
+	name := ""
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if b, ok := n.(*ir.Block); ok && b.Name != ir.RootBlockName {
+			for _, w := range b.Writes {
+				if w.Buffer == buf {
+					name = b.Name
+				}
+			}
+		}
+		return name == ""
+	})
+	return name
+}
+
+// paddedTile accumulates blk's padded rows in a tile of registers and
+// stores them, whole vectors, to the padded output; the copy of its
+// first X columns (through the epilogue, when there is one) runs after
+// each tile of rows (loop rows). When the epilogue reads nothing else
+// along the row (a bias, Clip) it runs on the whole vectors too, extra
+// lanes included, into a padded output of its own.
+func (d *depthwisePlane) paddedTile(s *schedule.Schedule, blk schedule.BlockRV, rows, at, red schedule.LoopRV, tile []schedule.LoopRV, lanes int64) error {
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return err
+	}
+	after := blocksAfter(s.Func(), br.Block.Name) // the unpadding copy, the epilogue
+	wb, err := s.CacheWrite(blk, 0, "local")
+	if err != nil {
+		return err
+	}
+	init, err := s.DecomposeReduction(blk, red)
+	if err != nil {
+		return err
+	}
+	store := wb
+	var copyOut string
+	switch {
+	case len(after) == 1:
+		copyOut = after[0]
+	case len(after) == 2 && d.vectorTail():
+		// The epilogue on the padded rows: it reads the padded output
+		// where it is, the accumulators once the write-back is inlined.
+		unpad, err := s.GetBlock(after[0])
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(unpad); err != nil {
+			return err
+		}
+		ep, err := s.GetBlock(after[1])
+		if err != nil {
+			return err
+		}
+		if err := s.PadEinsum(ep, []int64{1, 1, 1, lanes}); err != nil {
+			return err
+		}
+		if err := s.ComputeInline(wb); err != nil {
+			return err
+		}
+		store = ep
+		epr, err := s.BlockRealize(ep)
+		if err != nil {
+			return err
+		}
+		copyOut = blocksAfter(s.Func(), epr.Block.Name)[0]
+	case len(after) == 2:
+		unpad, err := s.GetBlock(after[0])
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(unpad); err != nil {
+			return err
+		}
+		copyOut = after[1]
+	default:
+		return skip("block %q: %d blocks after it", br.Block.Name, len(after))
+	}
+	if err := tileStore(s, store, at, lanes); err != nil {
+		return err
+	}
+	out, err := s.GetBlock(copyOut)
+	if err != nil {
+		return err
+	}
+	if err := s.ReverseComputeAt(out, rows); err != nil {
+		return err
+	}
+	il, err := s.GetLoops(init)
+	if err != nil {
+		return err
+	}
+	n := len(tile)
+	for _, u := range append(append([]schedule.LoopRV{}, tile[:n-1]...), il[len(il)-n:len(il)-1]...) {
+		if err := s.Unroll(u); err != nil {
+			return err
+		}
+	}
+	for _, v := range []schedule.LoopRV{tile[n-1], il[len(il)-1]} {
+		if err := s.Vectorize(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vectorTail reports whether the epilogue reads nothing but the
+// convolution along the row (a bias, Clip: it may be computed on lanes
+// past the row's end).
+func (d *depthwisePlane) vectorTail() bool {
+	if d.epilogue == nil {
+		return true
+	}
+	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
+	x := d.epilogue.Block.IterVars[3].Var
+	tail := true
+	ir.Visit(d.epilogue.Block.Body.(*ir.BufferStore).Value, func(m ir.Node) bool {
+		if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != outBuf && usesVar(l, x) {
+			tail = false
+		}
+		return tail
+	})
+	return tail
 }
