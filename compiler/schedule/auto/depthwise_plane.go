@@ -98,14 +98,31 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 	return p, nil
 }
 
-// scheduleDepthwisePlane returns f rewritten by the rule above, or an
+// scheduleDepthwisePlane returns f scheduled by the rule above, or an
 // error when f is not of its form.
 func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	s, err := depthwisePlaneSchedule(f, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.Func(), nil
+}
+
+// depthwisePlaneSchedule returns the rule's schedule of f, from f itself:
+// its trace replays on f.
+func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedule.Schedule, error) {
 	conv := len(c.reduce) == 3 && c.reduce[0] == 1
 	if c.rows >= 0 || len(c.spatial) != 4 || !conv && len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a depthwise convolution", c.name)
 	}
-	g, d, err := matchPlaneFunc(f, c)
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := inlineAfterIn(s, c.name); err != nil {
+		return nil, err
+	}
+	d, err := matchDepthwisePlane(s.Func(), c)
 	if err != nil {
 		return nil, err
 	}
@@ -123,17 +140,56 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if _, ok := ir.IsConstInt(d.a.Buffer.Shape[3]); !ok {
 		return nil, skip("block %q: input width", c.name)
 	}
-	lanes := opts.VectorBytes / 4
-	for lanes > 4 && lanes/2 >= d.X {
-		lanes /= 2
+	// The lanes: the target's vectors, halved while half of one still
+	// covers the row.
+	var candidates []int64
+	pick := 0
+	for l := opts.VectorBytes / 4; l >= 4; l /= 2 {
+		candidates = append(candidates, l)
+		if l > 4 && l/2 >= d.X {
+			pick = len(candidates)
+		}
 	}
-	xv := (d.X + lanes - 1) / lanes * lanes
-	if xv/lanes > maxPlaneVectors {
-		return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
+	if len(candidates) == 0 {
+		return nil, skip("block %q: vectors of %d bytes", c.name, opts.VectorBytes)
 	}
-	return withEpilogue(g, func(s *schedule.Schedule, epilogue bool) error {
-		return d.schedule(s, c, lanes, xv, opts, epilogue)
-	})
+	pick = min(pick, len(candidates)-1)
+	probs := make([]float64, len(candidates))
+	for i := range probs {
+		probs[i] = 1 / float64(len(probs))
+	}
+	var err2 error
+	for _, epilogue := range []bool{true, false} {
+		t := s.Copy()
+		lanes, err := t.SampleCategorical(nil, candidates, probs, pick)
+		if err != nil {
+			return nil, err
+		}
+		xv := (d.X + lanes - 1) / lanes * lanes
+		if xv/lanes > maxPlaneVectors {
+			return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
+		}
+		if err2 = d.schedule(t, c, lanes, xv, opts, epilogue); err2 == nil {
+			return t, nil
+		}
+	}
+	return nil, err2
+}
+
+// inlineAfterIn inlines the elementwise blocks after block name into the
+// last of them, in s (see inlineAfter).
+func inlineAfterIn(s *schedule.Schedule, name string) error {
+	after := blocksAfter(s.Func(), name)
+	for _, a := range after[:max(len(after)-1, 0)] {
+		b, err := s.GetBlock(a)
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return skip("block %q after %q cannot be inlined: %v", a, name, err)
+		}
+	}
+	return nil
 }
 
 // matchPlaneFunc returns f with the elementwise blocks after block c
@@ -156,17 +212,8 @@ func inlineAfter(f *ir.PrimFunc, name string) (*ir.PrimFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	after := blocksAfter(s.Func(), name)
-	for _, a := range after[:max(len(after)-1, 0)] {
-		b, err := s.GetBlock(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.ComputeInline(b); err != nil {
-			// A block after it that is not elementwise: not the rules'
-			// form.
-			return nil, skip("block %q after %q cannot be inlined: %v", a, name, err)
-		}
+	if err := inlineAfterIn(s, name); err != nil {
+		return nil, err
 	}
 	return s.Func(), nil
 }
@@ -469,8 +516,13 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 		return skip("block %q is nested in other loops", c.name)
 	}
 	// A tile of yt rows × xv/lanes vectors stays in registers.
-	yt := largestDivisor(d.Y, max(1, maxPlaneAccumulators/(xv/lanes)))
-	ys, err := s.Split(loops[2], -1, yt)
+	limit := max(1, maxPlaneAccumulators/(xv/lanes))
+	yt := largestDivisor(d.Y, limit)
+	yf, err := s.SamplePerfectTile(nil, loops[2], 2, limit, []int64{d.Y / yt, yt})
+	if err != nil {
+		return err
+	}
+	ys, err := s.Split(loops[2], yf...)
 	if err != nil {
 		return err
 	}
