@@ -12,23 +12,38 @@ import (
 //
 // (topi.Conv2D's group_conv2d_nchw with one channel per group, any
 // width, a stride of 1 or 2 along the rows) and elementwise blocks after
-// it (bias, Clip, residual add) is rewritten into loops of its own, which
-// the primitives cannot express: rows whose width no vector divides (14,
-// 7) are computed on whole vectors, their extra lanes dropped.
+// it (bias, Clip, residual add), scheduled with these primitives:
+//
+//	compute_inline      the elementwise blocks into the last one
+//	sample_categorical  the lanes: the target's vectors, halved while
+//	                    half a vector covers the row
+//	pad_einsum          x to whole vectors (Xv): the window reads a
+//	                    padded copy of the plane (the padding stage
+//	                    inlined into it) and stores a padded output
+//	transform_layout    stride 2: the plane's columns w at (w % 2, w // 2),
+//	                    even and odd apart, so that every tap reads
+//	                    consecutive elements (cache_read_layout when the
+//	                    window reads a parameter)
+//	sample_perfect_tile the rows of a tile, split; reorder
+//	cache_write, decompose_reduction
+//	                    a tile of rows × Xv in registers, zeroed, the
+//	                    window accumulated into it, unrolled, vectorized
+//	reverse_compute_at  the epilogue on the tile's whole vectors when it
+//	                    reads nothing else along the row (a bias, Clip),
+//	                    else on the row's X elements after the tile; the
+//	                    copy of the X columns of each row after the tile
+//	compute_at          the plane under the channel's loop (one plane per
+//	                    channel, which stays in cache), its rows and
+//	                    columns annotated pragma_loop_partition_hint so
+//	                    that lowering leaves its interior a plain copy
+//	parallel            the channels, above Options.ParallelFlops
 //
 //	parallel for c:
-//	  P = A's plane for channel c, padded (the padding stage computed
-//	      here, once per channel, in a buffer that stays in cache); a
-//	      stride of 2 stores even and odd columns apart, so that every
-//	      tap reads consecutive elements
-//	  for y:
-//	    acc[0:Xv] = 0                        (vectors in registers)
-//	    for ry, rx: acc[0:Xv] += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
-//	    row[0:Xv] = acc
-//	    for x < X: out[n, c, y, x] = epilogue(row[x])
-//
-// Xv is the width rounded up to whole vectors; the padded plane has
-// columns enough for the extra lanes (zeros).
+//	  P = A's plane for channel c, padded (stride 2: even, odd columns)
+//	  for each tile of rows:
+//	    acc[rows, 0:Xv] = 0                   (vectors in registers)
+//	    for ry, rx: acc += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
+//	    row = epilogue(acc); out[n, c, y, x < X] = row
 //
 // A pooling window after a padding stage (a maximum or sum of A's window,
 // topi's pool_max and pool_sum) is computed the same way, its terms
