@@ -27,7 +27,8 @@ import (
 //	sample_perfect_tile the rows of a tile, split; reorder
 //	cache_write, decompose_reduction
 //	                    a tile of rows × Xv in registers, zeroed, the
-//	                    window accumulated into it, unrolled, vectorized
+//	                    window accumulated into it, unrolled, vectorized;
+//	                    the taps along the row unrolled
 //	reverse_compute_at  the epilogue on the tile's whole vectors when it
 //	                    reads nothing else along the row (a bias, Clip),
 //	                    else on the row's X elements after the tile; the
@@ -555,6 +556,11 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 			return err
 		}
 	} else if err := d.paddedTile(s, blk, ys[0], xs[0], loops[4], tile, lanes); err != nil {
+		return err
+	}
+	// The window's taps along the row, unrolled: each reads the plane at
+	// a constant offset (stride 2: from a constant phase).
+	if err := s.Unroll(loops[len(loops)-1]); err != nil {
 		return err
 	}
 	if plane != nil {
