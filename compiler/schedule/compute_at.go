@@ -13,7 +13,10 @@ import (
 // that region, with a predicate where it may leave the block's domain;
 // the block's own predicate (a split that does not divide) is kept where
 // it is over loops that bind its iteration variables directly (as
-// rfactor's partial results are), else compute_at refuses.
+// rfactor's partial results are), else compute_at refuses. A dimension
+// of the output that b writes at an expression of its iteration
+// variables (a layout's w % 2, w // 2) leaves those variables over their
+// whole domain.
 // Preconditions: b writes one intermediate buffer (not a parameter) and
 // is its only producer; every block that reads it is under l; b comes
 // before l and is not already under it.
@@ -110,7 +113,7 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 			return fail("no block under loop %q reads %q, which block %q writes", loop.Var.Name, buf.Name, blk.Name)
 		}
 		var ok bool
-		if dims, ok = oneToOne(blk, blk.Writes[0]); !ok {
+		if dims, ok = partlyOneToOne(blk, blk.Writes[0]); !ok {
 			return fail("block %q does not write %s at its iteration variables one to one", blk.Name, regionString(blk.Writes[0]))
 		}
 	} else {
@@ -199,7 +202,9 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 		byVar[i] = -1
 	}
 	for d, i := range dims {
-		byVar[i] = d
+		if i >= 0 {
+			byVar[i] = d
+		}
 	}
 	bnd := loopBounds(append(ls.loops(), loop))
 	var loopVars []*ir.Var
@@ -216,6 +221,7 @@ func (s *Schedule) moveUnder(prim string, bs, ls site, reverse bool, after ir.St
 			vals[i] = bnd.simplify(ir.NewBinary(ir.OpAdd, iv.Dom.Min, ax))
 			continue
 		}
+		region[d] = widenSpan(region[d], t)
 		ext := region[d].hi.add(region[d].lo, -1).add(constAffine(region[d].lo.t, 1), 1)
 		if c, ok := ext.isConst(); ok && c < 1 {
 			return fail("the region of %q to cover along dimension %d is empty", buf.Name, d)

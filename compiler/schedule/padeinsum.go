@@ -16,9 +16,12 @@ import (
 // when a spatial variable is padded, the block computes into a padded
 // buffer output_pad that a block output_unpad copies back. Block b must
 // be an einsum: one store to an output at its spatial iteration variables,
-// loads at iteration variables only, and, when a reduction variable is
-// padded, a sum whose terms are products with a load along that variable
-// (so the padding adds zero). Its loops must be its own, one per
+// loads at iteration variables or at windows over them (sums of
+// variables times non-negative constants, a convolution's x·s + rx: the
+// copy then holds what the padded domain reads; an input that already
+// holds it is read in place), and, when a reduction variable is padded, a
+// sum whose terms are products with a load at that variable (so the
+// padding adds zero). Its loops must be its own, one per
 // iteration variable (pad before splitting them) and its predicate true.
 func (s *Schedule) PadEinsum(b BlockRV, padding []int64) error {
 	if err := s.padEinsum(b, padding); err != nil {
@@ -103,8 +106,9 @@ func (s *Schedule) padEinsum(b BlockRV, padding []int64) error {
 	} else if reducePadded {
 		return fmt.Errorf("block %q has reduction variables but no init", blk.Name)
 	}
-	// The inputs: each loaded at one tuple of iteration variables.
-	at := map[*ir.Buffer][]*ir.Var{}
+	// The inputs: loaded at iteration variables or windows over them
+	// (padInput).
+	at := map[*ir.Buffer]*padInput{}
 	var inputs []*ir.Buffer
 	var bad error
 	ir.Visit(value, func(n ir.Node) bool {
@@ -112,15 +116,12 @@ func (s *Schedule) padEinsum(b BlockRV, padding []int64) error {
 		if !ok || bad != nil || l.Buffer == out {
 			return bad == nil
 		}
-		vs, err := iterIndices(blk, l.Indices, index)
-		switch {
-		case err != nil:
-			bad = fmt.Errorf("block %q loads %q %w", blk.Name, l.Buffer.Name, err)
-		case at[l.Buffer] != nil && !slices.Equal(at[l.Buffer], vs):
-			bad = fmt.Errorf("block %q loads %q at two different tuples of iteration variables", blk.Name, l.Buffer.Name)
-		case at[l.Buffer] == nil:
-			at[l.Buffer] = vs
+		if at[l.Buffer] == nil {
+			at[l.Buffer] = &padInput{}
 			inputs = append(inputs, l.Buffer)
+		}
+		if err := at[l.Buffer].windowLoad(l.Indices, index, exts); err != nil {
+			bad = fmt.Errorf("block %q loads %q %w", blk.Name, l.Buffer.Name, err)
 		}
 		return bad == nil
 	})
@@ -140,7 +141,7 @@ func (s *Schedule) padEinsum(b BlockRV, padding []int64) error {
 			}
 			if !slices.ContainsFunc(factors, func(f ir.Expr) bool {
 				l, ok := f.(*ir.BufferLoad)
-				return ok && l.Buffer != out && slices.Contains(at[l.Buffer], iv.Var)
+				return ok && l.Buffer != out && zeroAlong(l, iv.Var, dims[index[iv.Var]])
 			}) {
 				return fmt.Errorf("padding the reduction variable %q of block %q would add %s at the padded iterations: the summed term is not a product with a load along %q", iv.Var.Name, blk.Name, x, iv.Var.Name)
 			}
@@ -160,12 +161,12 @@ func (s *Schedule) padEinsum(b BlockRV, padding []int64) error {
 	var before, after []ir.Stmt
 	var allocs []*ir.Buffer
 	for _, in := range inputs {
-		vs := at[in]
-		if !anyPadded(vs) {
+		shape := at[in].paddedShape(in)
+		if !anyPadded(at[in].vars) || shape == nil {
 			continue
 		}
 		name := s.uniqueName(in.Name + "_pad")
-		pb := ir.NewBuffer(name, in.DType, paddedShape(vs, in.Shape), in.StorageScope())
+		pb := ir.NewBuffer(name, in.DType, shape, in.StorageScope())
 		allocs = append(allocs, pb)
 		before = append(before, padCopy(name, in, pb))
 		nbr = replaceBuffer(nbr, in, pb, false)

@@ -342,8 +342,8 @@ func TestPadEinsumErrors(t *testing.T) {
 			}
 			return s.PadEinsum(c, []int64{4, 1, 1})
 		}, `pad_einsum: the loops of block "C" are not one loop per iteration variable, from 0 over its domain, serial and around this block alone (pad before split, fuse or compute_at)`},
-		{"not an einsum", stencil(), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{4}) },
-			`pad_einsum: block "C" loads "B" at (v_i + 1) in dimension 0, not at an iteration variable`},
+		{"not an einsum", reversed(), func(s *Schedule, c BlockRV) error { return s.PadEinsum(c, []int64{16}) },
+			`pad_einsum: block "C" loads "A" at (7 - v_i) in dimension 0, not a sum of iteration variables times non-negative constants`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := New(tt.fn)

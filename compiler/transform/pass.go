@@ -38,6 +38,7 @@ var passes = []Pass{
 	{Name: "flatten_buffers", Fn: FlattenBuffers, Required: true},
 	{Name: "vectorize", Fn: Vectorize, Required: true},
 	{Name: "unroll", Fn: Unroll},
+	{Name: "partition_loops", Fn: PartitionLoops},
 	{Name: "simplify", Fn: Simplify},
 	{Name: "storage_rewrite", Fn: StorageRewrite},
 	{Name: "make_packed_api", Fn: MakePackedAPI, Required: true},
@@ -53,6 +54,8 @@ var passOrder = [][2]string{
 	{"lower_blocks", "unroll"},
 	{"vectorize", "unroll"},
 	{"lower_blocks", "simplify"},
+	{"unroll", "partition_loops"}, // unrolled phases make its comparisons constant
+	{"partition_loops", "simplify"},
 	{"flatten_buffers", "storage_rewrite"},
 	{"vectorize", "storage_rewrite"},
 	{"unroll", "storage_rewrite"},

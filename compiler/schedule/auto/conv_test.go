@@ -3,6 +3,7 @@ package auto
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,8 +163,10 @@ func TestConv(t *testing.T) {
 			if !ok {
 				return
 			}
-			// On the tile, the epilogue's intermediate buffers are gone.
-			check.Equal(t, len(rootAllocs(g)) <= 2, cc.inTile, "allocations %v", rootAllocs(g))
+			// On the tile, the epilogue's intermediate buffers are gone
+			// (PadEinsum's padded copies are not the epilogue's).
+			allocs := slices.DeleteFunc(rootAllocs(g), func(name string) bool { return strings.HasSuffix(name, "_pad") })
+			check.Equal(t, len(allocs) <= 2, cc.inTile, "allocations %v", rootAllocs(g))
 			want := outputOf(t, f)
 			got := outputOf(t, g)
 			nearSlices(t, got, want)

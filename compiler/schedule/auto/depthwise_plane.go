@@ -12,23 +12,39 @@ import (
 //
 // (topi.Conv2D's group_conv2d_nchw with one channel per group, any
 // width, a stride of 1 or 2 along the rows) and elementwise blocks after
-// it (bias, Clip, residual add) is rewritten into loops of its own, which
-// the primitives cannot express: rows whose width no vector divides (14,
-// 7) are computed on whole vectors, their extra lanes dropped.
+// it (bias, Clip, residual add), scheduled with these primitives:
+//
+//	compute_inline      the elementwise blocks into the last one
+//	sample_categorical  the lanes: the target's vectors, halved while
+//	                    half a vector covers the row
+//	pad_einsum          x to whole vectors (Xv): the window reads a
+//	                    padded copy of the plane (the padding stage
+//	                    inlined into it) and stores a padded output
+//	transform_layout    stride 2: the plane's columns w at (w % 2, w // 2),
+//	                    even and odd apart, so that every tap reads
+//	                    consecutive elements (cache_read_layout when the
+//	                    window reads a parameter)
+//	sample_perfect_tile the rows of a tile, split; reorder
+//	cache_write, decompose_reduction
+//	                    a tile of rows × Xv in registers, zeroed, the
+//	                    window accumulated into it, unrolled, vectorized;
+//	                    the taps along the row unrolled
+//	reverse_compute_at  the epilogue on the tile's whole vectors when it
+//	                    reads nothing else along the row (a bias, Clip),
+//	                    else on the row's X elements after the tile; the
+//	                    copy of the X columns of each row after the tile
+//	compute_at          the plane under the channel's loop (one plane per
+//	                    channel, which stays in cache), its rows and
+//	                    columns annotated pragma_loop_partition_hint so
+//	                    that lowering leaves its interior a plain copy
+//	parallel            the channels, above Options.ParallelFlops
 //
 //	parallel for c:
-//	  P = A's plane for channel c, padded (the padding stage computed
-//	      here, once per channel, in a buffer that stays in cache); a
-//	      stride of 2 stores even and odd columns apart, so that every
-//	      tap reads consecutive elements
-//	  for y:
-//	    acc[0:Xv] = 0                        (vectors in registers)
-//	    for ry, rx: acc[0:Xv] += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
-//	    row[0:Xv] = acc
-//	    for x < X: out[n, c, y, x] = epilogue(row[x])
-//
-// Xv is the width rounded up to whole vectors; the padded plane has
-// columns enough for the extra lanes (zeros).
+//	  P = A's plane for channel c, padded (stride 2: even, odd columns)
+//	  for each tile of rows:
+//	    acc[rows, 0:Xv] = 0                   (vectors in registers)
+//	    for ry, rx: acc += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
+//	    row = epilogue(acc); out[n, c, y, x < X] = row
 //
 // A pooling window after a padding stage (a maximum or sum of A's window,
 // topi's pool_max and pool_sum) is computed the same way, its terms
@@ -98,14 +114,31 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 	return p, nil
 }
 
-// scheduleDepthwisePlane returns f rewritten by the rule above, or an
+// scheduleDepthwisePlane returns f scheduled by the rule above, or an
 // error when f is not of its form.
 func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	s, err := depthwisePlaneSchedule(f, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.Func(), nil
+}
+
+// depthwisePlaneSchedule returns the rule's schedule of f, from f itself:
+// its trace replays on f.
+func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedule.Schedule, error) {
 	conv := len(c.reduce) == 3 && c.reduce[0] == 1
 	if c.rows >= 0 || len(c.spatial) != 4 || !conv && len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a depthwise convolution", c.name)
 	}
-	g, d, err := matchPlaneFunc(f, c)
+	s, err := schedule.New(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := inlineAfterIn(s, c.name); err != nil {
+		return nil, err
+	}
+	d, err := matchDepthwisePlane(s.Func(), c)
 	if err != nil {
 		return nil, err
 	}
@@ -123,15 +156,56 @@ func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Prim
 	if _, ok := ir.IsConstInt(d.a.Buffer.Shape[3]); !ok {
 		return nil, skip("block %q: input width", c.name)
 	}
-	lanes := opts.VectorBytes / 4
-	for lanes > 4 && lanes/2 >= d.X {
-		lanes /= 2
+	// The lanes: the target's vectors, halved while half of one still
+	// covers the row.
+	var candidates []int64
+	pick := 0
+	for l := opts.VectorBytes / 4; l >= 4; l /= 2 {
+		candidates = append(candidates, l)
+		if l > 4 && l/2 >= d.X {
+			pick = len(candidates)
+		}
 	}
-	xv := (d.X + lanes - 1) / lanes * lanes
-	if xv/lanes > maxPlaneVectors {
-		return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
+	if len(candidates) == 0 {
+		return nil, skip("block %q: vectors of %d bytes", c.name, opts.VectorBytes)
 	}
-	return g.WithBody(ir.NewRootBlock(d.loops(lanes, xv, opts))), nil
+	pick = min(pick, len(candidates)-1)
+	probs := make([]float64, len(candidates))
+	for i := range probs {
+		probs[i] = 1 / float64(len(probs))
+	}
+	var err2 error
+	for _, epilogue := range []bool{true, false} {
+		t := s.Copy()
+		lanes, err := t.SampleCategorical(nil, candidates, probs, pick)
+		if err != nil {
+			return nil, err
+		}
+		xv := (d.X + lanes - 1) / lanes * lanes
+		if xv/lanes > maxPlaneVectors {
+			return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
+		}
+		if err2 = d.schedule(t, c, lanes, xv, opts, epilogue); err2 == nil {
+			return t, nil
+		}
+	}
+	return nil, err2
+}
+
+// inlineAfterIn inlines the elementwise blocks after block name into the
+// last of them, in s (see inlineAfter).
+func inlineAfterIn(s *schedule.Schedule, name string) error {
+	after := blocksAfter(s.Func(), name)
+	for _, a := range after[:max(len(after)-1, 0)] {
+		b, err := s.GetBlock(a)
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(b); err != nil {
+			return skip("block %q after %q cannot be inlined: %v", a, name, err)
+		}
+	}
+	return nil
 }
 
 // matchPlaneFunc returns f with the elementwise blocks after block c
@@ -154,17 +228,8 @@ func inlineAfter(f *ir.PrimFunc, name string) (*ir.PrimFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	after := blocksAfter(s.Func(), name)
-	for _, a := range after[:max(len(after)-1, 0)] {
-		b, err := s.GetBlock(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.ComputeInline(b); err != nil {
-			// A block after it that is not elementwise: not the rules'
-			// form.
-			return nil, skip("block %q after %q cannot be inlined: %v", a, name, err)
-		}
+	if err := inlineAfterIn(s, name); err != nil {
+		return nil, err
 	}
 	return s.Func(), nil
 }
@@ -406,185 +471,6 @@ func ceilDiv(a, b int64) int64 {
 	return -((-a) / b)
 }
 
-// loops builds the function's new body.
-func (d *depthwisePlane) loops(lanes, xv int64, opts Options) ir.Stmt {
-	// Indices in the type of the convolution's iteration variables.
-	it := d.c.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	n := ir.NewVar("n", it)
-	c := ir.NewVar("c", it)
-	// The plane: sx phases of hn rows of wq columns; phase p, row r,
-	// column j holds A[.., r, j·sx + p] (zero past A's width).
-	hn := (d.Y-1)*d.sy + d.KH
-	wq := xv + (d.KW-1)/d.sx
-	plane := ir.NewBuffer("plane", ir.Float32, []ir.Expr{i64(d.sx * hn * wq)}, "global")
-
-	// Channel indices of A for output channel c (rc = 0).
-	conv := map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0)}
-	an := ir.SubstituteExpr(d.a.Indices[0], conv)
-	ac := ir.SubstituteExpr(d.a.Indices[1], conv)
-
-	// The plane is src's rows and columns, copied (plain loops the C
-	// compiler vectorizes), framed by the padding value.
-	var fills []ir.Stmt
-	rect := func(p, ra, rb, ja, jb int64, value func(r, j ir.Expr) ir.Expr) {
-		if ra >= rb || ja >= jb {
-			return
-		}
-		r := ir.NewVar("r", it)
-		j := ir.NewVar("j", it)
-		fills = append(fills, ir.NewFor(r, i64(ra), i64(rb-ra), ir.ForSerial,
-			ir.NewFor(j, i64(ja), i64(jb-ja), ir.ForSerial,
-				ir.NewBufferStore(plane, value(r, j), ir.Add(ir.Mul(ir.Add(i64(p*hn), r), i64(wq)), j)))))
-	}
-	padding := func(_, _ ir.Expr) ir.Expr { return d.padValue }
-	// Plane row r is A's row r+offY, src's row r+offY-padY.
-	r0, r1 := min(max(0, d.padY-d.offY), hn), max(min(hn, d.srcH+d.padY-d.offY), 0)
-	for p := int64(0); p < d.sx; p++ {
-		// Plane column j of phase p is A's column j·sx+p+offX.
-		base := p + d.offX - d.padX
-		j0, j1 := ceilDiv(-base, d.sx), ceilDiv(d.srcW-base, d.sx)
-		j0, j1 = min(max(j0, 0), wq), max(min(j1, wq), 0)
-		if r0 >= r1 || j0 >= j1 {
-			rect(p, 0, hn, 0, wq, padding)
-			continue
-		}
-		rect(p, 0, r0, 0, wq, padding)
-		rect(p, r0, r1, 0, j0, padding)
-		rect(p, r0, r1, j0, j1, func(r, j ir.Expr) ir.Expr {
-			return ir.NewBufferLoad(d.src, an, ac, ir.Add(r, i64(d.offY-d.padY)), ir.Add(ir.Mul(j, i64(d.sx)), i64(base)))
-		})
-		rect(p, r0, r1, j1, wq, padding)
-		rect(p, r1, hn, 0, wq, padding)
-	}
-	fill := ir.Seq(fills...)
-
-	// A tile of yt rows × xv/lanes vectors stays in registers.
-	yt := largestDivisor(d.Y, max(1, maxPlaneAccumulators/(xv/lanes)))
-	yo := ir.NewVar("yo", it)
-	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(yt * xv)}, "local")
-	row := ir.NewBuffer("row", ir.Float32, []ir.Expr{i64(yt * xv)}, "global")
-	// tile runs body over the tile: the row's y, the column x in it and
-	// the slot of the tile.
-	tile := func(name string, body func(y, x, slot ir.Expr) ir.Stmt) ir.Stmt {
-		yi := ir.NewVar(name+"_y", it)
-		xo := ir.NewVar(name+"_o", it)
-		xi := ir.NewVar(name+"_i", it)
-		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
-		return ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled,
-			ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
-				ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
-					body(ir.Add(ir.Mul(yo, i64(yt)), yi), x, ir.Add(ir.Mul(yi, i64(xv)), x)))))
-	}
-	ry := ir.NewVar("ry", it)
-	rx := ir.NewVar("rx", it)
-	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, d.init, slot) })
-	var wv ir.Expr
-	if d.w != nil {
-		wv = ir.SubstituteExpr(d.w, map[*ir.Var]ir.Expr{d.n: n, d.c: c, d.rc: i64(0), d.ry: ry, d.rx: rx})
-	}
-	var taps []ir.Stmt
-	for k := int64(0); k < d.KW; k++ {
-		// Tap rx = k reads phase k mod sx from column x + k div sx.
-		kk := k
-		taps = append(taps, tile("t", func(y, x, slot ir.Expr) ir.Stmt {
-			at := ir.Add(ir.Mul(ir.Add(i64(kk%d.sx*hn), ir.Add(ir.Mul(y, i64(d.sy)), ry)), i64(wq)), ir.Add(x, i64(kk/d.sx)))
-			term := ir.Expr(ir.NewBufferLoad(plane, at))
-			if wv != nil {
-				term = ir.Mul(term, ir.SubstituteExpr(wv, map[*ir.Var]ir.Expr{rx: i64(kk)}))
-			}
-			return ir.NewBufferStore(acc, ir.NewBinary(d.op, ir.NewBufferLoad(acc, slot), term), slot)
-		}))
-	}
-	window := ir.NewFor(ry, i64(0), i64(d.KH), ir.ForSerial, ir.Seq(taps...))
-	outBuf, epilogue, vectorTail := d.output(n, c)
-	// When the epilogue reads nothing else along the row (a bias, Clip),
-	// it runs on the tile's whole vectors, extra lanes included, and the
-	// rows are copied out; otherwise it runs on the row's X elements.
-	save := tile("s", func(y, x, slot ir.Expr) ir.Stmt {
-		v := ir.Expr(ir.NewBufferLoad(acc, slot))
-		if vectorTail {
-			v = epilogue(y, x, v)
-		}
-		return ir.NewBufferStore(row, v, slot)
-	})
-
-	yi := ir.NewVar("yi", it)
-	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
-	x := ir.NewVar("x", it)
-	slot := ir.Add(ir.Mul(yi, i64(xv)), x)
-	v := ir.Expr(ir.NewBufferLoad(row, slot))
-	if !vectorTail {
-		v = epilogue(y, x, v)
-	}
-	store := ir.NewBufferStore(outBuf, v, n, c, y, x)
-	out := ir.Stmt(ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial, store))
-	if d.X%lanes == 0 {
-		xo := ir.NewVar("xe_o", it)
-		xi := ir.NewVar("xe_i", it)
-		out = ir.NewFor(xo, i64(0), i64(d.X/lanes), ir.ForSerial,
-			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized,
-				ir.Substitute(store, map[*ir.Var]ir.Expr{x: ir.Add(ir.Mul(xo, i64(lanes)), xi)})))
-	}
-	out = ir.NewFor(yi, i64(0), i64(yt), ir.ForSerial, out)
-	var flat *ir.Buffer
-	if vectorTail && xv <= 2*d.X && d.Y > 1 && outBuf.Strides == nil {
-		flat = flatView(outBuf, it, d.Y*d.X)
-		save, out = d.overlappingRows(flat, outBuf, acc, row, n, c, yo, yt, lanes, xv, epilogue)
-	}
-	rows := ir.NewFor(yo, i64(0), i64(d.Y/yt), ir.ForSerial,
-		&ir.Allocate{Buffer: acc, Body: &ir.Allocate{Buffer: row, Body: ir.Seq(zero, window, save, out)}})
-	kind := ir.ForSerial
-	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
-		kind = ir.ForParallel
-	}
-	body := ir.Stmt(ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial,
-		ir.NewFor(c, i64(0), i64(d.C), kind, &ir.Allocate{Buffer: plane, Body: ir.Seq(fill, rows)})))
-	if flat != nil {
-		body = &ir.DeclBuffer{Buffer: flat, Body: body}
-	}
-	return body
-}
-
-// overlappingRows returns the tile's store and the copy after it, when
-// the epilogue reads nothing else along the row: every row but the plane's last is stored as its
-// whole vectors straight into the output plane (flat, a view of outBuf
-// as [N, C, Y·X]), the extra lanes running into the next row, which is
-// stored after it and overwrites them; the last row, whose extra lanes
-// would run past the channel's plane (into a plane another thread may
-// be writing), goes through row and is copied out element by element.
-// Rows of 56, 28, 14 or 7 (mobilenet_v2's) no longer pass through a
-// buffer and a scalar copy each: its depthwise convolutions ran
-// 1.06–1.2× faster so. Rows that whole vectors fill (112) are all
-// stored straight into the output (its 112×112 one 1.2× faster).
-func (d *depthwisePlane) overlappingRows(flat, outBuf, acc, row *ir.Buffer, n, c, yo ir.Expr, yt, lanes, xv int64, epilogue func(y, x, v ir.Expr) ir.Expr) (save, out ir.Stmt) {
-	it := d.c.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	yi := ir.NewVar("s_y", it)
-	y := ir.Add(ir.Mul(yo, i64(yt)), yi)
-	vectors := func(body func(x, slot ir.Expr) ir.Stmt) ir.Stmt {
-		xo := ir.NewVar("s_o", it)
-		xi := ir.NewVar("s_i", it)
-		x := ir.Add(ir.Mul(xo, i64(lanes)), xi)
-		return ir.NewFor(xo, i64(0), i64(xv/lanes), ir.ForUnrolled,
-			ir.NewFor(xi, i64(0), i64(lanes), ir.ForVectorized, body(x, ir.Add(ir.Mul(yi, i64(xv)), x))))
-	}
-	value := func(x, slot ir.Expr) ir.Expr { return epilogue(y, x, ir.NewBufferLoad(acc, slot)) }
-	direct := vectors(func(x, slot ir.Expr) ir.Stmt {
-		return ir.NewBufferStore(flat, value(x, slot), n, c, ir.Add(ir.Mul(y, i64(d.X)), x))
-	})
-	last := vectors(func(x, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(row, value(x, slot), slot) })
-	if xv == d.X {
-		// Whole vectors end every row: nothing runs over.
-		return ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled, direct), ir.Seq()
-	}
-	save = ir.NewFor(yi, i64(0), i64(yt), ir.ForUnrolled, &ir.IfThenElse{Cond: ir.LT(y, i64(d.Y-1)), Then: direct, Else: last})
-	x := ir.NewVar("x", it)
-	copyLast := ir.NewFor(x, i64(0), i64(d.X), ir.ForSerial,
-		ir.NewBufferStore(outBuf, ir.NewBufferLoad(row, ir.Add(i64((yt-1)*xv), x)), n, c, i64(d.Y-1), x))
-	return save, &ir.IfThenElse{Cond: ir.EQ(yo, i64(d.Y/yt-1)), Then: copyLast}
-}
-
 // output returns the buffer the function stores for channel (n, c), the
 // value stored at (y, x) from the window's result v, and whether that
 // value reads nothing else along the row (a bias, Clip: it may be
@@ -613,3 +499,324 @@ func (d *depthwisePlane) output(n, c ir.Expr) (*ir.Buffer, func(y, x, v ir.Expr)
 		return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
 	}, vectorTail
 }
+
+// schedule applies the rule's primitives to s (the function with its
+// epilogue inlined into one block), rows of X computed as xv columns of
+// vectors of lanes; rows that vectors divide take the epilogue on the
+// register tile when epilogue is set.
+func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv int64, opts Options, epilogue bool) error {
+	blk, err := s.GetBlock(c.name)
+	if err != nil {
+		return err
+	}
+	// Whole vectors along x: the padded domain reads a padded copy of
+	// the plane (the padding stage inlined into it) and stores a padded
+	// output whose extra columns are dropped.
+	padding := make([]int64, len(c.spatial)+len(c.reduce))
+	for i := range padding {
+		padding[i] = 1
+	}
+	padding[3] = lanes
+	if err := s.PadEinsum(blk, padding); err != nil {
+		return err
+	}
+	plane, err := d.planeBlock(s, blk)
+	if err != nil {
+		return err
+	}
+	loops, err := s.GetLoops(blk)
+	if err != nil {
+		return err
+	}
+	if len(loops) != len(padding) {
+		return skip("block %q is nested in other loops", c.name)
+	}
+	// A tile of yt rows × xv/lanes vectors stays in registers.
+	limit := max(1, maxPlaneAccumulators/(xv/lanes))
+	yt := largestDivisor(d.Y, limit)
+	yf, err := s.SamplePerfectTile(nil, loops[2], 2, limit, []int64{d.Y / yt, yt})
+	if err != nil {
+		return err
+	}
+	ys, err := s.Split(loops[2], yf...)
+	if err != nil {
+		return err
+	}
+	xs, err := s.Split(loops[3], -1, xv/lanes, lanes)
+	if err != nil {
+		return err
+	}
+	order := append([]schedule.LoopRV{loops[0], loops[1], ys[0], xs[0]}, loops[4:]...)
+	tile := []schedule.LoopRV{ys[1], xs[1], xs[2]}
+	if err := s.Reorder(append(order, tile...)...); err != nil {
+		return err
+	}
+	if xv == d.X {
+		if err := registerTile(s, blk, nil, xs[0], loops[4], tile, lanes, epilogue); err != nil {
+			return err
+		}
+	} else if err := d.paddedTile(s, blk, ys[0], xs[0], loops[4], tile, lanes); err != nil {
+		return err
+	}
+	// The window's taps along the row, unrolled: each reads the plane at
+	// a constant offset (stride 2: from a constant phase).
+	if err := s.Unroll(loops[len(loops)-1]); err != nil {
+		return err
+	}
+	if plane != nil {
+		if err := s.ComputeAt(*plane, loops[1]); err != nil {
+			return err
+		}
+		if err := d.planeLoops(s, *plane); err != nil {
+			return err
+		}
+	}
+	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
+		if err := s.Parallel(loops[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planeBlock returns the block that writes the plane block blk reads (the
+// padded copy, the padding stage, or for a parameter read with a stride
+// a copy of it), with the padding stage inlined into a padded copy; a
+// stride of 2 stores the plane's even and odd columns apart (w % 2, w //
+// 2), so that every tap reads consecutive elements. It is nil when blk
+// reads a parameter in place.
+func (d *depthwisePlane) planeBlock(s *schedule.Schedule, blk schedule.BlockRV) (*schedule.BlockRV, error) {
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return nil, err
+	}
+	read := -1
+	for i, r := range br.Block.Reads {
+		if d.w == nil || r.Buffer != d.w.Buffer {
+			if r.Buffer != br.Block.Body.(*ir.BufferStore).Buffer {
+				read = i
+				break
+			}
+		}
+	}
+	if read < 0 {
+		return nil, skip("block %q reads no plane", br.Block.Name)
+	}
+	planeBuf := br.Block.Reads[read].Buffer
+	writer := writerOf(s.Func(), planeBuf)
+	if writer != "" && d.pad != nil && writer != d.pad.Block.Name {
+		// The padded copy reads the padding stage: inline it.
+		pad, err := s.GetBlock(d.pad.Block.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ComputeInline(pad); err != nil {
+			return nil, err
+		}
+	}
+	deinterleave := "lambda n, c, h, w: (n, c, w % 2, h, w // 2)"
+	var zero float64
+	var pb schedule.BlockRV
+	switch {
+	case writer == "" && d.sx == 1:
+		return nil, nil
+	case writer == "":
+		m, err := schedule.ParseIndexMap(deinterleave)
+		if err != nil {
+			return nil, err
+		}
+		pb, err = s.CacheReadLayout(blk, read, "global", m, &zero)
+		return &pb, err
+	default:
+		pb, err = s.GetBlock(writer)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if d.sx == 2 {
+		m, err := schedule.ParseIndexMap(deinterleave)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.TransformLayout(pb, schedule.BufferIndex{Write: true}, m, &zero); err != nil {
+			return nil, err
+		}
+	}
+	return &pb, nil
+}
+
+// writerOf names the block of f that writes buf, or "" for none (a
+// parameter).
+func writerOf(f *ir.PrimFunc, buf *ir.Buffer) string {
+	name := ""
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if b, ok := n.(*ir.Block); ok && b.Name != ir.RootBlockName {
+			for _, w := range b.Writes {
+				if w.Buffer == buf {
+					name = b.Name
+				}
+			}
+		}
+		return name == ""
+	})
+	return name
+}
+
+// paddedTile accumulates blk's padded rows in a tile of registers and
+// stores them, whole vectors, to the padded output; the copy of its
+// first X columns (through the epilogue, when there is one) runs after
+// each tile of rows (loop rows). When the epilogue reads nothing else
+// along the row (a bias, Clip) it runs on the whole vectors too, extra
+// lanes included, into a padded output of its own.
+func (d *depthwisePlane) paddedTile(s *schedule.Schedule, blk schedule.BlockRV, rows, at, red schedule.LoopRV, tile []schedule.LoopRV, lanes int64) error {
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return err
+	}
+	after := blocksAfter(s.Func(), br.Block.Name) // the unpadding copy, the epilogue
+	wb, err := s.CacheWrite(blk, 0, "local")
+	if err != nil {
+		return err
+	}
+	init, err := s.DecomposeReduction(blk, red)
+	if err != nil {
+		return err
+	}
+	store := wb
+	var copyOut string
+	switch {
+	case len(after) == 1:
+		copyOut = after[0]
+	case len(after) == 2 && d.vectorTail():
+		// The epilogue on the padded rows: it reads the padded output
+		// where it is, the accumulators once the write-back is inlined.
+		unpad, err := s.GetBlock(after[0])
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(unpad); err != nil {
+			return err
+		}
+		ep, err := s.GetBlock(after[1])
+		if err != nil {
+			return err
+		}
+		if err := s.PadEinsum(ep, []int64{1, 1, 1, lanes}); err != nil {
+			return err
+		}
+		if err := s.ComputeInline(wb); err != nil {
+			return err
+		}
+		store = ep
+		epr, err := s.BlockRealize(ep)
+		if err != nil {
+			return err
+		}
+		copyOut = blocksAfter(s.Func(), epr.Block.Name)[0]
+	case len(after) == 2:
+		unpad, err := s.GetBlock(after[0])
+		if err != nil {
+			return err
+		}
+		if err := s.ComputeInline(unpad); err != nil {
+			return err
+		}
+		copyOut = after[1]
+	default:
+		return skip("block %q: %d blocks after it", br.Block.Name, len(after))
+	}
+	if err := tileStore(s, store, at, lanes); err != nil {
+		return err
+	}
+	out, err := s.GetBlock(copyOut)
+	if err != nil {
+		return err
+	}
+	if err := s.ReverseComputeAt(out, rows); err != nil {
+		return err
+	}
+	// The copy's loop over the padded row stops at X (its guard, split
+	// off, is never taken).
+	ol, err := s.GetLoops(out)
+	if err != nil {
+		return err
+	}
+	if err := s.Annotate(ol[len(ol)-1], loopPartitionHint, true); err != nil {
+		return err
+	}
+	il, err := s.GetLoops(init)
+	if err != nil {
+		return err
+	}
+	n := len(tile)
+	for _, u := range append(append([]schedule.LoopRV{}, tile[:n-1]...), il[len(il)-n:len(il)-1]...) {
+		if err := s.Unroll(u); err != nil {
+			return err
+		}
+	}
+	for _, v := range []schedule.LoopRV{tile[n-1], il[len(il)-1]} {
+		if err := s.Vectorize(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vectorTail reports whether the epilogue reads nothing but the
+// convolution along the row (a bias, Clip: it may be computed on lanes
+// past the row's end).
+func (d *depthwisePlane) vectorTail() bool {
+	if d.epilogue == nil {
+		return true
+	}
+	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
+	x := d.epilogue.Block.IterVars[3].Var
+	tail := true
+	ir.Visit(d.epilogue.Block.Body.(*ir.BufferStore).Value, func(m ir.Node) bool {
+		if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != outBuf && usesVar(l, x) {
+			tail = false
+		}
+		return tail
+	})
+	return tail
+}
+
+// planeLoops orders the loops of the plane's copy and marks its rows
+// and columns for partitioning where the padding's conditions change
+// (transform.PartitionLoops): its interior is then a plain copy. A stride
+// of 2 stores columns w at (w % 2, w // 2): the phase goes outermost,
+// unrolled, so that each phase's rows are stored in order from every
+// other column of the input.
+func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV) error {
+	loops, err := s.GetLoops(plane)
+	if err != nil {
+		return err
+	}
+	n := len(loops)
+	if n < 2 {
+		return skip("the plane's copy has %d loops", n)
+	}
+	rows, cols := loops[n-2], loops[n-1]
+	if d.sx == 2 {
+		ph, err := s.Split(cols, -1, 2)
+		if err != nil {
+			return err
+		}
+		if err := s.Reorder(ph[1], rows, ph[0]); err != nil {
+			return err
+		}
+		if err := s.Unroll(ph[1]); err != nil {
+			return err
+		}
+		cols = ph[0]
+	}
+	for _, l := range []schedule.LoopRV{rows, cols} {
+		if err := s.Annotate(l, loopPartitionHint, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopPartitionHint is transform.AttrLoopPartitionHint (TVM's key).
+const loopPartitionHint = "pragma_loop_partition_hint"
