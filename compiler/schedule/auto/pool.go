@@ -20,11 +20,12 @@ import (
 // write-back, moved under the channel's loop, combines the lanes, and
 // the epilogue (the division) follows it there. Both buffers are local
 // (a vector and a scalar per channel once compacted). L is by default
-// the widest vector (down to 4 lanes) that divides H·W; a run none
-// divides (7·7, 13·13) takes the widest vector, with a guard on the lanes
-// past the run, which keeps every vector of the run scalar (the lowering
-// has no loop partition to peel the last vector off: 2–2.5× slower than
-// whole vectors and a scalar tail on 13·13 planes).
+// the widest vector (down to 4 lanes); on a run it does not divide (7·7,
+// 13·13) the lanes past the run are guarded, and the loop over vectors
+// is annotated for loop partitioning (partition_loops), which splits off
+// the last vector: the whole vectors run unguarded, the last is a short
+// tail with the guard (a guard left in every vector keeps them all
+// scalar, 2–2.5× slower on 13·13 planes).
 
 // scheduleGlobalPool returns f rewritten by the rule above, or an error
 // when block c is not a global pooling.
@@ -107,7 +108,7 @@ func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plan
 	}
 	// The lanes, a choice the tuner may change (the vector's width and
 	// halves of it).
-	lanes, err = sampleLanes(s, lanes, plane)
+	lanes, err = sampleLanes(s, lanes)
 	if err != nil {
 		return err
 	}
@@ -145,6 +146,13 @@ func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plan
 	}
 	if err := s.Vectorize(vec[1]); err != nil {
 		return err
+	}
+	// The whole vectors run unguarded, the last (the run's remainder)
+	// is a loop of its own.
+	if plane%lanes != 0 {
+		if err := s.Annotate(vec[0], loopPartitionHint, true); err != nil {
+			return err
+		}
 	}
 	wl, err := s.GetLoops(b)
 	if err != nil {
@@ -190,21 +198,16 @@ func inlinedAfter(f *ir.PrimFunc, name string) (*schedule.Schedule, error) {
 	return s, nil
 }
 
-// sampleLanes makes the lanes of the vectors over a loop of extent ext a
-// decision among lanes and its halves down to 4: by default the widest
-// that divides ext (a vector that does not divide it is guarded, and its
-// lanes' guards keep every vector of the loop scalar), else lanes.
-func sampleLanes(s *schedule.Schedule, lanes, ext int64) (int64, error) {
+// sampleLanes makes the lanes of the vectors over a loop a
+// decision among lanes and its halves down to 4, by default the widest
+// (a vector that does not divide the loop is guarded, the loop partitioned).
+func sampleLanes(s *schedule.Schedule, lanes int64) (int64, error) {
 	var cands []int64
 	var probs []float64
-	decision := -1
 	for l := lanes; l >= min(lanes, 4); l /= 2 {
-		if ext%l == 0 && decision < 0 {
-			decision = len(cands)
-		}
 		cands, probs = append(cands, l), append(probs, 1)
 	}
-	return s.SampleCategorical(nil, cands, probs, max(decision, 0))
+	return s.SampleCategorical(nil, cands, probs, 0)
 }
 
 // vectorizeLast vectorizes the innermost loop of block b.

@@ -8,6 +8,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/topi"
+	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -128,6 +129,14 @@ func TestGlobalPool(t *testing.T) {
 		check.True(t, ok, "scheduled")
 		check.True(t, strings.Contains(script.Print(g), "x_red_rf"), "a vector of partial sums (rfactor)")
 		nearSlices(t, outputOf(t, g), outputOf(t, f))
+		if sh[2]*sh[3] > 4 && sh[2]*sh[3]%4 != 0 {
+			// The widest vectors, which do not divide the plane: the
+			// loop over them partitioned, the guard of their lanes
+			// gone from the lowering (only the lanes of the last, a
+			// tail of its own, are computed), and there without it.
+			check.Equal(t, guardedLowering(t, g, nil), false, sh, "guards left after partition_loops")
+			check.Equal(t, guardedLowering(t, g, []string{"partition_loops"}), true, sh, "guards without partition_loops")
+		}
 		fs, opts = append(fs, f), append(opts, Options{ParallelFlops: 1})
 	}
 	if testing.Short() {
@@ -135,4 +144,19 @@ func TestGlobalPool(t *testing.T) {
 	}
 	src, funcs := scheduledSource(t, "global_pool", fs, opts)
 	checkCompiled(t, src, funcs)
+}
+
+// guardedLowering lowers f, skipping the passes skip, and reports
+// whether an if statement is left.
+func guardedLowering(t *testing.T, f *ir.PrimFunc, skip []string) bool {
+	t.Helper()
+	g, err := transform.Lower(f, transform.Options{StopAfter: "storage_rewrite", Skip: skip, Verify: true})
+	check.NoError(t, err)
+	found := false
+	ir.Visit(g.Body, func(n ir.Node) bool {
+		_, ok := n.(*ir.IfThenElse)
+		found = found || ok
+		return !found
+	})
+	return found
 }
