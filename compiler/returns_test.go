@@ -16,7 +16,6 @@ import (
 	"github.com/kiln-ml/kiln/vm"
 )
 
-
 // TestPrimFuncResults builds testdata/returns.py's functions with a
 // result for the CPU, calls
 // the compiled C and checks each value against the reference interpreter
