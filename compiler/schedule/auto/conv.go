@@ -359,6 +359,13 @@ func registerTile(s *schedule.Schedule, blk schedule.BlockRV, order []schedule.L
 	if err != nil {
 		return err
 	}
+	return unrollTile(s, tile, init)
+}
+
+// unrollTile unrolls a register tile's loops and its zeroing block
+// init's (their innermost n loops, n the tile's rank) but for the last,
+// the vector, which it vectorizes in both.
+func unrollTile(s *schedule.Schedule, tile []schedule.LoopRV, init schedule.BlockRV) error {
 	il, err := s.GetLoops(init)
 	if err != nil {
 		return err

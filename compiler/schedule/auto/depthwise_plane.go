@@ -744,22 +744,7 @@ func (d *depthwisePlane) paddedTile(s *schedule.Schedule, blk schedule.BlockRV, 
 	if err := s.Annotate(ol[len(ol)-1], loopPartitionHint, true); err != nil {
 		return err
 	}
-	il, err := s.GetLoops(init)
-	if err != nil {
-		return err
-	}
-	n := len(tile)
-	for _, u := range append(append([]schedule.LoopRV{}, tile[:n-1]...), il[len(il)-n:len(il)-1]...) {
-		if err := s.Unroll(u); err != nil {
-			return err
-		}
-	}
-	for _, v := range []schedule.LoopRV{tile[n-1], il[len(il)-1]} {
-		if err := s.Vectorize(v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return unrollTile(s, tile, init)
 }
 
 // vectorTail reports whether the epilogue reads nothing but the

@@ -198,11 +198,7 @@ func rowReduction(s *schedule.Schedule) (bool, error) {
 // output element: the spatial loops fused into blockIdx.x, and the
 // reduction across the threads (see crossThreadAt).
 func crossThreadSum(s *schedule.Schedule, name string, T int64) error {
-	b, err := s.GetBlock(name)
-	if err != nil {
-		return err
-	}
-	loops, err := s.GetLoops(b)
+	_, loops, err := blockLoops(s, name)
 	if err != nil {
 		return err
 	}
@@ -261,11 +257,7 @@ func crossThreadAt(s *schedule.Schedule, name string, k, rows schedule.LoopRV, T
 
 // rowLoop returns the blockIdx.x loop of block name.
 func rowLoop(s *schedule.Schedule, name string) (schedule.LoopRV, error) {
-	b, err := s.GetBlock(name)
-	if err != nil {
-		return schedule.LoopRV{}, err
-	}
-	loops, err := s.GetLoops(b)
+	_, loops, err := blockLoops(s, name)
 	if err != nil {
 		return schedule.LoopRV{}, err
 	}

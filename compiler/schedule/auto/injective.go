@@ -87,8 +87,11 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 			s, changed = c, true
 		}
 	}
-	g, rows := vectorRows(s.Func(), opts.VectorBytes)
-	return g, changed || rows, nil
+	rows, err := vectorRowsOn(s, opts.VectorBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.Func(), changed || rows > 0, nil
 }
 
 // unscheduled reports a block directly under serial loops of constant

@@ -95,11 +95,7 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 // elementwise epilogue (none when ""), with vectors of up to the given
 // lanes.
 func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plane int64, parallel bool) error {
-	b, err := s.GetBlock(name)
-	if err != nil {
-		return err
-	}
-	loops, err := s.GetLoops(b)
+	b, loops, err := blockLoops(s, name)
 	if err != nil {
 		return err
 	}

@@ -7,23 +7,6 @@ import (
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
-// vectorRows schedules each row reduction of f that the generic rule
-// left serial so that its inner loop runs on vectors (see vectorRowsOn)
-// and reports whether it did; f itself is never modified. A reduction
-// whose primitives refuse (which vectorRowsOn's checks should prevent)
-// stays serial.
-func vectorRows(f *ir.PrimFunc, vectorBytes int64) (*ir.PrimFunc, bool) {
-	s, err := schedule.New(f)
-	if err != nil {
-		return f, false
-	}
-	n, err := vectorRowsOn(s, vectorBytes)
-	if err != nil || n == 0 {
-		return f, false
-	}
-	return s.Func(), true
-}
-
 // vectorRowsOn schedules each row reduction of s that vectorRow takes,
 // y[rows] = y[rows] + E(rows, k) (or max(y, E)) from a constant init
 // whose one reduction variable k is bound directly to the innermost
@@ -70,11 +53,7 @@ func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
 // vectorRowSchedule applies vectorRowsOn's primitives to block name, or
 // reports false when its reduction loop has no loop of rows around it.
 func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64) (bool, error) {
-	b, err := s.GetBlock(name)
-	if err != nil {
-		return false, err
-	}
-	loops, err := s.GetLoops(b)
+	b, loops, err := blockLoops(s, name)
 	if err != nil || len(loops) < 2 {
 		return false, err
 	}

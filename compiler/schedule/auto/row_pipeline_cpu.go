@@ -19,7 +19,7 @@ import (
 // genericParallelFactor × Options.ParallelFlops; each spatial block's
 // loop over K is split into vectors (where the lanes divide K) and
 // vectorized, and each reduction keeps a vector of partial results
-// (vectorRows). The generic rule ran the blocks one after the other over
+// (vectorRowsOn). The generic rule ran the blocks one after the other over
 // the whole tensor, each in its own pass over memory, with an
 // intermediate of the whole tensor (ConvNeXt's layer norms over 56×56
 // rows of 96 channels: 1.2 MB, beyond the L1 and L2 working set).
@@ -153,8 +153,10 @@ func scheduleRowPipeline(in cpuIn) (*ir.PrimFunc, bool, error) {
 			return nil, false, err
 		}
 	}
-	g, _ := vectorRows(s.Func(), opts.VectorBytes)
-	return g, true, nil
+	if _, err := vectorRowsOn(s, opts.VectorBytes); err != nil {
+		return nil, false, err
+	}
+	return s.Func(), true, nil
 }
 
 // rowWork is the product of exts.
@@ -170,11 +172,7 @@ func rowWork(exts []int64) int64 {
 // into vectors and vectorizes them, where the lanes of its output's
 // element type divide k.
 func vectorizeInner(s *schedule.Schedule, name string, k int64, opts Options) error {
-	b, err := s.GetBlock(name)
-	if err != nil {
-		return err
-	}
-	loops, err := s.GetLoops(b)
+	b, loops, err := blockLoops(s, name)
 	if err != nil {
 		return err
 	}

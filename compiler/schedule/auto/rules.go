@@ -332,3 +332,13 @@ func bindRule(bind func(*schedule.Schedule, *ir.BlockRealize, GPUOptions) (sched
 		return s.Func(), true, nil
 	}
 }
+
+// blockLoops returns block name of s and the loops around it.
+func blockLoops(s *schedule.Schedule, name string) (schedule.BlockRV, []schedule.LoopRV, error) {
+	b, err := s.GetBlock(name)
+	if err != nil {
+		return b, nil, err
+	}
+	loops, err := s.GetLoops(b)
+	return b, loops, err
+}

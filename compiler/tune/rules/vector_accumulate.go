@@ -23,7 +23,7 @@ type Postprocessor interface {
 // constant init) whose loop over k is the innermost, with an extent that
 // is a multiple of the lanes, keeps a local vector of partial results
 // over k (vectorized), then combines its lanes (see
-// compiler/schedule/auto's vectorRows: the default schedule does the
+// compiler/schedule/auto's vectorRowsOn: the default schedule does the
 // same with one vector register). The choice, per reduction: serial as
 // scheduled, one vector register of partial results, or two (two
 // independent chains, which hides the latency of the adds: a softmax's
