@@ -224,11 +224,8 @@ func matchPlaneFunc(f *ir.PrimFunc, c convBlock) (*ir.PrimFunc, *depthwisePlane,
 // inlined into the last of them, which the rules then compute from their
 // result.
 func inlineAfter(f *ir.PrimFunc, name string) (*ir.PrimFunc, error) {
-	s, err := schedule.New(f)
+	s, err := inlinedAfter(f, name)
 	if err != nil {
-		return nil, err
-	}
-	if err := inlineAfterIn(s, name); err != nil {
 		return nil, err
 	}
 	return s.Func(), nil

@@ -175,21 +175,14 @@ func globalPoolSchedule(s *schedule.Schedule, name, epilogue string, lanes, plan
 }
 
 // inlinedAfter returns a schedule of f with the elementwise blocks after
-// block name inlined into the last of them (see inlineAfter).
+// block name inlined into the last of them (see inlineAfterIn).
 func inlinedAfter(f *ir.PrimFunc, name string) (*schedule.Schedule, error) {
 	s, err := schedule.New(f)
 	if err != nil {
 		return nil, err
 	}
-	after := blocksAfter(s.Func(), name)
-	for _, a := range after[:max(len(after)-1, 0)] {
-		b, err := s.GetBlock(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.ComputeInline(b); err != nil {
-			return nil, skip("block %q after %q cannot be inlined: %v", a, name, err)
-		}
+	if err := inlineAfterIn(s, name); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
