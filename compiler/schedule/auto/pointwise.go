@@ -386,12 +386,3 @@ func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posO
 	}
 	return nil
 }
-
-// flatView declares a view of 4-D buffer b as [N, C, Y·X].
-func flatView(b *ir.Buffer, it ir.DType, P int64) *ir.Buffer {
-	v := *b
-	v.Name = b.Name + "_flat"
-	v.Shape = []ir.Expr{b.Shape[0], b.Shape[1], ir.NewIntImm(it, P)}
-	v.Strides = nil
-	return &v
-}
