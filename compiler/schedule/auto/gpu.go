@@ -11,6 +11,9 @@ import (
 type GPUOptions struct {
 	// ThreadsPerBlock is the block size of the fallback rule; 0 means 256.
 	ThreadsPerBlock int64
+	// Decide makes the rules' choices (see Decider); nil takes each
+	// rule's own pick, the default schedule.
+	Decide Decider
 }
 
 // topBlocks lists the blocks of f outside every other block but the root,

@@ -27,6 +27,9 @@ type Options struct {
 	// is larger reads it once, in tiles of positions outside tiles of
 	// channels; 0 means DefaultL2Bytes.
 	L2Bytes int64
+	// Decide makes the rules' choices (see Decider); nil takes each
+	// rule's own pick, the default schedule.
+	Decide Decider
 }
 
 // DefaultL1DBytes is Options.L1DBytes when it is zero.

@@ -1,0 +1,62 @@
+package auto
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/schedule"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// pick is a Decider that answers every site with the candidate at a
+// fixed index, or the value it was told to give.
+type pick struct {
+	index int
+	value int64
+	asked []string
+}
+
+func (p *pick) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	p.asked = append(p.asked, site)
+	if p.value != 0 {
+		return p.value, nil
+	}
+	return s.SampleCategorical(nil, cands, Uniform(len(cands)), p.index)
+}
+
+// TestChoose checks the choices' plumbing: the default pick, a Decider's
+// pick recorded in the trace, repeated and single candidates, and the
+// errors of a pick that is not a candidate.
+func TestChoose(t *testing.T) {
+	f := globalPoolFunc(t, [4]int64{1, 2, 3, 3}, false)
+	s, err := schedule.New(f)
+	check.NoError(t, err)
+
+	v, err := Options{}.choose(s, "r/b/rows", []int64{4, 6, 4, 8}, 6)
+	check.NoError(t, err)
+	check.Equal(t, v, int64(6))
+	tr := strings.Join(s.Trace(), "\n")
+	check.True(t, strings.Contains(tr, "sample_categorical(candidates=[4, 6, 8]"), "trace: %s", tr)
+	check.True(t, strings.Contains(tr, "decision=1"), "trace: %s", tr)
+
+	p := &pick{index: 2}
+	v, err = Options{Decide: p}.choose(s, "r/b/cols", []int64{1, 2, 3}, 1)
+	check.NoError(t, err)
+	check.Equal(t, v, int64(3))
+	check.Equal(t, strings.Join(p.asked, ","), "r/b/cols")
+
+	// One candidate: nothing asked.
+	v, err = Options{Decide: p}.choose(s, "r/b/one", []int64{5, 5}, 5)
+	check.NoError(t, err)
+	check.Equal(t, v, int64(5))
+	check.Equal(t, len(p.asked), 1)
+
+	_, err = Options{}.choose(s, "r/b/bad", []int64{1, 2}, 3)
+	check.True(t, err != nil && strings.Contains(err.Error(), `"r/b/bad"`), "err: %v", err)
+	_, err = Options{Decide: &pick{value: 9}}.choose(s, "r/b/wild", []int64{1, 2}, 1)
+	check.True(t, err != nil && strings.Contains(err.Error(), "not one of the candidates"), "err: %v", err)
+
+	yes, err := Options{}.chooseBool(s, "r/b/copy", true)
+	check.NoError(t, err)
+	check.True(t, yes, "default yes")
+}
