@@ -116,12 +116,12 @@ func matchSource(f *ir.PrimFunc, name string, a *ir.Buffer, pad *ir.BlockRealize
 
 // scheduleDepthwisePlane returns f scheduled by the rule above, or an
 // error when f is not of its form.
-func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func scheduleDepthwisePlane(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	s, err := depthwisePlaneSchedule(f, c, opts)
 	if err != nil {
 		return nil, err
 	}
-	return s.Func(), nil
+	return done(s), nil
 }
 
 // depthwisePlaneSchedule returns the rule's schedule of f, from f itself:

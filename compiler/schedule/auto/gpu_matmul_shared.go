@@ -378,8 +378,8 @@ func copyVector(l *ir.BufferLoad, cols int64) int64 {
 // onInlinedSchedule makes a GPU rule of one that schedules a copy of the
 // schedule of the function with its producers inlined (see prepare),
 // reporting false when it does not apply.
-func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize) (bool, error)) func(*gpuIn) (*ir.PrimFunc, bool, error) {
-	return func(in *gpuIn) (*ir.PrimFunc, bool, error) {
+func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
+	return func(in *gpuIn) (*scheduled, bool, error) {
 		blocks, err := in.prepare()
 		if err != nil {
 			return nil, false, err
@@ -389,6 +389,6 @@ func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize) (bool, err
 		if err != nil || !ok {
 			return nil, false, err
 		}
-		return s.Func(), true, nil
+		return done(s), true, nil
 	}
 }

@@ -278,8 +278,8 @@ func readsAny(e ir.Expr, bufs map[*ir.Buffer]bool) bool {
 
 // onFunc makes a GPU rule of one that schedules the function as it is,
 // reporting false when it does not apply.
-func onFunc(r func(*schedule.Schedule) (bool, error)) func(*gpuIn) (*ir.PrimFunc, bool, error) {
-	return func(in *gpuIn) (*ir.PrimFunc, bool, error) {
+func onFunc(r func(*schedule.Schedule) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
+	return func(in *gpuIn) (*scheduled, bool, error) {
 		s, err := schedule.New(in.f)
 		if err != nil {
 			return nil, false, skip("gpu schedule: %v", err)
@@ -288,6 +288,6 @@ func onFunc(r func(*schedule.Schedule) (bool, error)) func(*gpuIn) (*ir.PrimFunc
 		if err != nil || !ok {
 			return nil, false, err
 		}
-		return s.Func(), true, nil
+		return done(s), true, nil
 	}
 }

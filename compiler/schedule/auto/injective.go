@@ -47,14 +47,14 @@ const parallelChunks = 16
 
 // scheduleGeneric applies the generic rule to f and reports whether it
 // changed anything.
-func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
+func scheduleGeneric(f *ir.PrimFunc, opts Options) (*scheduled, bool, error) {
 	blocks := topBlocks(f)
 	if len(blocks) == 0 {
-		return f, false, nil
+		return nil, false, nil
 	}
 	for _, br := range blocks {
 		if !unscheduled(f, br) {
-			return f, false, nil
+			return nil, false, nil
 		}
 	}
 	s, err := schedule.New(f)
@@ -91,7 +91,7 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return s.Func(), changed || rows > 0, nil
+	return done(s), changed || rows > 0, nil
 }
 
 // unscheduled reports a block directly under serial loops of constant

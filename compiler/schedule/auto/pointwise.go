@@ -121,7 +121,7 @@ type pointwiseConv struct {
 
 // schedulePointwise schedules a pointwise convolution over an OIHW
 // kernel, or says why block c is not one.
-func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if c.rows != 1 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a pointwise convolution", c.name)
 	}
@@ -130,7 +130,7 @@ func schedulePointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc,
 
 // schedulePackedPointwise schedules a pointwise convolution over a kernel
 // in blocks of output channels, or says why block c is not one.
-func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if c.fblock <= 0 || len(c.spatial) != 4 || len(c.reduce) != 3 || c.reduce[1] != 1 || c.reduce[2] != 1 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a pointwise convolution over blocks of channels", c.name)
 	}
@@ -138,7 +138,7 @@ func schedulePackedPointwise(f *ir.PrimFunc, c convBlock, opts Options) (*ir.Pri
 }
 
 // pointwiseRule checks the block's form and schedules it (see above).
-func pointwiseRule(f *ir.PrimFunc, p pointwiseConv, opts Options) (*ir.PrimFunc, error) {
+func pointwiseRule(f *ir.PrimFunc, p pointwiseConv, opts Options) (*scheduled, error) {
 	c := p.convBlock
 	br, ok := blockNamed(f, c.name)
 	if !ok {
@@ -186,7 +186,7 @@ func pointwiseRule(f *ir.PrimFunc, p pointwiseConv, opts Options) (*ir.PrimFunc,
 	if err := p.schedule(s, lanes, ft, pv, posOuter, opts); err != nil {
 		return nil, err
 	}
-	return s.Func(), nil
+	return done(s), nil
 }
 
 // blockNamed finds the realize of block name in f.

@@ -29,7 +29,7 @@ import (
 
 // scheduleGlobalPool returns f rewritten by the rule above, or an error
 // when block c is not a global pooling.
-func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if len(c.spatial) != 4 || c.spatial[2] != 1 || c.spatial[3] != 1 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a global pooling", c.name)
 	}
@@ -87,7 +87,7 @@ func scheduleGlobalPool(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc
 	if err := globalPoolSchedule(s, c.name, epilogue, lanes, K, parallel); err != nil {
 		return nil, err
 	}
-	return s.Func(), nil
+	return done(s), nil
 }
 
 // globalPoolSchedule applies the global pooling rule to block name of s
@@ -232,7 +232,7 @@ func constShape(b *ir.Buffer) ([]int64, bool) {
 
 // schedulePoolRows returns f rewritten by the rule above, or an error
 // when block c is not an unpadded pooling window.
-func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if c.rows >= 0 || len(c.spatial) != 4 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a pooling window", c.name)
 	}
@@ -288,5 +288,5 @@ func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, 
 	loops := ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial, ir.NewFor(ch, i64(0), i64(d.C), kind,
 		ir.NewFor(y, i64(0), i64(d.Y), ir.ForSerial, ir.NewFor(xt, i64(0), i64((d.X+lanes-1)/lanes), ir.ForSerial,
 			&ir.Allocate{Buffer: acc, Body: body}))))
-	return g.WithBody(ir.NewRootBlock(loops)), nil
+	return byHand(g.WithBody(ir.NewRootBlock(loops))), nil
 }

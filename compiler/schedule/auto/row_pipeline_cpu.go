@@ -23,7 +23,7 @@ import (
 // the whole tensor, each in its own pass over memory, with an
 // intermediate of the whole tensor (ConvNeXt's layer norms over 56×56
 // rows of 96 channels: 1.2 MB, beyond the L1 and L2 working set).
-func scheduleRowPipeline(in cpuIn) (*ir.PrimFunc, bool, error) {
+func scheduleRowPipeline(in cpuIn) (*scheduled, bool, error) {
 	f, opts := in.f, in.opts
 	blocks := topBlocks(f)
 	if len(blocks) < 2 {
@@ -156,7 +156,7 @@ func scheduleRowPipeline(in cpuIn) (*ir.PrimFunc, bool, error) {
 	if _, err := vectorRowsOn(s, opts.VectorBytes); err != nil {
 		return nil, false, err
 	}
-	return s.Func(), true, nil
+	return done(s), true, nil
 }
 
 // rowWork is the product of exts.

@@ -20,8 +20,24 @@ import (
 // A rule is one default schedule of the list of a kind of target.
 type rule[In any] struct {
 	name  string
-	apply func(in In) (*ir.PrimFunc, bool, error)
+	apply func(in In) (*scheduled, bool, error)
 }
+
+// scheduled is what a rule makes of a function: the scheduled function
+// and the trace of the primitives that made it from the rule's input
+// (the function given to FuncRule), which replays to it; a rule that
+// still builds its loops by hand has none.
+type scheduled struct {
+	f      *ir.PrimFunc
+	trace  []string
+	byHand bool
+}
+
+// done is the result of a rule that scheduled s.
+func done(s *schedule.Schedule) *scheduled { return &scheduled{f: s.Func(), trace: s.Trace()} }
+
+// byHand is the result of a rule that built g's loops itself.
+func byHand(g *ir.PrimFunc) *scheduled { return &scheduled{f: g, byHand: true} }
 
 // cpuIn is what a CPU rule schedules: the function and the target's
 // options (vector width, registers, caches: see Options).
@@ -35,7 +51,7 @@ var cpuRules = []rule[cpuIn]{
 	{RuleMatmul, matmulRule},
 	{RuleConvStem, onConvs(findConvs, scheduleStem)},
 	{RulePointwise, onConvs(findConvs, schedulePackedPointwise)},
-	{RuleConv, onConvs(findConvs, func(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	{RuleConv, onConvs(findConvs, func(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 		return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return convSchedule(s, c, opts, epilogue) })
 	})},
 	{RuleGlobalPool, onConvs(findRowConvs, scheduleGlobalPool)},
@@ -44,14 +60,14 @@ var cpuRules = []rule[cpuIn]{
 	{RuleDepthwisePlane, onConvs(findRowConvs, scheduleDepthwisePlane)},
 	// Rows of stride 1 keep the register tile along the row where the
 	// plane rule does not apply.
-	{RuleRowConv, onConvs(findRowConvs, func(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+	{RuleRowConv, onConvs(findRowConvs, func(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 		if !unitRows(f, c) {
 			return nil, skip("block %q reads its rows with a stride", c.name)
 		}
 		return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error { return rowConvSchedule(s, c, opts, epilogue) })
 	})},
 	{RuleRowPipeline, scheduleRowPipeline},
-	{RuleGeneric, func(in cpuIn) (*ir.PrimFunc, bool, error) { return scheduleGeneric(in.f, in.opts) }},
+	{RuleGeneric, func(in cpuIn) (*scheduled, bool, error) { return scheduleGeneric(in.f, in.opts) }},
 }
 
 // gpuIn is what a GPU rule schedules: the function, the options, and the
@@ -103,7 +119,7 @@ func skipped(err error) bool {
 // applyRules tries rules in order on in and returns the first one's
 // result and name, or "" when none applies (why the last one did not in
 // last). An error is a rule's bug, named with it.
-func applyRules[In any](rules []rule[In], in In, kind string) (g *ir.PrimFunc, name string, last error, err error) {
+func applyRules[In any](rules []rule[In], in In, kind string) (g *scheduled, name string, last error, err error) {
 	for _, r := range rules {
 		g, ok, err := r.apply(in)
 		switch {
@@ -111,7 +127,7 @@ func applyRules[In any](rules []rule[In], in In, kind string) (g *ir.PrimFunc, n
 			last = err
 		case err != nil:
 			return nil, "", nil, fmt.Errorf("%s rule %q: %w", kind, r.name, err)
-		case ok && g == nil:
+		case ok && (g == nil || g.f == nil):
 			return nil, "", nil, fmt.Errorf("%s rule %q: applied without a function", kind, r.name)
 		case ok:
 			return g, r.name, nil, nil
@@ -122,12 +138,17 @@ func applyRules[In any](rules []rule[In], in In, kind string) (g *ir.PrimFunc, n
 
 // found is a rule's result for a function that is nil when the rule does
 // not apply.
-func found(g *ir.PrimFunc) (*ir.PrimFunc, bool, error) { return g, g != nil, nil }
+func found(g *ir.PrimFunc) (*scheduled, bool, error) {
+	if g == nil {
+		return nil, false, nil
+	}
+	return byHand(g), true, nil
+}
 
 // onConvs makes a CPU rule of sched over the blocks find finds: the
 // first block it schedules is the rule's result.
-func onConvs(find func(*ir.PrimFunc) []convBlock, sched func(*ir.PrimFunc, convBlock, Options) (*ir.PrimFunc, error)) func(cpuIn) (*ir.PrimFunc, bool, error) {
-	return func(in cpuIn) (*ir.PrimFunc, bool, error) {
+func onConvs(find func(*ir.PrimFunc) []convBlock, sched func(*ir.PrimFunc, convBlock, Options) (*scheduled, error)) func(cpuIn) (*scheduled, bool, error) {
+	return func(in cpuIn) (*scheduled, bool, error) {
 		var last error
 		for _, c := range find(in.f) {
 			g, err := sched(in.f, c, in.opts)
@@ -147,7 +168,7 @@ func onConvs(find func(*ir.PrimFunc) []convBlock, sched func(*ir.PrimFunc, convB
 // matmulRule register-blocks the first matmul-shaped block of f (see
 // scheduleMatmul), with its epilogue on the register tile where the
 // primitives allow it.
-func matmulRule(in cpuIn) (*ir.PrimFunc, bool, error) {
+func matmulRule(in cpuIn) (*scheduled, bool, error) {
 	for _, m := range findMatmuls(in.f) {
 		applied := false
 		g, err := withEpilogue(in.f, func(s *schedule.Schedule, epilogue bool) error {
@@ -175,7 +196,7 @@ func matmulRule(in cpuIn) (*ir.PrimFunc, bool, error) {
 // register tile, then, where that fails (the primitives refuse the
 // epilogue), with the tile stored as it is; it returns the scheduled
 // function, or sched's error without the epilogue.
-func withEpilogue(f *ir.PrimFunc, sched func(s *schedule.Schedule, epilogue bool) error) (*ir.PrimFunc, error) {
+func withEpilogue(f *ir.PrimFunc, sched func(s *schedule.Schedule, epilogue bool) error) (*scheduled, error) {
 	var err error
 	for _, epilogue := range []bool{true, false} {
 		s, serr := schedule.New(f)
@@ -183,26 +204,48 @@ func withEpilogue(f *ir.PrimFunc, sched func(s *schedule.Schedule, epilogue bool
 			return nil, serr
 		}
 		if err = sched(s, epilogue); err == nil {
-			return s.Func(), nil
+			return done(s), nil
 		}
 	}
 	return nil, err
 }
 
-// FuncRule gives f the first of the CPU rules that applies (see the
-// package doc) and names it (one of the Rule constants), or returns f and
-// "" when none applies; f itself is never modified. A function that is
-// not made of blocks (written with loops and stores of its own) takes no
-// rule. An error is a rule's bug, named with the rule.
-func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
+// Applied is what the default rules made of a function.
+type Applied struct {
+	// Func is the scheduled function (the function as it was given when
+	// no rule applies).
+	Func *ir.PrimFunc
+	// Rule names the rule that applied (one of the Rule constants on a
+	// CPU, a gpuRules name on a GPU), or "" when none did.
+	Rule string
+	// Trace is the schedule's primitives from the function given,
+	// choices included (sample_categorical with their decisions), which
+	// schedule.Replay replays to Func; nil when no rule applied or the
+	// rule builds its loops by hand (ByHand).
+	Trace  []string
+	ByHand bool
+}
+
+// Apply gives f the first of the CPU rules that applies (see the package
+// doc), with the choices opts.Decide makes (each rule's own without one);
+// f itself is never modified. A function that is not made of blocks
+// (written with loops and stores of its own) takes no rule. An error is
+// a rule's bug, named with the rule.
+func Apply(f *ir.PrimFunc, opts Options) (Applied, error) {
 	if _, err := schedule.New(f); err != nil {
-		return f, "", nil
+		return Applied{Func: f}, nil
 	}
 	g, name, _, err := applyRules(cpuRules, cpuIn{f: f, opts: opts.withDefaults()}, "cpu")
 	if err != nil || name == "" {
-		return f, "", err
+		return Applied{Func: f}, err
 	}
-	return g, name, nil
+	return Applied{Func: g.f, Rule: name, Trace: g.trace, ByHand: g.byHand}, nil
+}
+
+// FuncRule is Apply returning the function and the rule's name.
+func FuncRule(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, string, error) {
+	a, err := Apply(f, opts)
+	return a.Func, a.Rule, err
 }
 
 // Func schedules f with the first CPU rule that applies and reports
@@ -241,19 +284,25 @@ func Func(f *ir.PrimFunc, opts Options) (*ir.PrimFunc, bool, error) {
 // reduction loops outside the spatial ones. Any other error is a rule's
 // bug, named with the rule.
 func GPUFunc(f *ir.PrimFunc, opts GPUOptions) (*ir.PrimFunc, error) {
+	a, err := ApplyGPU(f, opts)
+	return a.Func, err
+}
+
+// ApplyGPU is GPUFunc returning the rule and its trace as Apply does.
+func ApplyGPU(f *ir.PrimFunc, opts GPUOptions) (Applied, error) {
 	if opts.ThreadsPerBlock <= 0 {
 		opts.ThreadsPerBlock = 256
 	}
 	g, name, last, err := applyRules(gpuRules, &gpuIn{f: f, opts: opts}, "gpu")
 	switch {
 	case err != nil:
-		return nil, err
+		return Applied{}, err
 	case name == "" && last != nil:
-		return nil, last
+		return Applied{}, last
 	case name == "":
-		return nil, errors.New("gpu schedule: no rule applies")
+		return Applied{}, errors.New("gpu schedule: no rule applies")
 	}
-	return g, nil
+	return Applied{Func: g.f, Rule: name, Trace: g.trace, ByHand: g.byHand}, nil
 }
 
 // prepare inlines the spatial producers of in's function into their
@@ -295,8 +344,8 @@ func (in *gpuIn) prepare() ([]*ir.BlockRealize, error) {
 
 // onInlined makes a GPU rule of one that schedules the function with its
 // producers inlined, returning nil when it does not apply.
-func onInlined(r func(*ir.PrimFunc, []*ir.BlockRealize) *ir.PrimFunc) func(*gpuIn) (*ir.PrimFunc, bool, error) {
-	return func(in *gpuIn) (*ir.PrimFunc, bool, error) {
+func onInlined(r func(*ir.PrimFunc, []*ir.BlockRealize) *ir.PrimFunc) func(*gpuIn) (*scheduled, bool, error) {
+	return func(in *gpuIn) (*scheduled, bool, error) {
 		blocks, err := in.prepare()
 		if err != nil {
 			return nil, false, err
@@ -309,8 +358,8 @@ func onInlined(r func(*ir.PrimFunc, []*ir.BlockRealize) *ir.PrimFunc) func(*gpuI
 // block (of the function with its producers inlined) to threads and
 // returns its threadIdx.x loop, or ok=false when it does not apply: the
 // later blocks are computed in the threads of that loop.
-func bindRule(bind func(*schedule.Schedule, *ir.BlockRealize, GPUOptions) (schedule.LoopRV, bool, error)) func(*gpuIn) (*ir.PrimFunc, bool, error) {
-	return func(in *gpuIn) (*ir.PrimFunc, bool, error) {
+func bindRule(bind func(*schedule.Schedule, *ir.BlockRealize, GPUOptions) (schedule.LoopRV, bool, error)) func(*gpuIn) (*scheduled, bool, error) {
+	return func(in *gpuIn) (*scheduled, bool, error) {
 		blocks, err := in.prepare()
 		if err != nil {
 			return nil, false, err
@@ -329,7 +378,7 @@ func bindRule(bind func(*schedule.Schedule, *ir.BlockRealize, GPUOptions) (sched
 				return nil, false, skip("gpu schedule: block %q cannot run in the threads of block %q (one kernel per function): %v", br.Block.Name, blocks[0].Block.Name, err)
 			}
 		}
-		return s.Func(), true, nil
+		return done(s), true, nil
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -33,15 +34,18 @@ func TestApplyRules(t *testing.T) {
 	f := parseFunc(t, fusedDense(4, 32, 8, false))
 	var tried []string
 	r := func(name string, g *ir.PrimFunc, ok bool, err error) rule[int] {
-		return rule[int]{name, func(int) (*ir.PrimFunc, bool, error) {
+		return rule[int]{name, func(int) (*scheduled, bool, error) {
 			tried = append(tried, name)
-			return g, ok, err
+			if g == nil {
+				return nil, ok, err
+			}
+			return byHand(g), ok, err
 		}}
 	}
 	g, name, _, err := applyRules([]rule[int]{r("a", nil, false, skip("not a")), r("b", nil, false, nil), r("c", f, true, nil), r("d", f, true, nil)}, 0, "cpu")
 	check.NoError(t, err)
 	check.Equal(t, name, "c")
-	check.True(t, g == f)
+	check.True(t, g.f == f)
 	check.Equal(t, strings.Join(tried, ","), "a,b,c")
 
 	tried = nil
@@ -103,4 +107,56 @@ func TestRegistersBoundTheTile(t *testing.T) {
 	big, small := accs(32), accs(16)
 	t.Logf("accumulator vectors: %d with 32 registers, %d with 16", big, small)
 	check.True(t, big <= 24 && small <= 12 && small < big, "accumulator vectors: "+strconv.FormatInt(big, 10)+" with 32 registers, "+strconv.FormatInt(small, 10)+" with 16")
+}
+
+// TestAppliedTracesReplay: for every test function of every CPU rule, the
+// trace Apply returns replays on the unscheduled function to the
+// scheduled one, except where the rule still builds its loops by hand
+// (which Apply says).
+func TestAppliedTracesReplay(t *testing.T) {
+	type named struct {
+		name string
+		f    *ir.PrimFunc
+		opts Options
+	}
+	var fs []named
+	for _, cs := range [][]convCase{convCases(), planeCases(), stemCases()} {
+		for _, cc := range cs {
+			fs = append(fs, named{cc.name, cc.primFunc(t), cc.opts})
+		}
+	}
+	for _, pc := range poolCases() {
+		fs = append(fs, named{"pool_" + pc.name, pc.primFunc(t), Options{}})
+	}
+	for _, gc := range genericCases() {
+		fs = append(fs, named{"generic_" + gc.name, gc.f(t), gc.opts})
+	}
+	for i, f := range rowPipelineCases(t) {
+		fs = append(fs, named{"rows_" + strconv.Itoa(i), f, Options{}})
+	}
+	fs = append(fs, named{"dense", parseFunc(t, fusedDense(4, 32, 8, false)), Options{}},
+		named{"global_pool", globalPoolFunc(t, [4]int64{1, 6, 7, 7}, false), Options{ParallelFlops: 1}})
+	rules := map[string]int{}
+	for _, n := range fs {
+		a, err := Apply(n.f, n.opts)
+		check.NoError(t, err)
+		if a.Rule == "" {
+			continue
+		}
+		rules[a.Rule]++
+		if a.ByHand {
+			check.True(t, a.Trace == nil, n.name, ": a rule that builds by hand has no trace")
+			continue
+		}
+		r, err := schedule.Replay(n.f, a.Trace)
+		if err != nil {
+			t.Fatalf("%s (rule %q): the trace does not replay: %v\n%s", n.name, a.Rule, err, strings.Join(a.Trace, "\n"))
+		}
+		if !ir.StructuralEqual(r.Func(), a.Func) {
+			t.Fatalf("%s (rule %q): the replayed trace gives another function", n.name, a.Rule)
+		}
+	}
+	for _, want := range []string{RuleMatmul, RuleConv, RulePointwise, RuleDepthwisePlane, RuleGlobalPool, RulePoolRows, RuleRowPipeline, RuleGeneric} {
+		check.True(t, rules[want] > 0, "no test function took rule ", want)
+	}
 }

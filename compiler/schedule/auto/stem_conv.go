@@ -50,7 +50,7 @@ type stemConv struct {
 
 // scheduleStem returns f rewritten by the rule above, or an error when
 // block c is not a stem.
-func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, error) {
+func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if len(c.spatial) != 4 || len(c.reduce) != 3 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a stem", c.name)
 	}
@@ -69,7 +69,7 @@ func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*ir.PrimFunc, erro
 	if s.stripLen()*4 > opts.L1DBytes {
 		return nil, skip("block %q: input rows too wide", c.name)
 	}
-	return g.WithBody(ir.NewRootBlock(s.loops(lanes, fi, xv, opts))), nil
+	return byHand(g.WithBody(ir.NewRootBlock(s.loops(lanes, fi, xv, opts)))), nil
 }
 
 // stemTile picks the lanes (a power of two of at least 4 and at most
