@@ -1,9 +1,12 @@
 package auto
 
 import (
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -59,4 +62,66 @@ func TestChoose(t *testing.T) {
 	yes, err := Options{}.chooseBool(s, "r/b/copy", true)
 	check.NoError(t, err)
 	check.True(t, yes, "default yes")
+}
+
+// drawn is a Decider that picks a candidate at random for each site (the
+// same one when a site is asked again) and keeps what it picked.
+type drawn struct {
+	rng    *rand.Rand
+	picked map[string]int
+}
+
+func (d *drawn) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	i, ok := d.picked[site]
+	if !ok || i >= len(cands) {
+		i = d.rng.IntN(len(cands))
+		d.picked[site] = i
+	}
+	return s.SampleCategorical(nil, cands, Uniform(len(cands)), i)
+}
+
+// checkChoices schedules f with the default rules under draws random
+// sets of choices (seeded, so a failure repeats) and checks each against
+// the unscheduled function in the interpreter, and that its trace replays
+// to it; it returns the sites the rules asked. A rule whose choices are
+// not all valid for the function fails here.
+func checkChoices(t *testing.T, f *ir.PrimFunc, opts Options, draws int) []string {
+	t.Helper()
+	sites := map[string]bool{}
+	for seed := range draws {
+		d := &drawn{rng: rand.New(rand.NewPCG(uint64(seed), 7)), picked: map[string]int{}}
+		o := opts
+		o.Decide = d
+		a, err := Apply(f, o)
+		if err != nil {
+			t.Fatalf("draw %d %v: %v", seed, d.picked, err)
+		}
+		for s := range d.picked {
+			sites[s] = true
+		}
+		if a.Rule == "" {
+			t.Fatalf("draw %d %v: no rule applies", seed, d.picked)
+		}
+		check.NoError(t, ir.Verify(a.Func))
+		sameOutput(t, f, a.Func, 1e-4)
+		if !a.ByHand {
+			r, err := schedule.Replay(f, a.Trace)
+			check.NoError(t, err)
+			check.True(t, ir.StructuralEqual(r.Func(), a.Func), "draw ", seed, ": the trace replays to another function")
+		}
+	}
+	out := make([]string, 0, len(sites))
+	for s := range sites {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestChoicesOfDepthwisePlane: the plane rule's choices are valid
+// whatever is drawn.
+func TestChoicesOfDepthwisePlane(t *testing.T) {
+	for _, cc := range planeCases()[:2] {
+		checkChoices(t, cc.primFunc(t), cc.opts, 4)
+	}
 }
