@@ -185,6 +185,9 @@ type preparedCall struct {
 	args    []packedfunc.Value
 	arrays  map[string]*ndarray.NDArray
 	outputs []string
+	// returned is the scalar a function with a return value (fn.Ret)
+	// returned, as text.
+	returned string
 }
 
 // prepareCall reads the inputs, binds shapes and allocates the outputs
@@ -335,8 +338,13 @@ func (call *preparedCall) setOutputs(outs []*ndarray.NDArray) {
 
 // writeOutputs saves every output array as DIR/NAME.npy and lists them.
 func writeOutputs(c *ucli.Context, dir string, call *preparedCall) error {
+	if call.fn.Ret != "" {
+		fmt.Fprintf(c.App.Writer, "%s returned %s (%s)\n", call.fn.Name, call.returned, call.fn.Ret)
+	}
 	if len(call.outputs) == 0 {
-		fmt.Fprintf(c.App.Writer, "%s: no outputs (the function writes none of its tensors)\n", call.fn.Name)
+		if call.fn.Ret == "" {
+			fmt.Fprintf(c.App.Writer, "%s: no outputs (the function writes none of its tensors)\n", call.fn.Name)
+		}
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

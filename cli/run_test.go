@@ -157,3 +157,22 @@ func TestRunMissingInputs(t *testing.T) {
 	check.NoError(t, err)
 	check.Equal(t, ys, []float64{2, 4, 6, 8, 10, 12, 14, 16})
 }
+
+// TestRunPrintsResult: kiln run prints the scalar a PrimFunc returns, and
+// no "no outputs" line for it.
+func TestRunPrintsResult(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "addone.py")
+	check.NoError(t, os.WriteFile(src, []byte(`from tvm.script import tir as T
+
+@T.prim_func
+def addone(x: T.int64) -> T.int64:
+    return x + T.int64(1)
+`), 0o644))
+	art := filepath.Join(dir, "addone.kiln")
+	_, errOut, err := runApp(t, "build", src, "-o", art)
+	check.NoError(t, err, errOut)
+	out, errOut, err := runApp(t, "run", art, "--func", "addone", "--arg", "x=41")
+	check.NoError(t, err, errOut)
+	check.Equal(t, out, "addone returned 42 (int64)\n")
+}

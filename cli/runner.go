@@ -93,8 +93,14 @@ func openLocal(a *artifact.Artifact, fi abi.FuncInfo, memoryCfg string) (*localR
 
 func (r *localRunner) call(_ context.Context, call *preparedCall) error {
 	res, err := r.f.Call(call.args...)
-	if err != nil || !call.vm {
+	if err != nil {
 		return err
+	}
+	if !call.vm {
+		if call.fn.Ret != "" {
+			call.returned = res.String()
+		}
+		return nil
 	}
 	outs, err := resultArrays(call, res)
 	if err != nil {
@@ -379,6 +385,9 @@ func (r *remoteRunner) callOn(ctx context.Context, call *preparedCall) error {
 		}
 		call.setOutputs(outs)
 		return nil
+	}
+	if call.fn.Ret != "" {
+		call.returned = fmt.Sprint(res)
 	}
 	for _, name := range call.outputs {
 		nd, err := r.s.CopyTo(ctx, r.remote[name])
