@@ -2,6 +2,7 @@ package auto
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
@@ -348,11 +349,15 @@ func mmaTiles(s *schedule.Schedule, opts GPUOptions, name string, m mmaMatmul) (
 	if m.K%mmaTileK == 0 {
 		bk0 = mmaTileK
 	}
-	bks := []int64{bk0}
+	// 16 always fits: (16·8·8 + 8·8·8)·16 two-byte elements are 48 KB.
+	var bks []int64
 	for k := int64(16); k <= mmaMaxTileK; k *= 2 {
 		if m.K%k == 0 && (16*fm*wm+8*fn*wn)*k*int64(m.operandDType.Size()) <= gpuMaxShared {
 			bks = append(bks, k)
 		}
+	}
+	if !slices.Contains(bks, bk0) {
+		bk0 = bks[0]
 	}
 	bk, err = opts.choose(s, site+"tile_k", bks, bk0)
 	return
