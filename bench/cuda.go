@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 func init() {
 	register(benchmark{
 		name:    "cuda",
-		summary: "NVRTC compile time, cubin size, registers and shared memory of default-scheduled CUDA kernels (no GPU needed; no GPU timing)",
+		summary: "NVRTC compile time, cubin size, registers and shared memory of default-scheduled CUDA kernels (no GPU needed); on a machine with a GPU, the fp32 and fp16 matmuls against cuBLAS, the seed MLP and a CNN from ONNX (--model, default squeezenet1_1) timed on it",
 		run:     runCUDA,
 	})
 }
@@ -56,9 +57,14 @@ type cudaResult struct {
 	// --target cuda for each architecture: the whole build's time (graph
 	// pipeline, lowering, NVRTC to PTX and a cubin, host C) and each
 	// kernel's ptxas report from the artifact's launch metadata.
-	MLP   []cudaMLPBuild `json:"mlp"`
-	Note  string         `json:"note"`
-	Quick bool           `json:"quick,omitempty"`
+	MLP []cudaMLPBuild `json:"mlp"`
+	// GPU is the GPU the runs were timed on (see runCUDAGPU); NoGPU says
+	// why none was, on a machine without one.
+	GPU     *cudaGPUDevice `json:"gpu,omitempty"`
+	GPURuns []cudaGPURun   `json:"gpu_runs,omitempty"`
+	NoGPU   string         `json:"no_gpu,omitempty"`
+	Note    string         `json:"note"`
+	Quick   bool           `json:"quick,omitempty"`
 }
 
 type cudaMLPBuild struct {
@@ -82,6 +88,23 @@ func (r cudaResult) Line() string {
 		for _, k := range m.Kernels {
 			fmt.Fprintf(&b, "\n    %s (%d×%d): %d registers, %d B smem, %d B spilled", k.Func, k.Grid, k.Block, k.Registers, k.SharedMem, k.Spills)
 		}
+	}
+	switch {
+	case r.GPU != nil:
+		fmt.Fprintf(&b, "\n  on %s (compute %s, built for %s; cuBLAS %s):", r.GPU.Name, r.GPU.Compute, r.GPU.Arch, r.GPU.CuBLAS)
+		fmt.Fprintf(&b, "\n    %-34s %10s %10s %9s %8s %10s  %s", "run", "kiln ms", "cuBLAS ms", "vs cuBLAS", "TFLOP/s", "max rel err", "reference (timed)")
+		for _, g := range r.GPURuns {
+			cb, vs, tf := "-", "-", "-"
+			if g.CuBLASMS > 0 {
+				cb, vs = fmt.Sprintf("%.3g", g.CuBLASMS), fmt.Sprintf("%.2f×", g.VsCuBLAS)
+			}
+			if g.TFLOPS > 0 {
+				tf = fmt.Sprintf("%.3g", g.TFLOPS)
+			}
+			fmt.Fprintf(&b, "\n    %-34s %10.3g %10s %9s %8s %10.2g  %s (%s)", g.Name, g.KilnMS, cb, vs, tf, g.MaxRelErr, g.Reference, g.Timed)
+		}
+	case r.NoGPU != "":
+		fmt.Fprintf(&b, "\n  not timed on a GPU: %s", r.NoGPU)
 	}
 	return b.String()
 }
@@ -306,6 +329,16 @@ func runCUDA(ctx context.Context, opt options) (result, error) {
 			return nil, err
 		}
 		r.MLP = append(r.MLP, m)
+	}
+	dev, runs, err := runCUDAGPU(ctx, opt.quick, opt.model)
+	switch {
+	case errors.Is(err, errNoGPU):
+		r.NoGPU = err.Error()
+	case err != nil:
+		return nil, fmt.Errorf("on the GPU: %w", err)
+	default:
+		r.GPU, r.GPURuns = &dev, runs
+		r.Note = strings.Replace(r.Note, "; no kernel timed on a GPU", "; gpu_runs: timed on the GPU against cuBLAS (vs_cublas is cuBLAS's time over kiln's)", 1)
 	}
 	return r, nil
 }

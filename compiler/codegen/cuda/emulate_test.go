@@ -38,9 +38,10 @@ func TestEmulate(t *testing.T) {
 	emulate(t, orig, src, ks)
 }
 
-// emulate runs each kernel ks of the generated src on the host and
-// compares its buffers with the interpreter's run of the function of the
-// same name in ref.
+// emulate runs each kernel ks of the generated src on the host, and on
+// this machine's GPU when it has one (see onGPU), and compares its
+// buffers with the interpreter's run of the function of the same name in
+// ref.
 func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 	t.Helper()
 	fs := map[string]*ir.PrimFunc{}
@@ -48,6 +49,7 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 		fs[name] = f
 	}
 	bin := emulateBuild(t, src, ks, fs)
+	gpu := onGPU(t, src, ks, fs)
 	rng := rand.New(rand.NewSource(1))
 	for _, k := range ks {
 		t.Run(k.Name, func(t *testing.T) {
@@ -108,18 +110,23 @@ func emulate(t *testing.T, ref *ir.IRModule, src string, ks []Kernel) {
 				bufs = append(bufs, raw)
 			}
 			check.NoError(t, interp.Run(f, args...))
-			outs := emulateKernel(t, bin, k, bufs)
-			for i, a := range arrays {
-				wantRaw, err := a.Bytes()
-				check.NoError(t, err)
-				want, got := decodeFloats(a.DType(), wantRaw), decodeFloats(a.DType(), outs[i])
-				check.Equal(t, len(got), len(want), "buffer", i)
-				for j := range want {
-					d := math.Abs(float64(got[j]) - float64(want[j]))
-					if d > 1e-4*math.Max(1, math.Abs(float64(want[j]))) {
-						t.Fatalf("%s: buffer %d element %d: emulated %g, interpreter %g", k.Name, i, j, got[j], want[j])
+			compare := func(where string, outs [][]byte) {
+				for i, a := range arrays {
+					wantRaw, err := a.Bytes()
+					check.NoError(t, err)
+					want, got := decodeFloats(a.DType(), wantRaw), decodeFloats(a.DType(), outs[i])
+					check.Equal(t, len(got), len(want), "buffer", i)
+					for j := range want {
+						d := math.Abs(float64(got[j]) - float64(want[j]))
+						if d > 1e-4*math.Max(1, math.Abs(float64(want[j]))) {
+							t.Fatalf("%s: buffer %d element %d: %s %g, interpreter %g", k.Name, i, j, where, got[j], want[j])
+						}
 					}
 				}
+			}
+			compare("emulated", emulateKernel(t, bin, k, bufs))
+			if gpu != nil {
+				compare("on the GPU", gpu(k, bufs))
 			}
 		})
 	}

@@ -85,8 +85,22 @@ func bindFallback(s *schedule.Schedule, br *ir.BlockRealize, opts GPUOptions) (s
 		}
 	}
 	threads := opts.ThreadsPerBlock
-	if e, ok := loopExtent(s.Func(), fused.Var()); ok && e < threads {
-		threads = e
+	if e, ok := loopExtent(s.Func(), fused.Var()); ok {
+		if e < threads {
+			threads = e
+		}
+		// Any block size from a warp to the most CUDA allows is valid (a
+		// predicate guards the tail); one larger than the extent is not
+		// offered.
+		cands := []int64{threads}
+		for _, t := range gpuPowers(32, gpuMaxThreads) {
+			if t < e {
+				cands = append(cands, t)
+			}
+		}
+		if threads, err = opts.choose(s, "gpu_fallback/"+br.Block.Name+"/threads", cands, threads); err != nil {
+			return none, err
+		}
 	}
 	split, err := s.Split(fused, -1, threads)
 	if err != nil {
@@ -113,4 +127,27 @@ func loopExtent(f *ir.PrimFunc, v *ir.Var) (int64, bool) {
 		return !found
 	})
 	return ext, found
+}
+
+// gpuMaxThreads is the most threads a CUDA block has.
+const gpuMaxThreads = 1024
+
+// gpuPowers lists the powers of two from lo to hi.
+func gpuPowers(lo, hi int64) []int64 {
+	var out []int64
+	for p := lo; p <= hi; p *= 2 {
+		out = append(out, p)
+	}
+	return out
+}
+
+// gpuDivisors lists the divisors of n up to limit, smallest first.
+func gpuDivisors(n, limit int64) []int64 {
+	var out []int64
+	for d := int64(1); d <= limit && d <= n; d++ {
+		if n%d == 0 {
+			out = append(out, d)
+		}
+	}
+	return out
 }

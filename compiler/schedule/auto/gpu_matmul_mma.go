@@ -1,7 +1,11 @@
 package auto
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/ndarray"
 )
 
@@ -143,10 +147,11 @@ func matchMmaMatmul(br *ir.BlockRealize) (mmaMatmul, bool) {
 // The epilogues are computed by each thread from its accumulators. The
 // block's threads are one threadIdx.x axis of 32 lanes per warp. It
 // returns nil when f is not such a function.
-func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
+func mmaMatmulRule(s *schedule.Schedule, blocks []*ir.BlockRealize, opts GPUOptions) (*ir.PrimFunc, error) {
+	f := s.Func()
 	m, ok := matchMmaMatmul(blocks[0])
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	inter := map[*ir.Buffer]bool{}
 	if root := ir.RootBlock(f.Body); root != nil {
@@ -155,17 +160,13 @@ func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		}
 	}
 	if readsAny(m.a, inter) || readsAny(m.b, inter) {
-		return nil
+		return nil, nil
 	}
-	FM := largestDivisor(m.M/16, mmaFragsM)
-	WM := largestDivisor(m.M/(16*FM), mmaWarpsM)
-	FN := largestDivisor(m.N/8, mmaFragsN)
-	WN := largestDivisor(m.N/(8*FN), mmaWarpsN)
+	FM, FN, WM, WN, BK, err := mmaTiles(s, opts, blocks[0].Block.Name, m)
+	if err != nil {
+		return nil, err
+	}
 	BM, BN := 16*FM*WM, 8*FN*WN
-	BK := int64(16)
-	if m.K%mmaTileK == 0 {
-		BK = mmaTileK
-	}
 	T := 32 * WM * WN
 	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
 	cast := func(v *ir.Var, e ir.Expr) ir.Expr { return ir.NewCast(v.Type, e) }
@@ -273,7 +274,7 @@ func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 		})
 	})
 	if fail {
-		return nil
+		return nil, nil
 	}
 	kernel := ir.Seq(initNest,
 		&ir.For{Var: ko, Min: i32(0), Extent: i32(m.K / BK), Kind: ir.ForSerial, Body: ir.Seq(copyNest, computeNest)},
@@ -281,7 +282,85 @@ func mmaMatmulRule(f *ir.PrimFunc, blocks []*ir.BlockRealize) *ir.PrimFunc {
 	var body ir.Stmt = &ir.Allocate{Buffer: As, Body: &ir.Allocate{Buffer: Bs, Body: &ir.Allocate{Buffer: acc, Body: kernel}}}
 	body = &ir.For{Var: by, Min: i32(0), Extent: i32(m.M / BM), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.y",
 		Body: &ir.For{Var: bx, Min: i32(0), Extent: i32(m.N / BN), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: body}}
-	return f.WithBody(ir.NewRootBlock(body))
+	return f.WithBody(ir.NewRootBlock(body)), nil
+}
+
+// mmaRule is the tensor-core rule on the function with its producers
+// inlined; its choices are recorded on a copy of that schedule, the loops
+// being built by hand.
+func mmaRule(in *gpuIn) (*scheduled, bool, error) {
+	blocks, err := in.prepare()
+	if err != nil {
+		return nil, false, err
+	}
+	g, err := mmaMatmulRule(in.inlined.Copy(), blocks, in.opts)
+	if err != nil {
+		return nil, false, fmt.Errorf("tensor-core matmul of block %q: %w", blocks[0].Block.Name, err)
+	}
+	return found(g)
+}
+
+// Limits of the tensor-core rule's choices: up to mmaMaxFrags fragments
+// of 16×8 per warp (4 float32 accumulators each per thread) along each
+// side and mmaMaxWarpFrags in all, up to mmaMaxWarps warps per block
+// along each side and mmaMaxBlockWarps in all, tiles of k of up to
+// mmaMaxTileK in gpuMaxShared bytes of shared memory.
+const (
+	mmaMaxFrags      = 8
+	mmaMaxWarpFrags  = 16
+	mmaMaxWarps      = 8
+	mmaMaxBlockWarps = 8
+	mmaMaxTileK      = 64
+)
+
+// mmaTiles makes the tensor-core rule's choices for matmul m: each warp's
+// fragments (fm × fn), the warps of a block (wm × wn) and the tile of k
+// (bk), each among the sizes that divide what is left within the limits
+// above; the rule's own picks are the largest divisors up to mmaFragsM,
+// mmaFragsN, mmaWarpsM and mmaWarpsN, and mmaTileK where it divides K
+// (else 16).
+func mmaTiles(s *schedule.Schedule, opts GPUOptions, name string, m mmaMatmul) (fm, fn, wm, wn, bk int64, err error) {
+	site := "gpu_mma/" + name + "/"
+	if fm, err = opts.choose(s, site+"frags_m", gpuDivisors(m.M/16, mmaMaxFrags), largestDivisor(m.M/16, mmaFragsM)); err != nil {
+		return
+	}
+	var fns []int64
+	for _, d := range gpuDivisors(m.N/8, mmaMaxFrags) {
+		if fm*d <= mmaMaxWarpFrags {
+			fns = append(fns, d)
+		}
+	}
+	if fn, err = opts.choose(s, site+"frags_n", fns, largestIn(fns, mmaFragsN)); err != nil {
+		return
+	}
+	if wm, err = opts.choose(s, site+"warps_m", gpuDivisors(m.M/(16*fm), mmaMaxWarps), largestDivisor(m.M/(16*fm), mmaWarpsM)); err != nil {
+		return
+	}
+	var wns []int64
+	for _, d := range gpuDivisors(m.N/(8*fn), mmaMaxWarps) {
+		if wm*d <= mmaMaxBlockWarps {
+			wns = append(wns, d)
+		}
+	}
+	if wn, err = opts.choose(s, site+"warps_n", wns, largestIn(wns, mmaWarpsN)); err != nil {
+		return
+	}
+	bk0 := int64(16)
+	if m.K%mmaTileK == 0 {
+		bk0 = mmaTileK
+	}
+	// 16 always fits: (16·8·8 + 8·8·8)·16 two-byte elements are 48 KB.
+	var bks []int64
+	for k := int64(16); k <= mmaMaxTileK; k *= 2 {
+		if m.K%k == 0 && (16*fm*wm+8*fn*wn)*k*int64(m.operandDType.Size()) <= gpuMaxShared {
+			bks = append(bks, k)
+		}
+	}
+	if !slices.Contains(bks, bk0) {
+		bk0 = bks[0]
+	}
+	bk, err = opts.choose(s, site+"tile_k", bks, bk0)
+	return
 }
 
 // matmulStores returns the stores of one element of a matmul's output c

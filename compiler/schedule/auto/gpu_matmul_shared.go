@@ -40,7 +40,7 @@ const gpuTileK = 16
 // element after the copy back (reverse_compute_at); an intermediate only
 // the epilogues read is never stored. It reports false when the function
 // is not such a function (the register-only matmul rule then applies).
-func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize) (bool, error) {
+func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize, opts GPUOptions) (bool, error) {
 	br := blocks[0]
 	m, RT, CT, TY, TX, ok := gpuMatmulTiles(br)
 	if !ok {
@@ -51,6 +51,7 @@ func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize) (bool, error)
 	if BK < 2 {
 		return false, nil
 	}
+	var err error
 	b := br.Block
 	vi, vj, vk := b.IterVars[0].Var, b.IterVars[1].Var, b.IterVars[2].Var
 	st := b.Body.(*ir.BufferStore)
@@ -85,10 +86,17 @@ func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize) (bool, error)
 	if !elementwiseEpilogues(st.Buffer, blocks[1:], []int64{M, N}, inter) {
 		return false, nil
 	}
-	BM, BN := TY*RT, TX*CT
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("shared-memory matmul of block %q: %w", b.Name, err)
 	}
+	elem := int64(0)
+	for _, l := range []*ir.BufferLoad{aLoad, bLoad} {
+		elem = max(elem, int64(l.Buffer.DType.Size()))
+	}
+	if RT, CT, TY, TX, BK, err = sharedTiles(s, opts, b.Name, M, N, K, RT, CT, BK, elem); err != nil {
+		return fail(err)
+	}
+	BM, BN := TY*RT, TX*CT
 
 	c, err := s.GetBlock(b.Name)
 	if err != nil {
@@ -259,6 +267,79 @@ func sharedMatmul(s *schedule.Schedule, blocks []*ir.BlockRealize) (bool, error)
 	return true, nil
 }
 
+// Limits of the shared-memory matmul's choices: a register tile of up
+// to gpuMaxTile × gpuMaxTile, up to gpuMaxSide threads along each side of
+// a block and gpuMaxBlockThreads in all, no more than gpuMaxAccumulators
+// accumulators per block (registers: 64 K per block), tiles of k of up
+// to gpuMaxTileK in gpuMaxShared bytes of shared memory (CUDA's static
+// limit).
+const (
+	gpuMaxTile         = 8
+	gpuMaxSide         = 32
+	gpuMaxBlockThreads = 512
+	gpuMaxAccumulators = 8192
+	gpuMaxTileK        = 32
+	gpuMaxShared       = 48 << 10
+)
+
+// sharedTiles makes the shared-memory matmul's choices for an M × N × K
+// matmul of operands of elem bytes: the register tile (rt × ct), the
+// threads (ty × tx) and the tile of k (bk). Each choice's candidates are
+// the sizes that divide what is left and keep the block within CUDA's
+// limits (see above); the rule's own picks are rt0, ct0 and bk0 with
+// ty and tx the largest divisors up to gpuBlockSide (gpuMatmulTiles).
+func sharedTiles(s *schedule.Schedule, opts GPUOptions, name string, M, N, K, rt0, ct0, bk0, elem int64) (rt, ct, ty, tx, bk int64, err error) {
+	site := "gpu_matmul_shared/" + name + "/"
+	if rt, err = opts.choose(s, site+"tile_rows", gpuDivisors(M, gpuMaxTile), rt0); err != nil {
+		return
+	}
+	if ct, err = opts.choose(s, site+"tile_cols", gpuDivisors(N, gpuMaxTile), ct0); err != nil {
+		return
+	}
+	fits := func(ty, tx int64) bool { return ty*tx <= gpuMaxBlockThreads && ty*tx*rt*ct <= gpuMaxAccumulators }
+	var tys []int64
+	for _, y := range gpuDivisors(M/rt, gpuMaxSide) {
+		if fits(y, 1) {
+			tys = append(tys, y)
+		}
+	}
+	if ty, err = opts.choose(s, site+"threads_y", tys, largestIn(tys, gpuBlockSide)); err != nil {
+		return
+	}
+	var txs []int64
+	for _, x := range gpuDivisors(N/ct, gpuMaxSide) {
+		if fits(ty, x) {
+			txs = append(txs, x)
+		}
+	}
+	if tx, err = opts.choose(s, site+"threads_x", txs, largestIn(txs, gpuBlockSide)); err != nil {
+		return
+	}
+	var bks []int64
+	for _, k := range gpuDivisors(K, gpuMaxTileK) {
+		if k >= 2 && (ty*rt+tx*ct)*k*elem <= gpuMaxShared {
+			bks = append(bks, k)
+		}
+	}
+	if len(bks) == 0 {
+		bks = []int64{bk0}
+	}
+	bk, err = opts.choose(s, site+"tile_k", bks, largestIn(bks, bk0))
+	return
+}
+
+// largestIn returns the largest of cands up to limit (cands sorted, the
+// first when none is).
+func largestIn(cands []int64, limit int64) int64 {
+	best := cands[0]
+	for _, c := range cands {
+		if c <= limit {
+			best = c
+		}
+	}
+	return best
+}
+
 // bindAll binds each loop of ls to the thread axis of the same index in
 // tags.
 func bindAll(s *schedule.Schedule, ls []schedule.LoopRV, tags []string) error {
@@ -378,14 +459,14 @@ func copyVector(l *ir.BufferLoad, cols int64) int64 {
 // onInlinedSchedule makes a GPU rule of one that schedules a copy of the
 // schedule of the function with its producers inlined (see prepare),
 // reporting false when it does not apply.
-func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
+func onInlinedSchedule(r func(*schedule.Schedule, []*ir.BlockRealize, GPUOptions) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
 	return func(in *gpuIn) (*scheduled, bool, error) {
 		blocks, err := in.prepare()
 		if err != nil {
 			return nil, false, err
 		}
 		s := in.inlined.Copy()
-		ok, err := r(s, blocks)
+		ok, err := r(s, blocks, in.opts)
 		if err != nil || !ok {
 			return nil, false, err
 		}

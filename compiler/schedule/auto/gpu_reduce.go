@@ -36,7 +36,7 @@ const (
 // read become "local", so they are never stored. It reports false when
 // the function is not such a function, or is a matmul the matmul or
 // tensor-core rule takes.
-func rowReduction(s *schedule.Schedule) (bool, error) {
+func rowReduction(s *schedule.Schedule, opts GPUOptions) (bool, error) {
 	f := s.Func()
 	blocks := topBlocks(f)
 	if len(blocks) == 0 {
@@ -130,13 +130,12 @@ func rowReduction(s *schedule.Schedule) (bool, error) {
 	if N > 1<<31-1 {
 		return false, nil
 	}
-	T := int64(gpuReduceThreads)
-	for T > K {
-		T /= 2
-	}
-
 	if !elementwiseEpilogues(st.Buffer, blocks[1:], exts[:n-1], inter) {
 		return false, nil
+	}
+	T, err := reduceThreads(s, opts, "gpu_row_reduction/"+b.Name+"/threads", K)
+	if err != nil {
+		return false, err
 	}
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("row reduction of block %q: %w", b.Name, err)
@@ -191,6 +190,23 @@ func rowReduction(s *schedule.Schedule) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// reduceThreads chooses the threads that reduce one row of K values: a
+// power of two from a warp to the most a block has, no more than K; the
+// rule's own pick is the largest up to gpuReduceThreads.
+func reduceThreads(s *schedule.Schedule, opts GPUOptions, site string, K int64) (int64, error) {
+	T := int64(gpuReduceThreads)
+	for T > K {
+		T /= 2
+	}
+	cands := []int64{T}
+	for _, t := range gpuPowers(32, gpuMaxThreads) {
+		if t <= K {
+			cands = append(cands, t)
+		}
+	}
+	return opts.choose(s, site, cands, T)
 }
 
 // crossThreadSum gives reduction block name (spatial loops around one
@@ -278,13 +294,13 @@ func readsAny(e ir.Expr, bufs map[*ir.Buffer]bool) bool {
 
 // onFunc makes a GPU rule of one that schedules the function as it is,
 // reporting false when it does not apply.
-func onFunc(r func(*schedule.Schedule) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
+func onFunc(r func(*schedule.Schedule, GPUOptions) (bool, error)) func(*gpuIn) (*scheduled, bool, error) {
 	return func(in *gpuIn) (*scheduled, bool, error) {
 		s, err := schedule.New(in.f)
 		if err != nil {
 			return nil, false, skip("gpu schedule: %v", err)
 		}
-		ok, err := r(s)
+		ok, err := r(s, in.opts)
 		if err != nil || !ok {
 			return nil, false, err
 		}

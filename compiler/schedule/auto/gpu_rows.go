@@ -25,7 +25,7 @@ import (
 // "local" value that every thread of the row gets. A reduction's total is
 // read by later blocks only at its own row. It reports false when the
 // function is not such a function (at least one reduction is needed).
-func rowPipeline(s *schedule.Schedule) (bool, error) {
+func rowPipeline(s *schedule.Schedule, opts GPUOptions) (bool, error) {
 	f := s.Func()
 	blocks := topBlocks(f)
 	if len(blocks) < 2 {
@@ -132,9 +132,9 @@ func rowPipeline(s *schedule.Schedule) (bool, error) {
 	if N > 1<<31-1 {
 		return false, nil
 	}
-	T := int64(gpuReduceThreads)
-	for T > K {
-		T /= 2
+	T, err := reduceThreads(s, opts, "gpu_row_pipeline/"+blocks[len(blocks)-1].Block.Name+"/threads", K)
+	if err != nil {
+		return false, err
 	}
 	fail := func(err error) (bool, error) { return false, fmt.Errorf("row pipeline: %w", err) }
 	for _, name := range inlined {

@@ -88,7 +88,7 @@ type gpuIn struct {
 var gpuRules = []rule[*gpuIn]{
 	{"row reduction", onFunc(rowReduction)},
 	{"row pipeline", onFunc(rowPipeline)},
-	{"tensor-core matmul", onInlined(mmaMatmulRule)},
+	{"tensor-core matmul", mmaRule},
 	{"shared-memory matmul", onInlinedSchedule(sharedMatmul)},
 	{"matmul", bindRule(func(s *schedule.Schedule, br *ir.BlockRealize, _ GPUOptions) (schedule.LoopRV, bool, error) {
 		return bindMatmul(s, br)
@@ -340,18 +340,6 @@ func (in *gpuIn) prepare() ([]*ir.BlockRealize, error) {
 	}
 	in.inlined, in.blocks = s, topBlocks(s.Func())
 	return in.blocks, nil
-}
-
-// onInlined makes a GPU rule of one that schedules the function with its
-// producers inlined, returning nil when it does not apply.
-func onInlined(r func(*ir.PrimFunc, []*ir.BlockRealize) *ir.PrimFunc) func(*gpuIn) (*scheduled, bool, error) {
-	return func(in *gpuIn) (*scheduled, bool, error) {
-		blocks, err := in.prepare()
-		if err != nil {
-			return nil, false, err
-		}
-		return found(r(in.inlined.Func(), blocks))
-	}
 }
 
 // bindRule makes a GPU rule of bind, which binds the loops of the first
