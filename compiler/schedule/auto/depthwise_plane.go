@@ -632,7 +632,7 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 		if err := s.ComputeAt(*plane, loops[1]); err != nil {
 			return err
 		}
-		if err := d.planeLoops(s, *plane); err != nil {
+		if err := d.planeLoops(s, c, *plane, opts); err != nil {
 			return err
 		}
 	}
@@ -840,10 +840,12 @@ func (d *depthwisePlane) vectorTail() bool {
 // planeLoops orders the loops of the plane's copy and marks its rows
 // and columns for partitioning where the padding's conditions change
 // (transform.PartitionLoops): its interior is then a plain copy. A stride
-// of 2 stores columns w at (w % 2, w // 2): the phase goes outermost,
-// unrolled, so that each phase's rows are stored in order from every
-// other column of the input.
-func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV) error {
+// of 2 stores columns w at (w % 2, w // 2): the phase is unrolled, by
+// default under the rows, so that both phases of a row are copied while
+// the input's row is in cache (a plane larger than the cache is read
+// once, not once per phase); or (a choice) outermost, each phase's rows
+// stored in order from every other column of the input.
+func (d *depthwisePlane) planeLoops(s *schedule.Schedule, c convBlock, plane schedule.BlockRV, opts Options) error {
 	loops, err := s.GetLoops(plane)
 	if err != nil {
 		return err
@@ -858,7 +860,15 @@ func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV
 		if err != nil {
 			return err
 		}
-		if err := s.Reorder(ph[1], rows, ph[0]); err != nil {
+		outer, err := opts.chooseBool(s, planeSite(c, "phase_outer"), false)
+		if err != nil {
+			return err
+		}
+		order := []schedule.LoopRV{ph[1], rows, ph[0]}
+		if !outer {
+			order = []schedule.LoopRV{rows, ph[1], ph[0]}
+		}
+		if err := s.Reorder(order...); err != nil {
 			return err
 		}
 		if err := s.Unroll(ph[1]); err != nil {

@@ -117,7 +117,7 @@ func TestChoicesOfDepthwisePlane(t *testing.T) {
 		})
 	}
 	check.True(t, planes >= len(planeCases()), "%d cases take the plane rule", planes)
-	for _, what := range []string{"lanes", "overlap", "vectors", "rows", "unroll_ry", "parallel"} {
+	for _, what := range []string{"lanes", "overlap", "vectors", "rows", "unroll_ry", "parallel", "phase_outer"} {
 		check.True(t, asked[what], "no case asked %q: %v", what, asked)
 	}
 }
