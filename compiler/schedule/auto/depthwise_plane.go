@@ -165,22 +165,18 @@ func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedul
 		return nil, skip("block %q: input width", c.name)
 	}
 	// The lanes: the target's vectors or a half, a quarter... of them; by
-	// default the widest that fits in the row, whose last vector then
-	// moves back to end at the row's end (see schedule's overlap): a row
-	// padded to whole vectors is stored in a buffer and copied out.
+	// default those that take the fewest operations per output row (see
+	// planeRowCost), the narrowest of equals (the least padding).
 	var candidates []int64
-	pick := -1
+	pick, least := 0, int64(0)
 	for l := opts.VectorBytes / 4; l >= 4; l /= 2 {
 		candidates = append(candidates, l)
-		if pick < 0 && l <= d.X {
-			pick = len(candidates) - 1
+		if cost := d.planeRowCost(l); len(candidates) == 1 || cost <= least {
+			pick, least = len(candidates)-1, cost
 		}
 	}
 	if len(candidates) == 0 {
 		return nil, skip("block %q: vectors of %d bytes", c.name, opts.VectorBytes)
-	}
-	if pick < 0 {
-		pick = len(candidates) - 1
 	}
 	var err2 error
 	for _, epilogue := range []bool{true, false} {
@@ -194,6 +190,20 @@ func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedul
 		}
 	}
 	return nil, err2
+}
+
+// planeRowCost estimates the operations of one output row in vectors of
+// lanes: a vector operation per tap and vector, the row's vectors whole
+// when lanes divide it, the last one moved back to end at the row's end
+// when it is at least one vector wide (overlap), else padded to whole
+// vectors and copied out, an operation per element (the row is no whole
+// number of vectors).
+func (d *depthwisePlane) planeRowCost(lanes int64) int64 {
+	cost := ceilDiv(d.X, lanes) * d.KH * d.KW
+	if d.X < lanes {
+		cost += d.X
+	}
+	return cost
 }
 
 // planeSite names the plane rule's choice what for block c.
