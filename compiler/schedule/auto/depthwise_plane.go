@@ -64,9 +64,10 @@ import (
 // registers.
 const maxPlaneVectors = 8
 
-// maxPlaneAccumulators bounds the vectors of a tile of output rows: rows
-// of one vector make chains of dependent multiply-adds, so several rows
-// run side by side.
+// maxPlaneAccumulators bounds the vectors of the default tile of output
+// rows (rows of one vector make chains of dependent multiply-adds, so
+// several rows run side by side); the choice of rows goes up to the
+// target's accumulators (Options.accumulators).
 const maxPlaneAccumulators = 12
 
 // depthwisePlane is what matchDepthwisePlane found in a function.
