@@ -49,10 +49,11 @@ import (
 //
 //	parallel for c:
 //	  P = A's plane for channel c, padded (stride 2: even, odd columns)
-//	  for each tile of rows:
-//	    acc[rows, 0:Xv] = 0                   (vectors in registers)
-//	    for ry, rx: acc += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
-//	    row = epilogue(acc); out[n, c, y, x < X] = row
+//	  for each tile of rows, each tile of vectors along the row
+//	  (x0 = min(i·width, X − width): the last one moved back):
+//	    acc[rows, vectors] = 0                (in registers)
+//	    for ry, rx: acc += P[row y·sy+ry, from x0 + rx] · W[c, ry, rx]
+//	    out[n, c, rows, x0:x0+width] = epilogue(acc)
 //
 // A pooling window after a padding stage (a maximum or sum of A's window,
 // topi's pool_max and pool_sum) is computed the same way, its terms
