@@ -12,15 +12,17 @@ import (
 )
 
 // planeCases are depthwise convolutions and pooling windows of odd sizes
-// the plane rule schedules: strides of 1 and 2, rows that vectors divide
-// and rows they do not, a stride-2 parameter read in place (no padding
-// stage: the plane is a cache read in the deinterleaved layout).
+// the plane rule schedules: strides of 1 and 2, rows that vectors divide,
+// rows they do not (padded, or the last vector moved back), a stride-2
+// parameter read in place (no padding stage: the plane is a cache read in
+// the deinterleaved layout).
 func planeCases() []convCase {
 	return []convCase{
 		{name: "stride2_unpadded_param", n: 1, c: 3, h: 9, w: 13, f: 3, kh: 3, kw: 3, stride: 2, groups: 3, oihw: true, epilogue: "relu6"},
 		{name: "stride2_5x5_odd", n: 1, c: 2, h: 11, w: 11, f: 2, kh: 5, kw: 5, stride: 2, pad: 2, groups: 2, oihw: true, epilogue: "bias_relu"},
 		{name: "stride1_whole_vectors", n: 1, c: 2, h: 5, w: 32, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual"},
 		{name: "stride1_3_wide_avx2", n: 2, c: 3, h: 4, w: 3, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, opts: Options{VectorBytes: 32}},
+		{name: "stride1_14_wide_avx2_overlap", n: 1, c: 2, h: 5, w: 14, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual", opts: Options{VectorBytes: 32}},
 		{name: "stride2_parallel", n: 1, c: 4, h: 7, w: 9, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}},
 	}
 }
