@@ -195,13 +195,14 @@ func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedul
 }
 
 // planeRowCost estimates the operations of one output row in vectors of
-// lanes: a vector operation per tap and vector, the row's vectors whole
-// when lanes divide it, the last one moved back to end at the row's end
-// when it is at least one vector wide (overlap), else padded to whole
-// vectors and copied out, an operation per element (the row is no whole
-// number of vectors).
+// lanes, in halves: a vector operation per tap and vector, the row's
+// vectors whole when lanes divide it, the last one moved back to end at
+// the row's end when it is at least one vector wide (overlap), else
+// padded to whole vectors and copied out at half an operation per
+// element (a load and a store per vector of a copy that the C compiler
+// vectorizes in pieces).
 func (d *depthwisePlane) planeRowCost(lanes int64) int64 {
-	cost := ceilDiv(d.X, lanes) * d.KH * d.KW
+	cost := 2 * ceilDiv(d.X, lanes) * d.KH * d.KW
 	if d.X < lanes {
 		cost += d.X
 	}
