@@ -117,11 +117,3 @@ func checkChoices(t *testing.T, f *ir.PrimFunc, opts Options, draws int) []strin
 	slices.Sort(out)
 	return out
 }
-
-// TestChoicesOfDepthwisePlane: the plane rule's choices are valid
-// whatever is drawn.
-func TestChoicesOfDepthwisePlane(t *testing.T) {
-	for _, cc := range planeCases()[:2] {
-		checkChoices(t, cc.primFunc(t), cc.opts, 4)
-	}
-}

@@ -15,18 +15,26 @@ import (
 // it (bias, Clip, residual add), scheduled with these primitives:
 //
 //	compute_inline      the elementwise blocks into the last one
-//	sample_categorical  the lanes: the target's vectors, halved while
-//	                    half a vector covers the row
-//	pad_einsum          x to whole vectors (Xv): the window reads a
-//	                    padded copy of the plane (the padding stage
-//	                    inlined into it) and stores a padded output
+//	sample_categorical  the rule's choices (Options.choose): the lanes,
+//	                    by default the widest vector that fits in the
+//	                    row; the vectors and rows of a tile; whether
+//	                    the window's rows are unrolled; the parallel
+//	                    channels
+//	split_overlap       rows no vector divides: the last vector of a
+//	                    tile moves back to end at the row's end, so the
+//	                    tile is stored where it belongs
+//	pad_einsum          or (a choice, and rows narrower than the
+//	                    narrowest vector) x to whole vectors (Xv): the
+//	                    window reads a padded copy of the plane (the
+//	                    padding stage inlined into it) and stores a
+//	                    padded output, copied out
 //	transform_layout    stride 2: the plane's columns w at (w % 2, w // 2),
 //	                    even and odd apart, so that every tap reads
 //	                    consecutive elements (cache_read_layout when the
 //	                    window reads a parameter)
-//	sample_perfect_tile the rows of a tile, split; reorder
+//	split, reorder      a tile of rows × vectors
 //	cache_write, decompose_reduction
-//	                    a tile of rows × Xv in registers, zeroed, the
+//	                    the tile in registers, zeroed, the
 //	                    window accumulated into it, unrolled, vectorized;
 //	                    the taps along the row unrolled
 //	reverse_compute_at  the epilogue on the tile's whole vectors when it
@@ -41,10 +49,11 @@ import (
 //
 //	parallel for c:
 //	  P = A's plane for channel c, padded (stride 2: even, odd columns)
-//	  for each tile of rows:
-//	    acc[rows, 0:Xv] = 0                   (vectors in registers)
-//	    for ry, rx: acc += P[row y·sy+ry, from x = rx] · W[c, ry, rx]
-//	    row = epilogue(acc); out[n, c, y, x < X] = row
+//	  for each tile of rows, each tile of vectors along the row
+//	  (x0 = min(i·width, X − width): the last one moved back):
+//	    acc[rows, vectors] = 0                (in registers)
+//	    for ry, rx: acc += P[row y·sy+ry, from x0 + rx] · W[c, ry, rx]
+//	    out[n, c, rows, x0:x0+width] = epilogue(acc)
 //
 // A pooling window after a padding stage (a maximum or sum of A's window,
 // topi's pool_max and pool_sum) is computed the same way, its terms
@@ -56,9 +65,10 @@ import (
 // registers.
 const maxPlaneVectors = 8
 
-// maxPlaneAccumulators bounds the vectors of a tile of output rows: rows
-// of one vector make chains of dependent multiply-adds, so several rows
-// run side by side.
+// maxPlaneAccumulators bounds the vectors of the default tile of output
+// rows (rows of one vector make chains of dependent multiply-adds, so
+// several rows run side by side); the choice of rows goes up to the
+// target's accumulators (Options.accumulators).
 const maxPlaneAccumulators = 12
 
 // depthwisePlane is what matchDepthwisePlane found in a function.
@@ -156,41 +166,51 @@ func depthwisePlaneSchedule(f *ir.PrimFunc, c convBlock, opts Options) (*schedul
 	if _, ok := ir.IsConstInt(d.a.Buffer.Shape[3]); !ok {
 		return nil, skip("block %q: input width", c.name)
 	}
-	// The lanes: the target's vectors, halved while half of one still
-	// covers the row.
+	// The lanes: the target's vectors or a half, a quarter... of them; by
+	// default those that take the fewest operations per output row (see
+	// planeRowCost), the narrowest of equals (the least padding).
 	var candidates []int64
-	pick := 0
+	pick, least := 0, int64(0)
 	for l := opts.VectorBytes / 4; l >= 4; l /= 2 {
 		candidates = append(candidates, l)
-		if l > 4 && l/2 >= d.X {
-			pick = len(candidates)
+		if cost := d.planeRowCost(l); len(candidates) == 1 || cost <= least {
+			pick, least = len(candidates)-1, cost
 		}
 	}
 	if len(candidates) == 0 {
 		return nil, skip("block %q: vectors of %d bytes", c.name, opts.VectorBytes)
 	}
-	pick = min(pick, len(candidates)-1)
-	probs := make([]float64, len(candidates))
-	for i := range probs {
-		probs[i] = 1 / float64(len(probs))
-	}
 	var err2 error
 	for _, epilogue := range []bool{true, false} {
 		t := s.Copy()
-		lanes, err := t.SampleCategorical(nil, candidates, probs, pick)
+		lanes, err := opts.choose(t, planeSite(c, "lanes"), candidates, candidates[pick])
 		if err != nil {
 			return nil, err
 		}
-		xv := (d.X + lanes - 1) / lanes * lanes
-		if xv/lanes > maxPlaneVectors {
-			return nil, skip("block %q: rows of %d are too wide", c.name, d.X)
-		}
-		if err2 = d.schedule(t, c, lanes, xv, opts, epilogue); err2 == nil {
+		if err2 = d.schedule(t, c, lanes, opts, epilogue); err2 == nil {
 			return t, nil
 		}
 	}
 	return nil, err2
 }
+
+// planeRowCost estimates the operations of one output row in vectors of
+// lanes, in halves: a vector operation per tap and vector, the row's
+// vectors whole when lanes divide it, the last one moved back to end at
+// the row's end when it is at least one vector wide (overlap), else
+// padded to whole vectors and copied out at half an operation per
+// element (a load and a store per vector of a copy that the C compiler
+// vectorizes in pieces).
+func (d *depthwisePlane) planeRowCost(lanes int64) int64 {
+	cost := 2 * ceilDiv(d.X, lanes) * d.KH * d.KW
+	if d.X < lanes {
+		cost += d.X
+	}
+	return cost
+}
+
+// planeSite names the plane rule's choice what for block c.
+func planeSite(c convBlock, what string) string { return "plane/" + c.name + "/" + what }
 
 // inlineAfterIn inlines the elementwise blocks after block name into the
 // last of them, in s (see inlineAfter).
@@ -498,24 +518,46 @@ func (d *depthwisePlane) output(n, c ir.Expr) (*ir.Buffer, func(y, x, v ir.Expr)
 }
 
 // schedule applies the rule's primitives to s (the function with its
-// epilogue inlined into one block), rows of X computed as xv columns of
-// vectors of lanes; rows that vectors divide take the epilogue on the
-// register tile when epilogue is set.
-func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv int64, opts Options, epilogue bool) error {
+// epilogue inlined into one block), its rows in vectors of lanes; rows
+// that vectors divide, or that the last vector overlaps, take the
+// epilogue on the register tile when epilogue is set. Its choices:
+//
+//	overlap   rows no vector divides: the last vector of each tile
+//	          moves back to end at the row's end (split_overlap) and the
+//	          tile is stored where it belongs, or the row is padded to
+//	          whole vectors (pad_einsum) and its X columns copied out
+//	vectors   the vectors of a tile along the row
+//	rows      the rows of a tile (a divisor of the rows)
+//	unroll_ry the window's rows unrolled too: the tile's rows then share
+//	          the loads of the plane's rows they have in common
+//	parallel  the channels in parallel
+func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64, opts Options, epilogue bool) error {
+	nv := ceilDiv(d.X, lanes) // vectors in a row
+	if nv > maxPlaneVectors {
+		return skip("block %q: rows of %d are too wide", c.name, d.X)
+	}
 	blk, err := s.GetBlock(c.name)
 	if err != nil {
 		return err
 	}
-	// Whole vectors along x: the padded domain reads a padded copy of
-	// the plane (the padding stage inlined into it) and stores a padded
-	// output whose extra columns are dropped.
-	padding := make([]int64, len(c.spatial)+len(c.reduce))
-	for i := range padding {
-		padding[i] = 1
+	overlap := false
+	if d.X%lanes != 0 && d.X >= lanes {
+		if overlap, err = opts.chooseBool(s, planeSite(c, "overlap"), true); err != nil {
+			return err
+		}
 	}
-	padding[3] = lanes
-	if err := s.PadEinsum(blk, padding); err != nil {
-		return err
+	if !overlap {
+		// Whole vectors along x: the padded domain reads a padded copy
+		// of the plane (the padding stage inlined into it) and stores a
+		// padded output whose extra columns are dropped.
+		padding := make([]int64, len(c.spatial)+len(c.reduce))
+		for i := range padding {
+			padding[i] = 1
+		}
+		padding[3] = lanes
+		if err := s.PadEinsum(blk, padding); err != nil {
+			return err
+		}
 	}
 	plane, err := d.planeBlock(s, blk)
 	if err != nil {
@@ -525,21 +567,51 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 	if err != nil {
 		return err
 	}
-	if len(loops) != len(padding) {
+	if len(loops) != len(c.spatial)+len(c.reduce) {
 		return skip("block %q is nested in other loops", c.name)
 	}
-	// A tile of yt rows × xv/lanes vectors stays in registers.
-	limit := max(1, maxPlaneAccumulators/(xv/lanes))
-	yt := largestDivisor(d.Y, limit)
-	yf, err := s.SamplePerfectTile(nil, loops[2], 2, limit, []int64{d.Y / yt, yt})
+	// A tile of rows × vectors stays in registers: every divisor of the
+	// row's vectors when the row is padded, any number that fits in the
+	// row when the last vector moves back.
+	// By default the most vectors of those that compute the fewest
+	// columns (overlapped tiles compute some twice).
+	var vcands []int64
+	vdef, least := int64(0), int64(0)
+	for v := int64(1); v <= nv; v++ {
+		if overlap && v*lanes <= d.X || !overlap && nv%v == 0 {
+			vcands = append(vcands, v)
+			if cols := ceilDiv(d.X, v*lanes) * v * lanes; vdef == 0 || cols <= least {
+				vdef, least = v, cols
+			}
+		}
+	}
+	vec, err := opts.choose(s, planeSite(c, "vectors"), vcands, vdef)
 	if err != nil {
 		return err
 	}
-	ys, err := s.Split(loops[2], yf...)
+	// Rows: the divisors of the plane's rows whose tile fits in the
+	// target's accumulators, by default in maxPlaneAccumulators.
+	var rcands []int64
+	for r := int64(1); r <= min(d.Y, max(1, opts.accumulators()/vec)); r++ {
+		if d.Y%r == 0 {
+			rcands = append(rcands, r)
+		}
+	}
+	limit := max(1, min(maxPlaneAccumulators, opts.accumulators())/vec)
+	yt, err := opts.choose(s, planeSite(c, "rows"), rcands, largestDivisor(d.Y, limit))
 	if err != nil {
 		return err
 	}
-	xs, err := s.Split(loops[3], -1, xv/lanes, lanes)
+	ys, err := s.Split(loops[2], d.Y/yt, yt)
+	if err != nil {
+		return err
+	}
+	var xs []schedule.LoopRV
+	if overlap {
+		xs, err = s.SplitOverlap(loops[3], -1, vec, lanes)
+	} else {
+		xs, err = s.Split(loops[3], -1, vec, lanes)
+	}
 	if err != nil {
 		return err
 	}
@@ -548,7 +620,7 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 	if err := s.Reorder(append(order, tile...)...); err != nil {
 		return err
 	}
-	if xv == d.X {
+	if overlap || d.X%lanes == 0 {
 		if err := registerTile(s, blk, nil, xs[0], loops[4], tile, lanes, epilogue); err != nil {
 			return err
 		}
@@ -560,17 +632,32 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 	if err := s.Unroll(loops[len(loops)-1]); err != nil {
 		return err
 	}
+	unrollRows, err := opts.chooseBool(s, planeSite(c, "unroll_ry"), false)
+	if err != nil {
+		return err
+	}
+	if unrollRows {
+		if err := s.Unroll(loops[len(loops)-2]); err != nil {
+			return err
+		}
+	}
 	if plane != nil {
 		if err := s.ComputeAt(*plane, loops[1]); err != nil {
 			return err
 		}
-		if err := d.planeLoops(s, *plane); err != nil {
+		if err := d.planeLoops(s, c, *plane, opts); err != nil {
 			return err
 		}
 	}
-	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
-		if err := s.Parallel(loops[1]); err != nil {
+	if opts.ParallelFlops > 0 && d.C > 1 {
+		par, err := opts.chooseBool(s, planeSite(c, "parallel"), d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops)
+		if err != nil {
 			return err
+		}
+		if par {
+			if err := s.Parallel(loops[1]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -766,10 +853,12 @@ func (d *depthwisePlane) vectorTail() bool {
 // planeLoops orders the loops of the plane's copy and marks its rows
 // and columns for partitioning where the padding's conditions change
 // (transform.PartitionLoops): its interior is then a plain copy. A stride
-// of 2 stores columns w at (w % 2, w // 2): the phase goes outermost,
-// unrolled, so that each phase's rows are stored in order from every
-// other column of the input.
-func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV) error {
+// of 2 stores columns w at (w % 2, w // 2): the phase is unrolled, by
+// default under the rows, so that both phases of a row are copied while
+// the input's row is in cache (a plane larger than the cache is read
+// once, not once per phase); or (a choice) outermost, each phase's rows
+// stored in order from every other column of the input.
+func (d *depthwisePlane) planeLoops(s *schedule.Schedule, c convBlock, plane schedule.BlockRV, opts Options) error {
 	loops, err := s.GetLoops(plane)
 	if err != nil {
 		return err
@@ -784,7 +873,15 @@ func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV
 		if err != nil {
 			return err
 		}
-		if err := s.Reorder(ph[1], rows, ph[0]); err != nil {
+		outer, err := opts.chooseBool(s, planeSite(c, "phase_outer"), false)
+		if err != nil {
+			return err
+		}
+		order := []schedule.LoopRV{ph[1], rows, ph[0]}
+		if !outer {
+			order = []schedule.LoopRV{rows, ph[1], ph[0]}
+		}
+		if err := s.Reorder(order...); err != nil {
 			return err
 		}
 		if err := s.Unroll(ph[1]); err != nil {

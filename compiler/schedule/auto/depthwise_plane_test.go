@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,15 +12,17 @@ import (
 )
 
 // planeCases are depthwise convolutions and pooling windows of odd sizes
-// the plane rule schedules: strides of 1 and 2, rows that vectors divide
-// and rows they do not, a stride-2 parameter read in place (no padding
-// stage: the plane is a cache read in the deinterleaved layout).
+// the plane rule schedules: strides of 1 and 2, rows that vectors divide,
+// rows they do not (padded, or the last vector moved back), a stride-2
+// parameter read in place (no padding stage: the plane is a cache read in
+// the deinterleaved layout).
 func planeCases() []convCase {
 	return []convCase{
 		{name: "stride2_unpadded_param", n: 1, c: 3, h: 9, w: 13, f: 3, kh: 3, kw: 3, stride: 2, groups: 3, oihw: true, epilogue: "relu6"},
 		{name: "stride2_5x5_odd", n: 1, c: 2, h: 11, w: 11, f: 2, kh: 5, kw: 5, stride: 2, pad: 2, groups: 2, oihw: true, epilogue: "bias_relu"},
 		{name: "stride1_whole_vectors", n: 1, c: 2, h: 5, w: 32, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual"},
 		{name: "stride1_3_wide_avx2", n: 2, c: 3, h: 4, w: 3, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, opts: Options{VectorBytes: 32}},
+		{name: "stride1_14_wide_avx2_overlap", n: 1, c: 2, h: 5, w: 14, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "residual", opts: Options{VectorBytes: 32}},
 		{name: "stride2_parallel", n: 1, c: 4, h: 7, w: 9, f: 4, kh: 3, kw: 3, stride: 2, pad: 1, groups: 4, oihw: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}},
 	}
 }
@@ -56,7 +59,7 @@ func checkPlaneTrace(t *testing.T, f *ir.PrimFunc, opts Options) {
 	check.NoError(t, err)
 	trace := s.Trace()
 	text := strings.Join(trace, "\n")
-	for _, want := range []string{"sch.sample_categorical(", "sch.sample_perfect_tile(", "sch.pad_einsum(", "sch.compute_at("} {
+	for _, want := range []string{"sch.sample_categorical(", "sch.split(", "sch.compute_at("} {
 		check.True(t, strings.Contains(text, want), want, "in the trace:\n", text)
 	}
 	r, err := schedule.Replay(f, trace)
@@ -82,4 +85,74 @@ func TestDepthwisePlaneCompiled(t *testing.T) {
 		t.Fatalf("an accumulator tile was left in memory: %s", src[max(0, i-3000):i+200])
 	}
 	checkCompiled(t, src, funcs)
+}
+
+// TestChoicesOfDepthwisePlane: the plane rule's choices are valid
+// whatever is drawn, on the plane cases and the depthwise convolutions of
+// convCases, and each case asks the choices its shape offers (the
+// overlap only where no vector of the lanes drawn divides the row).
+func TestChoicesOfDepthwisePlane(t *testing.T) {
+	cases := planeCases()
+	for _, cc := range convCases() {
+		if cc.groups > 1 && cc.groups == cc.c && cc.c == cc.f {
+			cases = append(cases, cc)
+		}
+	}
+	asked := map[string]bool{}
+	planes := 0
+	for _, cc := range cases {
+		t.Run(cc.name, func(t *testing.T) {
+			f := cc.primFunc(t)
+			_, rule, err := FuncRule(f, cc.opts)
+			check.NoError(t, err)
+			if rule != RuleDepthwisePlane {
+				return
+			}
+			planes++
+			sites := checkChoices(t, f, cc.opts, 6)
+			for _, s := range sites {
+				check.True(t, strings.HasPrefix(s, "plane/"), "site %q", s)
+				asked[s[strings.LastIndex(s, "/")+1:]] = true
+			}
+			check.True(t, slices.ContainsFunc(sites, func(s string) bool { return strings.HasSuffix(s, "/lanes") }), "lanes asked: %v", sites)
+			check.True(t, slices.ContainsFunc(sites, func(s string) bool { return strings.HasSuffix(s, "/unroll_ry") }), "unroll_ry asked: %v", sites)
+		})
+	}
+	check.True(t, planes >= len(planeCases()), "%d cases take the plane rule", planes)
+	for _, what := range []string{"lanes", "overlap", "vectors", "rows", "unroll_ry", "parallel", "phase_outer"} {
+		check.True(t, asked[what], "no case asked %q: %v", what, asked)
+	}
+}
+
+// TestDepthwisePlaneOverlap: a row that no vector divides is stored
+// where it belongs, its last vector moved back (no padded output, no
+// copy), and one padded to whole vectors when the overlap is declined.
+func TestDepthwisePlaneOverlap(t *testing.T) {
+	cc := convCase{n: 1, c: 3, h: 6, w: 28, f: 3, kh: 3, kw: 3, stride: 1, pad: 1, groups: 3, oihw: true, epilogue: "relu6"}
+	f := cc.primFunc(t)
+	for _, overlap := range []int64{1, 0} {
+		d := &fixed{values: map[string]int64{"lanes": 16, "overlap": overlap}}
+		a, err := Apply(f, Options{Decide: d})
+		check.NoError(t, err)
+		check.Equal(t, a.Rule, RuleDepthwisePlane)
+		text := strings.Join(a.Trace, "\n")
+		check.Equal(t, strings.Contains(text, "sch.split_overlap("), overlap == 1, "split_overlap in the trace:\n", text)
+		check.Equal(t, strings.Contains(text, "sch.pad_einsum("), overlap == 0, "pad_einsum in the trace:\n", text)
+		padded := slices.ContainsFunc(rootAllocs(a.Func), func(n string) bool { return strings.HasSuffix(n, "_pad") })
+		check.Equal(t, padded, overlap == 0, "padded buffers %v", rootAllocs(a.Func))
+		sameOutput(t, f, a.Func, 1e-4)
+	}
+}
+
+// fixed is a Decider that answers the sites whose last part it has a
+// value for with that value (when it is a candidate), the others with
+// the rule's pick.
+type fixed struct{ values map[string]int64 }
+
+func (p *fixed) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	i := def
+	if v, ok := p.values[site[strings.LastIndex(site, "/")+1:]]; ok && slices.Contains(cands, v) {
+		i = slices.Index(cands, v)
+	}
+	return s.SampleCategorical(nil, cands, Uniform(len(cands)), i)
 }
