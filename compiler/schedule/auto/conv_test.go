@@ -320,3 +320,26 @@ func TestPointwise(t *testing.T) {
 		check.Equal(t, packedPointwiseTile(c.ft, c.p, c.lanes, c.limit), c.pv, c.ft, "×", c.p)
 	}
 }
+
+// TestConvChoices schedules every convolution case under random choices
+// of its rule (the tile, the loop order, the unrolled steps, the
+// padding, the parallel loops, the epilogue) and checks each against the
+// unscheduled function and its trace's replay; the conv2d rule's cases
+// ask for every kind of choice.
+func TestConvChoices(t *testing.T) {
+	asked := map[string]bool{}
+	for _, cc := range convCases() {
+		if !cc.scheduled {
+			continue
+		}
+		t.Run(cc.name, func(t *testing.T) {
+			for _, s := range checkChoices(t, cc.primFunc(t), cc.opts, 3) {
+				asked[s[strings.LastIndex(s, "/")+1:]] = true
+				asked[s[:strings.Index(s, "/")]] = true
+			}
+		})
+	}
+	for _, what := range []string{RuleConv, RuleRowConv, "lanes", "vectors", "positions", "channels_outer", "reduce_order", "unroll", "padding", "parallel", "epilogue", "rows"} {
+		check.True(t, asked[what], "no case asked for", what)
+	}
+}

@@ -114,17 +114,42 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if err != nil {
 		return err
 	}
+	site := func(what string) string { return RuleRowConv + "/" + c.name + "/" + what }
+	pad := padProducer(s.Func(), c.name)
 	ns := len(c.spatial)
-	lanes, xi, ok := rowTile(c.spatial[ns-1], maxLanes)
+	X := c.spatial[ns-1]
+	lanes, xi, ok := rowTile(X, maxLanes)
 	if !ok || !unitRows(s.Func(), c) {
-		return skip("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
+		return skip("block %q: rows of %d take no vectors", c.name, X)
+	}
+	// The tile: lanes per vector, vectors along the row, output
+	// channel rows; each default is rowTile's pick for the choices
+	// before it.
+	if lanes, err = opts.choose(s, site("lanes"), vectorLanes(X, maxLanes), lanes); err != nil {
+		return err
+	}
+	maxVecs := int64(maxRowVectors)
+	if c.rows >= 0 {
+		maxVecs /= 2
+	}
+	xv := largestDivisor(X/lanes, maxVecs)
+	if xv, err = opts.choose(s, site("vectors"), divisorsUpTo(X/lanes, max(maxRowVectors, opts.accumulators())), xv); err != nil {
+		return err
+	}
+	xi = xv * lanes
+	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
+		return err
 	}
 	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)
 	tile := []schedule.LoopRV{}
 	if c.rows >= 0 {
-		xv := largestDivisor(xi/lanes, maxRowVectors/2)
-		xi = xv * lanes
-		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], opts.accumulators()/xv))
+		fy := c.spatial[c.rows]
+		limit := max(1, opts.accumulators()/xv)
+		fi, err := opts.choose(s, site("rows"), divisorsUpTo(fy, limit), largestDivisor(fy, limit))
+		if err != nil {
+			return err
+		}
+		fs, err := s.Split(loops[c.rows], -1, fi)
 		if err != nil {
 			return err
 		}
@@ -136,13 +161,40 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 		return err
 	}
 	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	order = append(order, loops[ns:]...)
-	if err := registerTile(s, blk, order, xs[0], loops[ns], append(tile, xs[1:]...), lanes, epilogue); err != nil {
+	redOrder, err := chooseReduceOrder(s, site("reduce_order"), c.reduce, identity(len(c.reduce)), opts)
+	if err != nil {
 		return err
 	}
-	// Rows are memory-bound: they go parallel earlier than a matmul.
-	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0 {
-		return parallel(s, outer)
+	red := make([]schedule.LoopRV, len(redOrder))
+	redExt := make([]int64, len(redOrder))
+	for i, r := range redOrder {
+		red[i], redExt[i] = loops[ns+r], c.reduce[r]
 	}
-	return nil
+	order = append(order, red...)
+	if err := registerTile(s, blk, order, xs[0], red[0], append(tile, xs[1:]...), lanes, epilogue); err != nil {
+		return err
+	}
+	if err := unrollReduction(s, site("unroll"), red, redExt, opts); err != nil {
+		return err
+	}
+	par := append(outer, xs[0])
+	if len(outer) == 0 {
+		par = nil
+	} else if at, err := padStage(s, site("padding"), pad, outer[len(outer)-1], opts); err != nil {
+		return err
+	} else if at {
+		par = outer
+	}
+	// Rows are memory-bound: they go parallel earlier than a matmul.
+	on := opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0
+	return chooseParallel(s, site("parallel"), par, len(outer), on, opts)
+}
+
+// identity is 0, 1, …, n-1.
+func identity(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
 }
