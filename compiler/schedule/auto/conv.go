@@ -292,14 +292,20 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if vecs, err = opts.choose(s, site("vectors"), divisorsUpTo(F/lanes, limit), vecs); err != nil {
 		return err
 	}
+	// Positions that do not divide the row end with a tile that
+	// overlaps the one before (SplitOverlap).
 	xi = largestDivisor(X, limit/vecs)
-	if xi, err = opts.choose(s, site("positions"), divisorsUpTo(X, limit/vecs), xi); err != nil {
+	if xi, err = opts.choose(s, site("positions"), upTo(min(X, limit/vecs)), xi); err != nil {
 		return err
 	}
 	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
 		return err
 	}
-	xs, err := s.Split(loops[ns-2], -1, xi)
+	split := s.Split
+	if X%xi != 0 {
+		split = s.SplitOverlap
+	}
+	xs, err := split(loops[ns-2], -1, xi)
 	if err != nil {
 		return err
 	}
@@ -342,11 +348,12 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if err := unrollReduction(s, site("unroll"), red, redExt, opts); err != nil {
 		return err
 	}
-	par := append(outer, xs[0])
-	if at, err := padStage(s, site("padding"), pad, outer[len(outer)-1], opts); err != nil {
+	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)
+	if err != nil {
 		return err
-	} else if at {
-		par = outer // the padding's loops are beside xs[0]
+	}
+	if X%xi != 0 {
+		par = par[:min(len(par), len(outer))] // xs[0] recomputes its last iteration
 	}
 	work := product(c.spatial) * product(c.reduce)
 	return chooseParallel(s, site("parallel"), par, len(outer), opts.ParallelFlops > 0 && work >= opts.ParallelFlops, opts)
@@ -360,6 +367,15 @@ func vectorLanes(F, maxLanes int64) []int64 {
 		if F%l == 0 {
 			out = append(out, l)
 		}
+	}
+	return out
+}
+
+// upTo lists 1 to n.
+func upTo(n int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
 	}
 	return out
 }
@@ -491,28 +507,34 @@ func unrollReduction(s *schedule.Schedule, site string, red []schedule.LoopRV, e
 	return s.Unroll(parts[1])
 }
 
-// padStage chooses where block pad, a convolution's input producer (the padding stage
-// of a convolution with padding) is computed: all of it before the
-// convolution (the rule's own), inlined into the convolution's loads
-// (no copy, a bounds check per load), or the part each iteration of
-// loop at reads, under it (a copy that stays in cache); it reports the
-// last (loop at then holds more than the loop it held).
-func padStage(s *schedule.Schedule, site string, pad string, at schedule.LoopRV, opts Options) (bool, error) {
+// padStage chooses where block pad, a convolution's input producer
+// (the padding stage of a convolution with padding), is computed: all of
+// it before the convolution (the rule's own), inlined into the
+// convolution's loads (no copy, a bounds check per load), or the part
+// each iteration of one of the loops of nest (the loops around the
+// register tile, outermost first) reads, under it (a copy that stays in
+// cache). It returns the loops of nest that can still fuse into one
+// (those down to the one the padding went under).
+func padStage(s *schedule.Schedule, site string, pad string, nest []schedule.LoopRV, opts Options) ([]schedule.LoopRV, error) {
 	if pad == "" {
-		return false, nil
+		return nest, nil
 	}
-	where, err := opts.choose(s, site, []int64{0, 1, 2}, 0)
+	cands := []int64{0, 1}
+	for i := range nest {
+		cands = append(cands, int64(2+i))
+	}
+	where, err := opts.choose(s, site, cands, 0)
 	if err != nil || where == 0 {
-		return false, err
+		return nest, err
 	}
 	b, err := s.GetBlock(pad)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if where == 1 {
-		return false, s.ComputeInline(b)
+		return nest, s.ComputeInline(b)
 	}
-	return true, s.ComputeAt(b, at)
+	return nest[:where-1], s.ComputeAt(b, nest[where-2])
 }
 
 // padProducer names the block that writes block name's first operand
@@ -566,6 +588,7 @@ func chooseParallel(s *schedule.Schedule, site string, loops []schedule.LoopRV, 
 	if !on {
 		def = 0
 	}
+	def = min(def, len(loops))
 	cands := []int64{0}
 	if opts.ParallelFlops > 0 {
 		for k := 1; k <= len(loops); k++ {

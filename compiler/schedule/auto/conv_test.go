@@ -339,7 +339,7 @@ func TestConvChoices(t *testing.T) {
 			}
 		})
 	}
-	for _, what := range []string{RuleConv, RuleRowConv, "lanes", "vectors", "positions", "channels_outer", "reduce_order", "unroll", "padding", "parallel", "epilogue", "rows"} {
+	for _, what := range []string{RuleConv, RuleRowConv, "lanes", "vectors", "positions", "channels_outer", "reduce_order", "unroll", "padding", "parallel", "epilogue", "rows", "rows_inner"} {
 		check.True(t, asked[what], "no case asked for", what)
 	}
 }

@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"slices"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -125,7 +127,15 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	// The tile: lanes per vector, vectors along the row, output
 	// channel rows; each default is rowTile's pick for the choices
 	// before it.
-	if lanes, err = opts.choose(s, site("lanes"), vectorLanes(X, maxLanes), lanes); err != nil {
+	// Vectors that do not divide the row end with a run that overlaps
+	// the one before (SplitOverlap).
+	var laneCands []int64
+	for l := maxLanes; l >= 4; l /= 2 {
+		if l <= X {
+			laneCands = append(laneCands, l)
+		}
+	}
+	if lanes, err = opts.choose(s, site("lanes"), laneCands, lanes); err != nil {
 		return err
 	}
 	maxVecs := int64(maxRowVectors)
@@ -133,7 +143,7 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 		maxVecs /= 2
 	}
 	xv := largestDivisor(X/lanes, maxVecs)
-	if xv, err = opts.choose(s, site("vectors"), divisorsUpTo(X/lanes, max(maxRowVectors, opts.accumulators())), xv); err != nil {
+	if xv, err = opts.choose(s, site("vectors"), upTo(min(X/lanes, max(maxRowVectors, opts.accumulators()))), xv); err != nil {
 		return err
 	}
 	xi = xv * lanes
@@ -155,8 +165,23 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 		}
 		outer[c.rows] = fs[0]
 		tile = append(tile, fs[1])
+		// The tiles of rows outside the spatial loops after them (a
+		// tile of W stays in cache while the rows of A stream by, the
+		// rule's own), or innermost of the outer loops (a row of A stays
+		// in cache while the tiles of W go by).
+		inside, err := opts.chooseBool(s, site("rows_inner"), false)
+		if err != nil {
+			return err
+		}
+		if inside {
+			outer = append(append(slices.Clone(outer[:c.rows]), outer[c.rows+1:]...), fs[0])
+		}
 	}
-	xs, err := s.Split(loops[ns-1], -1, xi/lanes, lanes)
+	split := s.Split
+	if X%xi != 0 {
+		split = s.SplitOverlap
+	}
+	xs, err := split(loops[ns-1], -1, xv, lanes)
 	if err != nil {
 		return err
 	}
@@ -177,13 +202,14 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if err := unrollReduction(s, site("unroll"), red, redExt, opts); err != nil {
 		return err
 	}
-	par := append(outer, xs[0])
+	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)
+	if err != nil {
+		return err
+	}
 	if len(outer) == 0 {
 		par = nil
-	} else if at, err := padStage(s, site("padding"), pad, outer[len(outer)-1], opts); err != nil {
-		return err
-	} else if at {
-		par = outer
+	} else if X%xi != 0 {
+		par = par[:min(len(par), len(outer))] // xs[0] recomputes its last iteration
 	}
 	// Rows are memory-bound: they go parallel earlier than a matmul.
 	on := opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0
