@@ -343,3 +343,23 @@ func TestConvChoices(t *testing.T) {
 		check.True(t, asked[what], "no case asked for", what)
 	}
 }
+
+// TestConvChoicesCompiled compiles the convolutions scheduled under
+// random choices (two draws of each case) to C and checks them against
+// the interpreter.
+func TestConvChoicesCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for i, cc := range convCases() {
+		if cc.scheduled {
+			for seed := range 2 {
+				fs, opts = append(fs, cc.primFunc(t)), append(opts, drawnOpts(cc.opts, uint64(100+2*i+seed)))
+			}
+		}
+	}
+	src, funcs := scheduledSource(t, "conv_drawn", fs, opts)
+	checkCompiled(t, src, funcs)
+}

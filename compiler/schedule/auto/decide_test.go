@@ -125,3 +125,10 @@ func TestChoicesOfDepthwisePlane(t *testing.T) {
 		checkChoices(t, cc.primFunc(t), cc.opts, 4)
 	}
 }
+
+// drawnOpts is opts with a Decider that draws each choice at random,
+// seeded.
+func drawnOpts(opts Options, seed uint64) Options {
+	opts.Decide = &drawn{rng: rand.New(rand.NewPCG(seed, 7)), picked: map[string]int{}}
+	return opts
+}

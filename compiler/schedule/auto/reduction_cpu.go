@@ -27,7 +27,13 @@ import (
 // the L independent chains, which the C compiler overlaps. It returns the
 // number of reductions scheduled; an error is a primitive's refusal of
 // what the checks let through.
-func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
+//
+// The vector of partial results is a choice (RULE/BLOCK/partials, rule
+// the rule that asks): L lanes (the rule's own), 2·L (two registers,
+// two chains of additions per lane) where they divide K at least twice,
+// or none (the loop stays serial).
+func vectorRowsOn(s *schedule.Schedule, opts Options, rule string) (int, error) {
+	vectorBytes := opts.VectorBytes
 	var names []string
 	ir.Visit(s.Func().Body, func(n ir.Node) bool {
 		if fr, ok := n.(*ir.For); ok {
@@ -39,7 +45,7 @@ func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
 	})
 	done := 0
 	for _, name := range names {
-		ok, err := vectorRowSchedule(s, name, vectorBytes)
+		ok, err := vectorRowSchedule(s, name, vectorBytes, opts, rule+"/"+name+"/partials")
 		if err != nil {
 			return done, fmt.Errorf("block %q: %w", name, err)
 		}
@@ -52,7 +58,7 @@ func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
 
 // vectorRowSchedule applies vectorRowsOn's primitives to block name, or
 // reports false when its reduction loop has no loop of rows around it.
-func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64) (bool, error) {
+func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64, opts Options, site string) (bool, error) {
 	b, loops, err := blockLoops(s, name)
 	if err != nil || len(loops) < 2 {
 		return false, err
@@ -68,6 +74,13 @@ func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64) (bo
 	}
 	K, _ := ir.IsConstInt(fk.Extent)
 	L := vectorBytes / int64(br.Block.Body.(*ir.BufferStore).Buffer.DType.Size())
+	cands := []int64{0, L}
+	if K%(2*L) == 0 && K >= 4*L {
+		cands = append(cands, 2*L)
+	}
+	if L, err = opts.choose(s, site, cands, L); err != nil || L == 0 {
+		return false, err
+	}
 	parts, err := s.Split(k, K/L, L)
 	if err != nil {
 		return false, err
