@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -258,6 +259,9 @@ func (c convBlock) loops(s *schedule.Schedule, vectorBytes int64) (schedule.Bloc
 	}
 	if len(loops) != len(c.spatial)+len(c.reduce) {
 		return blk, nil, 0, skip("block %q is nested in other loops", c.name)
+	}
+	if slices.Min(c.spatial) < 1 || slices.Min(c.reduce) < 1 {
+		return blk, nil, 0, skip("block %q has an empty axis", c.name)
 	}
 	esize := int64(c.dtype.Size())
 	if esize <= 0 {
