@@ -299,7 +299,7 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	// Positions that do not divide the row end with a tile that
 	// overlaps the one before (SplitOverlap).
 	xi = largestDivisor(X, limit/vecs)
-	if xi, err = opts.choose(s, site("positions"), upTo(min(X, limit/vecs)), xi); err != nil {
+	if xi, err = opts.choose(s, site("positions"), tileSizes(X, limit/vecs), xi); err != nil {
 		return err
 	}
 	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
@@ -371,6 +371,17 @@ func vectorLanes(F, maxLanes int64) []int64 {
 		if F%l == 0 {
 			out = append(out, l)
 		}
+	}
+	return out
+}
+
+// tileSizes lists the sizes of a tile of a loop of n iterations, at most
+// limit: the divisors of n, and the sizes beyond the largest of them,
+// whose last tile overlaps the one before (SplitOverlap).
+func tileSizes(n, limit int64) []int64 {
+	out := divisorsUpTo(n, limit)
+	for d := largestDivisor(n, limit) + 1; d <= min(n, limit); d++ {
+		out = append(out, d)
 	}
 	return out
 }

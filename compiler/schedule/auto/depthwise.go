@@ -153,13 +153,19 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)
 	tile := []schedule.LoopRV{}
 	if c.rows >= 0 {
+		// Rows that do not divide the channels end with a tile that
+		// overlaps the one before.
 		fy := c.spatial[c.rows]
 		limit := max(1, opts.accumulators()/xv)
-		fi, err := opts.choose(s, site("rows"), divisorsUpTo(fy, limit), largestDivisor(fy, limit))
+		fi, err := opts.choose(s, site("rows"), tileSizes(fy, limit), largestDivisor(fy, limit))
 		if err != nil {
 			return err
 		}
-		fs, err := s.Split(loops[c.rows], -1, fi)
+		split := s.Split
+		if fy%fi != 0 {
+			split = s.SplitOverlap
+		}
+		fs, err := split(loops[c.rows], -1, fi)
 		if err != nil {
 			return err
 		}
