@@ -335,21 +335,8 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if !channelsOuter {
 		outer = append(append([]schedule.LoopRV{}, loops[:ns-2]...), fs[:nf]...)
 	}
-	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	redOrder, err := chooseReduceOrder(s, site("reduce_order"), c.reduce, c.reduceOrder, opts)
-	if err != nil {
-		return err
-	}
-	red := make([]schedule.LoopRV, len(redOrder))
-	redExt := make([]int64, len(redOrder))
-	for i, r := range redOrder {
-		red[i], redExt[i] = loops[ns+r], c.reduce[r]
-	}
-	order = append(order, red...)
-	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}, lanes, epilogue); err != nil {
-		return err
-	}
-	if err := unrollReduction(s, site("unroll"), red, redExt, opts); err != nil {
+	tile := []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}
+	if err := c.tileOverReductions(s, blk, loops[ns:], append(outer, xs[0]), tile, c.reduceOrder, lanes, epilogue, opts, site); err != nil {
 		return err
 	}
 	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)
@@ -361,6 +348,28 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	}
 	work := product(c.spatial) * product(c.reduce)
 	return chooseParallel(s, site("parallel"), par, len(outer), opts.ParallelFlops > 0 && work >= opts.ParallelFlops, opts)
+}
+
+// tileOverReductions accumulates block blk (block c) in a register tile
+// (registerTile) over its reduction loops red, in the order chosen
+// (def, positions in red, the rule's own), under the loops outer (the
+// last the one the tile is stored under) and over the tile's loops, and
+// chooses the steps of the reductions unrolled.
+func (c convBlock) tileOverReductions(s *schedule.Schedule, blk schedule.BlockRV, red, outer, tile []schedule.LoopRV, def []int, lanes int64, epilogue bool, opts Options, site func(string) string) error {
+	redOrder, err := chooseReduceOrder(s, site("reduce_order"), c.reduce, def, opts)
+	if err != nil {
+		return err
+	}
+	ordered := make([]schedule.LoopRV, len(redOrder))
+	ext := make([]int64, len(redOrder))
+	for i, r := range redOrder {
+		ordered[i], ext[i] = red[r], c.reduce[r]
+	}
+	order := append(slices.Clone(outer), ordered...)
+	if err := registerTile(s, blk, order, outer[len(outer)-1], ordered[0], tile, lanes, epilogue); err != nil {
+		return err
+	}
+	return unrollReduction(s, site("unroll"), ordered, ext, opts)
 }
 
 // vectorLanes lists the lanes a vector of channels may take: the powers

@@ -191,21 +191,7 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if err != nil {
 		return err
 	}
-	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	redOrder, err := chooseReduceOrder(s, site("reduce_order"), c.reduce, identity(len(c.reduce)), opts)
-	if err != nil {
-		return err
-	}
-	red := make([]schedule.LoopRV, len(redOrder))
-	redExt := make([]int64, len(redOrder))
-	for i, r := range redOrder {
-		red[i], redExt[i] = loops[ns+r], c.reduce[r]
-	}
-	order = append(order, red...)
-	if err := registerTile(s, blk, order, xs[0], red[0], append(tile, xs[1:]...), lanes, epilogue); err != nil {
-		return err
-	}
-	if err := unrollReduction(s, site("unroll"), red, redExt, opts); err != nil {
+	if err := c.tileOverReductions(s, blk, loops[ns:], append(outer, xs[0]), append(tile, xs[1:]...), identity(len(c.reduce)), lanes, epilogue, opts, site); err != nil {
 		return err
 	}
 	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)

@@ -213,11 +213,8 @@ func TestGenericChoicesCompiled(t *testing.T) {
 	}
 	var fs []*ir.PrimFunc
 	var opts []Options
-	for i, tc := range genericCases() {
-		for seed := range 3 {
-			fs, opts = append(fs, tc.f(t)), append(opts, drawnOpts(tc.opts, uint64(200+3*i+seed)))
-		}
+	for _, tc := range genericCases() {
+		fs, opts = append(fs, tc.f(t)), append(opts, tc.opts)
 	}
-	src, funcs := scheduledSource(t, "generic_drawn", fs, opts)
-	checkCompiled(t, src, funcs)
+	checkDrawnCompiled(t, "generic_drawn", fs, opts, 3)
 }
