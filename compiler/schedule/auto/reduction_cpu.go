@@ -137,37 +137,58 @@ func underLoop(s *schedule.Schedule, b schedule.BlockRV, l schedule.LoopRV) (boo
 // vectorRowBlock returns the name of the block of loop fr when fr is the
 // reduction loop of a row reduction vectorRowsOn takes.
 func vectorRowBlock(fr *ir.For, vectorBytes int64) (string, bool) {
+	r, ok := matchVectorRow(fr, vectorBytes)
+	if !ok {
+		return "", false
+	}
+	return r.br.Block.Name, true
+}
+
+// vectorRowMatch is a row reduction vectorRowsOn takes: its block, store
+// and reduction, K steps over loop fr in vectors of L lanes.
+type vectorRowMatch struct {
+	br   *ir.BlockRealize
+	st   *ir.BufferStore
+	red  reduced
+	K, L int64
+}
+
+// matchVectorRow matches loop fr when it is the reduction loop of a row
+// reduction vectorRowsOn takes, with vectors of vectorBytes.
+func matchVectorRow(fr *ir.For, vectorBytes int64) (vectorRowMatch, bool) {
+	var r vectorRowMatch
 	br, ok := fr.Body.(*ir.BlockRealize)
 	if !ok || fr.Kind != ir.ForSerial || br.Block == nil || br.Block.Init == nil || !isTrue(br.Predicate) {
-		return "", false
+		return r, false
 	}
 	b := br.Block
 	n := len(b.IterVars)
 	if n < 2 || len(br.IterValues) != n || len(b.AllocBuffers) > 0 || !isVar(br.IterValues[n-1], fr.Var) {
-		return "", false
+		return r, false
 	}
 	for i, iv := range b.IterVars {
 		if (iv.Kind == ir.IterReduce) != (i == n-1) {
-			return "", false
+			return r, false
 		}
 	}
 	st, ok := b.Body.(*ir.BufferStore)
 	if !ok {
-		return "", false
+		return r, false
 	}
-	if _, ok := reduction(b, st); !ok {
-		return "", false
+	red, ok := reduction(b, st)
+	if !ok {
+		return r, false
 	}
 	K, ok := ir.IsConstInt(fr.Extent)
 	size := int64(st.Buffer.DType.Size())
 	if m, isConst := ir.IsConstInt(fr.Min); !ok || !isConst || m != 0 || size <= 0 || st.Buffer.DType.Lanes != 1 {
-		return "", false
+		return r, false
 	}
 	L := vectorBytes / size
 	if L < 2 || L&(L-1) != 0 || K%L != 0 || K < 2*L {
-		return "", false
+		return r, false
 	}
-	return b.Name, true
+	return vectorRowMatch{br: br, st: st, red: red, K: K, L: L}, true
 }
 
 // vectorRow rewrites loop fr when it is the reduction loop of a row
@@ -176,37 +197,13 @@ func vectorRowBlock(fr *ir.For, vectorBytes int64) (string, bool) {
 // to a bare loop of a scheduled function (VectorRow), with no schedule to
 // apply primitives to.
 func vectorRow(fr *ir.For, vectorBytes int64) (ir.Stmt, bool) {
-	br, ok := fr.Body.(*ir.BlockRealize)
-	if !ok || fr.Kind != ir.ForSerial || br.Block == nil || br.Block.Init == nil || !isTrue(br.Predicate) {
+	m, ok := matchVectorRow(fr, vectorBytes)
+	if !ok {
 		return nil, false
 	}
+	br, st, red, K, L := m.br, m.st, m.red, m.K, m.L
 	b := br.Block
 	n := len(b.IterVars)
-	if n < 2 || len(br.IterValues) != n || len(b.AllocBuffers) > 0 || !isVar(br.IterValues[n-1], fr.Var) {
-		return nil, false
-	}
-	for i, iv := range b.IterVars {
-		if (iv.Kind == ir.IterReduce) != (i == n-1) {
-			return nil, false
-		}
-	}
-	st, ok := b.Body.(*ir.BufferStore)
-	if !ok {
-		return nil, false
-	}
-	red, ok := reduction(b, st)
-	if !ok {
-		return nil, false
-	}
-	K, ok := ir.IsConstInt(fr.Extent)
-	size := int64(st.Buffer.DType.Size())
-	if m, isConst := ir.IsConstInt(fr.Min); !ok || !isConst || m != 0 || size <= 0 || st.Buffer.DType.Lanes != 1 {
-		return nil, false
-	}
-	L := vectorBytes / size
-	if L < 2 || L&(L-1) != 0 || K%L != 0 || K < 2*L {
-		return nil, false
-	}
 	kt := fr.Var.Type
 	ko := ir.NewVar(fr.Var.Name+"_o", kt)
 	l0 := ir.NewVar(fr.Var.Name+"_i", kt)
