@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -259,6 +260,9 @@ func (c convBlock) loops(s *schedule.Schedule, vectorBytes int64) (schedule.Bloc
 	if len(loops) != len(c.spatial)+len(c.reduce) {
 		return blk, nil, 0, skip("block %q is nested in other loops", c.name)
 	}
+	if slices.Min(c.spatial) < 1 || slices.Min(c.reduce) < 1 {
+		return blk, nil, 0, skip("block %q has an empty axis", c.name)
+	}
 	esize := int64(c.dtype.Size())
 	if esize <= 0 {
 		return blk, nil, 0, skip("block %q: dtype %s", c.name, c.dtype)
@@ -271,6 +275,8 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if err != nil {
 		return err
 	}
+	site := func(what string) string { return RuleConv + "/" + c.name + "/" + what }
+	pad := padProducer(s.Func(), c.name)
 	ns := len(c.spatial)
 	limit := opts.accumulators()
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
@@ -281,7 +287,29 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if !ok {
 		return skip("block %q: %d channels take no vector tile", c.name, F)
 	}
-	xs, err := s.Split(loops[ns-2], -1, xi)
+	// The tile: lanes per vector, vectors of channels, positions; each
+	// default is convTile's pick for the choices before it.
+	if lanes, err = opts.choose(s, site("lanes"), vectorLanes(F, maxLanes), lanes); err != nil {
+		return err
+	}
+	_, vecs, _, _ = convTile(X, F, lanes, limit)
+	if vecs, err = opts.choose(s, site("vectors"), divisorsUpTo(F/lanes, limit), vecs); err != nil {
+		return err
+	}
+	// Positions that do not divide the row end with a tile that
+	// overlaps the one before (SplitOverlap).
+	xi = largestDivisor(X, limit/vecs)
+	if xi, err = opts.choose(s, site("positions"), tileSizes(X, limit/vecs), xi); err != nil {
+		return err
+	}
+	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
+		return err
+	}
+	split := s.Split
+	if X%xi != 0 {
+		split = s.SplitOverlap
+	}
+	xs, err := split(loops[ns-2], -1, xi)
 	if err != nil {
 		return err
 	}
@@ -296,22 +324,309 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 		return err
 	}
 	// Outer loops: the spatial ones before x, f's blocks first (a block
-	// of W stays in cache while the positions stream by), then x's.
+	// of W stays in cache while the positions stream by), or last (a
+	// row of A stays in cache while the blocks of W go by), then x's.
 	nf := len(fs) - 2
-	outer := append(append([]schedule.LoopRV{}, fs[:nf]...), loops[:ns-2]...)
-	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	red := make([]schedule.LoopRV, len(c.reduceOrder))
-	for i, r := range c.reduceOrder {
-		red[i] = loops[ns+r]
-	}
-	order = append(order, red...)
-	if err := registerTile(s, blk, order, xs[0], red[0], []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}, lanes, epilogue); err != nil {
+	channelsOuter, err := opts.chooseBool(s, site("channels_outer"), true)
+	if err != nil {
 		return err
 	}
-	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce) >= opts.ParallelFlops {
-		return parallel(s, outer)
+	outer := append(append([]schedule.LoopRV{}, fs[:nf]...), loops[:ns-2]...)
+	if !channelsOuter {
+		outer = append(append([]schedule.LoopRV{}, loops[:ns-2]...), fs[:nf]...)
 	}
-	return nil
+	tile := []schedule.LoopRV{xs[1], fs[nf], fs[nf+1]}
+	if err := c.tileOverReductions(s, blk, loops[ns:], append(outer, xs[0]), tile, c.reduceOrder, lanes, epilogue, opts, site); err != nil {
+		return err
+	}
+	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)
+	if err != nil {
+		return err
+	}
+	if X%xi != 0 {
+		par = par[:min(len(par), len(outer))] // xs[0] recomputes its last iteration
+	}
+	work := product(c.spatial) * product(c.reduce)
+	return chooseParallel(s, site("parallel"), par, len(outer), opts.ParallelFlops > 0 && work >= opts.ParallelFlops, opts)
+}
+
+// tileOverReductions accumulates block blk (block c) in a register tile
+// (registerTile) over its reduction loops red, in the order chosen
+// (def, positions in red, the rule's own), under the loops outer (the
+// last the one the tile is stored under) and over the tile's loops, and
+// chooses the steps of the reductions unrolled.
+func (c convBlock) tileOverReductions(s *schedule.Schedule, blk schedule.BlockRV, red, outer, tile []schedule.LoopRV, def []int, lanes int64, epilogue bool, opts Options, site func(string) string) error {
+	redOrder, err := chooseReduceOrder(s, site("reduce_order"), c.reduce, def, opts)
+	if err != nil {
+		return err
+	}
+	ordered := make([]schedule.LoopRV, len(redOrder))
+	ext := make([]int64, len(redOrder))
+	for i, r := range redOrder {
+		ordered[i], ext[i] = red[r], c.reduce[r]
+	}
+	order := append(slices.Clone(outer), ordered...)
+	if err := registerTile(s, blk, order, outer[len(outer)-1], ordered[0], tile, lanes, epilogue); err != nil {
+		return err
+	}
+	return unrollReduction(s, site("unroll"), ordered, ext, opts)
+}
+
+// vectorLanes lists the lanes a vector of channels may take: the powers
+// of two of at least 4, at most maxLanes, that divide F.
+func vectorLanes(F, maxLanes int64) []int64 {
+	var out []int64
+	for l := maxLanes; l >= 4; l /= 2 {
+		if F%l == 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// tileSizes lists the sizes of a tile of a loop of n iterations, at most
+// limit: the divisors of n, and the sizes beyond the largest of them,
+// whose last tile overlaps the one before (SplitOverlap).
+func tileSizes(n, limit int64) []int64 {
+	out := divisorsUpTo(n, limit)
+	for d := largestDivisor(n, limit) + 1; d <= min(n, limit); d++ {
+		out = append(out, d)
+	}
+	return out
+}
+
+// upTo lists 1 to n.
+func upTo(n int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
+	}
+	return out
+}
+
+// divisorsUpTo lists the divisors of n from 1 to limit.
+func divisorsUpTo(n, limit int64) []int64 {
+	var out []int64
+	for d := int64(1); d <= min(n, limit); d++ {
+		if n%d == 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// chooseEpilogue asks whether the blocks after block c run on its
+// register tile (epilogue, the rule's own pick where the primitives
+// allow it) when there are blocks after it; a choice of no epilogue
+// where the rule tries one is a refusal that withEpilogue answers with
+// the schedule without it (which asks again, to record the choice).
+func chooseEpilogue(s *schedule.Schedule, c convBlock, opts Options, site string, epilogue bool) (bool, error) {
+	if len(blocksAfter(s.Func(), c.name)) == 0 {
+		return epilogue, nil
+	}
+	on, err := opts.chooseBool(s, site, true)
+	if err != nil {
+		return false, err
+	}
+	if epilogue && !on {
+		return false, skip("block %q: the epilogue stays off the tile (chosen)", c.name)
+	}
+	return epilogue, nil
+}
+
+// chooseReduceOrder chooses the order of the reductions (positions in
+// reduce): def first, then the other orders of the reductions of more
+// than one step (those of one step keep their place among them).
+func chooseReduceOrder(s *schedule.Schedule, site string, reduce []int64, def []int, opts Options) ([]int, error) {
+	key := func(p []int) string {
+		k := ""
+		for _, r := range p {
+			if reduce[r] > 1 {
+				k += string(rune('a' + r))
+			}
+		}
+		return k
+	}
+	orders := [][]int{def}
+	seen := map[string]bool{key(def): true}
+	for _, p := range permutations(len(reduce)) {
+		if k := key(p); !seen[k] {
+			seen[k] = true
+			orders = append(orders, p)
+		}
+	}
+	cands := make([]int64, len(orders))
+	for i := range cands {
+		cands[i] = int64(i)
+	}
+	i, err := opts.choose(s, site, cands, 0)
+	if err != nil {
+		return nil, err
+	}
+	return orders[i], nil
+}
+
+// permutations lists the orders of 0..n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// maxUnrolledSteps bounds the steps of a reduction that a register
+// tile's loop body is unrolled into (each step is the tile's
+// multiply-adds, up to Options.accumulators of them), so that unrolled
+// loop bodies stay a few hundred instructions.
+const maxUnrolledSteps = 16
+
+// unrollReduction chooses how many steps of the reductions red (their
+// extents ext, outermost first) one pass of the innermost loop body
+// makes: 1 (the rule's own), the steps of the innermost loops unrolled
+// whole, or the innermost loop split by a divisor of its extent and the
+// inner part unrolled; at most maxUnrolledSteps.
+func unrollReduction(s *schedule.Schedule, site string, red []schedule.LoopRV, ext []int64, opts Options) error {
+	n := len(red)
+	cands := []int64{1}
+	whole := map[int64]int{} // steps → the innermost loops unrolled whole
+	p := int64(1)
+	for k := 1; k <= n; k++ {
+		p *= ext[n-k]
+		if p > maxUnrolledSteps {
+			break
+		}
+		if p > 1 {
+			cands = append(cands, p)
+			whole[p] = k
+		}
+	}
+	for u := int64(2); u < ext[n-1] && u <= maxUnrolledSteps; u++ {
+		if ext[n-1]%u == 0 {
+			cands = append(cands, u)
+		}
+	}
+	steps, err := opts.choose(s, site, cands, 1)
+	if err != nil || steps == 1 {
+		return err
+	}
+	if k, ok := whole[steps]; ok {
+		for _, l := range red[n-k:] {
+			if err := s.Unroll(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	parts, err := s.Split(red[n-1], -1, steps)
+	if err != nil {
+		return err
+	}
+	return s.Unroll(parts[1])
+}
+
+// padStage chooses where block pad, a convolution's input producer
+// (the padding stage of a convolution with padding), is computed: all of
+// it before the convolution (the rule's own), inlined into the
+// convolution's loads (no copy, a bounds check per load), or the part
+// each iteration of one of the loops of nest (the loops around the
+// register tile, outermost first) reads, under it (a copy that stays in
+// cache). It returns the loops of nest that can still fuse into one
+// (those down to the one the padding went under).
+func padStage(s *schedule.Schedule, site string, pad string, nest []schedule.LoopRV, opts Options) ([]schedule.LoopRV, error) {
+	if pad == "" {
+		return nest, nil
+	}
+	cands := []int64{0, 1}
+	for i := range nest {
+		cands = append(cands, int64(2+i))
+	}
+	where, err := opts.choose(s, site, cands, 0)
+	if err != nil || where == 0 {
+		return nest, err
+	}
+	b, err := s.GetBlock(pad)
+	if err != nil {
+		return nil, err
+	}
+	if where == 1 {
+		return nest, s.ComputeInline(b)
+	}
+	return nest[:where-1], s.ComputeAt(b, nest[where-2])
+}
+
+// padProducer names the block that writes block name's first operand
+// when it is a spatial block of f writing an intermediate that only
+// block name reads (a convolution's padding), or "".
+func padProducer(f *ir.PrimFunc, name string) string {
+	var buf *ir.Buffer
+	blocks := topBlocks(f)
+	for _, br := range blocks {
+		if br.Block.Name != name {
+			continue
+		}
+		ir.Visit(br.Block.Body, func(n ir.Node) bool {
+			if st, ok := n.(*ir.BufferStore); ok {
+				if a, _, ok := multiplyAccumulate(st); ok {
+					buf = a.Buffer
+				}
+			}
+			return buf == nil
+		})
+	}
+	if buf == nil || isParam(f, buf) {
+		return ""
+	}
+	producer := ""
+	for _, br := range blocks {
+		st, ok := br.Block.Body.(*ir.BufferStore)
+		if ok && st.Buffer == buf && isSpatial(br.Block) && br.Block.Name != name {
+			producer = br.Block.Name
+			continue
+		}
+		reads := false
+		ir.Visit(br.Block, func(n ir.Node) bool {
+			if l, ok := n.(*ir.BufferLoad); ok && l.Buffer == buf {
+				reads = true
+			}
+			return !reads
+		})
+		if reads && br.Block.Name != name {
+			return ""
+		}
+	}
+	return producer
+}
+
+// chooseParallel chooses how many of loops (nested in order, the
+// outermost first) are fused into one parallel loop: def of them when
+// the rule's threshold says to (on), else none; any number from none to
+// all when the target runs threads (Options.ParallelFlops > 0).
+func chooseParallel(s *schedule.Schedule, site string, loops []schedule.LoopRV, def int, on bool, opts Options) error {
+	if !on {
+		def = 0
+	}
+	def = min(def, len(loops))
+	cands := []int64{0}
+	if opts.ParallelFlops > 0 {
+		for k := 1; k <= len(loops); k++ {
+			cands = append(cands, int64(k))
+		}
+	}
+	k, err := opts.choose(s, site, cands, int64(def))
+	if err != nil || k == 0 {
+		return err
+	}
+	if k == 1 {
+		return s.Parallel(loops[0])
+	}
+	return parallel(s, loops[:k])
 }
 
 func product(xs []int64) int64 {

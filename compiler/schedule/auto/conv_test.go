@@ -320,3 +320,94 @@ func TestPointwise(t *testing.T) {
 		check.Equal(t, packedPointwiseTile(c.ft, c.p, c.lanes, c.limit), c.pv, c.ft, "×", c.p)
 	}
 }
+
+// TestConvChoices schedules every convolution case under random choices
+// of its rule (the tile, the loop order, the unrolled steps, the
+// padding, the parallel loops, the epilogue) and checks each against the
+// unscheduled function and its trace's replay; the conv2d rule's cases
+// ask for every kind of choice.
+func TestConvChoices(t *testing.T) {
+	asked := map[string]bool{}
+	for _, cc := range convCases() {
+		if !cc.scheduled {
+			continue
+		}
+		t.Run(cc.name, func(t *testing.T) {
+			for _, s := range checkChoices(t, cc.primFunc(t), cc.opts, 3) {
+				asked[s[strings.LastIndex(s, "/")+1:]] = true
+				asked[s[:strings.Index(s, "/")]] = true
+			}
+		})
+	}
+	for _, what := range []string{RuleConv, RuleRowConv, "lanes", "vectors", "positions", "channels_outer", "reduce_order", "unroll", "padding", "parallel", "epilogue", "rows", "rows_inner"} {
+		check.True(t, asked[what], "no case asked for", what)
+	}
+}
+
+// TestConvChoicesCompiled compiles the convolutions scheduled under
+// random choices (two draws of each case) to C and checks them against
+// the interpreter.
+func TestConvChoicesCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, cc := range convCases() {
+		if cc.scheduled {
+			fs, opts = append(fs, cc.primFunc(t)), append(opts, cc.opts)
+		}
+	}
+	checkDrawnCompiled(t, "conv_drawn", fs, opts, 2)
+}
+
+// checkDrawnCompiled schedules each function of fs with its options
+// under draws sets of random choices, compiles them to C and checks each
+// against the interpreter.
+func checkDrawnCompiled(t *testing.T, prefix string, fs []*ir.PrimFunc, opts []Options, draws int) {
+	t.Helper()
+	var dfs []*ir.PrimFunc
+	var dopts []Options
+	for i, f := range fs {
+		for d := range draws {
+			dfs, dopts = append(dfs, f), append(dopts, drawnOpts(opts[i], uint64(100+draws*i+d)))
+		}
+	}
+	src, funcs := scheduledSource(t, prefix, dfs, dopts)
+	checkCompiled(t, src, funcs)
+}
+
+// TestTileSizes checks the candidate sizes of a tile: the divisors, then
+// the overlapping sizes beyond the largest of them.
+func TestTileSizes(t *testing.T) {
+	check.Equal(t, fmt.Sprint(tileSizes(56, 12)), "[1 2 4 7 8 9 10 11 12]")
+	check.Equal(t, fmt.Sprint(tileSizes(13, 24)), "[1 13]")
+	check.Equal(t, fmt.Sprint(tileSizes(7, 3)), "[1 2 3]")
+	check.Equal(t, fmt.Sprint(tileSizes(64, 24)), "[1 2 4 8 16 17 18 19 20 21 22 23 24]")
+}
+
+// TestConvChoiceSites checks which choices a convolution asks for (each
+// the first candidate; no epilogue on the tile asks for the epilogue
+// again on the schedule without it): a 1×1 kernel has one reduction of
+// more than one step (no order to choose) and no padding; a 3×3 one
+// with padding asks for both.
+func TestConvChoiceSites(t *testing.T) {
+	sites := func(cc convCase) string {
+		p := &pick{}
+		_, err := Apply(cc.primFunc(t), Options{ParallelFlops: 1, Decide: p})
+		check.NoError(t, err)
+		var out []string
+		for _, s := range p.asked {
+			if what := s[strings.LastIndex(s, "/")+1:]; !slices.Contains(out, what) {
+				out = append(out, what)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	check.Equal(t, sites(convCase{n: 1, c: 16, h: 5, w: 7, f: 32, kh: 1, kw: 1, stride: 1, block: 32}),
+		"lanes vectors positions epilogue channels_outer unroll parallel")
+	check.Equal(t, sites(convCase{n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "bias_relu"}),
+		"lanes vectors positions epilogue channels_outer reduce_order unroll padding parallel")
+	check.Equal(t, sites(convCase{n: 1, c: 64, h: 8, w: 56, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true}),
+		"lanes vectors rows rows_inner reduce_order unroll padding parallel")
+}

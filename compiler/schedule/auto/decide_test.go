@@ -117,3 +117,10 @@ func checkChoices(t *testing.T, f *ir.PrimFunc, opts Options, draws int) []strin
 	slices.Sort(out)
 	return out
 }
+
+// drawnOpts is opts with a Decider that draws each choice at random,
+// seeded.
+func drawnOpts(opts Options, seed uint64) Options {
+	opts.Decide = &drawn{rng: rand.New(rand.NewPCG(seed, 7)), picked: map[string]int{}}
+	return opts
+}

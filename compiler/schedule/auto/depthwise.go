@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"slices"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -114,35 +116,103 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if err != nil {
 		return err
 	}
+	site := func(what string) string { return RuleRowConv + "/" + c.name + "/" + what }
+	pad := padProducer(s.Func(), c.name)
 	ns := len(c.spatial)
-	lanes, xi, ok := rowTile(c.spatial[ns-1], maxLanes)
+	X := c.spatial[ns-1]
+	lanes, xi, ok := rowTile(X, maxLanes)
 	if !ok || !unitRows(s.Func(), c) {
-		return skip("block %q: rows of %d take no vectors", c.name, c.spatial[ns-1])
+		return skip("block %q: rows of %d take no vectors", c.name, X)
+	}
+	// The tile: lanes per vector, vectors along the row, output
+	// channel rows; each default is rowTile's pick for the choices
+	// before it.
+	// Vectors that do not divide the row end with a run that overlaps
+	// the one before (SplitOverlap).
+	var laneCands []int64
+	for l := maxLanes; l >= 4; l /= 2 {
+		if l <= X {
+			laneCands = append(laneCands, l)
+		}
+	}
+	if lanes, err = opts.choose(s, site("lanes"), laneCands, lanes); err != nil {
+		return err
+	}
+	maxVecs := int64(maxRowVectors)
+	if c.rows >= 0 {
+		maxVecs /= 2
+	}
+	xv := largestDivisor(X/lanes, maxVecs)
+	if xv, err = opts.choose(s, site("vectors"), upTo(min(X/lanes, max(maxRowVectors, opts.accumulators()))), xv); err != nil {
+		return err
+	}
+	xi = xv * lanes
+	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
+		return err
 	}
 	outer := append([]schedule.LoopRV{}, loops[:ns-1]...)
 	tile := []schedule.LoopRV{}
 	if c.rows >= 0 {
-		xv := largestDivisor(xi/lanes, maxRowVectors/2)
-		xi = xv * lanes
-		fs, err := s.Split(loops[c.rows], -1, largestDivisor(c.spatial[c.rows], opts.accumulators()/xv))
+		// Rows that do not divide the channels end with a tile that
+		// overlaps the one before.
+		fy := c.spatial[c.rows]
+		limit := max(1, opts.accumulators()/xv)
+		fi, err := opts.choose(s, site("rows"), tileSizes(fy, limit), largestDivisor(fy, limit))
+		if err != nil {
+			return err
+		}
+		split := s.Split
+		if fy%fi != 0 {
+			split = s.SplitOverlap
+		}
+		fs, err := split(loops[c.rows], -1, fi)
 		if err != nil {
 			return err
 		}
 		outer[c.rows] = fs[0]
 		tile = append(tile, fs[1])
+		// The tiles of rows outside the spatial loops after them (a
+		// tile of W stays in cache while the rows of A stream by, the
+		// rule's own), or innermost of the outer loops (a row of A stays
+		// in cache while the tiles of W go by).
+		inside, err := opts.chooseBool(s, site("rows_inner"), false)
+		if err != nil {
+			return err
+		}
+		if inside {
+			outer = append(append(slices.Clone(outer[:c.rows]), outer[c.rows+1:]...), fs[0])
+		}
 	}
-	xs, err := s.Split(loops[ns-1], -1, xi/lanes, lanes)
+	split := s.Split
+	if X%xi != 0 {
+		split = s.SplitOverlap
+	}
+	xs, err := split(loops[ns-1], -1, xv, lanes)
 	if err != nil {
 		return err
 	}
-	order := append(append([]schedule.LoopRV{}, outer...), xs[0])
-	order = append(order, loops[ns:]...)
-	if err := registerTile(s, blk, order, xs[0], loops[ns], append(tile, xs[1:]...), lanes, epilogue); err != nil {
+	if err := c.tileOverReductions(s, blk, loops[ns:], append(outer, xs[0]), append(tile, xs[1:]...), identity(len(c.reduce)), lanes, epilogue, opts, site); err != nil {
 		return err
 	}
-	// Rows are memory-bound: they go parallel earlier than a matmul.
-	if opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0 {
-		return parallel(s, outer)
+	par, err := padStage(s, site("padding"), pad, append(outer, xs[0]), opts)
+	if err != nil {
+		return err
 	}
-	return nil
+	if len(outer) == 0 {
+		par = nil
+	} else if X%xi != 0 {
+		par = par[:min(len(par), len(outer))] // xs[0] recomputes its last iteration
+	}
+	// Rows are memory-bound: they go parallel earlier than a matmul.
+	on := opts.ParallelFlops > 0 && product(c.spatial)*product(c.reduce)*8 >= opts.ParallelFlops && len(outer) > 0
+	return chooseParallel(s, site("parallel"), par, len(outer), on, opts)
+}
+
+// identity is 0, 1, …, n-1.
+func identity(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
 }

@@ -48,6 +48,22 @@ const parallelChunks = 16
 // scheduleGeneric applies the generic rule to f and reports whether it
 // changed anything.
 func scheduleGeneric(f *ir.PrimFunc, opts Options) (*scheduled, bool, error) {
+	// The rule applies where its own picks change the function; then it
+	// applies whatever is chosen.
+	if opts.Decide != nil {
+		d := opts
+		d.Decide = nil
+		if _, ok, err := genericRule(f, d); err != nil || !ok {
+			return nil, ok, err
+		}
+		g, _, err := genericRule(f, opts)
+		return g, err == nil, err
+	}
+	return genericRule(f, opts)
+}
+
+// genericRule is scheduleGeneric with opts's choices.
+func genericRule(f *ir.PrimFunc, opts Options) (*scheduled, bool, error) {
 	blocks := topBlocks(f)
 	if len(blocks) == 0 {
 		return nil, false, nil
@@ -61,9 +77,19 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*scheduled, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	changed := false
+	changed, asked := false, false
+	// A loop nest's schedule is kept where it asked for a choice (to keep
+	// the choice in the trace) even when it changed nothing.
+	opts.Decide = &noting{d: opts.Decide, asked: &asked}
 	for _, br := range blocks[:len(blocks)-1] {
 		if !isSpatial(br.Block) || !cheap(br.Block.Body) || !inlinable(s.Func(), br) {
+			continue
+		}
+		inline, err := opts.chooseBool(s, RuleGeneric+"/"+br.Block.Name+"/inline", true)
+		if err != nil {
+			return nil, false, err
+		}
+		if !inline {
 			continue
 		}
 		// A refusal (the block writes a parameter, or is not one to one)
@@ -79,15 +105,16 @@ func scheduleGeneric(f *ir.PrimFunc, opts Options) (*scheduled, bool, error) {
 	}
 	for _, br := range topBlocks(s.Func()) {
 		c := s.Copy()
+		asked = false
 		ok, err := loopNest(c, br, opts)
 		if err != nil {
 			return nil, false, fmt.Errorf("block %q: %w", br.Block.Name, err)
 		}
-		if ok {
-			s, changed = c, true
+		if ok || asked {
+			s, changed = c, changed || ok
 		}
 	}
-	rows, err := vectorRowsOn(s, opts.VectorBytes)
+	rows, err := vectorRowsOn(s, opts, RuleGeneric)
 	if err != nil {
 		return nil, false, err
 	}
@@ -244,6 +271,7 @@ func loopNest(s *schedule.Schedule, br *ir.BlockRealize, opts Options) (bool, er
 		}
 	}
 	changed := false
+	site := func(what string) string { return RuleGeneric + "/" + br.Block.Name + "/" + what }
 	outer, outerExts := loops[:spatial], exts[:spatial]
 	if spatial == n {
 		st, ok := br.Block.Body.(*ir.BufferStore)
@@ -251,7 +279,11 @@ func loopNest(s *schedule.Schedule, br *ir.BlockRealize, opts Options) (bool, er
 		if ok {
 			size = int64(st.Buffer.DType.Size())
 		}
-		if lanes := opts.VectorBytes / max(size, 1); size > 0 && lanes > 1 && exts[n-1]%lanes == 0 {
+		lanes, err := chooseLanes(s, site("vector"), exts[n-1], size, opts)
+		if err != nil {
+			return false, err
+		}
+		if lanes > 1 {
 			parts, err := s.Split(loops[n-1], -1, lanes)
 			if err != nil {
 				return false, err
@@ -266,15 +298,24 @@ func loopNest(s *schedule.Schedule, br *ir.BlockRealize, opts Options) (bool, er
 			outer, outerExts = loops[:n-1], exts[:n-1]
 		}
 	}
-	if opts.ParallelFlops > 0 && work >= genericParallelFactor*opts.ParallelFlops && len(outer) > 0 {
+	if opts.ParallelFlops > 0 && len(outer) > 0 {
 		// The fewest outer loops that make enough chunks for the threads
-		// to balance; the loops inside stay as they are (plain indices,
-		// contiguous runs).
+		// to balance (the rule's own pick); the loops inside stay as they
+		// are (plain indices, contiguous runs). Any number of them may be
+		// chosen, or none.
 		k, chunks := 0, int64(1)
 		for k < len(outer) && chunks < parallelChunks {
 			chunks *= outerExts[k]
 			k++
 		}
+		if work < genericParallelFactor*opts.ParallelFlops {
+			k = 0
+		}
+		k64, err := opts.choose(s, site("parallel"), upTo0(int64(len(outer))), int64(k))
+		if err != nil || k64 == 0 {
+			return changed, err
+		}
+		k = int(k64)
 		par := outer[0]
 		if k > 1 {
 			if par, err = s.Fuse(outer[:k]...); err != nil {
@@ -289,6 +330,47 @@ func loopNest(s *schedule.Schedule, br *ir.BlockRealize, opts Options) (bool, er
 		}
 	}
 	return changed, nil
+}
+
+// upTo0 lists 0 to n.
+func upTo0(n int64) []int64 { return append([]int64{0}, upTo(n)...) }
+
+// chooseLanes chooses the lanes of the vectors a loop of extent ext over
+// elements of size bytes is split into: the vector's (the rule's own
+// pick, where they divide ext), fewer (a power of two dividing ext), or
+// none (1: the loop stays scalar).
+func chooseLanes(s *schedule.Schedule, site string, ext, size int64, opts Options) (int64, error) {
+	if size <= 0 {
+		return 1, nil
+	}
+	lanes := opts.VectorBytes / size
+	cands := []int64{1}
+	for l := lanes; l >= 2; l /= 2 {
+		if ext%l == 0 {
+			cands = append(cands, l)
+		}
+	}
+	def := int64(1)
+	if lanes > 1 && ext%lanes == 0 {
+		def = lanes
+	}
+	return opts.choose(s, site, cands, def)
+}
+
+// noting is a Decider that passes each choice on to d (the default one
+// when nil) and notes in asked that one was made.
+type noting struct {
+	d     Decider
+	asked *bool
+}
+
+func (n *noting) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	*n.asked = true
+	d := n.d
+	if d == nil {
+		d = DefaultDecider{}
+	}
+	return d.Choose(s, site, cands, def)
 }
 
 // parallelExtent is loop l's constant extent (0 when unknown).

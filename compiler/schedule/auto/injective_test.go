@@ -184,3 +184,37 @@ func TestGenericCompiled(t *testing.T) {
 	src, funcs := scheduledSource(t, "generic", fs, opts)
 	checkCompiled(t, src, funcs)
 }
+
+// TestGenericChoices schedules the glue kernels under random choices
+// (inlining, vector lanes, parallel loops, the vector of partial
+// results) and checks each against the unscheduled function and its
+// trace's replay.
+func TestGenericChoices(t *testing.T) {
+	asked := map[string]bool{}
+	for _, tc := range genericCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, s := range checkChoices(t, tc.f(t), tc.opts, 4) {
+				asked[s[:strings.Index(s, "/")]+"/"+s[strings.LastIndex(s, "/")+1:]] = true
+			}
+		})
+	}
+	for _, site := range []string{RuleGeneric + "/inline", RuleGeneric + "/vector", RuleGeneric + "/parallel", RuleGeneric + "/partials",
+		RuleRowPipeline + "/parallel", RuleRowPipeline + "/vector", RuleRowPipeline + "/partials"} {
+		check.True(t, asked[site], "no case asked for", site)
+	}
+}
+
+// TestGenericChoicesCompiled compiles the glue kernels scheduled under
+// random choices (three draws of each) to C and checks them against the
+// interpreter.
+func TestGenericChoicesCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, tc := range genericCases() {
+		fs, opts = append(fs, tc.f(t)), append(opts, tc.opts)
+	}
+	checkDrawnCompiled(t, "generic_drawn", fs, opts, 3)
+}

@@ -27,7 +27,13 @@ import (
 // the L independent chains, which the C compiler overlaps. It returns the
 // number of reductions scheduled; an error is a primitive's refusal of
 // what the checks let through.
-func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
+//
+// The vector of partial results is a choice (RULE/BLOCK/partials, rule
+// the rule that asks): L lanes (the rule's own), 2·L (two registers,
+// two chains of additions per lane) where they divide K at least twice,
+// or none (the loop stays serial).
+func vectorRowsOn(s *schedule.Schedule, opts Options, rule string) (int, error) {
+	vectorBytes := opts.VectorBytes
 	var names []string
 	ir.Visit(s.Func().Body, func(n ir.Node) bool {
 		if fr, ok := n.(*ir.For); ok {
@@ -39,7 +45,7 @@ func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
 	})
 	done := 0
 	for _, name := range names {
-		ok, err := vectorRowSchedule(s, name, vectorBytes)
+		ok, err := vectorRowSchedule(s, name, vectorBytes, opts, rule+"/"+name+"/partials")
 		if err != nil {
 			return done, fmt.Errorf("block %q: %w", name, err)
 		}
@@ -52,7 +58,7 @@ func vectorRowsOn(s *schedule.Schedule, vectorBytes int64) (int, error) {
 
 // vectorRowSchedule applies vectorRowsOn's primitives to block name, or
 // reports false when its reduction loop has no loop of rows around it.
-func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64) (bool, error) {
+func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64, opts Options, site string) (bool, error) {
 	b, loops, err := blockLoops(s, name)
 	if err != nil || len(loops) < 2 {
 		return false, err
@@ -68,6 +74,13 @@ func vectorRowSchedule(s *schedule.Schedule, name string, vectorBytes int64) (bo
 	}
 	K, _ := ir.IsConstInt(fk.Extent)
 	L := vectorBytes / int64(br.Block.Body.(*ir.BufferStore).Buffer.DType.Size())
+	cands := []int64{0, L}
+	if K%(2*L) == 0 && K >= 4*L {
+		cands = append(cands, 2*L)
+	}
+	if L, err = opts.choose(s, site, cands, L); err != nil || L == 0 {
+		return false, err
+	}
 	parts, err := s.Split(k, K/L, L)
 	if err != nil {
 		return false, err
@@ -124,37 +137,58 @@ func underLoop(s *schedule.Schedule, b schedule.BlockRV, l schedule.LoopRV) (boo
 // vectorRowBlock returns the name of the block of loop fr when fr is the
 // reduction loop of a row reduction vectorRowsOn takes.
 func vectorRowBlock(fr *ir.For, vectorBytes int64) (string, bool) {
+	r, ok := matchVectorRow(fr, vectorBytes)
+	if !ok {
+		return "", false
+	}
+	return r.br.Block.Name, true
+}
+
+// vectorRowMatch is a row reduction vectorRowsOn takes: its block, store
+// and reduction, K steps over loop fr in vectors of L lanes.
+type vectorRowMatch struct {
+	br   *ir.BlockRealize
+	st   *ir.BufferStore
+	red  reduced
+	K, L int64
+}
+
+// matchVectorRow matches loop fr when it is the reduction loop of a row
+// reduction vectorRowsOn takes, with vectors of vectorBytes.
+func matchVectorRow(fr *ir.For, vectorBytes int64) (vectorRowMatch, bool) {
+	var r vectorRowMatch
 	br, ok := fr.Body.(*ir.BlockRealize)
 	if !ok || fr.Kind != ir.ForSerial || br.Block == nil || br.Block.Init == nil || !isTrue(br.Predicate) {
-		return "", false
+		return r, false
 	}
 	b := br.Block
 	n := len(b.IterVars)
 	if n < 2 || len(br.IterValues) != n || len(b.AllocBuffers) > 0 || !isVar(br.IterValues[n-1], fr.Var) {
-		return "", false
+		return r, false
 	}
 	for i, iv := range b.IterVars {
 		if (iv.Kind == ir.IterReduce) != (i == n-1) {
-			return "", false
+			return r, false
 		}
 	}
 	st, ok := b.Body.(*ir.BufferStore)
 	if !ok {
-		return "", false
+		return r, false
 	}
-	if _, ok := reduction(b, st); !ok {
-		return "", false
+	red, ok := reduction(b, st)
+	if !ok {
+		return r, false
 	}
 	K, ok := ir.IsConstInt(fr.Extent)
 	size := int64(st.Buffer.DType.Size())
 	if m, isConst := ir.IsConstInt(fr.Min); !ok || !isConst || m != 0 || size <= 0 || st.Buffer.DType.Lanes != 1 {
-		return "", false
+		return r, false
 	}
 	L := vectorBytes / size
 	if L < 2 || L&(L-1) != 0 || K%L != 0 || K < 2*L {
-		return "", false
+		return r, false
 	}
-	return b.Name, true
+	return vectorRowMatch{br: br, st: st, red: red, K: K, L: L}, true
 }
 
 // vectorRow rewrites loop fr when it is the reduction loop of a row
@@ -163,37 +197,13 @@ func vectorRowBlock(fr *ir.For, vectorBytes int64) (string, bool) {
 // to a bare loop of a scheduled function (VectorRow), with no schedule to
 // apply primitives to.
 func vectorRow(fr *ir.For, vectorBytes int64) (ir.Stmt, bool) {
-	br, ok := fr.Body.(*ir.BlockRealize)
-	if !ok || fr.Kind != ir.ForSerial || br.Block == nil || br.Block.Init == nil || !isTrue(br.Predicate) {
+	m, ok := matchVectorRow(fr, vectorBytes)
+	if !ok {
 		return nil, false
 	}
+	br, st, red, K, L := m.br, m.st, m.red, m.K, m.L
 	b := br.Block
 	n := len(b.IterVars)
-	if n < 2 || len(br.IterValues) != n || len(b.AllocBuffers) > 0 || !isVar(br.IterValues[n-1], fr.Var) {
-		return nil, false
-	}
-	for i, iv := range b.IterVars {
-		if (iv.Kind == ir.IterReduce) != (i == n-1) {
-			return nil, false
-		}
-	}
-	st, ok := b.Body.(*ir.BufferStore)
-	if !ok {
-		return nil, false
-	}
-	red, ok := reduction(b, st)
-	if !ok {
-		return nil, false
-	}
-	K, ok := ir.IsConstInt(fr.Extent)
-	size := int64(st.Buffer.DType.Size())
-	if m, isConst := ir.IsConstInt(fr.Min); !ok || !isConst || m != 0 || size <= 0 || st.Buffer.DType.Lanes != 1 {
-		return nil, false
-	}
-	L := vectorBytes / size
-	if L < 2 || L&(L-1) != 0 || K%L != 0 || K < 2*L {
-		return nil, false
-	}
 	kt := fr.Var.Type
 	ko := ir.NewVar(fr.Var.Name+"_o", kt)
 	l0 := ir.NewVar(fr.Var.Name+"_i", kt)

@@ -68,7 +68,7 @@ func TestReductionTraces(t *testing.T) {
 		f := legalized(t, "sum", map[string]any{"axis": []int64{1}}, []int64{5, 64})
 		s, err := schedule.New(f)
 		check.NoError(t, err)
-		n, err := vectorRowsOn(s, 64)
+		n, err := vectorRowsOn(s, Options{VectorBytes: 64}, RuleGeneric)
 		check.NoError(t, err)
 		check.Equal(t, n, 1, "row reductions scheduled")
 		replayed(t, f, s)

@@ -142,10 +142,24 @@ func scheduleRowPipeline(in cpuIn) (*scheduled, bool, error) {
 			return nil, false, err
 		}
 	}
+	// The row loops fused into the parallel one: all of them (the
+	// rule's own pick, where the work is enough), the outer ones, or
+	// none.
+	k := int64(0)
 	if opts.ParallelFlops > 0 && work >= genericParallelFactor*opts.ParallelFlops && rowWork(exts[:n-1]) >= 2 {
+		k = int64(n - 1)
+	}
+	cands := []int64{0}
+	if opts.ParallelFlops > 0 {
+		cands = upTo0(int64(n - 1))
+	}
+	if k, err = opts.choose(s, RuleRowPipeline+"/"+last.Block.Name+"/parallel", cands, k); err != nil {
+		return nil, false, err
+	}
+	if k > 0 {
 		par := loops[0]
-		if n > 2 {
-			if par, err = s.Fuse(loops[:n-1]...); err != nil {
+		if k > 1 {
+			if par, err = s.Fuse(loops[:k]...); err != nil {
 				return nil, false, err
 			}
 		}
@@ -153,7 +167,7 @@ func scheduleRowPipeline(in cpuIn) (*scheduled, bool, error) {
 			return nil, false, err
 		}
 	}
-	if _, err := vectorRowsOn(s, opts.VectorBytes); err != nil {
+	if _, err := vectorRowsOn(s, opts, RuleRowPipeline); err != nil {
 		return nil, false, err
 	}
 	return done(s), true, nil
@@ -170,7 +184,7 @@ func rowWork(exts []int64) int64 {
 
 // vectorizeInner splits the innermost loop of block name, of extent k,
 // into vectors and vectorizes them, where the lanes of its output's
-// element type divide k.
+// element type divide k (or as chooseLanes chooses).
 func vectorizeInner(s *schedule.Schedule, name string, k int64, opts Options) error {
 	b, loops, err := blockLoops(s, name)
 	if err != nil {
@@ -184,10 +198,9 @@ func vectorizeInner(s *schedule.Schedule, name string, k int64, opts Options) er
 	if !ok || len(loops) == 0 || parallelExtent(s, loops[len(loops)-1]) != k {
 		return nil
 	}
-	size := int64(st.Buffer.DType.Size())
-	lanes := opts.VectorBytes / max(size, 1)
-	if size <= 0 || lanes < 2 || k%lanes != 0 {
-		return nil
+	lanes, err := chooseLanes(s, RuleRowPipeline+"/"+name+"/vector", k, int64(st.Buffer.DType.Size()), opts)
+	if err != nil || lanes < 2 {
+		return err
 	}
 	parts, err := s.Split(loops[len(loops)-1], -1, lanes)
 	if err != nil {

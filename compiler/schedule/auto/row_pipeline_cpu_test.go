@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -60,4 +61,24 @@ func TestRowPipelineCompiled(t *testing.T) {
 	}
 	src, funcs := scheduledSource(t, "rows", fs, opts)
 	checkCompiled(t, src, funcs)
+}
+
+// TestRowPipelineChoices schedules the layer norms and softmaxes under
+// random choices (the parallel row loops, vector lanes, the vector of
+// partial results) and checks each against the unscheduled function and
+// its trace's replay; the rule applies whatever is drawn.
+func TestRowPipelineChoices(t *testing.T) {
+	asked := map[string]bool{}
+	for _, f := range rowPipelineCases(t) {
+		for _, s := range checkChoices(t, f, Options{ParallelFlops: 16}, 4) {
+			asked[s[strings.LastIndex(s, "/")+1:]] = true
+			check.True(t, strings.HasPrefix(s, RuleRowPipeline+"/"), "site", s)
+		}
+		a, err := Apply(f, drawnOpts(Options{ParallelFlops: 16}, 3))
+		check.NoError(t, err)
+		check.Equal(t, a.Rule, RuleRowPipeline)
+	}
+	for _, what := range []string{"parallel", "vector", "partials"} {
+		check.True(t, asked[what], "no case asked for", what)
+	}
 }
