@@ -497,7 +497,14 @@ func (st *stemConv) schedule(s *schedule.Schedule, name string, t stemTile) erro
 			return err
 		}
 	}
-	fs, err := s.Split(f, -1, t.fi)
+	// A kernel in blocks of b channels that tiles of fi divide: the
+	// tiles of a block apart (f = fo·b + fb·fi + i), so that its indices
+	// f // b and f % b simplify over the loops' bounds.
+	factors := []int64{-1, t.fi}
+	if b := st.kernelBlock(); b > t.fi && b%t.fi == 0 && st.F%b == 0 {
+		factors = []int64{-1, b / t.fi, t.fi}
+	}
+	fs, err := s.Split(f, factors...)
 	if err != nil {
 		return err
 	}
@@ -505,8 +512,8 @@ func (st *stemConv) schedule(s *schedule.Schedule, name string, t stemTile) erro
 	if err != nil {
 		return err
 	}
-	order := append(append([]schedule.LoopRV{n}, rows...), fs[0], xs[0], rc, ry, rx)
-	tile := []schedule.LoopRV{fs[1], xs[1], xs[2]}
+	order := append(append(append([]schedule.LoopRV{n}, rows...), fs[:len(fs)-1]...), xs[0], rc, ry, rx)
+	tile := []schedule.LoopRV{fs[len(fs)-1], xs[1], xs[2]}
 	if err := s.Reorder(append(order, tile...)...); err != nil {
 		return err
 	}
@@ -640,6 +647,18 @@ func (st *stemConv) packMap(fi int64) (*schedule.IndexMap, bool) {
 		at := func(v *ir.Var) ir.Expr { return ix[parts[v][0].dim] }
 		return []ir.Expr{ir.FloorDiv(fv, c(fi)), at(st.rc), at(st.ry), at(st.rx), ir.FloorMod(fv, c(fi))}
 	}), true
+}
+
+// kernelBlock is the block of output channels of a kernel read at f // b
+// and f % b, or 0.
+func (st *stemConv) kernelBlock() int64 {
+	for _, e := range st.w.Indices {
+		if d, ok := e.(*ir.Binary); ok && d.Op == ir.OpFloorMod && isVar(d.A, st.f) {
+			b, _ := ir.IsConstInt(d.B)
+			return b
+		}
+	}
+	return 0
 }
 
 // stripLoops orders the loops of the strip's copy and marks its rows and

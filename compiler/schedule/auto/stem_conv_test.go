@@ -29,6 +29,10 @@ func stemCases() []convCase {
 		{name: "kernel_2x3_stride2", n: 1, c: 1, h: 8, w: 26, f: 8, kh: 2, kw: 3, stride: 2, pad: 1, block: 8},
 		{name: "avx2", n: 1, c: 3, h: 11, w: 35, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}},
 		{name: "int32", n: 1, c: 3, h: 9, w: 40, f: 16, kh: 3, kw: 3, stride: 2, int32: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}},
+		// A kernel in OHWI blocks of 8 channels, tiles of 16.
+		{name: "ohwi8o", n: 1, c: 3, h: 9, w: 30, f: 16, kh: 3, kw: 3, stride: 2, pad: 1, block: 8, ohwi: true, epilogue: "bias_relu"},
+		// ConvNeXt's patchify stem (4×4, stride 4: four phases).
+		{name: "patchify_4x4_stride4", n: 1, c: 3, h: 12, w: 44, f: 24, kh: 4, kw: 4, stride: 4, block: 8, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
 	}
 }
 
@@ -40,9 +44,10 @@ func TestStem(t *testing.T) {
 			f := cc.primFunc(t)
 			g, ok := scheduleChecked(t, f, cc.opts, true)
 			check.True(t, ok)
-			_, rule, err := FuncRule(f, cc.opts)
+			a, err := Apply(f, cc.opts)
 			check.NoError(t, err)
-			check.Equal(t, rule, RuleConvStem)
+			check.Equal(t, a.Rule, RuleConvStem)
+			check.True(t, !a.ByHand && len(a.Trace) > 0, "the stem rule's schedule is a trace")
 			nearSlices(t, outputOf(t, g), outputOf(t, f))
 		})
 	}
