@@ -564,7 +564,7 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes, xv i
 		if err := s.ComputeAt(*plane, loops[1]); err != nil {
 			return err
 		}
-		if err := d.planeLoops(s, *plane); err != nil {
+		if err := phaseLoops(s, *plane, d.sx); err != nil {
 			return err
 		}
 	}
@@ -761,43 +761,6 @@ func (d *depthwisePlane) vectorTail() bool {
 		return tail
 	})
 	return tail
-}
-
-// planeLoops orders the loops of the plane's copy and marks its rows
-// and columns for partitioning where the padding's conditions change
-// (transform.PartitionLoops): its interior is then a plain copy. A stride
-// of 2 stores columns w at (w % 2, w // 2): the phase goes outermost,
-// unrolled, so that each phase's rows are stored in order from every
-// other column of the input.
-func (d *depthwisePlane) planeLoops(s *schedule.Schedule, plane schedule.BlockRV) error {
-	loops, err := s.GetLoops(plane)
-	if err != nil {
-		return err
-	}
-	n := len(loops)
-	if n < 2 {
-		return skip("the plane's copy has %d loops", n)
-	}
-	rows, cols := loops[n-2], loops[n-1]
-	if d.sx == 2 {
-		ph, err := s.Split(cols, -1, 2)
-		if err != nil {
-			return err
-		}
-		if err := s.Reorder(ph[1], rows, ph[0]); err != nil {
-			return err
-		}
-		if err := s.Unroll(ph[1]); err != nil {
-			return err
-		}
-		cols = ph[0]
-	}
-	for _, l := range []schedule.LoopRV{rows, cols} {
-		if err := s.Annotate(l, loopPartitionHint, true); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // loopPartitionHint is transform.AttrLoopPartitionHint (TVM's key).
