@@ -190,7 +190,7 @@ func (st *stemConv) choose(s *schedule.Schedule, name string, lanes int64, opts 
 		return t, err
 	}
 	limit := opts.accumulators()
-	fi, xv := stemVectors(st.X, st.F, t.lanes, limit)
+	_, xv := stemVectors(st.X, st.F, t.lanes, limit)
 	cands = nil
 	for v := int64(1); v <= maxStemVectors && v*t.lanes <= st.X; v++ {
 		cands = append(cands, v)
@@ -204,9 +204,7 @@ func (st *stemConv) choose(s *schedule.Schedule, name string, lanes int64, opts 
 			cands = append(cands, d)
 		}
 	}
-	if t.xv != xv {
-		fi = largestDivisor(st.F, min(maxStemTileChannels, max(limit/t.xv, 1)))
-	}
+	fi := largestDivisor(st.F, min(maxStemTileChannels, limit/t.xv))
 	if t.fi, err = opts.choose(s, site("channels"), cands, fi); err != nil {
 		return t, err
 	}
