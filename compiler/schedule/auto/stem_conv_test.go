@@ -48,6 +48,15 @@ func TestStem(t *testing.T) {
 			check.NoError(t, err)
 			check.Equal(t, a.Rule, RuleConvStem)
 			check.True(t, !a.ByHand && len(a.Trace) > 0, "the stem rule's schedule is a trace")
+			// The padded input, or a copy in phases of the stride, is
+			// computed for each row of the output.
+			tr := strings.Join(a.Trace, "\n")
+			if cc.pad > 0 || cc.stride > 1 {
+				check.True(t, strings.Contains(tr, "sch.compute_at("), "a strip per row: ", tr)
+			}
+			if cc.stride > 1 {
+				check.True(t, strings.Contains(tr, fmt.Sprintf("i3 %% %d, i2, i3 // %d)", cc.stride, cc.stride)), "phases of the stride: ", tr)
+			}
 			nearSlices(t, outputOf(t, g), outputOf(t, f))
 		})
 	}
