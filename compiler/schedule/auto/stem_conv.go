@@ -521,22 +521,8 @@ func (st *stemConv) schedule(s *schedule.Schedule, name string, t stemTile) erro
 	if err != nil {
 		return err
 	}
-	wbr, err := s.BlockRealize(wb)
-	if err != nil {
-		return err
-	}
-	after := blocksAfter(s.Func(), wbr.Block.Name)
-	if len(after) != 1 {
-		return skip("block %q: %d blocks after it", name, len(after))
-	}
-	if err := s.ComputeInline(wb); err != nil {
-		return skip("block %q: the accumulators do not inline into %q: %v", name, after[0], err)
-	}
-	ep, err := s.GetBlock(after[0])
-	if err != nil {
-		return err
-	}
-	if err := tileStore(s, ep, xs[0], t.lanes); err != nil {
+	// The epilogue on the tile, vectors along the row.
+	if err := convEpilogue(s, wb, xs[0], t.lanes); err != nil {
 		return err
 	}
 	if err := unrollTile(s, tile, init); err != nil {
