@@ -645,7 +645,17 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 		if err := s.ComputeAt(*plane, loops[1]); err != nil {
 			return err
 		}
-		if err := d.planeLoops(s, c, *plane, opts); err != nil {
+		// A stride of 2: the phase under the rows by default, so that
+		// both phases of a row are copied while the input's row is in
+		// cache (a plane larger than the cache is read once, not once
+		// per phase); outermost is a choice.
+		outer := false
+		if d.sx > 1 {
+			if outer, err = opts.chooseBool(s, planeSite(c, "phase_outer"), false); err != nil {
+				return err
+			}
+		}
+		if err := phaseLoops(s, *plane, d.sx, outer); err != nil {
 			return err
 		}
 	}
@@ -848,53 +858,6 @@ func (d *depthwisePlane) vectorTail() bool {
 		return tail
 	})
 	return tail
-}
-
-// planeLoops orders the loops of the plane's copy and marks its rows
-// and columns for partitioning where the padding's conditions change
-// (transform.PartitionLoops): its interior is then a plain copy. A stride
-// of 2 stores columns w at (w % 2, w // 2): the phase is unrolled, by
-// default under the rows, so that both phases of a row are copied while
-// the input's row is in cache (a plane larger than the cache is read
-// once, not once per phase); or (a choice) outermost, each phase's rows
-// stored in order from every other column of the input.
-func (d *depthwisePlane) planeLoops(s *schedule.Schedule, c convBlock, plane schedule.BlockRV, opts Options) error {
-	loops, err := s.GetLoops(plane)
-	if err != nil {
-		return err
-	}
-	n := len(loops)
-	if n < 2 {
-		return skip("the plane's copy has %d loops", n)
-	}
-	rows, cols := loops[n-2], loops[n-1]
-	if d.sx == 2 {
-		ph, err := s.Split(cols, -1, 2)
-		if err != nil {
-			return err
-		}
-		outer, err := opts.chooseBool(s, planeSite(c, "phase_outer"), false)
-		if err != nil {
-			return err
-		}
-		order := []schedule.LoopRV{ph[1], rows, ph[0]}
-		if !outer {
-			order = []schedule.LoopRV{rows, ph[1], ph[0]}
-		}
-		if err := s.Reorder(order...); err != nil {
-			return err
-		}
-		if err := s.Unroll(ph[1]); err != nil {
-			return err
-		}
-		cols = ph[0]
-	}
-	for _, l := range []schedule.LoopRV{rows, cols} {
-		if err := s.Annotate(l, loopPartitionHint, true); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // loopPartitionHint is transform.AttrLoopPartitionHint (TVM's key).

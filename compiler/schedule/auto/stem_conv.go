@@ -1,7 +1,11 @@
 package auto
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
 // A network's first convolution (its stem) reads few input channels (3:
@@ -22,21 +26,74 @@ import (
 //	    for c, ry, rx: acc[i][j] += W[f+i, c, ry, rx] · S[c, ry, rx, x+j]
 //	    out[n, f+i, y, x+j] = epilogue(acc[i][j])         (whole vectors)
 //
-// Each tap loads xv vectors of S once for fi broadcast weights, which the
-// kernel, repacked once per call, holds side by side. A row no tile
-// divides ends with a tile that overlaps the one before it (the positions
-// it computes twice get the same values), so every load and store is a
-// whole vector within the row. On one Zen 4 core squeezenet1_1's stem
-// took 203 µs instead of 357, mobilenet_v2's 111 instead of 176;
-// resnet18's (147 steps, rows of 112) ran as fast either way.
+// in schedule primitives:
+//
+//	compute_inline      the elementwise blocks after the convolution into
+//	                    the last one
+//	cache_read_layout   the kernel packed, W[f, c, ry, rx] at
+//	                    (f // fi, c, ry, rx, f % fi): a tap's fi weights
+//	                    side by side, read in order
+//	transform_layout    a stride of sx: the padded input's columns w at
+//	                    (w % sx, h, w // sx), so that every tap reads
+//	                    consecutive elements (cache_read_layout when the
+//	                    convolution reads a parameter; rows of stride 1
+//	                    without padding are read where they are)
+//	cache_write_layout  the accumulators in "local", x innermost
+//	split, split_overlap, reorder
+//	                    rows of the strip outside channel tiles outside
+//	                    tiles of the row, the window, then the register
+//	                    tile fi × xv × lanes; a row no tile divides ends
+//	                    with a tile moved back to end at the row's end
+//	                    (the positions it computes twice get the same
+//	                    values), so every load and store is a whole vector
+//	decompose_reduction, compute_inline, reverse_compute_at
+//	                    the tile zeroed, accumulated, and stored through
+//	                    the epilogue, unrolled and vectorized along x
+//	compute_at          the strip under the rows' loop, its phases
+//	                    unrolled outermost, rows and columns annotated
+//	                    pragma_loop_partition_hint so that lowering
+//	                    leaves its interior a plain copy
+//	unroll              the taps along the row
+//	parallel            the rows, above Options.ParallelFlops
+//
+// Each tap loads xv vectors of S once for fi broadcast weights, and the
+// tile's sums stay in registers over all C·kh·kw steps, where the
+// channel-vectorized tile would have only those few steps to amortize
+// storing vectors of channels across planes (1.6–1.8× slower on 3×3
+// stems).
+//
+// The choices (Options.Decide), each the rule's own pick by default:
+//
+//	stem/B/lanes    the vector: the target's, halved while wider than
+//	                the row
+//	stem/B/vectors  xv, vectors of positions per tile (1–4 within the
+//	                row): the fewest vectors computed per row
+//	stem/B/channels fi, output channels per tile (a divisor of F, fi·xv
+//	                within the accumulator registers): the most up to 16
+//	stem/B/rows     output rows per strip (divisors of the rows up to 4
+//	                whose strip fits in L1): 1
+//	stem/B/pack     whether the kernel is packed: yes
+//	stem/B/unroll   whether the taps are unrolled: yes
+//	stem/B/parallel whether the rows run in parallel: above
+//	                Options.ParallelFlops
 
 // maxStemChannels bounds the input channels of a stem: beyond a few, the
 // channel-vectorized tile has reductions enough.
 const maxStemChannels = 4
 
+// maxStemVectors bounds a stem tile's vectors along the row.
+const maxStemVectors = 4
+
+// maxStemTileChannels bounds the output channels of the default tile.
+const maxStemTileChannels = 16
+
+// maxStemStripRows bounds the output rows of a strip.
+const maxStemStripRows = 4
+
 // stemConv is what matchStem found in a function.
 type stemConv struct {
 	conv, epilogue *ir.BlockRealize
+	pad            *ir.BlockRealize // nil when the convolution reads a parameter
 	a, w           *ir.BufferLoad
 	// iteration variables of the convolution block.
 	n, y, x, f, rc, ry, rx *ir.Var
@@ -48,51 +105,138 @@ type stemConv struct {
 	axis []*ir.Var
 }
 
-// scheduleStem returns f rewritten by the rule above, or an error when
+// stemTile is a stem's choices.
+type stemTile struct {
+	lanes, xv, fi, rows int64
+	pack, unroll, par   bool
+}
+
+// scheduleStem returns f scheduled by the rule above, or an error when
 // block c is not a stem.
 func scheduleStem(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, error) {
 	if len(c.spatial) != 4 || len(c.reduce) != 3 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a stem", c.name)
 	}
-	g, err := inlineAfter(f, c.name)
+	s, err := schedule.New(f)
 	if err != nil {
 		return nil, err
 	}
-	s, err := matchStem(g, c)
+	if err := inlineAfterIn(s, c.name); err != nil {
+		return nil, err
+	}
+	st, err := matchStem(s.Func(), c)
 	if err != nil {
 		return nil, err
 	}
-	lanes, fi, xv, ok := stemTile(s.X, s.F, opts.VectorBytes/4, opts.accumulators())
+	lanes, _, _, ok := stemDefaultTile(st.X, st.F, opts.VectorBytes/4, opts.accumulators())
 	if !ok {
-		return nil, skip("block %q: rows of %d take no vectors", c.name, s.X)
+		return nil, skip("block %q: rows of %d take no vectors", c.name, st.X)
 	}
-	if s.stripLen()*4 > opts.L1DBytes {
+	if st.stripBytes(1) > opts.L1DBytes {
 		return nil, skip("block %q: input rows too wide", c.name)
 	}
-	return byHand(g.WithBody(ir.NewRootBlock(s.loops(lanes, fi, xv, opts)))), nil
+	t, err := st.choose(s, c.name, lanes, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.schedule(s, c.name, t); err != nil {
+		return nil, err
+	}
+	return done(s), nil
 }
 
-// stemTile picks the lanes (a power of two of at least 4 and at most
-// maxLanes, no wider than the row), xv vectors of positions and fi output
-// channels (a divisor of F) for at most limit accumulators: the fewest
-// vectors computed per row, the tiles overlapping at its end, then the
-// most accumulators.
-func stemTile(X, F, maxLanes, limit int64) (lanes, fi, xv int64, ok bool) {
+// stemDefaultTile picks the lanes (a power of two of at least 4 and at
+// most maxLanes, no wider than the row), xv vectors of positions and fi
+// output channels (a divisor of F) for at most limit accumulators: the
+// fewest vectors computed per row, the tiles overlapping at its end, then
+// the most accumulators.
+func stemDefaultTile(X, F, maxLanes, limit int64) (lanes, fi, xv int64, ok bool) {
 	for lanes = maxLanes; lanes > 4 && lanes > X; lanes /= 2 {
 	}
 	if lanes < 4 || lanes > X {
 		return 0, 0, 0, false
 	}
+	fi, xv = stemVectors(X, F, lanes, limit)
+	return lanes, fi, xv, true
+}
+
+// stemVectors picks xv and fi for vectors of lanes (see stemDefaultTile).
+func stemVectors(X, F, lanes, limit int64) (fi, xv int64) {
 	best := int64(-1)
-	for v := int64(1); v <= 4 && v*lanes <= X; v++ {
+	for v := int64(1); v <= maxStemVectors && v*lanes <= X; v++ {
 		t := v * lanes
 		computed := (X + t - 1) / t * v
-		fv := largestDivisor(F, min(16, limit/v))
+		fv := largestDivisor(F, min(maxStemTileChannels, limit/v))
 		if best < 0 || computed < best || computed == best && fv*v > fi*xv {
 			best, fi, xv = computed, fv, v
 		}
 	}
-	return lanes, fi, xv, true
+	return fi, xv
+}
+
+// choose makes the rule's choices for block name (see above), lanes the
+// rule's own vector.
+func (st *stemConv) choose(s *schedule.Schedule, name string, lanes int64, opts Options) (stemTile, error) {
+	var t stemTile
+	site := func(what string) string { return "stem/" + name + "/" + what }
+	var cands []int64
+	for l := opts.VectorBytes / 4; l >= 4; l /= 2 {
+		if l <= st.X {
+			cands = append(cands, l)
+		}
+	}
+	var err error
+	if t.lanes, err = opts.choose(s, site("lanes"), cands, lanes); err != nil {
+		return t, err
+	}
+	limit := opts.accumulators()
+	_, xv := stemVectors(st.X, st.F, t.lanes, limit)
+	cands = nil
+	for v := int64(1); v <= maxStemVectors && v*t.lanes <= st.X; v++ {
+		cands = append(cands, v)
+	}
+	if t.xv, err = opts.choose(s, site("vectors"), cands, xv); err != nil {
+		return t, err
+	}
+	cands = nil
+	for d := int64(1); d <= st.F && d*t.xv <= max(limit, t.xv); d++ {
+		if st.F%d == 0 {
+			cands = append(cands, d)
+		}
+	}
+	fi := largestDivisor(st.F, min(maxStemTileChannels, limit/t.xv))
+	if t.fi, err = opts.choose(s, site("channels"), cands, fi); err != nil {
+		return t, err
+	}
+	cands = nil
+	for r := int64(1); r <= maxStemStripRows && r <= st.Y; r++ {
+		if st.Y%r == 0 && (r == 1 || st.stripBytes(r) <= opts.L1DBytes) {
+			cands = append(cands, r)
+		}
+	}
+	if t.rows, err = opts.choose(s, site("rows"), cands, 1); err != nil {
+		return t, err
+	}
+	if t.pack, err = opts.chooseBool(s, site("pack"), true); err != nil {
+		return t, err
+	}
+	if t.unroll, err = opts.chooseBool(s, site("unroll"), true); err != nil {
+		return t, err
+	}
+	par := opts.ParallelFlops > 0 && st.N*st.Y*st.X*st.F*st.C*st.KH*st.KW >= opts.ParallelFlops && st.N*st.Y > 1
+	if st.N*st.Y > 1 {
+		if t.par, err = opts.chooseBool(s, site("parallel"), par); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// stripBytes is the size of a strip of the input for rows output rows:
+// each channel's (rows-1)·sy + kh rows of the padded input.
+func (st *stemConv) stripBytes(rows int64) int64 {
+	w, _ := ir.IsConstInt(st.a.Buffer.Shape[3])
+	return st.C * ((rows-1)*st.sy + st.KH) * (w + st.sx - 1) / st.sx * st.sx * 4
 }
 
 // matchStem matches function f (the blocks after the convolution c
@@ -115,6 +259,7 @@ func matchStem(f *ir.PrimFunc, cb convBlock) (*stemConv, error) {
 		if i == 1 {
 			pad = blocks[0]
 		}
+		s.pad = pad
 	}
 	if s.conv == nil {
 		return nil, skip("no block %q", cb.name)
@@ -265,133 +410,282 @@ func sameExprs(a, b []ir.Expr) bool {
 	return true
 }
 
-// phaseWidth is the columns of one phase of the strip: every column a
-// tap of the row's last vector reads.
-func (s *stemConv) phaseWidth() int64 { return s.X + (s.KW-1)/s.sx }
-
-func (s *stemConv) stripLen() int64 { return s.C * s.KH * s.sx * s.phaseWidth() }
-
-// loops builds the function's new body.
-func (s *stemConv) loops(lanes, fi, xv int64, opts Options) ir.Stmt {
-	it := s.f.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	n, y := ir.NewVar("n", it), ir.NewVar("y", it)
-	wq := s.phaseWidth()
-	strip := ir.NewBuffer("strip", ir.Float32, []ir.Expr{i64(s.stripLen())}, "global")
-	// at is the strip's element for channel c, row r, phase p, column j.
-	at := func(c, r ir.Expr, p int64, j ir.Expr) ir.Expr {
-		return ir.Add(ir.Mul(ir.Add(ir.Mul(ir.Add(ir.Mul(c, i64(s.KH)), r), i64(s.sx)), i64(p)), i64(wq)), j)
+// schedule applies the rule's primitives to s (the function with the
+// blocks after the convolution name inlined into the last) with the
+// choices t.
+func (st *stemConv) schedule(s *schedule.Schedule, name string, t stemTile) error {
+	blk, err := s.GetBlock(name)
+	if err != nil {
+		return err
 	}
-
-	// The strip: row r of channel c is A's row y·sy+r+offY (src's row
-	// minus padY), padded; phase p, column j holds A's column
-	// j·sx+p+offX.
-	c, r := ir.NewVar("c", it), ir.NewVar("r", it)
-	srcN := ir.SubstituteExpr(s.a.Indices[0], map[*ir.Var]ir.Expr{s.n: n})
-	row := ir.Add(ir.Mul(y, i64(s.sy)), ir.Add(r, i64(s.offY-s.padY)))
-	fillRange := func(p, ja, jb int64, value func(j ir.Expr) ir.Expr) ir.Stmt {
-		if ja >= jb {
-			return nil
-		}
-		j := ir.NewVar("j", it)
-		return ir.NewFor(j, i64(ja), i64(jb-ja), ir.ForSerial, ir.NewBufferStore(strip, value(j), at(c, r, p, j)))
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return err
 	}
-	padding := func(ir.Expr) ir.Expr { return s.padValue }
-	var inside, outside []ir.Stmt
-	for p := int64(0); p < s.sx; p++ {
-		base := p + s.offX - s.padX
-		j0, j1 := ceilDiv(-base, s.sx), ceilDiv(s.srcW-base, s.sx)
-		j0, j1 = min(max(j0, 0), wq), max(min(j1, wq), 0)
-		if j0 >= j1 {
-			j0, j1 = 0, 0
+	iv := br.Block.IterVars
+	loops, err := s.GetLoops(blk)
+	if err != nil {
+		return err
+	}
+	if len(loops) != len(iv) {
+		return skip("block %q is nested in other loops", name)
+	}
+	var l [7]schedule.LoopRV
+	for k, v := range []*ir.Var{st.n, st.y, st.x, st.f, st.rc, st.ry, st.rx} {
+		i := slices.IndexFunc(iv, func(x ir.IterVar) bool { return x.Var == v })
+		if i < 0 {
+			return fmt.Errorf("block %q has no iteration variable %q", name, v.Name)
 		}
-		for _, st := range []ir.Stmt{
-			fillRange(p, 0, j0, padding),
-			fillRange(p, j0, j1, func(j ir.Expr) ir.Expr {
-				return ir.NewBufferLoad(s.src, srcN, c, row, ir.Add(ir.Mul(j, i64(s.sx)), i64(base)))
-			}),
-			fillRange(p, j1, wq, padding),
-		} {
-			if st != nil {
-				inside = append(inside, st)
+		l[k] = loops[i]
+	}
+	n, y, x, f, rc, ry, rx := l[0], l[1], l[2], l[3], l[4], l[5], l[6]
+
+	// The strip: the padded input (or a copy of the input) in phases.
+	zero := 0.0
+	strip, hasStrip := schedule.BlockRV{}, true
+	switch {
+	case st.pad == nil && st.sx == 1:
+		hasStrip = false // read where it is: rows of stride 1
+	case st.pad == nil:
+		i, err := readIndex(s, blk, st.a.Buffer)
+		if err != nil {
+			return err
+		}
+		if strip, err = s.CacheReadLayout(blk, i, "global", st.phaseMap(), &zero); err != nil {
+			return err
+		}
+	default:
+		if strip, err = s.GetBlock(st.pad.Block.Name); err != nil {
+			return err
+		}
+		if st.sx > 1 {
+			if err := s.TransformLayout(strip, schedule.BufferIndex{Write: true}, st.phaseMap(), &zero); err != nil {
+				return err
 			}
 		}
-		outside = append(outside, fillRange(p, 0, wq, padding))
 	}
-	var fill ir.Stmt = ir.Seq(inside...)
-	if (s.Y-1)*s.sy+s.KH-1+s.offY-s.padY >= s.srcH || s.offY-s.padY < 0 {
-		fill = &ir.IfThenElse{Cond: ir.And(ir.GE(row, i64(0)), ir.LT(row, i64(s.srcH))), Then: fill, Else: ir.Seq(outside...)}
-	}
-	fill = ir.NewFor(c, i64(0), i64(s.C), ir.ForSerial, ir.NewFor(r, i64(0), i64(s.KH), ir.ForSerial, fill))
-
-	// The tiles of the row: fo·fi output channels, positions from x0.
-	fo, xt := ir.NewVar("fo", it), ir.NewVar("xt", it)
-	T := xv * lanes
-	x0 := ir.Min(ir.Mul(xt, i64(T)), i64(s.X-T))
-	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(fi * xv * lanes)}, "local")
-	// tile runs body over the tile: channel f, position x and slot.
-	tile := func(name string, body func(f, x, slot ir.Expr) ir.Stmt) ir.Stmt {
-		ii, jj, l := ir.NewVar(name+"_f", it), ir.NewVar(name+"_v", it), ir.NewVar(name+"_l", it)
-		x := ir.Add(x0, ir.Add(ir.Mul(jj, i64(lanes)), l))
-		f := ir.Add(ir.Mul(fo, i64(fi)), ii)
-		slot := ir.Add(ir.Mul(ir.Add(ir.Mul(ii, i64(xv)), jj), i64(lanes)), l)
-		return ir.NewFor(ii, i64(0), i64(fi), ir.ForUnrolled,
-			ir.NewFor(jj, i64(0), i64(xv), ir.ForUnrolled,
-				ir.NewFor(l, i64(0), i64(lanes), ir.ForVectorized, body(f, x, slot))))
-	}
-	zero := tile("z", func(_, _, slot ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, ir.F32(0), slot) })
-	// The kernel, packed first in the tile's order: pack[fo, c, ry, rx,
-	// i] is W[fo·fi+i, c, ry, rx], so that a tap's fi weights lie at
-	// one address plus constants.
-	pack := ir.NewBuffer("pack", ir.Float32, []ir.Expr{i64(s.F * s.C * s.KH * s.KW)}, "global")
-	packAt := func(fo, c, ry, rx, i ir.Expr) ir.Expr {
-		return ir.Add(ir.Mul(ir.Add(ir.Mul(ir.Add(ir.Mul(ir.Add(ir.Mul(fo, i64(s.C)), c), i64(s.KH)), ry), i64(s.KW)), rx), i64(fi)), i)
-	}
-	pf, pc, pr, pk, pi := ir.NewVar("pf", it), ir.NewVar("pc", it), ir.NewVar("pr", it), ir.NewVar("pk", it), ir.NewVar("pi", it)
-	packing := ir.NewFor(pf, i64(0), i64(s.F/fi), ir.ForSerial, ir.NewFor(pc, i64(0), i64(s.C), ir.ForSerial,
-		ir.NewFor(pr, i64(0), i64(s.KH), ir.ForSerial, ir.NewFor(pk, i64(0), i64(s.KW), ir.ForSerial,
-			ir.NewFor(pi, i64(0), i64(fi), ir.ForSerial, ir.NewBufferStore(pack,
-				ir.SubstituteExpr(s.w, map[*ir.Var]ir.Expr{s.f: ir.Add(ir.Mul(pf, i64(fi)), pi), s.rc: pc, s.ry: pr, s.rx: pk}),
-				packAt(pf, pc, pr, pk, pi)))))))
-	rc, ry := ir.NewVar("rc", it), ir.NewVar("ry", it)
-	var taps []ir.Stmt
-	for k := int64(0); k < s.KW; k++ {
-		taps = append(taps, tile("t", func(f, x, slot ir.Expr) ir.Stmt {
-			a := ir.NewBufferLoad(strip, at(rc, ry, k%s.sx, ir.Add(x, i64(k/s.sx))))
-			w := ir.NewBufferLoad(pack, packAt(fo, rc, ry, i64(k), ir.Sub(f, ir.Mul(fo, i64(fi)))))
-			return ir.NewBufferStore(acc, ir.Add(ir.NewBufferLoad(acc, slot), ir.Mul(w, a)), slot)
-		}))
-	}
-	window := ir.NewFor(rc, i64(0), i64(s.C), ir.ForSerial, ir.NewFor(ry, i64(0), i64(s.KH), ir.ForSerial, ir.Seq(taps...)))
-
-	// The epilogue on the tile, stored at the output's indices.
-	est := s.epilogue.Block.Body.(*ir.BufferStore)
-	ev := s.epilogue.Block.IterVars
-	convOut := s.conv.Block.Body.(*ir.BufferStore).Buffer
-	save := tile("s", func(f, x, slot ir.Expr) ir.Stmt {
-		coord := map[*ir.Var]ir.Expr{s.n: n, s.y: y, s.x: x, s.f: f}
-		sub := map[*ir.Var]ir.Expr{}
-		idx := make([]ir.Expr, len(ev))
-		for k, v := range ev {
-			sub[v.Var], idx[k] = coord[s.axis[k]], coord[s.axis[k]]
+	// The kernel packed in tiles of fi channels.
+	if t.pack {
+		m, ok := st.packMap(t.fi)
+		if !ok {
+			return skip("block %q: the kernel's indices %v", name, st.w.Indices)
 		}
-		v := ir.Expr(ir.NewBufferLoad(acc, slot))
-		value := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
-			if l, ok := e.(*ir.BufferLoad); ok && l.Buffer == convOut {
-				return v
-			}
-			return e
-		}}).RewriteExpr(est.Value)
-		return ir.NewBufferStore(est.Buffer, ir.SubstituteExpr(value, sub), idx...)
+		i, err := readIndex(s, blk, st.w.Buffer)
+		if err != nil {
+			return err
+		}
+		if _, err := s.CacheReadLayout(blk, i, "global", m, nil); err != nil {
+			return err
+		}
+	}
+	// The accumulators with the positions x innermost, so that the tile
+	// and its store are vectors along the row.
+	xd := -1
+	for d, e := range br.Block.Body.(*ir.BufferStore).Indices {
+		if isVar(e, st.x) {
+			xd = d
+		}
+	}
+	wb, err := s.CacheWriteLayout(blk, 0, "local", lastAxis(4, xd), nil)
+	if err != nil {
+		return err
+	}
+
+	rows := []schedule.LoopRV{y}
+	if t.rows > 1 {
+		if rows, err = s.Split(y, -1, t.rows); err != nil {
+			return err
+		}
+	}
+	// A kernel in blocks of b channels that tiles of fi divide: the
+	// tiles of a block apart (f = fo·b + fb·fi + i), so that its indices
+	// f // b and f % b simplify over the loops' bounds.
+	factors := []int64{-1, t.fi}
+	if b := st.kernelBlock(); b > t.fi && b%t.fi == 0 && st.F%b == 0 {
+		factors = []int64{-1, b / t.fi, t.fi}
+	}
+	fs, err := s.Split(f, factors...)
+	if err != nil {
+		return err
+	}
+	xs, err := s.SplitOverlap(x, -1, t.xv, t.lanes)
+	if err != nil {
+		return err
+	}
+	order := append(append(append([]schedule.LoopRV{n}, rows...), fs[:len(fs)-1]...), xs[0], rc, ry, rx)
+	tile := []schedule.LoopRV{fs[len(fs)-1], xs[1], xs[2]}
+	if err := s.Reorder(append(order, tile...)...); err != nil {
+		return err
+	}
+	init, err := s.DecomposeReduction(blk, rc)
+	if err != nil {
+		return err
+	}
+	// The epilogue on the tile, vectors along the row.
+	if err := convEpilogue(s, wb, xs[0], t.lanes); err != nil {
+		return err
+	}
+	if err := unrollTile(s, tile, init); err != nil {
+		return err
+	}
+	if t.unroll {
+		if err := s.Unroll(rx); err != nil {
+			return err
+		}
+	}
+	if hasStrip {
+		if err := s.ComputeAt(strip, rows[0]); err != nil {
+			return err
+		}
+		if err := phaseLoops(s, strip, st.sx, true); err != nil {
+			return err
+		}
+	}
+	if t.par {
+		return parallel(s, []schedule.LoopRV{n, rows[0]})
+	}
+	return nil
+}
+
+// readIndex is the index of the read region of block b that reads buf.
+func readIndex(s *schedule.Schedule, b schedule.BlockRV, buf *ir.Buffer) (int, error) {
+	br, err := s.BlockRealize(b)
+	if err != nil {
+		return 0, err
+	}
+	for i, r := range br.Block.Reads {
+		if r.Buffer == buf {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("block %q does not read %q", br.Block.Name, buf.Name)
+}
+
+// lastAxis maps n indices to the same with index d moved last.
+func lastAxis(n, d int) *schedule.IndexMap {
+	return schedule.NewIndexMap(n, func(ix ...ir.Expr) []ir.Expr {
+		out := append(append([]ir.Expr{}, ix[:d]...), ix[d+1:]...)
+		return append(out, ix[d])
 	})
-	tiles := ir.NewFor(fo, i64(0), i64(s.F/fi), ir.ForSerial,
-		ir.NewFor(xt, i64(0), i64((s.X+T-1)/T), ir.ForSerial,
-			&ir.Allocate{Buffer: acc, Body: ir.Seq(zero, window, save)}))
+}
 
-	kind := ir.ForSerial
-	if opts.ParallelFlops > 0 && s.N*s.Y*s.X*s.F*s.C*s.KH*s.KW >= opts.ParallelFlops && s.Y > 1 {
-		kind = ir.ForParallel
+// phaseMap stores the input's columns w at (w % sx, h, w // sx): each
+// phase of the stride holds the columns one tap reads, consecutive.
+func (st *stemConv) phaseMap() *schedule.IndexMap {
+	return schedule.NewIndexMap(4, func(ix ...ir.Expr) []ir.Expr {
+		sx := ir.Const(ix[3].DType(), float64(st.sx))
+		return []ir.Expr{ix[0], ix[1], ir.FloorMod(ix[3], sx), ix[2], ir.FloorDiv(ix[3], sx)}
+	})
+}
+
+// packMap maps the kernel's indices to (f // fi, c, ry, rx, f % fi), or
+// reports false when they are not the window's variables and f (or f's
+// blocks, f // b and f % b) one to one.
+func (st *stemConv) packMap(fi int64) (*schedule.IndexMap, bool) {
+	b := st.kernelBlock()
+	dims := map[*ir.Var]int{} // the dimension a variable indexes
+	div, mod := -1, -1        // f // b and f % b
+	for d, e := range st.w.Indices {
+		if v, ok := e.(*ir.Var); ok {
+			if _, dup := dims[v]; dup {
+				return nil, false
+			}
+			dims[v] = d
+			continue
+		}
+		bin, ok := e.(*ir.Binary)
+		if !ok || b == 0 || !isVar(bin.A, st.f) {
+			return nil, false
+		}
+		if c, _ := ir.IsConstInt(bin.B); c != b {
+			return nil, false
+		}
+		switch bin.Op {
+		case ir.OpFloorDiv:
+			div = d
+		case ir.OpFloorMod:
+			mod = d
+		default:
+			return nil, false
+		}
 	}
-	return &ir.Allocate{Buffer: pack, Body: ir.Seq(packing, ir.NewFor(n, i64(0), i64(s.N), ir.ForSerial,
-		ir.NewFor(y, i64(0), i64(s.Y), kind, &ir.Allocate{Buffer: strip, Body: ir.Seq(fill, tiles)})))}
+	vars := []*ir.Var{st.rc, st.ry, st.rx}
+	if div < 0 {
+		vars = append(vars, st.f)
+	} else if mod < 0 {
+		return nil, false
+	}
+	for _, v := range vars {
+		if _, ok := dims[v]; !ok {
+			return nil, false
+		}
+	}
+	if len(dims) != len(vars) {
+		return nil, false
+	}
+	return schedule.NewIndexMap(len(st.w.Indices), func(ix ...ir.Expr) []ir.Expr {
+		c := func(v int64) ir.Expr { return ir.Const(ix[0].DType(), float64(v)) }
+		var f ir.Expr
+		if div < 0 {
+			f = ix[dims[st.f]]
+		} else {
+			f = ir.Add(ir.Mul(ix[div], c(b)), ix[mod])
+		}
+		return []ir.Expr{ir.FloorDiv(f, c(fi)), ix[dims[st.rc]], ix[dims[st.ry]], ix[dims[st.rx]], ir.FloorMod(f, c(fi))}
+	}), true
+}
+
+// kernelBlock is the block of output channels of a kernel read at f // b
+// and f % b, or 0.
+func (st *stemConv) kernelBlock() int64 {
+	for _, e := range st.w.Indices {
+		if d, ok := e.(*ir.Binary); ok && d.Op == ir.OpFloorMod && isVar(d.A, st.f) {
+			b, _ := ir.IsConstInt(d.B)
+			return b
+		}
+	}
+	return 0
+}
+
+// phaseLoops orders the loops of the copy b of a plane (or a strip of
+// rows), its last two loops its rows and columns, and marks them for
+// partitioning where the padding's conditions change
+// (transform.PartitionLoops): its interior is then a plain copy. A
+// stride of sx stores columns w at (w % sx, w // sx), the phase loop
+// unrolled: outermost, each phase's rows stored in order from every
+// sx-th column of the input, or else under the rows, every phase of a row
+// copied while the input's row is in cache.
+func phaseLoops(s *schedule.Schedule, b schedule.BlockRV, sx int64, outer bool) error {
+	loops, err := s.GetLoops(b)
+	if err != nil {
+		return err
+	}
+	n := len(loops)
+	if n < 2 {
+		return skip("the copy has %d loops", n)
+	}
+	rows, cols := loops[n-2], loops[n-1]
+	if sx > 1 {
+		ph, err := s.Split(cols, -1, sx)
+		if err != nil {
+			return err
+		}
+		order := []schedule.LoopRV{ph[1], rows, ph[0]}
+		if !outer {
+			order = []schedule.LoopRV{rows, ph[1], ph[0]}
+		}
+		if err := s.Reorder(order...); err != nil {
+			return err
+		}
+		if err := s.Unroll(ph[1]); err != nil {
+			return err
+		}
+		cols = ph[0]
+	}
+	for _, l := range []schedule.LoopRV{rows, cols} {
+		if err := s.Annotate(l, loopPartitionHint, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }

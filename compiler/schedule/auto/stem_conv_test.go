@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/devices/cpu"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/ckernel"
@@ -30,6 +29,10 @@ func stemCases() []convCase {
 		{name: "kernel_2x3_stride2", n: 1, c: 1, h: 8, w: 26, f: 8, kh: 2, kw: 3, stride: 2, pad: 1, block: 8},
 		{name: "avx2", n: 1, c: 3, h: 11, w: 35, f: 32, kh: 3, kw: 3, stride: 2, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}},
 		{name: "int32", n: 1, c: 3, h: 9, w: 40, f: 16, kh: 3, kw: 3, stride: 2, int32: true, epilogue: "relu6", opts: Options{ParallelFlops: 1}},
+		// A kernel in OHWI blocks of 8 channels, tiles of 16.
+		{name: "ohwi8o", n: 1, c: 3, h: 9, w: 30, f: 16, kh: 3, kw: 3, stride: 2, pad: 1, block: 8, ohwi: true, epilogue: "bias_relu"},
+		// ConvNeXt's patchify stem (4×4, stride 4: four phases).
+		{name: "patchify_4x4_stride4", n: 1, c: 3, h: 12, w: 44, f: 24, kh: 4, kw: 4, stride: 4, block: 8, epilogue: "bias_relu", opts: Options{ParallelFlops: 1}},
 	}
 }
 
@@ -41,7 +44,19 @@ func TestStem(t *testing.T) {
 			f := cc.primFunc(t)
 			g, ok := scheduleChecked(t, f, cc.opts, true)
 			check.True(t, ok)
-			check.True(t, strings.Contains(script.Print(g), "strip"), "the stem rule")
+			a, err := Apply(f, cc.opts)
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleConvStem)
+			check.True(t, !a.ByHand && len(a.Trace) > 0, "the stem rule's schedule is a trace")
+			// The padded input, or a copy in phases of the stride, is
+			// computed for each row of the output.
+			tr := strings.Join(a.Trace, "\n")
+			if cc.pad > 0 || cc.stride > 1 {
+				check.True(t, strings.Contains(tr, "sch.compute_at("), "a strip per row: ", tr)
+			}
+			if cc.stride > 1 {
+				check.True(t, strings.Contains(tr, fmt.Sprintf("i3 %% %d, i2, i3 // %d)", cc.stride, cc.stride)), "phases of the stride: ", tr)
+			}
 			nearSlices(t, outputOf(t, g), outputOf(t, f))
 		})
 	}
@@ -51,9 +66,9 @@ func TestStem(t *testing.T) {
 		{n: 1, c: 3, h: 7, w: 7, f: 16, kh: 3, kw: 3, stride: 2, epilogue: "bias_relu"},
 		{n: 1, c: 8, h: 9, w: 20, f: 16, kh: 3, kw: 3, stride: 2, epilogue: "bias_relu"},
 	} {
-		g, _, err := Func(cc.primFunc(t), cc.opts)
+		_, rule, err := FuncRule(cc.primFunc(t), cc.opts)
 		check.NoError(t, err)
-		check.True(t, !strings.Contains(script.Print(g), "strip"), "not a stem: ", cc.c, "channels")
+		check.True(t, rule != RuleConvStem, "not a stem: ", cc.c, "channels, rows of ", cc.w)
 	}
 }
 
@@ -71,11 +86,11 @@ func TestStemTile(t *testing.T) {
 		{5, 24, 16, 4, 12, 1},
 		{18, 64, 8, 8, 16, 1},
 	} {
-		lanes, fi, xv, ok := stemTile(c.x, c.f, c.maxLanes, Options{}.withDefaults().accumulators())
+		lanes, fi, xv, ok := stemDefaultTile(c.x, c.f, c.maxLanes, Options{}.withDefaults().accumulators())
 		check.True(t, ok)
 		check.Equal(t, [3]int64{lanes, fi, xv}, [3]int64{c.lanes, c.fi, c.xv}, c.x, "×", c.f)
 	}
-	_, _, _, ok := stemTile(3, 16, 16, Options{}.withDefaults().accumulators())
+	_, _, _, ok := stemDefaultTile(3, 16, 16, Options{}.withDefaults().accumulators())
 	check.True(t, !ok, "rows of 3")
 }
 
@@ -134,4 +149,28 @@ func runCompiled(t *testing.T, m *cpu.Module, name string, f *ir.PrimFunc) []flo
 	out, err := ndarray.ToSlice[float32](args[len(args)-1].(*ndarray.NDArray))
 	check.NoError(t, err)
 	return out
+}
+
+// TestChoicesOfStem: the stem rule's choices are valid whatever is
+// drawn, and each is asked where it has more than one candidate.
+func TestChoicesOfStem(t *testing.T) {
+	cases := stemCases()
+	draws := 3
+	if testing.Short() {
+		draws = 2
+	}
+	all := map[string]bool{}
+	for _, cc := range cases {
+		if testing.Short() && cc.kh*cc.kw*cc.f > 1000 {
+			continue // resnet_like: the interpreter takes seconds a run
+		}
+		t.Run(cc.name, func(t *testing.T) {
+			for _, s := range checkChoices(t, cc.primFunc(t), cc.opts, draws) {
+				all[s[strings.LastIndex(s, "/")+1:]] = true
+			}
+		})
+	}
+	for _, what := range []string{"lanes", "vectors", "channels", "rows", "pack", "unroll", "parallel"} {
+		check.True(t, all[what], "no case asked for the stem's ", what)
+	}
 }
