@@ -134,15 +134,15 @@ func (sp *Space) Default() (*Candidate, error) {
 // DefaultSchedule when its decisions are the default's.
 func (sp *Space) rulesCandidate(rng *rand.Rand, ds []Decision) (*Candidate, error) {
 	d := newDecider(rng, ds)
-	var a auto.Applied
-	var err error
-	if sp.target.Kind == "cuda" {
-		a, err = auto.ApplyGPU(sp.fn, auto.GPUOptions{Decide: d})
-	} else {
-		opts := sp.target.AutoOptions()
-		opts.Decide = d
-		a, err = auto.Apply(sp.fn, opts)
+	if sp.target.Kind != "cpu" {
+		// Only CPU kernels are tuned: a GPU kernel's default schedule
+		// (its threads bound by auto.ApplyGPU) is the build's, given to
+		// the function as it is.
+		return &Candidate{Func: sp.fn, Schedule: DefaultSchedule}, nil
 	}
+	opts := sp.target.AutoOptions()
+	opts.Decide = d
+	a, err := auto.Apply(sp.fn, opts)
 	if err != nil {
 		return nil, err
 	}
