@@ -121,6 +121,11 @@ type tuneResult struct {
 	// or "schedule rules".
 	Halves       halves `json:"halves"`
 	BestSchedule string `json:"best_schedule"`
+	// DefaultScheduleMS is the default schedule's median on the
+	// daemons during the search, BestVsDefaultSchedule its ratio to the
+	// best record's.
+	DefaultScheduleMS     float64 `json:"default_schedule_ms"`
+	BestVsDefaultSchedule float64 `json:"best_vs_default_schedule"`
 	Quick        bool   `json:"quick,omitempty"`
 	// Part is the part of the benchmark that ran (--part), when not all.
 	Part string `json:"part,omitempty"`
@@ -162,6 +167,18 @@ type half struct {
 	Trials  int     `json:"trials"`
 	Invalid int     `json:"invalid"`
 	BestMS  float64 `json:"best_ms,omitempty"`
+}
+
+// defaultScheduleMS is the median of the default schedule's last valid
+// record in db for a workload, in milliseconds (0: none).
+func defaultScheduleMS(db *tune.Database, hash string) float64 {
+	ms := 0.0
+	for _, rec := range db.Records(hash) {
+		if rec.Valid() && rec.Schedule == tune.DefaultSchedule {
+			ms = sig(rec.Median()*1e3, 4)
+		}
+	}
+	return ms
 }
 
 // halvesOf counts the records of db for a workload by half.
@@ -211,7 +228,7 @@ func (r tuneResult) Line() string {
 	} else {
 		s += fmt.Sprintf("; tuned/hand %.2f; no numpy: %s", r.TunedVsHand, r.NoReference)
 	}
-	s += fmt.Sprintf("; %v, the best a candidate of %q; search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.Halves, r.BestSchedule, r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
+	s += fmt.Sprintf("; %v, the best a candidate of %q, ×%.2f the default schedule (%.4g ms); search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.Halves, r.BestSchedule, r.BestVsDefaultSchedule, r.DefaultScheduleMS, r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
 	return s + r.othersLine()
 }
 
@@ -332,6 +349,9 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	r.Halves, r.BestSchedule = halvesOf(db, task.Workload.Hash), best.Schedule
 	if best.Schedule == "" {
 		r.BestSchedule = "schedule rules"
+	}
+	if d := defaultScheduleMS(db, task.Workload.Hash); d > 0 {
+		r.DefaultScheduleMS, r.BestVsDefaultSchedule = d, sig(d/r.BestDeviceMS, 3)
 	}
 	noDefault = true
 	if opt.part == "scaling" {
@@ -621,14 +641,11 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		}
 		searched := math.Inf(1)
 		for _, rec := range db.Records(task.Workload.Hash) {
-			switch {
-			case !rec.Valid():
-			case rec.Schedule == tune.DefaultSchedule:
-				o.DefaultScheduleMS = sig(rec.Median()*1e3, 4)
-			default:
+			if rec.Valid() && rec.Schedule != tune.DefaultSchedule {
 				searched = min(searched, rec.Median())
 			}
 		}
+		o.DefaultScheduleMS = defaultScheduleMS(db, task.Workload.Hash)
 		if o.DefaultScheduleMS > 0 && sum[0].Best > 0 {
 			o.TunedVsDefaultSched = sig(o.DefaultScheduleMS/(sum[0].Best*1e3), 3)
 		}

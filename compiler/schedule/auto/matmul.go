@@ -135,9 +135,8 @@ func divisorsUpTo(n, limit int64) []int64 {
 	return out
 }
 
-// The codes of a matmul's choice of its parallel loop (site
-// matmul/BLOCK/parallel): none, the outer tile loop, the inner one, or
-// parBatch+b, the b-th loop of the rows outside the tiles.
+// The codes of a matmul's parallel loop: none, the outer tile loop, the
+// inner one, or parBatch+b, the b-th loop of the rows outside the tiles.
 const (
 	parNone int64 = iota
 	parOuter
@@ -561,11 +560,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 			}
 		}
 	}
-	par, err := matmulParallel(s, opts, site, m, M*N*K, fuse, colsOuter, [2]int64{outerExt, innerExt})
-	if err != nil {
-		return false, err
-	}
-	switch {
+	switch par := matmulParallel(opts, m, M*N*K, fuse, [2]int64{outerExt, innerExt}); {
 	case par == parOuter:
 		err = s.Parallel(outer)
 	case par == parInner:
@@ -624,49 +619,30 @@ func matmulTileChoice(s *schedule.Schedule, opts Options, site string, rows, N, 
 	return mr, v * lanes, nil
 }
 
-// matmulParallel asks which loop of a matmul's tiles runs in parallel
-// (site matmul/BLOCK/parallel, one of the par codes): the rule's own is
-// the outer tile loop (the inner one when the outer has one iteration)
-// for a matmul of at least opts.ParallelFlops multiply-adds, or, for
-// rows outside the tiles that share B, the first of those loops; none
-// below (one fork and join costs more than it saves). ext are the outer
-// and inner tile loops' iterations. With a negative ParallelFlops
-// nothing runs in parallel, and there is no choice.
-func matmulParallel(s *schedule.Schedule, opts Options, site string, m matmulBlock, flops int64, fuse, colsOuter bool, ext [2]int64) (int64, error) {
-	if opts.ParallelFlops < 0 {
-		return parNone, nil
+// matmulParallel says which loop of a matmul's tiles runs in parallel
+// (one of the par codes): the outer tile loop (the inner one when the
+// outer has one iteration) for a matmul of at least opts.ParallelFlops
+// multiply-adds, or, for rows outside the tiles that share B, the first
+// of those loops; none below (one fork and join costs more than it
+// saves), nor with a negative ParallelFlops. ext are the outer and inner
+// tile loops' iterations. It is not a choice: the tuner times candidates
+// on one core and one thread, where the parallel loop cannot show, and a
+// choice drawn at random there ran the 1024³ matmul at 0.7× with all
+// threads (its inner loop in parallel, a fork and join per column tile).
+func matmulParallel(opts Options, m matmulBlock, flops int64, fuse bool, ext [2]int64) int64 {
+	if opts.ParallelFlops < 0 || flops < opts.ParallelFlops {
+		return parNone
 	}
 	n := len(m.extents)
-	cands := []int64{parNone}
-	if ext[0] > 1 {
-		cands = append(cands, parOuter)
-	}
-	if ext[1] > 1 {
-		cands = append(cands, parInner)
-	}
-	firstBatch := int64(-1)
-	if !(fuse && n > 3) {
+	if m.sharedB && !(fuse && n > 3) {
 		for b, e := range m.extents[:n-3] {
 			if e > 1 {
-				cands = append(cands, parBatch+int64(b))
-				if firstBatch < 0 {
-					firstBatch = parBatch + int64(b)
-				}
+				return parBatch + int64(b)
 			}
 		}
 	}
-	def := parNone
-	if flops >= opts.ParallelFlops {
-		def = parOuter
-		if ext[0] < 2 {
-			def = parInner
-		}
-		if m.sharedB && !fuse && firstBatch >= 0 {
-			def = firstBatch
-		}
-		if !slices.Contains(cands, def) {
-			cands = append(cands, def)
-		}
+	if ext[0] < 2 {
+		return parInner
 	}
-	return opts.choose(s, site+"parallel", cands, def)
+	return parOuter
 }
