@@ -489,3 +489,32 @@ func (d *defaultIndex) Choose(s *schedule.Schedule, site string, cands []int64, 
 	d.asked = append(d.asked, site)
 	return s.SampleCategorical(nil, cands, Uniform(len(cands)), def)
 }
+
+// TestChoicesOfMatmulCompiled: schedules of the matmul rule under drawn
+// choices compile to C that computes what the interpreter computes on
+// the unscheduled functions (the panel copy and the unrolled steps of k
+// included).
+func TestChoicesOfMatmulCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	fs := []*ir.PrimFunc{
+		parseFunc(t, fusedDense(16, 96, 8, false)),
+		parseFunc(t, sharedWeight(1, 24, 64, 12)),
+		parseFunc(t, batchMatmul(2, 4, 32, 8)),
+	}
+	mod := ir.NewIRModule()
+	funcs := map[string]*ir.PrimFunc{}
+	for i, f := range fs {
+		for seed := range 3 {
+			d := &drawn{rng: rand.New(rand.NewPCG(uint64(seed), 11)), picked: map[string]int{}}
+			a, err := Apply(f, Options{ParallelFlops: 1, Decide: d})
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleMatmul)
+			name := fmt.Sprintf("mm%d_%d", i, seed)
+			funcs[name] = f
+			mod = mod.With(name, a.Func.WithAttr(ir.AttrGlobalSymbol, name))
+		}
+	}
+	checkCompiled(t, ckernel.Source(t, mod), funcs)
+}
