@@ -126,7 +126,7 @@ type tuneResult struct {
 	// best record's.
 	DefaultScheduleMS     float64 `json:"default_schedule_ms"`
 	BestVsDefaultSchedule float64 `json:"best_vs_default_schedule"`
-	Quick        bool   `json:"quick,omitempty"`
+	Quick                 bool    `json:"quick,omitempty"`
 	// Part is the part of the benchmark that ran (--part), when not all.
 	Part string `json:"part,omitempty"`
 }
