@@ -111,7 +111,7 @@ func TestTuneParts(t *testing.T) {
 			case float64:
 				check.True(t, v > 0, key, "is", v)
 			case []any:
-				check.Equal(t, len(v), 2)
+				check.Equal(t, len(v), 3)
 			default:
 				t.Fatalf("%s: %v in %s", key, obj[key], out.String())
 			}

@@ -103,8 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", "", "the onnx benchmark's model: resnet18, mobilenet_v2, squeezenet1_1, transformer or all (default all)")
 	contention := fs.Bool("contention", false, "the onnx benchmark: also time each model (kiln and ONNX Runtime alike) beside one and two CPU-bound processes, and in one of two sessions on one device daemon")
 	perKernel := fs.Bool("kernels", false, "the onnx benchmark: also print kiln's time per kernel of each model to stderr, the most expensive first")
-	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolution and the softmax get an eighth)")
-	part := fs.String("part", "", "the tune benchmark: only this part: scaling (the matmul's search, then trials per minute with 1 and 2 daemons) or others (the convolution and the softmax, --trials each)")
+	trials := fs.Int("trials", 0, "the tune benchmark's trial budget for the matmul (default 256; the convolutions and the softmax get an eighth)")
+	part := fs.String("part", "", "the tune benchmark: only this part: scaling (the matmul's search, then trials per minute with 1 and 2 daemons) or others (the convolution, the depthwise convolution and the softmax, --trials each)")
 	target := fs.String("target", "", benchTargetHelp)
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {

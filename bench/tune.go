@@ -50,7 +50,7 @@ func init() {
 	}
 	register(benchmark{
 		name:    "tune",
-		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet (256 trials): tuned vs hand schedule (one core and all threads) vs numpy, trials to 90%, trials/min with 1 and 2 daemons, conv2d and softmax tuned vs default",
+		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet (256 trials): tuned vs hand schedule (one core and all threads) vs numpy, trials to 90%, trials/min with 1 and 2 daemons, conv2d, depthwise conv2d and softmax tuned vs default, the candidates of each half of the space",
 		run:     runTuneBench,
 	})
 }
@@ -115,7 +115,18 @@ type tuneResult struct {
 	Others []otherTune `json:"others"`
 	Load   float64     `json:"loadavg_before"` // 1-minute load average, -1 when unknown
 	Trace  []string    `json:"trace"`
-	Quick  bool        `json:"quick,omitempty"`
+	// Halves are the matmul's searched candidates of each half of the
+	// space; BestSchedule is what the best record is: "default" (the
+	// default schedule), "rules" (the default rules with other choices)
+	// or "schedule rules".
+	Halves       halves `json:"halves"`
+	BestSchedule string `json:"best_schedule"`
+	// DefaultScheduleMS is the default schedule's median on the
+	// daemons during the search, BestVsDefaultSchedule its ratio to the
+	// best record's.
+	DefaultScheduleMS     float64 `json:"default_schedule_ms"`
+	BestVsDefaultSchedule float64 `json:"best_vs_default_schedule"`
+	Quick                 bool    `json:"quick,omitempty"`
 	// Part is the part of the benchmark that ran (--part), when not all.
 	Part string `json:"part,omitempty"`
 }
@@ -136,6 +147,68 @@ type otherTune struct {
 	TunedVsDefaultSched   float64 `json:"tuned_vs_default_schedule"`
 	BestSearchedMS        float64 `json:"best_searched_ms"`
 	SearchedVsDefaultSchd float64 `json:"searched_vs_default_schedule"`
+	// Halves are the searched candidates of each half of the space.
+	Halves halves `json:"halves"`
+}
+
+// halves counts the measured candidates of each half of a task's design
+// space (the default schedule itself apart) and the best of each.
+type halves struct {
+	// ScheduleRules are the candidates of compiler/tune/rules' schedule
+	// rules (multi-level tiling…), DefaultRules those of the default
+	// rules with other choices than their own.
+	ScheduleRules half `json:"schedule_rules"`
+	DefaultRules  half `json:"default_rules"`
+}
+
+// half is one half's count of measured candidates, how many of them were
+// invalid, and the best valid one's median (0: none).
+type half struct {
+	Trials  int     `json:"trials"`
+	Invalid int     `json:"invalid"`
+	BestMS  float64 `json:"best_ms,omitempty"`
+}
+
+// defaultScheduleMS is the median of the default schedule's last valid
+// record in db for a workload, in milliseconds (0: none).
+func defaultScheduleMS(db *tune.Database, hash string) float64 {
+	ms := 0.0
+	for _, rec := range db.Records(hash) {
+		if rec.Valid() && rec.Schedule == tune.DefaultSchedule {
+			ms = sig(rec.Median()*1e3, 4)
+		}
+	}
+	return ms
+}
+
+// halvesOf counts the records of db for a workload by half.
+func halvesOf(db *tune.Database, hash string) halves {
+	var h halves
+	for _, rec := range db.Records(hash) {
+		var x *half
+		switch rec.Schedule {
+		case "":
+			x = &h.ScheduleRules
+		case tune.RulesSchedule:
+			x = &h.DefaultRules
+		default:
+			continue
+		}
+		x.Trials++
+		if !rec.Valid() {
+			x.Invalid++
+			continue
+		}
+		if ms := sig(rec.Median()*1e3, 4); x.BestMS == 0 || ms < x.BestMS {
+			x.BestMS = ms
+		}
+	}
+	return h
+}
+
+func (h halves) String() string {
+	return fmt.Sprintf("searched %d of the schedule rules (best %.3g ms), %d of the default rules' choices (best %.3g ms)",
+		h.ScheduleRules.Trials, h.ScheduleRules.BestMS, h.DefaultRules.Trials, h.DefaultRules.BestMS)
 }
 
 func (r tuneResult) Line() string {
@@ -155,7 +228,7 @@ func (r tuneResult) Line() string {
 	} else {
 		s += fmt.Sprintf("; tuned/hand %.2f; no numpy: %s", r.TunedVsHand, r.NoReference)
 	}
-	s += fmt.Sprintf("; search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
+	s += fmt.Sprintf("; %v, the best a candidate of %q, ×%.2f the default schedule (%.4g ms); search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.Halves, r.BestSchedule, r.BestVsDefaultSchedule, r.DefaultScheduleMS, r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
 	return s + r.othersLine()
 }
 
@@ -163,8 +236,8 @@ func (r tuneResult) Line() string {
 func (r tuneResult) othersLine() string {
 	var s string
 	for _, o := range r.Others {
-		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs unscheduled %.4g ms (×%.1f), vs the default schedule %.3g ms (×%.2f; the best searched candidate ×%.2f), %d trials",
-			o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.DefaultScheduleMS, o.TunedVsDefaultSched, o.SearchedVsDefaultSchd, o.Trials)
+		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs unscheduled %.4g ms (×%.1f), vs the default schedule %.3g ms (×%.2f; the best searched candidate ×%.2f), %d trials: %v",
+			o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.DefaultScheduleMS, o.TunedVsDefaultSched, o.SearchedVsDefaultSchd, o.Trials, o.Halves)
 	}
 	return s
 }
@@ -273,6 +346,13 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		return nil, err
 	}
 	r.Trace = tuned.Trace
+	r.Halves, r.BestSchedule = halvesOf(db, task.Workload.Hash), best.Schedule
+	if best.Schedule == "" {
+		r.BestSchedule = "schedule rules"
+	}
+	if d := defaultScheduleMS(db, task.Workload.Hash); d > 0 {
+		r.DefaultScheduleMS, r.BestVsDefaultSchedule = d, sig(d/r.BestDeviceMS, 3)
+	}
 	noDefault = true
 	if opt.part == "scaling" {
 		r.Part = opt.part
@@ -499,13 +579,14 @@ func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefle
 	return nil
 }
 
-// tuneOthers tunes a 3×3 convolution (a ResNet layer's shape) and a
-// softmax with trials each on runner and reports them against their
-// unscheduled defaults.
+// tuneOthers tunes a 3×3 convolution (a ResNet layer's shape), a 3×3
+// depthwise convolution (a MobileNetV2 layer's) and a softmax with trials
+// each on runner and reports them against their unscheduled functions
+// and default schedules.
 func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Target, trials int, quick bool) ([]otherTune, error) {
-	c, hw, rows, cols := int64(64), int64(56), int64(512), int64(1024)
+	c, hw, dc, rows, cols := int64(64), int64(56), int64(144), int64(512), int64(1024)
 	if quick {
-		c, hw, rows, cols = 8, 8, 8, 16
+		c, hw, dc, rows, cols = 8, 8, 8, 8, 16
 	}
 	x := te.Placeholder(te.Shape(1, c, hw, hw), ir.Float32, "data")
 	w := te.Placeholder(te.Shape(c, c, 3, 3), ir.Float32, "weight")
@@ -514,6 +595,16 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		return nil, err
 	}
 	conv, err := te.CreatePrimFunc([]*te.Tensor{x, w, y})
+	if err != nil {
+		return nil, err
+	}
+	dx := te.Placeholder(te.Shape(1, dc, hw, hw), ir.Float32, "data")
+	dw := te.Placeholder(te.Shape(dc, 1, 3, 3), ir.Float32, "weight")
+	dy, err := topi.Conv2D(dx, dw, topi.Conv2DAttrs{Padding: [4]int64{1, 1, 1, 1}, Groups: dc})
+	if err != nil {
+		return nil, err
+	}
+	depthwise, err := te.CreatePrimFunc([]*te.Tensor{dx, dw, dy})
 	if err != nil {
 		return nil, err
 	}
@@ -532,6 +623,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		fn          *ir.PrimFunc
 	}{
 		{"conv2d", fmt.Sprintf("1×%d×%d×%d, %d 3×3 filters, pad 1", c, hw, hw, c), conv},
+		{"depthwise_conv2d", fmt.Sprintf("1×%d×%d×%d, 3×3 depthwise, pad 1", dc, hw, hw), depthwise},
 		{"softmax", fmt.Sprintf("%d×%d", rows, cols), sm},
 	} {
 		task, err := tune.NewTask(k.name, k.fn.WithAttr(ir.AttrGlobalSymbol, k.name), 1, target)
@@ -549,14 +641,11 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		}
 		searched := math.Inf(1)
 		for _, rec := range db.Records(task.Workload.Hash) {
-			switch {
-			case !rec.Valid():
-			case rec.Schedule == tune.DefaultSchedule:
-				o.DefaultScheduleMS = sig(rec.Median()*1e3, 4)
-			default:
+			if rec.Valid() && rec.Schedule != tune.DefaultSchedule {
 				searched = min(searched, rec.Median())
 			}
 		}
+		o.DefaultScheduleMS = defaultScheduleMS(db, task.Workload.Hash)
 		if o.DefaultScheduleMS > 0 && sum[0].Best > 0 {
 			o.TunedVsDefaultSched = sig(o.DefaultScheduleMS/(sum[0].Best*1e3), 3)
 		}
@@ -566,6 +655,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 				o.SearchedVsDefaultSchd = sig(o.DefaultScheduleMS/o.BestSearchedMS, 3)
 			}
 		}
+		o.Halves = halvesOf(db, task.Workload.Hash)
 		out = append(out, o)
 	}
 	return out, nil

@@ -48,8 +48,10 @@ type Record struct {
 	// Device describes the board that measured it (arch, cpu, key…).
 	Device map[string]string `json:"device,omitempty"`
 	// Decisions replay the candidate; Trace is the schedule they give.
-	// Schedule, when set, names a schedule that is not a point of the
-	// space ("default": the default schedule, with no decisions).
+	// Schedule names the half of the space they are decisions of: none,
+	// the schedule rules of compiler/tune/rules; "rules", the default
+	// rules' choices; "default", the default schedule (the default rules
+	// with their own picks, or no decisions in older records).
 	Decisions []Decision `json:"decisions"`
 	Schedule  string     `json:"schedule,omitempty"`
 	Trace     []string   `json:"trace,omitempty"`
@@ -219,8 +221,8 @@ func decodeRecord(line []byte, r *Record) error {
 		return fmt.Errorf("%w: no workload hash", ErrBadLine)
 	case r.Target == "":
 		return fmt.Errorf("%w: no target", ErrBadLine)
-	case r.Schedule != "" && r.Schedule != DefaultSchedule:
-		return fmt.Errorf("%w: unknown schedule %q (want %q or none)", ErrBadLine, r.Schedule, DefaultSchedule)
+	case r.Schedule != "" && r.Schedule != DefaultSchedule && r.Schedule != RulesSchedule:
+		return fmt.Errorf("%w: unknown schedule %q (want %q, %q or none)", ErrBadLine, r.Schedule, DefaultSchedule, RulesSchedule)
 	}
 	for _, t := range r.Times {
 		if !(t > 0) || t > 1e6 {

@@ -208,7 +208,7 @@ type taskState struct {
 	dirty    bool            // measured since the model was last fitted
 	feats    [][]float64
 	times    []float64 // +Inf for invalid
-	decs     [][]Decision
+	points   []point
 	best     float64
 	dflt     float64 // the default schedule's time (+Inf: not measured)
 	model    *Model
@@ -299,7 +299,7 @@ func (p *pipeline) headToHead(st *taskState) error {
 	if err != nil {
 		return nil
 	}
-	best, err := st.task.Space.Replay(top[0])
+	best, err := st.task.Space.replay(top[0].schedule, top[0].decisions)
 	if err != nil {
 		return nil
 	}
@@ -572,7 +572,7 @@ func (st *taskState) learnRecord(r Record) {
 	st.feats = append(st.feats, Features(c.Func))
 	t := r.Median()
 	st.times = append(st.times, t)
-	st.decs = append(st.decs, r.Decisions)
+	st.points = append(st.points, point{r.Schedule, r.Decisions})
 	if t < st.best {
 		st.best = t
 	}
@@ -631,9 +631,8 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 		}
 	}
 	// The default schedule first: the search never ends slower than it.
-	if c, err := st.task.Space.Default(); err == nil {
-		take(c)
-	}
+	dflt, _ := st.task.Space.Default()
+	take(dflt)
 	valid := 0
 	for _, t := range st.times {
 		if !math.IsInf(t, 1) {
@@ -654,8 +653,11 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 		}
 		pool[k] = scored{c, st.model.Predict(Features(c.Func))}
 	}
-	for _, d := range st.topMeasured(16) {
-		if c, err := st.task.Space.Replay(d); err == nil {
+	// The default schedule is always a parent: the search explores
+	// around it (its mutations are the default rules' neighbours).
+	add(dflt)
+	for _, pt := range st.topMeasured(16) {
+		if c, err := st.task.Space.replay(pt.schedule, pt.decisions); err == nil {
 			add(c)
 		}
 	}
@@ -676,7 +678,7 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 			if !ok {
 				continue
 			}
-			if c, err := st.task.Space.complete(rng, m); err == nil {
+			if c, err := st.task.Space.complete(rng, a.c.Schedule, m); err == nil {
 				add(c)
 			}
 		}
@@ -692,8 +694,15 @@ func (st *taskState) propose(rng *rand.Rand, n int, opts Options) []*Candidate {
 	return out
 }
 
-// topMeasured returns the decisions of the k best valid measurements.
-func (st *taskState) topMeasured(k int) [][]Decision {
+// point is a measured candidate's place in the space: the half of the
+// space (Candidate.Schedule) and its decisions there.
+type point struct {
+	schedule  string
+	decisions []Decision
+}
+
+// topMeasured returns the points of the k best valid measurements.
+func (st *taskState) topMeasured(k int) []point {
 	idx := make([]int, 0, len(st.times))
 	for i, t := range st.times {
 		if !math.IsInf(t, 1) {
@@ -701,14 +710,12 @@ func (st *taskState) topMeasured(k int) [][]Decision {
 		}
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return st.times[idx[a]] < st.times[idx[b]] })
-	var out [][]Decision
+	var out []point
 	for _, i := range idx {
 		if len(out) == k {
 			break
 		}
-		if len(st.decs[i]) > 0 { // not the default schedule
-			out = append(out, st.decs[i])
-		}
+		out = append(out, st.points[i])
 	}
 	return out
 }

@@ -132,7 +132,7 @@ func TestSpaceSamplesComputeTheSame(t *testing.T) {
 			check.NoError(t, err)
 			rng := rand.New(rand.NewPCG(7, 8))
 			sites := map[string]bool{}
-			for i := range 12 {
+			for i := range 24 {
 				c, err := sp.Sample(rng)
 				check.NoError(t, err)
 				for _, d := range c.Decisions {
@@ -144,12 +144,12 @@ func TestSpaceSamplesComputeTheSame(t *testing.T) {
 						t.Fatalf("sample %d: element %d = %v, want %v\ntrace:\n%s\n%s", i, j, got[j], want[j], strings.Join(c.Trace, "\n"), script.Print(c.Func))
 					}
 				}
-				r, err := sp.Replay(c.Decisions)
+				r, err := sp.Candidate(Record{Schedule: c.Schedule, Decisions: c.Decisions})
 				check.NoError(t, err)
 				check.True(t, ir.StructuralEqual(r.Func, c.Func), "replay differs")
 				check.Equal(t, strings.Join(r.Trace, "\n"), strings.Join(c.Trace, "\n"))
 				if m, ok := Mutate(rng, c.Decisions); ok {
-					mc, err := sp.complete(rng, m)
+					mc, err := sp.complete(rng, c.Schedule, m)
 					if err == nil {
 						got := run(t, mc.Func)
 						for j := range want {
@@ -178,7 +178,7 @@ func TestSpaceParallel(t *testing.T) {
 	check.NoError(t, err)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 40 {
-		c, err := sp.Sample(rng)
+		c, err := sp.apply(rng, nil)
 		check.NoError(t, err)
 		outer := int64(1)
 		for _, d := range c.Decisions {
@@ -193,7 +193,7 @@ func TestSpaceParallel(t *testing.T) {
 	}
 	small, err := NewSpace(rowMax(t, 8, 24), testTarget)
 	check.NoError(t, err)
-	c, err := small.Sample(rng)
+	c, err := small.apply(rng, nil)
 	check.NoError(t, err)
 	check.True(t, !strings.Contains(strings.Join(c.Trace, "\n"), "sch.parallel("), c.Trace)
 }
@@ -204,7 +204,7 @@ func TestSpaceParallel(t *testing.T) {
 func TestComputeLocationMoves(t *testing.T) {
 	sp, err := NewSpace(rowMax(t, 8, 24), testTarget)
 	check.NoError(t, err)
-	c, err := sp.Sample(rand.New(rand.NewPCG(1, 1)))
+	c, err := sp.apply(rand.New(rand.NewPCG(1, 1)), nil)
 	check.NoError(t, err)
 	found := false
 	for _, d := range c.Decisions {
@@ -232,7 +232,7 @@ func TestSpaceUntunable(t *testing.T) {
 func TestReplayRefusesBadDecisions(t *testing.T) {
 	sp, err := NewSpace(matmulFunc(t, 16, 16, 8), testTarget)
 	check.NoError(t, err)
-	c, err := sp.Sample(rand.New(rand.NewPCG(1, 2)))
+	c, err := sp.apply(rand.New(rand.NewPCG(1, 2)), nil)
 	check.NoError(t, err)
 	bad := append([]Decision(nil), c.Decisions...)
 	bad[0].Tile = []int64{3, 1, 1, 1}
@@ -260,7 +260,7 @@ func TestSoftmaxSpace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	seen := map[string]bool{}
 	for i := range 24 {
-		c, err := sp.Sample(rng)
+		c, err := sp.apply(rng, nil)
 		check.NoError(t, err)
 		for _, d := range c.Decisions {
 			seen[fmt.Sprint(d.Site, "=", d.Choice)] = true
@@ -307,7 +307,7 @@ func TestFeaturesSeeVectorAccumulation(t *testing.T) {
 	check.NoError(t, err)
 	sp, err := NewSpace(f, testTarget)
 	check.NoError(t, err)
-	c, err := sp.Sample(rand.New(rand.NewPCG(5, 5)))
+	c, err := sp.apply(rand.New(rand.NewPCG(5, 5)), nil)
 	check.NoError(t, err)
 	with := func(vectors int) []float64 {
 		ds := append([]Decision(nil), c.Decisions...)

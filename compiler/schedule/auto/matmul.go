@@ -2,6 +2,7 @@ package auto
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
@@ -103,10 +104,7 @@ func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool
 	if lanes < 4 || lanes&(lanes-1) != 0 {
 		return 1, 1, largestDivisor(N, 32), false
 	}
-	vecs := func(mr int64) int64 {
-		limit := max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
-		return largestDivisor(N/lanes, limit)
-	}
+	vecs := func(mr int64) int64 { return largestDivisor(N/lanes, matmulVectorLimit(mr, regs)) }
 	mr = largestDivisor(rows, maxMatmulRows)
 	for d := mr; d > 1; d = largestDivisor(rows, d-1) {
 		if v := vecs(d); d+v <= d*v {
@@ -116,6 +114,35 @@ func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool
 	}
 	return lanes, mr, vecs(mr) * lanes, true
 }
+
+// matmulVectorLimit is how many vectors of columns a register tile of mr
+// rows may have with regs vector registers: mr·vecs accumulators within
+// three quarters of the file, and vecs loads of B and one broadcast of A
+// beside them.
+func matmulVectorLimit(mr, regs int64) int64 {
+	return max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
+}
+
+// divisorsUpTo lists the divisors of n that are at most limit, in
+// increasing order.
+func divisorsUpTo(n, limit int64) []int64 {
+	var out []int64
+	for d := int64(1); d <= min(n, limit); d++ {
+		if n%d == 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// The codes of a matmul's parallel loop: none, the outer tile loop, the
+// inner one, or parBatch+b, the b-th loop of the rows outside the tiles.
+const (
+	parNone int64 = iota
+	parOuter
+	parInner
+	parBatch
+)
 
 // DenseTileWidth is the column tile the dense rule gives a float32 layer
 // of rows × n on a target of vectorBytes-wide vectors and regs vector
@@ -369,7 +396,7 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	regs := opts.VectorRegisters
 	iExt := m.extents[n-3]
-	fuse := false
+	fuse, fixedRows := false, false
 	if m.sharedB {
 		// Every row reads the same B: the spatial loops before j are
 		// one run of rows (a [1, M, K] activation, or [M, 1, K]), when
@@ -391,6 +418,10 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 			inner := product(rows[1:])
 			if _, mr, _, _ := matmulTile(M, N, opts.VectorBytes/esize, regs); mr != inner {
 				iExt, fuse = m.extents[n-3], false
+			} else {
+				// The tile is the inner rows: no other row count
+				// keeps the rows' indices affine.
+				fixedRows = true
 			}
 		}
 	}
@@ -403,6 +434,22 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	}
 	if !vector && nt < 4 && N > 32 {
 		return false, nil
+	}
+	site := "matmul/" + m.name + "/"
+	if vector {
+		if mr, nt, err = matmulTileChoice(s, opts, site, iExt, N, m.packed, lanes, mr, nt, fixedRows); err != nil {
+			return false, err
+		}
+	}
+	// Unrolling a few steps of k into the tile's loop gives the
+	// compiler independent loads to schedule; today's rule does not.
+	ku, err := opts.choose(s, site+"k_unroll", divisorsUpTo(K, 8), 1)
+	if err != nil {
+		return false, err
+	}
+	colsOuter, err := opts.chooseBool(s, site+"columns_outer", m.sharedB)
+	if err != nil {
+		return false, err
 	}
 	i, j, k := loops[n-3], loops[n-2], loops[n-1]
 	batch := loops[:n-3]
@@ -421,22 +468,35 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 		return false, err
 	}
 	// With a shared B, a panel of B (K × nt) is the tile loop's
-	// working set: the row tiles run inside the column tiles, so each
-	// panel is read from memory once and A, the smaller operand of a
-	// layer over few rows, is what is re-read (from cache).
+	// working set: the row tiles run inside the column tiles (the
+	// default of columns_outer), so each panel is read from memory once
+	// and A, the smaller operand of a layer over few rows, is what is
+	// re-read (from cache).
 	outer, inner := is[0], js[0]
-	if m.sharedB {
+	outerExt, innerExt := iExt/mr, N/nt
+	if colsOuter {
 		outer, inner = js[0], is[0]
+		outerExt, innerExt = innerExt, outerExt
 	}
 	order := append([]schedule.LoopRV{}, batch...)
+	order = append(order, outer, inner, k)
+	var unrolled []schedule.LoopRV // the steps of k unrolled
+	if ku > 1 {
+		ks, err := s.Split(k, -1, ku)
+		if err != nil {
+			return false, err
+		}
+		k, unrolled = ks[0], ks[1:]
+		order = append(order[:len(order)-1], ks...)
+	}
 	var jv []schedule.LoopRV
 	if vector {
 		if jv, err = s.Split(js[1], -1, lanes); err != nil {
 			return false, err
 		}
-		order = append(order, outer, inner, k, is[1], jv[0], jv[1])
+		order = append(order, is[1], jv[0], jv[1])
 	} else {
-		order = append(order, outer, inner, k, is[1], js[1])
+		order = append(order, is[1], js[1])
 	}
 	if err := s.Reorder(order...); err != nil {
 		return false, err
@@ -462,14 +522,25 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 	if err != nil {
 		return false, err
 	}
-	if m.sharedB && m.packed == 0 && iExt/mr >= minPanelRowTiles && N*esize >= minPanelRowBytes {
-		if err := copyPanel(s, c, m.b, js[0]); err != nil {
+	if m.sharedB && m.packed == 0 && colsOuter {
+		cp, err := opts.chooseBool(s, site+"copy_panel", iExt/mr >= minPanelRowTiles && N*esize >= minPanelRowBytes)
+		if err != nil {
 			return false, err
+		}
+		if cp {
+			if err := copyPanel(s, c, m.b, js[0]); err != nil {
+				return false, err
+			}
 		}
 	}
 	il, err := s.GetLoops(init)
 	if err != nil {
 		return false, err
+	}
+	for _, u := range unrolled {
+		if err := s.Unroll(u); err != nil {
+			return false, err
+		}
 	}
 	if vector {
 		for _, u := range []schedule.LoopRV{is[1], jv[0], il[len(il)-3], il[len(il)-2]} {
@@ -489,24 +560,89 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 			}
 		}
 	}
-	if M*N*K >= opts.ParallelFlops && opts.ParallelFlops > 0 {
-		par := outer
-		if outer == js[0] && N/nt < 2 || outer == is[0] && iExt/mr < 2 {
-			par = inner
-		}
-		if m.sharedB && !fuse {
-			// The rows outside the tiles share the work, one fork and
-			// join per call.
-			for bi, e := range m.extents[:n-3] {
-				if e > 1 {
-					par = batch[bi]
-					break
-				}
-			}
-		}
-		if err := s.Parallel(par); err != nil {
-			return false, err
-		}
+	switch par := matmulParallel(opts, m, M*N*K, fuse, [2]int64{outerExt, innerExt}); {
+	case par == parOuter:
+		err = s.Parallel(outer)
+	case par == parInner:
+		err = s.Parallel(inner)
+	case par >= parBatch:
+		err = s.Parallel(batch[par-parBatch])
+	}
+	if err != nil {
+		return false, err
 	}
 	return true, nil
+}
+
+// matmulTileChoice asks for a vector register tile's rows and vectors of
+// columns (sites matmul/BLOCK/rows and matmul/BLOCK/vectors), mr rows and
+// nt columns the rule's own: any divisor of the rows up to the
+// accumulators (a fixed count with fixedRows), then any divisor of the
+// columns' vectors whose accumulators, loads and broadcast fit in the
+// registers beside those rows (the packed weight's panel, with packed).
+// It returns the tile's rows and columns.
+func matmulTileChoice(s *schedule.Schedule, opts Options, site string, rows, N, packed, lanes, mr, nt int64, fixedRows bool) (int64, int64, error) {
+	regs := opts.VectorRegisters
+	vecsOf := func(r int64) []int64 {
+		if packed > 0 {
+			if packed/lanes <= matmulVectorLimit(r, regs) {
+				return []int64{packed / lanes}
+			}
+			return nil
+		}
+		return divisorsUpTo(N/lanes, matmulVectorLimit(r, regs))
+	}
+	var rowCands []int64
+	if fixedRows {
+		rowCands = []int64{mr}
+	} else {
+		for _, r := range divisorsUpTo(rows, max(opts.accumulators(), maxMatmulRows)) {
+			if len(vecsOf(r)) > 0 {
+				rowCands = append(rowCands, r)
+			}
+		}
+	}
+	mr, err := opts.choose(s, site+"rows", rowCands, mr)
+	if err != nil {
+		return 0, 0, err
+	}
+	// The rule's own vectors for its rows; the most that fit for others.
+	vc := vecsOf(mr)
+	def := vc[len(vc)-1]
+	if slices.Contains(vc, nt/lanes) {
+		def = nt / lanes
+	}
+	v, err := opts.choose(s, site+"vectors", vc, def)
+	if err != nil {
+		return 0, 0, err
+	}
+	return mr, v * lanes, nil
+}
+
+// matmulParallel says which loop of a matmul's tiles runs in parallel
+// (one of the par codes): the outer tile loop (the inner one when the
+// outer has one iteration) for a matmul of at least opts.ParallelFlops
+// multiply-adds, or, for rows outside the tiles that share B, the first
+// of those loops; none below (one fork and join costs more than it
+// saves), nor with a negative ParallelFlops. ext are the outer and inner
+// tile loops' iterations. It is not a choice: the tuner times candidates
+// on one core and one thread, where the parallel loop cannot show, and a
+// choice drawn at random there ran the 1024³ matmul at 0.7× with all
+// threads (its inner loop in parallel, a fork and join per column tile).
+func matmulParallel(opts Options, m matmulBlock, flops int64, fuse bool, ext [2]int64) int64 {
+	if opts.ParallelFlops < 0 || flops < opts.ParallelFlops {
+		return parNone
+	}
+	n := len(m.extents)
+	if m.sharedB && !(fuse && n > 3) {
+		for b, e := range m.extents[:n-3] {
+			if e > 1 {
+				return parBatch + int64(b)
+			}
+		}
+	}
+	if ext[0] < 2 {
+		return parInner
+	}
+	return parOuter
 }

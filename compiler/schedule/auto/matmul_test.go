@@ -13,6 +13,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/transform"
 	_ "github.com/kiln-ml/kiln/devices/cpu" // host arrays for the interpreter
@@ -420,4 +421,100 @@ func TestPackedMatmulCompiled(t *testing.T) {
 	// Only the prelude's definitions name the floor division macros.
 	check.True(t, strings.Count(src, "KILN_FLOORDIV(") == 1 && strings.Count(src, "KILN_FLOORMOD(") == 1, "no division in the loops:\n", src)
 	checkCompiled(t, src, funcs)
+}
+
+// TestChoicesOfMatmul: the matmul rule's choices (register tile rows and
+// vectors within the accumulators, steps of k unrolled, the order of the
+// tile loops, the panel copy) are valid whatever is
+// drawn, on dense layers with and without epilogues, batches, a shared
+// weight with rows outside the tiles, rows over two loops and a packed
+// weight, on AVX-512 and AVX2 register files.
+func TestChoicesOfMatmul(t *testing.T) {
+	cases := []struct {
+		name string
+		f    *ir.PrimFunc
+		opts Options
+		want []string // sites some draw must ask
+	}{
+		{"dense_rows", parseFunc(t, fusedDense(8, 32, 16, false)), Options{ParallelFlops: 1},
+			[]string{"rows", "vectors", "k_unroll", "columns_outer", "copy_panel"}},
+		{"dense_odd_rows_avx2", parseFunc(t, fusedDense(3, 48, 5, false)), Options{VectorBytes: 32}, []string{"rows", "vectors", "k_unroll"}},
+		{"gemv_tail_scalar", parseFunc(t, fusedDense(1, 10, 32, false)), Options{}, []string{"k_unroll", "columns_outer"}},
+		{"residual", parseFunc(t, residualDense(24, 64, 12)), Options{ParallelFlops: 1}, []string{"rows", "vectors", "columns_outer"}},
+		{"batched", parseFunc(t, batchMatmul(2, 4, 32, 8)), Options{ParallelFlops: 1}, []string{"rows", "columns_outer"}},
+		{"shared_weight_rows_outside", parseFunc(t, sharedWeight(6, 1, 32, 7)), Options{ParallelFlops: 1}, []string{"columns_outer", "k_unroll"}},
+		{"rows_over_loops", parseFunc(t, dense4(7, 7, 32, 16)), Options{ParallelFlops: 1}, []string{"vectors", "k_unroll"}},
+		{"rows_over_loops_tiled", parseFunc(t, dense4(12, 10, 16, 4)), Options{ParallelFlops: 1}, []string{"rows", "columns_outer"}},
+		{"packed", legalized(t, "matmul_packed", nil, []int64{3, 48}, []int64{3, 48, 48}), Options{}, []string{"rows", "k_unroll"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sites := checkChoices(t, tc.f, tc.opts, 6)
+			for _, w := range tc.want {
+				found := false
+				for _, s := range sites {
+					found = found || strings.HasPrefix(s, "matmul/") && strings.HasSuffix(s, "/"+w)
+				}
+				check.True(t, found, "no choice", w, "among", sites)
+			}
+		})
+	}
+}
+
+// TestMatmulDefaultChoices: with no Decider the rule's picks are today's
+// (the default schedule): the trace records each choice at its default,
+// and a Decider that picks the default index everywhere gives the same
+// function.
+func TestMatmulDefaultChoices(t *testing.T) {
+	f := parseFunc(t, fusedDense(16, 96, 7, false))
+	a, err := Apply(f, Options{ParallelFlops: 1})
+	check.NoError(t, err)
+	check.Equal(t, a.Rule, RuleMatmul)
+	tr := strings.Join(a.Trace, "\n")
+	// 16 rows: 8 rows of 2 vectors of 16 lanes on AVX-512 (96 = 6 vectors;
+	// 8 × 3 would be 24 accumulators and 3 loads: 28 of 32, allowed).
+	check.True(t, strings.Contains(tr, "sample_categorical(candidates=[1, 2, 4, 8, 16], probs="), tr)
+	d := &defaultIndex{}
+	b, err := Apply(f, Options{ParallelFlops: 1, Decide: d})
+	check.NoError(t, err)
+	check.True(t, ir.StructuralEqual(a.Func, b.Func), "the default picks give the default schedule")
+	check.True(t, len(d.asked) >= 4, d.asked)
+}
+
+// defaultIndex is a Decider that takes the rule's own pick and lists the
+// sites asked.
+type defaultIndex struct{ asked []string }
+
+func (d *defaultIndex) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	d.asked = append(d.asked, site)
+	return s.SampleCategorical(nil, cands, Uniform(len(cands)), def)
+}
+
+// TestChoicesOfMatmulCompiled: schedules of the matmul rule under drawn
+// choices compile to C that computes what the interpreter computes on
+// the unscheduled functions (the panel copy and the unrolled steps of k
+// included).
+func TestChoicesOfMatmulCompiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles C")
+	}
+	fs := []*ir.PrimFunc{
+		parseFunc(t, fusedDense(16, 96, 8, false)),
+		parseFunc(t, sharedWeight(1, 24, 64, 12)),
+		parseFunc(t, batchMatmul(2, 4, 32, 8)),
+	}
+	mod := ir.NewIRModule()
+	funcs := map[string]*ir.PrimFunc{}
+	for i, f := range fs {
+		for seed := range 3 {
+			d := &drawn{rng: rand.New(rand.NewPCG(uint64(seed), 11)), picked: map[string]int{}}
+			a, err := Apply(f, Options{ParallelFlops: 1, Decide: d})
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleMatmul)
+			name := fmt.Sprintf("mm%d_%d", i, seed)
+			funcs[name] = f
+			mod = mod.With(name, a.Func.WithAttr(ir.AttrGlobalSymbol, name))
+		}
+	}
+	checkCompiled(t, ckernel.Source(t, mod), funcs)
 }
