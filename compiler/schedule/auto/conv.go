@@ -404,7 +404,8 @@ func upTo(n int64) []int64 {
 	return out
 }
 
-// divisorsUpTo lists the divisors of n from 1 to limit.
+// divisorsUpTo lists the divisors of n that are at most limit, in
+// increasing order.
 func divisorsUpTo(n, limit int64) []int64 {
 	var out []int64
 	for d := int64(1); d <= min(n, limit); d++ {

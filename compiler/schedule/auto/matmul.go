@@ -123,18 +123,6 @@ func matmulVectorLimit(mr, regs int64) int64 {
 	return max(1, min(regs*3/4/mr, (regs-1)/(mr+1)))
 }
 
-// divisorsUpTo lists the divisors of n that are at most limit, in
-// increasing order.
-func divisorsUpTo(n, limit int64) []int64 {
-	var out []int64
-	for d := int64(1); d <= min(n, limit); d++ {
-		if n%d == 0 {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // The codes of a matmul's parallel loop: none, the outer tile loop, the
 // inner one, or parBatch+b, the b-th loop of the rows outside the tiles.
 const (
