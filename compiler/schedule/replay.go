@@ -612,8 +612,11 @@ var replayPrims = map[string]replayPrim{
 		return noResult(s.TransformBlockLayout(v[0].(BlockRV), v[1].(*IndexMap)))
 	}},
 	"split_overlap": {"l:loop N:factors", func(s *Schedule, v []any) (any, error) { return s.SplitOverlap(v[0].(LoopRV), v[1].([]int64)...) }},
-	"pad_einsum":    {"b:block n:padding", func(s *Schedule, v []any) (any, error) { return noResult(s.PadEinsum(v[0].(BlockRV), v[1].([]int64))) }},
-	"blockize":      {"l:target", func(s *Schedule, v []any) (any, error) { return s.Blockize(v[0].(LoopRV)) }},
+	"split_overlap_tail": {"l:loop N:factors", func(s *Schedule, v []any) (any, error) {
+		return s.SplitOverlapTail(v[0].(LoopRV), v[1].([]int64)...)
+	}},
+	"pad_einsum": {"b:block n:padding", func(s *Schedule, v []any) (any, error) { return noResult(s.PadEinsum(v[0].(BlockRV), v[1].([]int64))) }},
+	"blockize":   {"l:target", func(s *Schedule, v []any) (any, error) { return s.Blockize(v[0].(LoopRV)) }},
 	"tensorize": {"l:block_or_loop s:tensor_intrin", func(s *Schedule, v []any) (any, error) {
 		return noResult(s.Tensorize(v[0].(LoopRV), v[1].(string)))
 	}},

@@ -32,7 +32,7 @@ const AnnRecomputedIterations = "recomputed_iterations"
 // reduction loop outside the outer loop makes the overlap reduce twice,
 // so split the reductions' tile first.
 func (s *Schedule) SplitOverlap(l LoopRV, factors ...int64) ([]LoopRV, error) {
-	out, err := s.splitOverlap(l, factors)
+	out, err := s.splitOverlap(l, factors, false)
 	if err != nil {
 		return nil, fmt.Errorf("split_overlap: %w", err)
 	}
@@ -40,7 +40,8 @@ func (s *Schedule) SplitOverlap(l LoopRV, factors ...int64) ([]LoopRV, error) {
 	return out, nil
 }
 
-func (s *Schedule) splitOverlap(l LoopRV, factors []int64) ([]LoopRV, error) {
+// splitOverlap is SplitOverlap, or with tail SplitOverlapTail.
+func (s *Schedule) splitOverlap(l LoopRV, factors []int64, tail bool) ([]LoopRV, error) {
 	st, err := s.loop("", l)
 	if err != nil {
 		return nil, err
@@ -81,18 +82,26 @@ func (s *Schedule) splitOverlap(l LoopRV, factors []int64) ([]LoopRV, error) {
 	}
 	outer := (ext + inner - 1) / inner
 	extents[0] = ir.NewIntImm(t, outer)
-	// value = min(v0·inner, ext − inner) + (v1·e2 + v2)… + min
+	// value = min(v0·inner, ext − back) + (v1·e2 + v2)… + min, back the
+	// iterations the last tile runs (inner, or with tail its whole units).
 	var rest ir.Expr = ir.NewIntImm(t, 0)
 	for i := 1; i < len(vars); i++ {
 		rest = ir.NewBinary(ir.OpAdd, ir.NewBinary(ir.OpMul, rest, extents[i]), vars[i])
 	}
-	start := ir.NewBinary(ir.OpMin, ir.NewBinary(ir.OpMul, vars[0], ir.NewIntImm(t, inner)), ir.NewIntImm(t, ext-inner))
+	back, guard := inner, ir.Expr(nil)
+	if tail {
+		back, guard = overlapTail(ext, factors, vars)
+	}
+	start := ir.NewBinary(ir.OpMin, ir.NewBinary(ir.OpMul, vars[0], ir.NewIntImm(t, inner)), ir.NewIntImm(t, ext-back))
 	b := bounds{}
 	var value ir.Expr = ir.NewBinary(ir.OpAdd, start, b.simplify(rest))
 	if mn, ok := ir.IsConstInt(f.Min); !ok || mn != 0 {
 		value = ir.NewBinary(ir.OpAdd, f.Min, value)
 	}
 	var nest ir.Stmt = substitute(f.Body, map[*ir.Var]ir.Expr{f.Var: value})
+	if guard != nil {
+		nest = addPredicate(nest, guard)
+	}
 	for i := len(vars) - 1; i >= 0; i-- {
 		loop := &ir.For{Var: vars[i], Min: ir.NewIntImm(t, 0), Extent: extents[i], Kind: ir.ForSerial, Body: nest}
 		if i == 0 {

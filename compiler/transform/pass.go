@@ -40,6 +40,7 @@ var passes = []Pass{
 	{Name: "unroll", Fn: Unroll},
 	{Name: "partition_loops", Fn: PartitionLoops},
 	{Name: "simplify", Fn: Simplify},
+	{Name: "vectorize_partitioned", Fn: VectorizePartitioned, Required: true},
 	{Name: "storage_rewrite", Fn: StorageRewrite},
 	{Name: "make_packed_api", Fn: MakePackedAPI, Required: true},
 }
@@ -56,6 +57,8 @@ var passOrder = [][2]string{
 	{"lower_blocks", "simplify"},
 	{"unroll", "partition_loops"}, // unrolled phases make its comparisons constant
 	{"partition_loops", "simplify"},
+	{"simplify", "vectorize_partitioned"},        // guards of lanes partitioned away first
+	{"vectorize_partitioned", "storage_rewrite"}, // vectorized loops are regions
 	{"flatten_buffers", "storage_rewrite"},
 	{"vectorize", "storage_rewrite"},
 	{"unroll", "storage_rewrite"},

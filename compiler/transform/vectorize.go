@@ -38,7 +38,41 @@ const maxVectorBytes = 512
 // as a convolution's kernel in blocks of output channels has them) are
 // first simplified with the enclosing loops' ranges, so that inside a
 // block they become sums the loop variable enters with a stride of 1.
-func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
+//
+// A loop it cannot vectorize for a condition on its lanes (a guard that
+// PartitionLoops and Simplify may prove for whole vectors, as in TVM,
+// whose LoopPartition runs before VectorizeLoop) stays a vectorized loop
+// for VectorizePartitioned.
+func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) { return vectorize(f, false) }
+
+// VectorizePartitioned vectorizes the loops Vectorize left for after
+// loop partitioning; those it still cannot vectorize become serial loops,
+// unrolled and simplified as the passes before would have made them.
+func VectorizePartitioned(f *ir.PrimFunc) (*ir.PrimFunc, error) { return vectorize(f, true) }
+
+// laneGuarded reports an if statement in fr's body whose condition
+// depends on fr's variable.
+func laneGuarded(fr *ir.For) bool {
+	found := false
+	ir.Visit(fr.Body, func(n ir.Node) bool {
+		if c, ok := n.(*ir.IfThenElse); ok && usesLoopVar(c.Cond, fr.Var) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+func usesLoopVar(e ir.Expr, v *ir.Var) bool {
+	found := false
+	ir.Visit(e, func(n ir.Node) bool {
+		found = found || n == ir.Node(v)
+		return !found
+	})
+	return found
+}
+
+func vectorize(f *ir.PrimFunc, last bool) (*ir.PrimFunc, error) {
 	if divisionInVectorLoop(f.Body) {
 		f = f.WithBody(simplifyStmt(f.Body))
 	}
@@ -67,8 +101,16 @@ func Vectorize(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 				return out
 			}
 		}
+		if !last && laneGuarded(fr) {
+			return fr
+		}
 		c := *fr
 		c.Kind = ir.ForSerial
+		if last {
+			// As the unroll and simplify passes would have made it.
+			g, _ := Unroll(f.WithBody(&c))
+			return simplifyStmt(g.Body)
+		}
 		return &c
 	}}
 	g := f.WithBody(seqSafe(r).RewriteStmt(f.Body))

@@ -1,6 +1,10 @@
 package auto
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -15,21 +19,27 @@ import (
 //
 //	transform_block_layout: the block iterates over (n, f, p, c)
 //	cache_write + transform_layout: acc[n, f, p] in "local"
-//	split f by ft, split_overlap p by pv vectors of lanes
-//	parallel for each tile of ft output channels × pv vectors of p:
-//	  acc[ft][pv] = 0                        (decompose_reduction)
-//	  for c: acc[i][v] += A[n, c, p0 + v·lanes:] · W[f0 + i, c]
-//	  out[n, f0 + i, p0 + v·lanes:] = epilogue(acc[i][v])
+//	split f by ft, split_overlap_tail p by pv vectors of lanes
+//	parallel for each tile of ft output channels:
+//	  for each tile of pv vectors of p (loop partitioning splits off the last):
+//	    acc[ft][pv] = 0                      (decompose_reduction)
+//	    for c: acc[i][v] += A[n, c, p0 + v·lanes:] · W[f0 + i, c]
+//	    out[n, f0 + i, p0 + v·lanes:] = epilogue(acc[i][v])
 //	                                         (reverse_compute_at)
 //
 // Each step loads pv vectors of A and broadcasts ft weights for ft·pv
 // multiply-adds, and every store is a whole vector: rows 55, 27 or 13
 // wide (squeezenet1_1's) no longer leave half-empty vectors or scalar
-// tails. A plane no tile divides ends with a tile moved back to end at
-// its last element (split_overlap), which computes some outputs a second
-// time, the same values: a 14×14 plane in tiles of 3 vectors computes 15
-// vectors where 13 cover it (a last tile of one vector, which no
-// primitive makes, ran those kernels about 1.1× faster).
+// tails. A plane no tile divides ends with a tile of only the vectors
+// that cover the rest, moved back to end at its last element
+// (split_overlap_tail), which computes some outputs a second time, the
+// same values: a 13×13 plane in tiles of 3 vectors computes 11 vectors
+// (three tiles and one of 2), with no guard left once the loop over
+// tiles of positions is partitioned. That loop must then be serial: when
+// the tiles of channels alone are fewer than those of positions, the
+// tiles of both run in one parallel loop and the last tile of positions
+// is a whole one moved back (split_overlap: 12 vectors on 13×13, the
+// kernels about 1.1× slower).
 //
 // The kernel comes in OIHW (AlterConvLayout leaves those reducing few
 // channels so; findRowConvs finds them, f the second spatial variable)
@@ -183,10 +193,92 @@ func pointwiseRule(f *ir.PrimFunc, p pointwiseConv, opts Options) (*scheduled, e
 	if err != nil {
 		return nil, err
 	}
-	if err := p.schedule(s, lanes, ft, pv, posOuter, opts); err != nil {
+	t, err := p.choose(s, pointwiseTiling{lanes: lanes, ft: ft, pv: pv, posOuter: posOuter}, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.schedule(s, t); err != nil {
 		return nil, err
 	}
 	return done(s), nil
+}
+
+// pointwiseTiling is how the rule tiles a pointwise convolution: ft
+// output channels × pv vectors of lanes positions, the tiles of
+// positions outside those of channels with posOuter, and the parallel
+// loop (parallel).
+type pointwiseTiling struct {
+	lanes, ft, pv int64
+	posOuter      bool
+	parallel      int64
+}
+
+// The parallel loop of a pointwise convolution: none, the tiles of
+// channels and positions fused, or the tiles of channels only, the tiles
+// of positions a serial loop whose last tile takes only the vectors the
+// plane needs (split_overlap_tail; the loop partitioned, so that no
+// tile keeps a guard).
+const (
+	pointwiseSerial int64 = iota
+	pointwiseFused
+	pointwiseChannels
+)
+
+// choose makes the rule's choices from its own picks in t (limit the
+// accumulators): the vectors per tile, the channels per tile (one block
+// of the kernel with hwio), whether the tiles of positions run outside,
+// and the parallel loop. By default a plane whose last tile would
+// recompute vectors (squeezenet1_1's 13×13: 12 vectors for 11) runs its
+// tiles of positions serially with a short last tile, in parallel over
+// the tiles of channels, when those are at least as many.
+func (p *pointwiseConv) choose(s *schedule.Schedule, t pointwiseTiling, limit int64, opts Options) (pointwiseTiling, error) {
+	site := "pointwise/" + p.name + "/"
+	P := p.Y * p.X
+	var err error
+	if !p.hwio {
+		if t.posOuter, err = opts.chooseBool(s, site+"positions_outer", t.posOuter); err != nil {
+			return t, err
+		}
+		if t.posOuter {
+			t.ft, t.pv = streamingPointwiseTile(p.F, P, t.lanes, limit)
+		} else {
+			t.ft, t.pv = pointwiseTile(p.F, P, t.lanes, limit)
+		}
+	}
+	var vecs []int64
+	for v := int64(1); v <= maxPointwiseVectors && v*t.lanes <= P && v <= limit && (!p.hwio || t.ft*v <= limit); v++ {
+		vecs = append(vecs, v)
+	}
+	if t.pv, err = opts.choose(s, site+"vectors", vecs, t.pv); err != nil {
+		return t, err
+	}
+	if !p.hwio {
+		var fts []int64
+		for f := min(p.F, limit/t.pv); f >= 1; f-- {
+			if p.F%f == 0 {
+				fts = append(fts, f)
+			}
+		}
+		def := t.ft
+		if !slices.Contains(fts, def) {
+			def = fts[0]
+		}
+		if t.ft, err = opts.choose(s, site+"channels", fts, def); err != nil {
+			return t, err
+		}
+	}
+	units := ceilDiv(P, t.lanes)
+	ptiles := ceilDiv(units, t.pv)
+	tiles := p.F / t.ft * ptiles
+	def := pointwiseSerial
+	if opts.ParallelFlops > 0 && p.F*P*p.K >= opts.ParallelFlops && tiles > 1 {
+		def = pointwiseFused
+		if units%t.pv != 0 && !t.posOuter && p.F/t.ft >= ptiles {
+			def = pointwiseChannels
+		}
+	}
+	t.parallel, err = opts.choose(s, site+"parallel", []int64{pointwiseSerial, pointwiseFused, pointwiseChannels}, def)
+	return t, err
 }
 
 // blockNamed finds the realize of block name in f.
@@ -268,22 +360,26 @@ func planeIndex(e ir.Expr, v, r *ir.Var) bool {
 // flatMap maps the four indices of an NCHW buffer (or NHWC with hwio)
 // and extra others to the plane flattened: (n, c, y·X + x, …), or
 // (n, y·X + x, c, …) with keepOrder.
-func (p *pointwiseConv) flatMap(hwio, keepOrder bool, extra int) *schedule.IndexMap {
-	return schedule.NewIndexMap(4+extra, func(ix ...ir.Expr) []ir.Expr {
-		X := ir.NewIntImm(ix[0].DType(), p.X)
-		if hwio {
-			plane := ir.Add(ir.Mul(ix[1], X), ix[2])
-			if keepOrder {
-				return append([]ir.Expr{ix[0], plane, ix[3]}, ix[4:]...)
-			}
-			return append([]ir.Expr{ix[0], ix[3], plane}, ix[4:]...)
+func (p *pointwiseConv) flatMap(hwio, keepOrder bool, extra int) (*schedule.IndexMap, error) {
+	vars := make([]string, 4+extra)
+	for i := range vars {
+		vars[i] = fmt.Sprintf("i%d", i)
+	}
+	ix := []string{"i0", "i1", fmt.Sprintf("i2 * %d + i3", p.X)}
+	if hwio {
+		plane := fmt.Sprintf("i1 * %d + i2", p.X)
+		ix = []string{"i0", "i3", plane}
+		if keepOrder {
+			ix = []string{"i0", plane, "i3"}
 		}
-		return append([]ir.Expr{ix[0], ix[1], ir.Add(ir.Mul(ix[2], X), ix[3])}, ix[4:]...)
-	})
+	}
+	ix = append(ix, vars[4:]...)
+	return schedule.ParseIndexMap(fmt.Sprintf("lambda %s: (%s)", strings.Join(vars, ", "), strings.Join(ix, ", ")))
 }
 
 // schedule applies the rule's primitives to s.
-func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posOuter bool, opts Options) error {
+func (p *pointwiseConv) schedule(s *schedule.Schedule, t pointwiseTiling) error {
+	lanes, ft, pv, posOuter := t.lanes, t.ft, t.pv, t.posOuter
 	blk, err := s.GetBlock(p.name)
 	if err != nil {
 		return err
@@ -303,11 +399,23 @@ func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posO
 	if p.hwio && len(after) == 0 {
 		return skip("block %q: no layout change after it", p.name)
 	}
-	wb, err := s.CacheWriteLayout(blk, 0, "local", p.flatMap(p.hwio, false, 0), nil)
+	outMap, err := p.flatMap(p.hwio, false, 0)
 	if err != nil {
 		return err
 	}
-	if err := s.TransformBlockLayout(blk, p.flatMap(p.hwio, true, 3)); err != nil {
+	blockMap, err := p.flatMap(p.hwio, true, 3)
+	if err != nil {
+		return err
+	}
+	storeMap, err := p.flatMap(false, false, 0)
+	if err != nil {
+		return err
+	}
+	wb, err := s.CacheWriteLayout(blk, 0, "local", outMap, nil)
+	if err != nil {
+		return err
+	}
+	if err := s.TransformBlockLayout(blk, blockMap); err != nil {
 		return err
 	}
 	loops, err := s.GetLoops(blk)
@@ -325,7 +433,13 @@ func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posO
 	if err != nil {
 		return err
 	}
-	ps, err := s.SplitOverlap(pl, -1, pv, lanes)
+	// Tiles of positions outside the parallel loop end with a short
+	// tile, their loop partitioned.
+	split := s.SplitOverlap
+	if t.parallel != pointwiseFused {
+		split = s.SplitOverlapTail
+	}
+	ps, err := split(pl, -1, pv, lanes)
 	if err != nil {
 		return err
 	}
@@ -352,7 +466,7 @@ func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posO
 			return err
 		}
 	}
-	if err := s.TransformBlockLayout(store, p.flatMap(false, false, 0)); err != nil {
+	if err := s.TransformBlockLayout(store, storeMap); err != nil {
 		return skip("block %q: the block after it is not elementwise over the plane: %v", p.name, err)
 	}
 	// The store under the tile, vectors along the plane.
@@ -379,10 +493,16 @@ func (p *pointwiseConv) schedule(s *schedule.Schedule, lanes, ft, pv int64, posO
 	if err := s.Vectorize(il[len(il)-1]); err != nil {
 		return err
 	}
-	P := p.Y * p.X
-	tiles := (p.F / ft) * ((P + pv*lanes - 1) / (pv * lanes))
-	if opts.ParallelFlops > 0 && p.F*P*p.K >= opts.ParallelFlops && tiles > 1 {
+	if t.parallel != pointwiseFused && ceilDiv(p.Y*p.X, lanes)%pv != 0 {
+		if err := s.Annotate(ps[0], loopPartitionHint, true); err != nil {
+			return err
+		}
+	}
+	switch t.parallel {
+	case pointwiseFused:
 		return parallel(s, outer)
+	case pointwiseChannels:
+		return s.Parallel(fs[0])
 	}
 	return nil
 }

@@ -223,12 +223,26 @@ func constShape(b *ir.Buffer) ([]int64, bool) {
 
 // Pooling windows without padding (squeezenet1_1's 3×3 stride-2 max
 // pools), C[n, c, y, x] op= A[n, c, y·sy+ry, x·sx+rx], read their input
-// where it is: per channel and output row, vectors of positions x combine
-// the window's terms, each a vector load of A's row with a stride of sx
-// (every other element for a stride of 2: two loads and a shuffle,
-// codegen/c). A row no vector divides ends with a vector overlapping the
-// one before it. The elementwise blocks after the window (an average's
-// division) run on the vectors before they are stored.
+// where it is, in schedule primitives:
+//
+//	split_overlap x by v vectors of lanes
+//	for n, c, y, each tile of v vectors along the row:
+//	  acc[v] = init                          (decompose_reduction)
+//	  for ry, rx (unrolled): acc[i] op= A[n, c, y·sy+ry, (x0 + i·lanes:)·sx+rx]
+//	  out[n, c, y, x0 + i·lanes:] = epilogue(acc[i])
+//	                                         (cache_write, reverse_compute_at)
+//
+// each term a vector load of A's row with a stride of sx (every other
+// element for a stride of 2: two loads and a shuffle, codegen/c). A row
+// no tile divides ends with a tile moved back to end at the row's end
+// (split_overlap), overlapping the one before it. The elementwise blocks
+// after the window (an average's division) run on the vectors before
+// they are stored. The choices: the vectors per tile (one by default:
+// a 3×3 window's nine loads per vector keep the load ports busy) and the
+// parallel loop (the channels, or the channels and rows fused).
+
+// maxPoolVectors bounds the vectors of a pooling tile along a row.
+const maxPoolVectors = 4
 
 // schedulePoolRows returns f rewritten by the rule above, or an error
 // when block c is not an unpadded pooling window.
@@ -236,7 +250,7 @@ func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, er
 	if c.rows >= 0 || len(c.spatial) != 4 || len(c.reduce) != 2 || c.dtype != ir.Float32 {
 		return nil, skip("block %q is not a pooling window", c.name)
 	}
-	g, d, err := matchPlaneFunc(f, c)
+	_, d, err := matchPlaneFunc(f, c)
 	if err != nil {
 		return nil, err
 	}
@@ -253,40 +267,58 @@ func schedulePoolRows(f *ir.PrimFunc, c convBlock, opts Options) (*scheduled, er
 	if lanes > d.X {
 		return nil, skip("block %q: rows of %d take no vectors", c.name, d.X)
 	}
+	return withEpilogue(f, func(s *schedule.Schedule, epilogue bool) error {
+		return poolRowsSchedule(s, c, d, lanes, opts, epilogue)
+	})
+}
 
-	it := d.c.Type
-	i64 := func(v int64) ir.Expr { return ir.NewIntImm(it, v) }
-	n, ch, y, xt := ir.NewVar("n", it), ir.NewVar("c", it), ir.NewVar("y", it), ir.NewVar("xt", it)
-	acc := ir.NewBuffer("acc", ir.Float32, []ir.Expr{i64(lanes)}, "local")
-	// vector runs body over the lanes: lane l, position x.
-	vector := func(body func(l, x ir.Expr) ir.Stmt) ir.Stmt {
-		l := ir.NewVar("l", it)
-		x := ir.Add(ir.Min(ir.Mul(xt, i64(lanes)), i64(d.X-lanes)), l)
-		return ir.NewFor(l, i64(0), i64(lanes), ir.ForVectorized, body(l, x))
+// poolRowsSchedule applies the pooling rows rule to block c of s (loops
+// n, c, y, x, ry, rx), with the blocks after it on the vectors when
+// epilogue is set.
+func poolRowsSchedule(s *schedule.Schedule, c convBlock, d *depthwisePlane, lanes int64, opts Options, epilogue bool) error {
+	blk, loops, err := blockLoops(s, c.name)
+	if err != nil {
+		return err
 	}
-	var taps []ir.Stmt
-	for ry := int64(0); ry < d.KH; ry++ {
-		for rx := int64(0); rx < d.KW; rx++ {
-			taps = append(taps, vector(func(l, x ir.Expr) ir.Stmt {
-				term := ir.SubstituteExpr(d.a, map[*ir.Var]ir.Expr{d.n: n, d.c: ch, d.y: y, d.x: x, d.ry: i64(ry), d.rx: i64(rx)})
-				return ir.NewBufferStore(acc, ir.NewBinary(d.op, ir.NewBufferLoad(acc, l), term), l)
-			}))
+	if len(loops) != 6 {
+		return skip("block %q is nested in other loops", c.name)
+	}
+	var vecs []int64
+	for v := int64(1); v <= maxPoolVectors && v*lanes <= d.X; v++ {
+		vecs = append(vecs, v)
+	}
+	site := "pool/" + c.name + "/"
+	v, err := opts.choose(s, site+"vectors", vecs, 1)
+	if err != nil {
+		return err
+	}
+	// 0: serial, 1: the channels, 2: the channels and rows fused.
+	par := int64(0)
+	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
+		par = 1
+	}
+	if par, err = opts.choose(s, site+"parallel", []int64{0, 1, 2}, par); err != nil {
+		return err
+	}
+	xs, err := s.SplitOverlap(loops[3], -1, v, lanes)
+	if err != nil {
+		return err
+	}
+	order := []schedule.LoopRV{loops[0], loops[1], loops[2], xs[0], loops[4], loops[5]}
+	if err := registerTile(s, blk, order, xs[0], loops[4], xs[1:], lanes, epilogue); err != nil {
+		return err
+	}
+	// The window's taps, unrolled: each a load at a constant offset.
+	for _, u := range loops[4:] {
+		if err := s.Unroll(u); err != nil {
+			return err
 		}
 	}
-	out, epilogue, _ := d.output(n, ch)
-	body := ir.Seq(
-		vector(func(l, _ ir.Expr) ir.Stmt { return ir.NewBufferStore(acc, d.init, l) }),
-		ir.Seq(taps...),
-		vector(func(l, x ir.Expr) ir.Stmt {
-			return ir.NewBufferStore(out, epilogue(y, x, ir.NewBufferLoad(acc, l)), n, ch, y, x)
-		}),
-	)
-	kind := ir.ForSerial
-	if opts.ParallelFlops > 0 && d.C*d.Y*d.X*d.KH*d.KW*8 >= opts.ParallelFlops && d.C > 1 {
-		kind = ir.ForParallel
+	switch par {
+	case 1:
+		return s.Parallel(loops[1])
+	case 2:
+		return parallel(s, loops[1:3])
 	}
-	loops := ir.NewFor(n, i64(0), i64(d.N), ir.ForSerial, ir.NewFor(ch, i64(0), i64(d.C), kind,
-		ir.NewFor(y, i64(0), i64(d.Y), ir.ForSerial, ir.NewFor(xt, i64(0), i64((d.X+lanes-1)/lanes), ir.ForSerial,
-			&ir.Allocate{Buffer: acc, Body: body}))))
-	return byHand(g.WithBody(ir.NewRootBlock(loops))), nil
+	return nil
 }

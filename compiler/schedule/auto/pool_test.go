@@ -68,12 +68,30 @@ func TestPool(t *testing.T) {
 			g, rule, err := FuncRule(f, Options{})
 			check.NoError(t, err)
 			check.NoError(t, ir.Verify(g))
-			text := script.Print(g)
 			check.Equal(t, rule == RuleDepthwisePlane, pc.plane, "a plane per channel")
-			check.Equal(t, strings.Contains(text, "xt"), pc.rows, "vectors along the rows")
+			check.Equal(t, rule == RulePoolRows, pc.rows, "vectors along the rows")
+			if pc.rows {
+				text := script.Print(g)
+				check.True(t, strings.Contains(text, "T.vectorized") && strings.Contains(text, `scope="local"`), "vectors of a local tile:\n%s", text)
+			}
 			nearSlices(t, outputOf(t, g), outputOf(t, f))
 		})
 	}
+}
+
+// TestChoicesOfPool: the pooling rows rule's choices (vectors per tile,
+// the parallel loop) are valid whatever is drawn.
+func TestChoicesOfPool(t *testing.T) {
+	asked := map[string]bool{}
+	for _, pc := range poolCases() {
+		if !pc.rows {
+			continue
+		}
+		for _, site := range checkChoices(t, pc.primFunc(t), Options{VectorBytes: 16, ParallelFlops: 1}, 6) {
+			asked[site[strings.LastIndex(site, "/")+1:]] = true
+		}
+	}
+	check.True(t, asked["vectors"] && asked["parallel"], "sites asked: %v", asked)
 }
 
 // TestPoolCompiled compiles the planes to C and checks them against the
