@@ -21,7 +21,7 @@ import (
 func init() {
 	register(benchmark{
 		name:    "cuda",
-		summary: "NVRTC compile time, cubin size, registers and shared memory of default-scheduled CUDA kernels (no GPU needed); on a machine with a GPU, the fp32 and fp16 matmuls against cuBLAS, the seed MLP and a CNN from ONNX (--model, default squeezenet1_1) timed on it",
+		summary: "NVRTC compile time, cubin size, registers and shared memory of default-scheduled CUDA kernels (no GPU needed); on a machine with a GPU, the fp32 and fp16 matmuls against cuBLAS, the IRModule tutorial's MLP and a CNN from ONNX (--model, default squeezenet1_1) timed on it",
 		run:     runCUDA,
 	})
 }
@@ -53,7 +53,7 @@ type cudaResult struct {
 	FloorMS float64      `json:"empty_kernel_ms"`
 	Median  float64      `json:"median_nvrtc_ms"`
 	Kernels []cudaKernel `json:"kernels"`
-	// MLP is the seed MLP (784 → 256 → ReLU → 10) built with kiln build
+	// MLP is the IRModule tutorial's MLP (784 → 256 → ReLU → 10) built with kiln build
 	// --target cuda for each architecture: the whole build's time (graph
 	// pipeline, lowering, NVRTC to PTX and a cubin, host C) and each
 	// kernel's ptxas report from the artifact's launch metadata.
@@ -84,7 +84,7 @@ func (r cudaResult) Line() string {
 		}
 	}
 	for _, m := range r.MLP {
-		fmt.Fprintf(&b, "\n  seed MLP built for %s in %.0f ms:", m.Arch, m.BuildMS)
+		fmt.Fprintf(&b, "\n  IRModule tutorial's MLP built for %s in %.0f ms:", m.Arch, m.BuildMS)
 		for _, k := range m.Kernels {
 			fmt.Fprintf(&b, "\n    %s (%d×%d): %d registers, %d B smem, %d B spilled", k.Func, k.Grid, k.Block, k.Registers, k.SharedMem, k.Spills)
 		}
@@ -109,7 +109,7 @@ func (r cudaResult) Line() string {
 	return b.String()
 }
 
-// cudaMLP builds the seed MLP for arch (no build cache) and reports the
+// cudaMLP builds the IRModule tutorial's MLP for arch (no build cache) and reports the
 // build's time and each kernel's resources.
 func cudaMLP(ctx context.Context, arch string) (cudaMLPBuild, error) {
 	mod, _, err := nn.Export(mlpModel(), nn.Spec{Inputs: []nn.Input{{Name: "x", Shape: []int64{1, 784}, DType: ir.Float32}}, Seed: 1})

@@ -84,7 +84,7 @@ var errNoGPU = errors.New("no usable CUDA GPU")
 
 // runCUDAGPU measures on GPU 0: the fp32 and fp16 n×n×n matmuls (the
 // shared-memory and tensor-core rules) against cuBLAS (cublasSgemm, and
-// cublasGemmEx over float16 accumulating in float32), the seed MLP
+// cublasGemmEx over float16 accumulating in float32), the IRModule tutorial's MLP
 // against its CPU build (and cuBLAS's two GEMMs of its layers), and a CNN
 // from ONNX (model, from the bench onnx cache; the committed test CNN in
 // quick mode) against its stored output.
@@ -161,28 +161,22 @@ type gpuBench struct {
 // timeKernel is the median over the rounds (after two warm-up runs) of
 // the time between two events around what run queues.
 func (g *gpuBench) timeKernel(run func() error) (float64, error) {
-	for range 2 {
-		if err := run(); err != nil {
-			return 0, err
-		}
-	}
-	var ts []float64
-	for range g.rounds {
-		if err := g.ctx.Err(); err != nil {
-			return 0, err
-		}
-		d, err := cudadev.TimeKernel(g.dev, 0, run)
-		if err != nil {
-			return 0, err
-		}
-		ts = append(ts, ms(d))
-	}
-	return median(ts), nil
+	return g.timeRounds(run, func() (time.Duration, error) { return cudadev.TimeKernel(g.dev, 0, run) })
 }
 
 // timeCall is the median over the rounds (after two warm-up calls) of
 // the wall time of run, which ends with the stream synchronized.
 func (g *gpuBench) timeCall(run func() error) (float64, error) {
+	return g.timeRounds(run, func() (time.Duration, error) {
+		t0 := time.Now()
+		err := run()
+		return time.Since(t0), err
+	})
+}
+
+// timeRounds runs run twice to warm up, then returns the median in
+// milliseconds of the rounds' times as timed takes them.
+func (g *gpuBench) timeRounds(run func() error, timed func() (time.Duration, error)) (float64, error) {
 	for range 2 {
 		if err := run(); err != nil {
 			return 0, err
@@ -193,11 +187,11 @@ func (g *gpuBench) timeCall(run func() error) (float64, error) {
 		if err := g.ctx.Err(); err != nil {
 			return 0, err
 		}
-		t0 := time.Now()
-		if err := run(); err != nil {
+		d, err := timed()
+		if err != nil {
 			return 0, err
 		}
-		ts = append(ts, ms(time.Since(t0)))
+		ts = append(ts, ms(d))
 	}
 	return median(ts), nil
 }
@@ -368,7 +362,7 @@ func (g *gpuBench) matmul(n int, half bool) (cudaGPURun, error) {
 	return r, nil
 }
 
-// mlp times the seed MLP (784 → 256 → ReLU → 10, batch 1) built for the
+// mlp times the IRModule tutorial's MLP (784 → 256 → ReLU → 10, batch 1) built for the
 // GPU, checks its output against the CPU build's on the same weights and
 // input, and times cuBLAS's GEMMs of its two layers (no bias or ReLU),
 // both as whole calls ending in a synchronized stream.
