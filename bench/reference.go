@@ -129,6 +129,14 @@ func runNumpyEnv(ctx context.Context, env []string, op string, args ...int) (map
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("numpy reference %s: bad output %q: %w", op, out, err)
 	}
+	if blas, _ := res["blas"].(string); op == "matmul" && !strings.EqualFold(blas, "openblas") {
+		// Debian's numpy alone loads the reference BLAS, tens of times
+		// slower: a ratio to it says nothing about kiln.
+		if blas == "" {
+			blas = "unknown"
+		}
+		return nil, fmt.Errorf("%w: %s's numpy uses BLAS %s, not OpenBLAS (apt-get install libopenblas0-pthread)", errNoReference, py, blas)
+	}
 	return res, nil
 }
 

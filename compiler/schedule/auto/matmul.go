@@ -80,36 +80,70 @@ const DefaultParallelFlops = 1 << 20
 // 4 rows × 4 vectors, 94–114 with 8 × 2).
 const maxMatmulRows = 8
 
+// maxMatmulVectors bounds the vectors of columns of a register tile
+// whose rows are full (a matmul of more rows than maxMatmulRows): each
+// step of k reads that many vectors of B, and the panel of B that the
+// row tiles share (K × the tile's columns) is what the cache must hold;
+// 4 rows × 4 vectors ran at 0.7× 8 × 2 on the layer above.
+const maxMatmulVectors = 3
+
 // matmulTile picks a matmul's register tile over rows × N: lanes per
 // vector (the widest power of two of at most maxLanes that divides N, at
-// least 4), mr rows (a divisor of rows up to maxMatmulRows) and vecs
-// vectors of columns, as many as fit in the vector registers (regs)
+// least 4), mr rows (up to maxMatmulRows) and vecs vectors of columns (a
+// divisor of N's vectors), as many as fit in the vector registers (regs)
 // beside them: mr·vecs accumulators, vecs loads of B and one broadcast
 // of A, the accumulators at most three quarters of the file.
 //
-// mr is the largest such divisor whose tile keeps the loads from bounding
-// the loop: a step of k loads vecs vectors of B and broadcasts mr values
-// of A for mr·vecs multiply-adds, and a core that issues as many loads as
-// multiply-adds a cycle (two and two on Zen 3 and 4, Haswell and later)
-// waits on its loads when mr+vecs > mr·vecs, as one vector per row does.
-// With AVX-512's 32 registers that is 8 rows of 2 vectors; with AVX2's 16
-// it is 4 rows of 2 (8 rows leave room for one vector each: 8 rows × 8
-// columns ran at 0.7× 4 × 16 on the 1024³ matmul). When no divisor of
-// rows gives such a tile (a prime count of rows) the largest is taken.
-// Without a vector width that divides N, vector is false and the tile
-// is one row of an unrolled run of up to 32 scalar columns.
+// mr is the count whose tile holds the most accumulators per row it
+// computes: a count that does not divide rows covers them with an
+// overlapping last tile (split_overlap), whose recomputed rows count
+// against it (6 rows over 32 run 36). Ties go to an exact divisor, then
+// to more rows. A tile whose loads bound the loop is taken only when no
+// other is left: a step of k loads vecs vectors of B and broadcasts mr
+// values of A for mr·vecs multiply-adds, and a core that issues as many
+// loads as multiply-adds a cycle (two and two on Zen 3 and 4, Haswell
+// and later) waits on its loads when mr+vecs > mr·vecs, as one vector
+// per row does. With AVX-512's 32 registers that is 8 rows of 2 vectors;
+// with AVX2's 16 it is 6 rows of 2 (the 1024³ matmul on a Zen 3 core:
+// 4 rows of 2 vectors, 8 accumulators, ran at 0.6× of it). Without a
+// vector width that divides N, vector is false and the tile is one row
+// of an unrolled run of up to 32 scalar columns.
 func matmulTile(rows, N, maxLanes, regs int64) (lanes, mr, nt int64, vector bool) {
 	for lanes = maxLanes; lanes >= 4 && N%lanes != 0; lanes /= 2 {
 	}
 	if lanes < 4 || lanes&(lanes-1) != 0 {
 		return 1, 1, largestDivisor(N, 32), false
 	}
-	vecs := func(mr int64) int64 { return largestDivisor(N/lanes, matmulVectorLimit(mr, regs)) }
-	mr = largestDivisor(rows, maxMatmulRows)
-	for d := mr; d > 1; d = largestDivisor(rows, d-1) {
-		if v := vecs(d); d+v <= d*v {
+	vecsLimit := func(d int64) int64 {
+		v := matmulVectorLimit(d, regs)
+		if rows > maxMatmulRows {
+			v = min(v, maxMatmulVectors)
+		}
+		return v
+	}
+	vecs := func(d int64) int64 { return largestDivisor(N/lanes, vecsLimit(d)) }
+	// The score of d rows: accumulators × rows / rows run, kept as the
+	// fraction num/den to compare exactly.
+	better := func(d, e int64) bool {
+		vd, ve := vecs(d), vecs(e)
+		lbD, lbE := d > 1 && d+vd > d*vd, e > 1 && e+ve > e*ve
+		if lbD != lbE {
+			return !lbD
+		}
+		runD, runE := (rows+d-1)/d*d, (rows+e-1)/e*e
+		sd, se := d*vd*runE, e*ve*runD // (d·vd·rows/runD) vs (e·ve·rows/runE)
+		if sd != se {
+			return sd > se
+		}
+		if exD, exE := rows%d == 0, rows%e == 0; exD != exE {
+			return exD
+		}
+		return d > e
+	}
+	mr = 1
+	for d := int64(2); d <= min(rows, maxMatmulRows); d++ {
+		if better(d, mr) {
 			mr = d
-			break
 		}
 	}
 	return lanes, mr, vecs(mr) * lanes, true
@@ -447,7 +481,12 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 		}
 		batch = nil
 	}
-	is, err := s.Split(i, -1, mr)
+	split := s.Split
+	if iExt%mr != 0 {
+		// The last row tile overlaps the one before (see matmulTile).
+		split = s.SplitOverlap
+	}
+	is, err := split(i, -1, mr)
 	if err != nil {
 		return false, err
 	}
@@ -564,8 +603,9 @@ func scheduleMatmul(s *schedule.Schedule, m matmulBlock, opts Options, epilogue 
 
 // matmulTileChoice asks for a vector register tile's rows and vectors of
 // columns (sites matmul/BLOCK/rows and matmul/BLOCK/vectors), mr rows and
-// nt columns the rule's own: any divisor of the rows up to the
-// accumulators (a fixed count with fixedRows), then any divisor of the
+// nt columns the rule's own: any count of rows up to the accumulators
+// (a fixed count with fixedRows; one that does not divide the rows
+// overlaps its last tile), then any divisor of the
 // columns' vectors whose accumulators, loads and broadcast fit in the
 // registers beside those rows (the packed weight's panel, with packed).
 // It returns the tile's rows and columns.
@@ -584,7 +624,7 @@ func matmulTileChoice(s *schedule.Schedule, opts Options, site string, rows, N, 
 	if fixedRows {
 		rowCands = []int64{mr}
 	} else {
-		for _, r := range divisorsUpTo(rows, max(opts.accumulators(), maxMatmulRows)) {
+		for r := int64(1); r <= min(rows, max(opts.accumulators(), maxMatmulRows)); r++ {
 			if len(vecsOf(r)) > 0 {
 				rowCands = append(rowCands, r)
 			}

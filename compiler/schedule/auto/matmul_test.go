@@ -311,13 +311,19 @@ func TestMatmulTile(t *testing.T) {
 		{1, 64, 16, 32, 16, 1, 64, true},
 		{6, 64, 16, 32, 16, 6, 64, true},
 		{3, 48, 16, 32, 16, 3, 48, true},
-		// AVX2's 16 registers: 4 rows of two vectors, not 8 of one.
-		{32, 128, 8, 16, 8, 4, 16, true},
-		{1024, 1024, 8, 16, 8, 4, 16, true},
+		// AVX2's 16 registers: 6 rows of two vectors (12 accumulators),
+		// the last tile overlapping, not 4 rows (8) nor 8 of one vector.
+		{32, 128, 8, 16, 8, 6, 16, true},
+		{1024, 1024, 8, 16, 8, 6, 16, true},
+		{1008, 1024, 8, 16, 8, 6, 16, true},
 		// 40 columns of 8 lanes: 4 rows of all five vectors, not 8 of one;
-		// 7 rows (a prime) keep one vector each.
+		// 7 rows (a prime) take 2 rows of five vectors (the last tile
+		// overlapping) rather than 7 of one.
 		{8, 40, 16, 32, 8, 4, 40, true},
-		{7, 40, 8, 16, 8, 7, 8, true},
+		{7, 40, 8, 16, 8, 2, 40, true},
+		// Many rows: at most maxMatmulVectors vectors a row, so 8 rows
+		// of two, not 6 rows of the four that would fit beside them.
+		{1024, 1024, 16, 32, 16, 8, 32, true},
 		{4, 24, 8, 16, 8, 4, 24, true},
 		{3, 10, 16, 32, 1, 1, 10, false},
 	}
@@ -473,7 +479,9 @@ func TestMatmulDefaultChoices(t *testing.T) {
 	tr := strings.Join(a.Trace, "\n")
 	// 16 rows: 8 rows of 2 vectors of 16 lanes on AVX-512 (96 = 6 vectors;
 	// 8 × 3 would be 24 accumulators and 3 loads: 28 of 32, allowed).
-	check.True(t, strings.Contains(tr, "sample_categorical(candidates=[1, 2, 4, 8, 16], probs="), tr)
+	// Any count of rows is a candidate (a count that does not divide 16
+	// overlaps its last tile).
+	check.True(t, strings.Contains(tr, "sample_categorical(candidates=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], probs="), tr)
 	d := &defaultIndex{}
 	b, err := Apply(f, Options{ParallelFlops: 1, Decide: d})
 	check.NoError(t, err)
