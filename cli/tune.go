@@ -151,6 +151,29 @@ type tuneSummary struct {
 	// the default schedule's time (for a module of several kernels).
 	Model        float64 `json:"model_seconds,omitempty"`
 	ModelDefault float64 `json:"model_default_seconds,omitempty"`
+	// Pace is where the run's time went.
+	Pace *tunePace `json:"pace,omitempty"`
+}
+
+// tunePace is where a tuning run's time went: per stage of a
+// candidate's build and measurement, the mean milliseconds of one entry
+// and the share of the work stages' time (compile, upload, load, check,
+// time; the shares add up to 1); queue is a build job waiting for a
+// compiler node, wait a device waiting for its next built candidate.
+// Search is the seconds the tuner itself spent fitting its cost models
+// and proposing candidates.
+type tunePace struct {
+	StageMS map[string]float64 `json:"stage_ms"`
+	Shares  map[string]float64 `json:"shares"`
+	Search  float64            `json:"search_seconds"`
+	line    string
+}
+
+// newTunePace summarizes the runner's stages and the search's time.
+func newTunePace(st tunefleet.Stages, search time.Duration) *tunePace {
+	return &tunePace{StageMS: st.Map(), Shares: st.Shares(), Search: search.Seconds(),
+		line: fmt.Sprintf("%s; queued %s a build, devices idle %s a candidate; the search itself %s",
+			st, st.Mean(tunefleet.StageQueue).Round(time.Millisecond), st.Mean(tunefleet.StageWait).Round(time.Millisecond), search.Round(time.Millisecond))}
 }
 
 // estimate fills in the model latency estimates from the kernels'
@@ -321,9 +344,16 @@ func runTune(c *ucli.Context) error {
 	if c.IsSet("head-to-head") {
 		h2h = c.Bool("head-to-head")
 	}
-	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: rec.progress(display.progress), HeadToHead: h2h})
+	var search time.Duration
+	onProgress := rec.progress(display.progress)
+	progress := func(p tune.Progress) {
+		search = p.Search
+		onProgress(p)
+	}
+	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: progress, HeadToHead: h2h})
 	display.done()
 	res.Seconds = time.Since(start).Seconds()
+	res.Pace = newTunePace(runner.Stages(), search)
 	res.Tasks = sum
 	for _, t := range tasks {
 		if d, ok := runner.Default(t); ok {
@@ -489,6 +519,9 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	if r.Trials > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "tune: %d trials in %s (%.1f a minute) on %s; records in %s\n", r.Trials,
 			time.Duration(r.Seconds*float64(time.Second)).Round(time.Millisecond), r.TrialsPerMin, strings.Join(r.Devices, ", "), r.DB)
+	}
+	if r.Pace != nil && r.Pace.line != "" {
+		fmt.Fprintf(c.App.ErrWriter, "tune: where the time went: %s\n", r.Pace.line)
 	}
 	return nil
 }
