@@ -117,6 +117,7 @@ Examples:
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function and ONNX models (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 6, Usage: "time evaluator repeats per candidate (6 or more give the median a 95% interval; fewer are always noisy and timed twice)"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 10, Usage: "time evaluator: shortest repeat in milliseconds"},
+			&ucli.Float64Flag{Name: "cutoff", Value: tune.DefaultCutoff, Usage: "stop a candidate's timing after its first repeat when that took over this many times its kernel's best so far (0: time every repeat)"},
 			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
 			&ucli.BoolFlag{Name: "head-to-head", Usage: "at the end, time each kernel's default schedule and best candidate again one after the other; the build takes the faster (default: on for several kernels, a model's)"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
@@ -319,6 +320,13 @@ func runTune(c *ucli.Context) error {
 	topts := client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: slog.New(slog.DiscardHandler)}
 	dial := func(ctx context.Context) (*client.Tracker, error) { return client.DialTracker(ctx, addr, topts) }
 
+	cutoff := c.Float64("cutoff")
+	switch {
+	case cutoff < 0 || cutoff > 0 && cutoff < 1:
+		return fmt.Errorf("tune: --cutoff %g: want 0 (time every repeat) or a factor of at least 1", cutoff)
+	case cutoff == 0:
+		cutoff = -1 // the runner's "never"
+	}
 	display := newTuneDisplay(c)
 	rlog := slog.New(slog.DiscardHandler)
 	if c.Bool("verbose") {
@@ -328,7 +336,7 @@ func runTune(c *ucli.Context) error {
 		topts.Logger = rlog
 	}
 	runner, err := tunefleet.Open(ctx, tunefleet.Config{Dial: dial, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
-		BuildTimeout: c.Duration("build-timeout"), Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
+		BuildTimeout: c.Duration("build-timeout"), Cutoff: cutoff, Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
 		Time: client.TimeOptions{Number: 1, Repeat: max(c.Int("repeat"), 1), MinRepeatMS: max(c.Int("min-repeat-ms"), 0)}})
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)

@@ -261,9 +261,18 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return res, resultStands
 	}
 	r.clock.since(StageCheck, &t)
-	tr, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
+	tr, stopped, err := r.time(ctx, d, task, fn)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
+	}
+	if stopped {
+		// Far slower than the best: its first repeat is its record.
+		r.clock.since(StageTime, &t)
+		res.Times, res.Stopped = tr.Results, true
+		if tr.Report != nil {
+			res.Verdict, res.Noise, res.CV = tr.Report.Verdict, tr.Report.Reason, tr.Report.CV
+		}
+		return res, resultStands
 	}
 	if tr.Report != nil && tr.Report.Verdict == proto.VerdictNoisy {
 		// A noisy timing is not ranked as it is: the candidate is timed
@@ -282,7 +291,40 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	if tr.Report != nil {
 		res.Verdict, res.Noise, res.CV = tr.Report.Verdict, tr.Report.Reason, tr.Report.CV
 	}
+	if len(tr.Results) > 0 {
+		r.cutoff.Observe(task.Workload.Hash, tr.Median)
+	}
 	return res, resultStands
+}
+
+// time runs the time evaluator on fn: its first repeat alone, and when
+// that is not already past the cutoff (stopped false) the others, pooled
+// with it. Without a cutoff, or with one repeat, it is one timing.
+func (r *Runner) time(ctx context.Context, d *device, task *tune.Task, fn *client.Func) (tr proto.TimeResult, stopped bool, err error) {
+	o := r.cfg.Time
+	if r.cutoff.Factor <= 0 || o.Repeat < 2 {
+		tr, err := d.sess.TimeEvaluator(ctx, fn, o, d.args()...)
+		return tr, false, err
+	}
+	first := o
+	first.Repeat = 1
+	a, err := d.sess.TimeEvaluator(ctx, fn, first, d.args()...)
+	if err != nil {
+		return tr, false, err
+	}
+	if len(a.Results) > 0 && r.cutoff.Stop(task.Workload.Hash, a.Median) {
+		return a, true, nil
+	}
+	rest := o
+	rest.Repeat--
+	if a.Number > rest.Number {
+		rest.Number = a.Number // the first repeat found the calls a repeat needs
+	}
+	b, err := d.sess.TimeEvaluator(ctx, fn, rest, d.args()...)
+	if err != nil {
+		return tr, false, err
+	}
+	return timer.Pool(o.StableWithin, a, b), false, nil
 }
 
 // failed classifies an error of a candidate's run: a crash or a failing
