@@ -239,6 +239,13 @@ func runTune(c *ucli.Context) error {
 	if c.Duration("build-timeout") <= 0 {
 		return fmt.Errorf("tune: --build-timeout %s: want a positive duration, e.g. 1m", c.Duration("build-timeout"))
 	}
+	cutoff := c.Float64("cutoff")
+	switch {
+	case cutoff < 0 || cutoff > 0 && cutoff < 1:
+		return fmt.Errorf("tune: --cutoff %g: want 0 (time every repeat) or a factor of at least 1", cutoff)
+	case cutoff == 0:
+		cutoff = -1 // the runner's "never"
+	}
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
@@ -320,13 +327,6 @@ func runTune(c *ucli.Context) error {
 	topts := client.TrackerOptions{Token: tok, TLS: tlsCfg, Logger: slog.New(slog.DiscardHandler)}
 	dial := func(ctx context.Context) (*client.Tracker, error) { return client.DialTracker(ctx, addr, topts) }
 
-	cutoff := c.Float64("cutoff")
-	switch {
-	case cutoff < 0 || cutoff > 0 && cutoff < 1:
-		return fmt.Errorf("tune: --cutoff %g: want 0 (time every repeat) or a factor of at least 1", cutoff)
-	case cutoff == 0:
-		cutoff = -1 // the runner's "never"
-	}
 	display := newTuneDisplay(c)
 	rlog := slog.New(slog.DiscardHandler)
 	if c.Bool("verbose") {

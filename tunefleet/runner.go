@@ -60,7 +60,7 @@ type Config struct {
 	Cutoff float64
 	// NoDefault skips timing each task's unscheduled function when its
 	// reference is computed (Default then reports nothing): it can be
-	// slow.
+	// slow, even timed as it is, with one repeat.
 	NoDefault bool
 	// User names the leases in the tracker's query output.
 	User string

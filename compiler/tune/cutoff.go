@@ -11,9 +11,9 @@ const DefaultCutoff = 2.0
 
 // Cutoff stops the timing of candidates already far slower than the best
 // of their workload, as TVM's runners stop a candidate past its time
-// budget: a runner times a candidate's first repeat, asks Stop, and when
-// it says so records that repeat alone (Validity.Stopped) instead of
-// timing every repeat. It learns each workload's best from the valid
+// budget: a runner times a candidate's first repeat (or the call that
+// checks its result), asks Stop, and when it says so records that time
+// alone (Validity.Stopped) instead of timing every repeat. It learns each workload's best from the valid
 // results it is told of (Observe). Safe for concurrent use; the zero
 // value never stops.
 type Cutoff struct {

@@ -89,7 +89,8 @@ type Validity struct {
 	Remeasured bool `json:"remeasured,omitempty"`
 	// Stopped is true when the timing stopped after its first repeat:
 	// the candidate was already far slower than the best of its workload
-	// (see Cutoff), so Times holds that repeat alone.
+	// (see Cutoff), so Times holds that repeat alone (or the time of the
+	// call that checked its result, when that was already too slow).
 	Stopped bool `json:"stopped,omitempty"`
 }
 
