@@ -96,6 +96,15 @@ type tuneResult struct {
 	// Trials per minute of the search itself (builds and measurements on
 	// two daemons).
 	SearchPerMin float64 `json:"trials_per_min_search"`
+	// Where the search's time went: the mean milliseconds of each stage
+	// of a candidate (queue and compile of its build job, then upload,
+	// load, check, time and wait on a device), the work stages' shares
+	// of their summed time (they add up to 1), and the seconds the tuner
+	// spent fitting its cost model and proposing candidates.
+	SearchStages  map[string]float64 `json:"stages_ms_search"`
+	SearchShares  map[string]float64 `json:"shares_search"`
+	SearchSeconds float64            `json:"search_seconds"`
+	searchPace    string
 	// Trials per minute measuring the same candidates (the search's last
 	// valid ones, built beforehand, so the figure is the devices'
 	// pipeline) on one and on two daemons.
@@ -216,8 +225,8 @@ func (r tuneResult) Line() string {
 	case "others":
 		return "tune:" + r.othersLine()[1:]
 	case "scaling":
-		return fmt.Sprintf("tune: %d×%d×%d fp32, %d trials in %.0f s; measuring %d built candidates: %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f; rounds %v); ms per candidate with 1 daemon %v, with 2 %v",
-			r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.TuneSeconds, r.ThroughputTrials, r.PerMin1, r.PerMin2, r.Scaling, r.Rounds, r.Stages1, r.Stages2)
+		return fmt.Sprintf("tune: %d×%d×%d fp32, %d trials in %.0f s (%.1f a minute: %s); measuring %d built candidates: %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f; rounds %v); ms per candidate with 1 daemon %v, with 2 %v",
+			r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.TuneSeconds, r.SearchPerMin, r.searchPace, r.ThroughputTrials, r.PerMin1, r.PerMin2, r.Scaling, r.Rounds, r.Stages1, r.Stages2)
 	}
 	s := fmt.Sprintf("tune: %d×%d×%d fp32, %d trials (%d invalid, 90%% of the best after %d) in %.0f s: on one core tuned %.3g ms, hand %.3g ms (tuned/hand %.2f), default %.4g ms; all threads: tuned %.1f GFLOPS, hand %.1f, default %.2f",
 		r.Sizes.N, r.Sizes.M, r.Sizes.K, r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds, r.TunedDeviceMS, r.HandDeviceMS, r.TunedVsHandDevice, r.DefaultDeviceMS,
@@ -228,7 +237,7 @@ func (r tuneResult) Line() string {
 	} else {
 		s += fmt.Sprintf("; tuned/hand %.2f; no numpy: %s", r.TunedVsHand, r.NoReference)
 	}
-	s += fmt.Sprintf("; %v, the best a candidate of %q, ×%.2f the default schedule (%.4g ms); search %.1f trials/min; measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.Halves, r.BestSchedule, r.BestVsDefaultSchedule, r.DefaultScheduleMS, r.SearchPerMin, r.PerMin1, r.PerMin2, r.Scaling)
+	s += fmt.Sprintf("; %v, the best a candidate of %q, ×%.2f the default schedule (%.4g ms); search %.1f trials/min (%s); measuring built candidates %.1f trials/min with 1 daemon, %.1f with 2 (×%.2f)", r.Halves, r.BestSchedule, r.BestVsDefaultSchedule, r.DefaultScheduleMS, r.SearchPerMin, r.searchPace, r.PerMin1, r.PerMin2, r.Scaling)
 	return s + r.othersLine()
 }
 
@@ -327,10 +336,17 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	}
 	db := tune.NewDatabase(target.String())
 	start := time.Now()
-	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: batch, Seed: 1})
+	var search time.Duration
+	sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: batch, Seed: 1, Progress: func(p tune.Progress) { search = p.Search }})
 	if err != nil {
 		return nil, fmt.Errorf("tuning: %w", err)
 	}
+	st := runner.Stages()
+	r.SearchStages, r.SearchShares, r.SearchSeconds = st.Map(), st.Shares(), sig(search.Seconds(), 3)
+	for k, v := range r.SearchShares {
+		r.SearchShares[k] = sig(v, 3)
+	}
+	r.searchPace = fmt.Sprintf("%s; the search itself %.3g s", st, search.Seconds())
 	r.Trials, r.Invalid, r.TrialsTo90, r.TuneSeconds = sum[0].Trials, sum[0].Invalid, sum[0].TrialsTo90, time.Since(start).Seconds()
 	r.SearchPerMin = sig(float64(r.Trials)/r.TuneSeconds*60, 3)
 	if d, ok := runner.Default(task); ok {

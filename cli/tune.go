@@ -117,6 +117,7 @@ Examples:
 			&ucli.StringFlag{Name: "pipeline", Usage: "graph-level pipeline for modules with @R.function and ONNX models (default O2)"},
 			&ucli.IntFlag{Name: "repeat", Value: 6, Usage: "time evaluator repeats per candidate (6 or more give the median a 95% interval; fewer are always noisy and timed twice)"},
 			&ucli.IntFlag{Name: "min-repeat-ms", Value: 10, Usage: "time evaluator: shortest repeat in milliseconds"},
+			&ucli.Float64Flag{Name: "cutoff", Value: tune.DefaultCutoff, Usage: "stop a candidate's timing after its first repeat when that took over this many times its kernel's best so far (0: time every repeat)"},
 			&ucli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "life of the device leases between renewals; after a tracker restart that lost its state, the devices are leased again once their old leases lapse"},
 			&ucli.BoolFlag{Name: "head-to-head", Usage: "at the end, time each kernel's default schedule and best candidate again one after the other; the build takes the faster (default: on for several kernels, a model's)"},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON summary at the end"},
@@ -151,6 +152,29 @@ type tuneSummary struct {
 	// the default schedule's time (for a module of several kernels).
 	Model        float64 `json:"model_seconds,omitempty"`
 	ModelDefault float64 `json:"model_default_seconds,omitempty"`
+	// Pace is where the run's time went.
+	Pace *tunePace `json:"pace,omitempty"`
+}
+
+// tunePace is where a tuning run's time went: per stage of a
+// candidate's build and measurement, the mean milliseconds of one entry
+// and the share of the work stages' time (compile, upload, load, check,
+// time; the shares add up to 1); queue is a build job waiting for a
+// compiler node, wait a device waiting for its next built candidate.
+// Search is the seconds the tuner itself spent fitting its cost models
+// and proposing candidates.
+type tunePace struct {
+	StageMS map[string]float64 `json:"stage_ms"`
+	Shares  map[string]float64 `json:"shares"`
+	Search  float64            `json:"search_seconds"`
+	line    string
+}
+
+// newTunePace summarizes the runner's stages and the search's time.
+func newTunePace(st tunefleet.Stages, search time.Duration) *tunePace {
+	return &tunePace{StageMS: st.Map(), Shares: st.Shares(), Search: search.Seconds(),
+		line: fmt.Sprintf("%s; queued %s a build, devices idle %s a candidate; the search itself %s",
+			st, st.Mean(tunefleet.StageQueue).Round(time.Millisecond), st.Mean(tunefleet.StageWait).Round(time.Millisecond), search.Round(time.Millisecond))}
 }
 
 // estimate fills in the model latency estimates from the kernels'
@@ -214,6 +238,13 @@ func runTune(c *ucli.Context) error {
 	}
 	if c.Duration("build-timeout") <= 0 {
 		return fmt.Errorf("tune: --build-timeout %s: want a positive duration, e.g. 1m", c.Duration("build-timeout"))
+	}
+	cutoff := c.Float64("cutoff")
+	switch {
+	case cutoff < 0 || cutoff > 0 && cutoff < 1:
+		return fmt.Errorf("tune: --cutoff %g: want 0 (time every repeat) or a factor of at least 1", cutoff)
+	case cutoff == 0:
+		cutoff = -1 // the runner's "never"
 	}
 	target, err := compiler.ParseTarget(c.String("target"))
 	if err != nil {
@@ -305,7 +336,7 @@ func runTune(c *ucli.Context) error {
 		topts.Logger = rlog
 	}
 	runner, err := tunefleet.Open(ctx, tunefleet.Config{Dial: dial, Key: c.String("key"), Token: tok, TLS: tlsCfg, Target: target.String(),
-		BuildTimeout: c.Duration("build-timeout"), Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
+		BuildTimeout: c.Duration("build-timeout"), Cutoff: cutoff, Devices: c.Int("devices"), LeaseTTL: c.Duration("lease-ttl"), User: "kiln tune", Logger: rlog, OnEvent: display.event,
 		Time: client.TimeOptions{Number: 1, Repeat: max(c.Int("repeat"), 1), MinRepeatMS: max(c.Int("min-repeat-ms"), 0)}})
 	if err != nil {
 		return fmt.Errorf("tune: %w", err)
@@ -321,9 +352,16 @@ func runTune(c *ucli.Context) error {
 	if c.IsSet("head-to-head") {
 		h2h = c.Bool("head-to-head")
 	}
-	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: rec.progress(display.progress), HeadToHead: h2h})
+	var search time.Duration
+	onProgress := rec.progress(display.progress)
+	progress := func(p tune.Progress) {
+		search = p.Search
+		onProgress(p)
+	}
+	sum, err := tune.Tune(ctx, tasks, db, runner, tune.Options{Trials: trials, Batch: c.Int("batch"), Seed: seed, Progress: progress, HeadToHead: h2h})
 	display.done()
 	res.Seconds = time.Since(start).Seconds()
+	res.Pace = newTunePace(runner.Stages(), search)
 	res.Tasks = sum
 	for _, t := range tasks {
 		if d, ok := runner.Default(t); ok {
@@ -489,6 +527,9 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 	if r.Trials > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "tune: %d trials in %s (%.1f a minute) on %s; records in %s\n", r.Trials,
 			time.Duration(r.Seconds*float64(time.Second)).Round(time.Millisecond), r.TrialsPerMin, strings.Join(r.Devices, ", "), r.DB)
+	}
+	if r.Pace != nil && r.Pace.line != "" {
+		fmt.Fprintf(c.App.ErrWriter, "tune: where the time went: %s\n", r.Pace.line)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -137,6 +138,18 @@ func TestTuneInProcess(t *testing.T) {
 	check.True(t, s.Tasks[0].Best > 0 && s.Tasks[0].GFLOPS > 0, s.Tasks[0])
 	lines := strings.Split(strings.TrimSpace(readFile(t, db)), "\n")
 	check.Equal(t, len(lines), 6)
+	// Where the time went: every stage a candidate passes, the work
+	// stages' shares adding up to 1.
+	check.True(t, s.Pace != nil, "no pace in the summary")
+	for _, st := range []string{"queue", "compile", "upload", "load", "check", "time"} {
+		check.True(t, s.Pace.StageMS[st] > 0, "no time in stage", st, s.Pace.StageMS)
+	}
+	total := 0.0
+	for _, v := range s.Pace.Shares {
+		total += v
+	}
+	check.True(t, math.Abs(total-1) < 1e-6, "shares add up to", total, s.Pace.Shares)
+	check.True(t, s.Pace.Search > 0, "no search time")
 
 	// The database's best record schedules the kernel of kiln build.
 	_, errOut, err = runApp(t, "build", src, "--tuning-db", db, "-o", filepath.Join(dir, "mm.kiln"), "--no-cache")
@@ -214,6 +227,7 @@ func TestTuneBadInput(t *testing.T) {
 		{"no db", []string{mm, "--trials", "3"}, "--db is required"},
 		{"untunable", []string{scalar, "--trials", "3", "--db", db}, "one: nothing to tune"},
 		{"bad target", []string{mm, "--trials", "3", "--db", db, "--target", "tpu"}, "tpu"},
+		{"cutoff below 1", []string{mm, "--trials", "3", "--db", db, "--cutoff", "0.5"}, "--cutoff 0.5: want 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runApp(t, append([]string{"tune"}, tc.args...)...)

@@ -13,13 +13,14 @@ import (
 
 // TestTuneRecordsVerdict: the tuner records the time evaluator's verdict
 // with each candidate, and a noisy timing (3 repeats are too few for an
-// interval) is timed once more before it is ranked.
+// interval) is timed once more before it is ranked (no cutoff: every
+// candidate is timed in full).
 func TestTuneRecordsVerdict(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "mm.py")
 	check.NoError(t, os.WriteFile(src, []byte(tuneMatmulPy), 0o644))
 	db := filepath.Join(dir, "tuning.jsonl")
-	_, errOut, err := runApp(t, "tune", src, "--trials", "2", "--batch", "2", "--db", db, "--devices", "1", "--seed", "1", "--repeat", "3", "--json")
+	_, errOut, err := runApp(t, "tune", src, "--trials", "2", "--batch", "2", "--db", db, "--devices", "1", "--seed", "1", "--repeat", "3", "--cutoff", "0", "--json")
 	check.NoError(t, err, errOut)
 	valid := 0
 	for _, line := range strings.Split(strings.TrimSpace(readFile(t, db)), "\n") {

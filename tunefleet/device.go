@@ -168,26 +168,29 @@ func call(ctx context.Context, d *device, ref *reference, fn *client.Func) ([][]
 
 // check runs fn once with the reference's inputs and compares its
 // outputs with the reference's as they come back: msg says how the
-// first output that differs differs ("" when none does).
-func check(ctx context.Context, d *device, ref *reference, fn *client.Func) (msg string, err error) {
+// first output that differs differs ("" when none does); took is the
+// call's time as this side saw it (the kernel and a round trip).
+func check(ctx context.Context, d *device, ref *reference, fn *client.Func) (msg string, took time.Duration, err error) {
 	if err := poison(ctx, d, ref); err != nil {
-		return "", err
+		return "", 0, err
 	}
+	start := time.Now()
 	if _, err := fn.Call(ctx, d.args()...); err != nil {
-		return "", err
+		return "", 0, err
 	}
+	took = time.Since(start)
 	for i, a := range d.arrays {
 		if p := ref.params[i]; p.out {
 			c := newChecker(p)
 			if _, err := a.CopyTo(ctx, c); err != nil {
-				return "", err
+				return "", took, err
 			}
 			if msg := c.Result(); msg != "" {
-				return msg, nil
+				return msg, took, nil
 			}
 		}
 	}
-	return "", nil
+	return "", took, nil
 }
 
 // load uploads and loads the artifact on d and makes d's arrays hold the
@@ -252,7 +255,7 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return r.failed(ctx, d, res, err)
 	}
 	t := time.Now()
-	msg, err := check(ctx, d, ref, fn)
+	msg, took, err := check(ctx, d, ref, fn)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
@@ -261,9 +264,24 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return res, resultStands
 	}
 	r.clock.since(StageCheck, &t)
-	tr, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...)
+	if r.cfg.Time.Repeat > 1 && r.cutoff.Stop(task.Workload.Hash, took.Seconds()) {
+		// The check's call alone, a round trip included, was already
+		// far slower than the best: its time is the record.
+		res.Times, res.Stopped = []float64{took.Seconds()}, true
+		return res, resultStands
+	}
+	tr, stopped, err := r.time(ctx, d, task, fn)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
+	}
+	if stopped {
+		// Far slower than the best: its first repeat is its record.
+		r.clock.since(StageTime, &t)
+		res.Times, res.Stopped = tr.Results, true
+		if tr.Report != nil {
+			res.Verdict, res.Noise, res.CV = tr.Report.Verdict, tr.Report.Reason, tr.Report.CV
+		}
+		return res, resultStands
 	}
 	if tr.Report != nil && tr.Report.Verdict == proto.VerdictNoisy {
 		// A noisy timing is not ranked as it is: the candidate is timed
@@ -282,7 +300,40 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	if tr.Report != nil {
 		res.Verdict, res.Noise, res.CV = tr.Report.Verdict, tr.Report.Reason, tr.Report.CV
 	}
+	if len(tr.Results) > 0 {
+		r.cutoff.Observe(task.Workload.Hash, tr.Median)
+	}
 	return res, resultStands
+}
+
+// time runs the time evaluator on fn: its first repeat alone, and when
+// that is not already past the cutoff (stopped false) the others, pooled
+// with it. Without a cutoff, or with one repeat, it is one timing.
+func (r *Runner) time(ctx context.Context, d *device, task *tune.Task, fn *client.Func) (tr proto.TimeResult, stopped bool, err error) {
+	o := r.cfg.Time
+	if r.cutoff.Factor <= 0 || o.Repeat < 2 {
+		tr, err := d.sess.TimeEvaluator(ctx, fn, o, d.args()...)
+		return tr, false, err
+	}
+	first := o
+	first.Repeat = 1
+	a, err := d.sess.TimeEvaluator(ctx, fn, first, d.args()...)
+	if err != nil {
+		return tr, false, err
+	}
+	if len(a.Results) > 0 && r.cutoff.Stop(task.Workload.Hash, a.Median) {
+		return a, true, nil
+	}
+	rest := o
+	rest.Repeat--
+	if a.Number > rest.Number {
+		rest.Number = a.Number // the first repeat found the calls a repeat needs
+	}
+	b, err := d.sess.TimeEvaluator(ctx, fn, rest, d.args()...)
+	if err != nil {
+		return tr, false, err
+	}
+	return timer.Pool(o.StableWithin, a, b), false, nil
 }
 
 // failed classifies an error of a candidate's run: a crash or a failing

@@ -80,7 +80,12 @@ func (r *Runner) reference(ctx context.Context, task *tune.Task) (*reference, er
 		}
 	}
 	if !r.cfg.NoDefault {
-		if t, err := d.sess.TimeEvaluator(ctx, fn, r.cfg.Time, d.args()...); err == nil {
+		// One repeat: the unscheduled function is the slowest of all
+		// (seconds a call for a large kernel), and its time is a figure
+		// to compare with, never ranked.
+		o := r.cfg.Time
+		o.Repeat = 1
+		if t, err := d.sess.TimeEvaluator(ctx, fn, o, d.args()...); err == nil {
 			ref.dflt = t.Median
 		}
 	}

@@ -53,9 +53,14 @@ type Config struct {
 	// Time are the time evaluator's options (default: 3 repeats of at
 	// least 20 ms).
 	Time client.TimeOptions
+	// Cutoff stops a candidate's timing after its first repeat when that
+	// took over Cutoff times the best time of its workload measured by
+	// this runner (see tune.Cutoff): 0 means tune.DefaultCutoff, a
+	// negative value times every repeat of every candidate.
+	Cutoff float64
 	// NoDefault skips timing each task's unscheduled function when its
 	// reference is computed (Default then reports nothing): it can be
-	// slow.
+	// slow, even timed as it is, with one repeat.
 	NoDefault bool
 	// User names the leases in the tracker's query output.
 	User string
@@ -96,6 +101,7 @@ type Runner struct {
 	redial sync.Mutex // one redial at a time
 	seq    atomic.Int64
 	clock  stageClock
+	cutoff *tune.Cutoff
 }
 
 // Open connects to the tracker, leases the devices and opens a session
@@ -116,7 +122,10 @@ func Open(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.BuildTimeout <= 0 {
 		cfg.BuildTimeout = DefaultBuildTimeout
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, refs: map[string]*reference{}, tc: cfg.Tracker}
+	if cfg.Cutoff == 0 {
+		cfg.Cutoff = tune.DefaultCutoff
+	}
+	r := &Runner{cfg: cfg, log: cfg.Logger, refs: map[string]*reference{}, tc: cfg.Tracker, cutoff: tune.NewCutoff(max(cfg.Cutoff, 0))}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

@@ -168,6 +168,13 @@ func (r *Runner) buildOn(ctx context.Context, tc *client.Tracker, args proto.Bui
 	if err != nil && !errors.Is(err, client.ErrBuildFailed) {
 		return nil, tune.Result{}, fmt.Errorf("fleet: build job %s: %w", *id, err)
 	}
+	if !job.Started.IsZero() {
+		// The tracker's clock, both: the queue and the node's work.
+		r.clock.add(StageQueue, max(job.Started.Sub(job.Submitted), 0))
+		if !job.Finished.IsZero() {
+			r.clock.add(StageCompile, max(job.Finished.Sub(job.Started), 0))
+		}
+	}
 	if job.State != proto.JobSucceeded {
 		msg := job.Error
 		if msg == "" {

@@ -87,6 +87,11 @@ type Validity struct {
 	// candidate was timed once more before it was ranked: Times then
 	// holds both timings' results and the verdict is theirs together.
 	Remeasured bool `json:"remeasured,omitempty"`
+	// Stopped is true when the timing stopped after its first repeat:
+	// the candidate was already far slower than the best of its workload
+	// (see Cutoff), so Times holds that repeat alone (or the time of the
+	// call that checked its result, when that was already too slow).
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // Valid reports whether the record measured a correct candidate.

@@ -110,7 +110,11 @@ type Options struct {
 type Progress struct {
 	Done, Total int
 	Elapsed     time.Duration
-	Tasks       []TaskSummary
+	// Search is the part of Elapsed Tune spent fitting the cost models
+	// and proposing candidates (its own goroutine's work; builds and
+	// measurements run meanwhile).
+	Search time.Duration
+	Tasks  []TaskSummary
 	// Last is the trial just measured (nil before the first).
 	Last *Trial
 }
@@ -353,6 +357,7 @@ type pipeline struct {
 	wg      sync.WaitGroup
 
 	done, inflight, batches int
+	search                  time.Duration // fitting and proposing
 	stop                    bool
 	err                     error // the first error that stopped the search
 }
@@ -395,8 +400,10 @@ func (p *pipeline) run(rng *rand.Rand) {
 				// schedule alone, which still gives the task its weight.
 				n = min(n, max(1, p.opts.Trials/(2*len(p.states))))
 			}
+			t := time.Now()
 			st.refit()
 			cands := st.propose(rng, n, p.opts)
+			p.search += time.Since(t)
 			if len(cands) == 0 {
 				if len(st.pending) > 0 {
 					break // what is in flight may teach the model more
@@ -516,7 +523,7 @@ func (p *pipeline) report(last *Trial) {
 	if p.opts.Progress == nil {
 		return
 	}
-	pr := Progress{Done: p.done, Total: p.opts.Trials, Elapsed: time.Since(p.start), Last: last}
+	pr := Progress{Done: p.done, Total: p.opts.Trials, Elapsed: time.Since(p.start), Search: p.search, Last: last}
 	for _, st := range p.states {
 		pr.Tasks = append(pr.Tasks, st.summary())
 	}

@@ -324,3 +324,49 @@ func TestFeaturesSeeVectorAccumulation(t *testing.T) {
 	one, two := with(1), with(2)
 	check.True(t, !slices.Equal(one, two), "the same features for one and two vector registers:", one)
 }
+
+// TestUnrollCountsLanes: the schedule rules' unrolling counts the lanes
+// of a vectorized loop inside the loops it unrolls, so no candidate's
+// unrolled body has more than the largest unroll step of iterations and
+// lanes (a bigger one costs the C compiler seconds and buys nothing).
+func TestUnrollCountsLanes(t *testing.T) {
+	sp, err := NewSpace(matmulFunc(t, 256, 256, 256), testTarget)
+	check.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	unrolled := 0
+	for i := 0; i < 64; i++ {
+		c, err := sp.Sample(rng)
+		check.NoError(t, err)
+		if c.Schedule != "" {
+			continue // the default rules' half unrolls as they choose
+		}
+		ir.Visit(c.Func.Body, func(n ir.Node) bool {
+			f, ok := n.(*ir.For)
+			if !ok || f.Kind != ir.ForUnrolled {
+				return true
+			}
+			unrolled++
+			if w := nestIterations(f); w > 256 {
+				t.Fatalf("sample %d: an unrolled nest of %d iterations and lanes (the largest step is 256)\ntrace:\n%s", i, w, strings.Join(c.Trace, "\n"))
+			}
+			return false
+		})
+	}
+	check.True(t, unrolled > 0, "no sample unrolled a loop")
+}
+
+// nestIterations is the largest product of constant loop extents along
+// a path of nested loops from n down.
+func nestIterations(n ir.Node) int64 {
+	best := int64(1)
+	ir.Visit(n, func(m ir.Node) bool {
+		f, ok := m.(*ir.For)
+		if !ok {
+			return true
+		}
+		ext, _ := ir.IsConstInt(f.Extent)
+		best = max(best, max(ext, 1)*nestIterations(f.Body))
+		return false
+	})
+	return best
+}

@@ -20,7 +20,8 @@ import (
 // block: whether its innermost loop is vectorized, and how many
 // iterations of its innermost serial loops are unrolled (0, 16, 64 or
 // 256: loops are unrolled from the inside out while the product of their
-// extents stays within it). A primitive that refuses (a reduction loop
+// extents, and of the lanes of a vectorized loop inside them, stays
+// within it). A primitive that refuses (a reduction loop
 // cannot be parallel or vectorized) leaves the loop as it was.
 type parallelVectorizeUnroll struct{}
 
@@ -176,6 +177,10 @@ func unrollInner(s *schedule.Schedule, loops []schedule.LoopRV, steps int64) {
 			return
 		}
 		if f.Kind == ir.ForVectorized {
+			// Not unrolled, but its lanes are the unrolled body's work
+			// all the same: left out, a 256-step unroll of a body of 32
+			// lanes costs the C compiler seconds a candidate.
+			prod *= ext
 			continue
 		}
 		if f.Kind != ir.ForSerial && f.Kind != ir.ForUnrolled {
