@@ -165,9 +165,16 @@ var binarySymbols = map[ir.BinaryOp]string{
 }
 
 // operand prints a binary operand; a broadcast beside a vector is printed
-// as its scalar, which GCC's vector extension broadcasts.
+// as its scalar, which GCC's vector extension broadcasts, except a 16-bit
+// float's: where the CPU has no half-precision arithmetic (AVX2) GCC
+// computes _Float16 expressions in float, and a float beside a vector of
+// _Float16 is refused ("involves truncation"), so it is broadcast
+// explicitly.
 func (r *Renderer) operand(e ir.Expr) string {
 	if b, ok := e.(*ir.Broadcast); ok {
+		if t := b.Value.DType(); t.IsFloat() && t.Bits == 16 {
+			return r.Expr(b)
+		}
 		return "(" + r.Type(b.Value.DType()) + ")" + r.Expr(b.Value)
 	}
 	return r.Expr(e)
