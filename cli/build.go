@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/compiler/tune"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
+	"github.com/kiln-ml/kiln/compilernode"
 	"github.com/kiln-ml/kiln/ndarray"
 	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
@@ -53,7 +54,8 @@ which schedule each function got: "default schedule (RULE)",
 
 With --tracker the build goes through the fleet: the module is queued at the
 tracker, a compiler node builds it, and the artifact is downloaded to -o,
-with the job's progress shown as it changes.
+with the job's progress shown as it changes. An ONNX model's --tuning-db
+travels with it: the node applies the same records a local build would.
 
 Targets: cpu (aliases llvm, c), with -mcpu=NAME, -mtriple=TRIPLE for
 cross-compilation and -mattr=+FEATURE,-FEATURE, e.g. --target "cpu
@@ -147,7 +149,14 @@ func runBuild(c *ucli.Context) error {
 	if c.String("tracker") != "" {
 		if applyDB != nil {
 			if isModel {
-				return fmt.Errorf("build: --tuning-db with --tracker takes TVMScript modules; build an ONNX model locally with --tuning-db")
+				// The records travel with the model; the compiler node
+				// applies them to the kernels its import and pipeline
+				// make, as a local build does.
+				db, err := os.ReadFile(c.String("tuning-db"))
+				if err != nil {
+					return fmt.Errorf("build: --tuning-db: %w", err)
+				}
+				return buildRemote(c, path, src, out, shapes, db)
 			}
 			// The compiler node gets the module with the records applied.
 			mod, err := script.Parse(path, string(src))
@@ -162,7 +171,7 @@ func runBuild(c *ucli.Context) error {
 			}
 			src = []byte(script.Print(mod))
 		}
-		return buildRemote(c, path, src, out, shapes)
+		return buildRemote(c, path, src, out, shapes, nil)
 	}
 	st := startStages(c, "build", fmt.Sprintf("building %s for %s", path, target))
 	defer st.done()
@@ -235,8 +244,9 @@ func runBuild(c *ucli.Context) error {
 }
 
 // buildRemote queues the module at the tracker, shows the job's progress
-// and downloads the artifact.
-func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes map[string][]int64) error {
+// and downloads the artifact. db, when set, is the tuning database of an
+// ONNX model, bundled with it (see compilernode.TunedBundle).
+func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes map[string][]int64, db []byte) error {
 	ctx := c.Context
 	tok, tlsCfg, err := clientAuth(c)
 	if err != nil {
@@ -277,9 +287,19 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		}
 		// The model goes through the tracker's artifact store (models of
 		// tens of MB do not fit one frame); the job names it by sha256.
-		sum := sha256.Sum256(src)
+		payload := src
+		if db != nil {
+			if payload, err = compilernode.TunedBundle(src, db); err != nil {
+				return fmt.Errorf("build: %w", err)
+			}
+			opts["tuning-db"] = compilernode.TunedBundleOption
+			if sh := c.StringSlice("shape"); len(sh) > 0 {
+				opts["shape"] = strings.Join(sh, ",")
+			}
+		}
+		sum := sha256.Sum256(payload)
 		sha := hex.EncodeToString(sum[:])
-		if err := tr.UploadArtifact(ctx, sha, int64(len(src)), bytes.NewReader(src)); err != nil {
+		if err := tr.UploadArtifact(ctx, sha, int64(len(payload)), bytes.NewReader(payload)); err != nil {
 			return fmt.Errorf("build: upload the model: %w", err)
 		}
 		args.Format, args.Module = "onnx-artifact", sha

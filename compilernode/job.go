@@ -68,6 +68,18 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 		// An ONNX model: imported here, its weights bundled. The node
 		// fetched an onnx-artifact model from the store as raw bytes.
 		b := src
+		if v := job.Options["tuning-db"]; v != "" {
+			if v != TunedBundleOption || job.Format != "onnx-artifact" {
+				return fmt.Errorf("job %s: build option tuning-db=%q: want %s, with an onnx-artifact model", job.ID, v, TunedBundleOption)
+			}
+			var db []byte
+			if b, db, err = openTunedBundle(src); err != nil {
+				return fmt.Errorf("job %s: %w", job.ID, err)
+			}
+			if opts.Schedule, err = tunedSchedule(db, target, job.Options["shape"]); err != nil {
+				return fmt.Errorf("job %s: %w", job.ID, err)
+			}
+		}
 		if job.Format == "onnx-base64" {
 			if b, err = base64.StdEncoding.DecodeString(string(src)); err != nil {
 				return fmt.Errorf("job %s: module is not base64: %w", job.ID, err)
@@ -108,8 +120,16 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 			if job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
 				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
 			}
+		case "tuning-db":
+			if job.Format != "onnx-artifact" {
+				return fmt.Errorf("job %s: build option tuning-db is for onnx-artifact models", job.ID)
+			}
+		case "shape":
+			if job.Options["tuning-db"] == "" {
+				return fmt.Errorf("job %s: build option shape needs tuning-db", job.ID)
+			}
 		default:
-			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, default-schedule, input-shape)", job.ID, k)
+			return fmt.Errorf("job %s: unknown build option %q (known: cflags, pipeline, default-schedule, input-shape, tuning-db, shape)", job.ID, k)
 		}
 	}
 	a, err := compiler.Build(ctx, mod, target, opts)
