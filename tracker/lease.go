@@ -27,9 +27,12 @@ type lease struct {
 	durable <-chan error `msgpack:"-"`
 	// holder is the client connection the lease was delivered or last
 	// renewed on (nil for in-process requests and for a lease restored
-	// from the store until it is renewed): when it closes, the lease is
-	// released at once, as TVM's tracker frees a server whose client's
-	// connection drops.
+	// from the store until it is renewed). On a single tracker, when it
+	// closes the lease is released at once, as TVM's tracker frees a
+	// server whose client's connection drops. A replica's term keeps the
+	// lease to its TTL instead: a follower that forwarded the connection
+	// may have died, or the client is failing over to another replica,
+	// and only a renewal that stops coming says that the holder is gone.
 	holder *proto.Conn `msgpack:"-"`
 }
 

@@ -72,3 +72,45 @@ func TestLeaseFreedWhenHolderDrops(t *testing.T) {
 	check.Equal(t, tr.Summary(0).Leases, 1)
 	check.NoError(t, second.Call(ctx, proto.MethodLeaseRelease, proto.LeaseRenewArgs{ID: moved.ID, Token: moved.Token}, nil))
 }
+
+// TestReplicaKeepsLeaseOfDroppedHolder: on a replicated tracker a lease
+// outlives its holder's connection, which a follower forwarded to the
+// leader (the follower may have died, the client is failing over): it
+// stays granted and renews on the holder's next connection, through
+// another replica.
+func TestReplicaKeepsLeaseOfDroppedHolder(t *testing.T) {
+	rs := startReplicas(t)
+	ctx := testCtx(t)
+	lead := rs.leader(t, -1)
+	follower := rs.reps[(lead+1)%3]
+	spare := rs.reps[(lead+2)%3]
+	eventually(t, "the followers know the leader", func() bool { return follower.Ready() == nil && spare.Ready() == nil })
+	term := rs.reps[lead].rep.currentTerm()
+	device(t, spare.Addr(), "k", proto.NodeAttrs{})
+	eventually(t, "the device registered", func() bool { return len(term.Summary(0).Devices) > 0 })
+
+	first, err := rawDial(t, follower.Addr(), "", proto.RoleClient)
+	check.NoError(t, err)
+	var tk proto.LeaseTicket
+	check.NoError(t, first.Call(ctx, proto.MethodLeaseRequest, proto.LeaseRequestArgs{Key: "k", TTL: time.Hour, Wait: guard}, &tk))
+	check.True(t, tk.Lease != nil, "granted")
+	held := tk.Lease
+	// A request queued on the same connection is dropped by the
+	// disconnect that would release the lease: once the queue is empty,
+	// the leader has handled the close.
+	go func() {
+		var tk proto.LeaseTicket
+		first.Call(ctx, proto.MethodLeaseRequest, proto.LeaseRequestArgs{Key: "k", Wait: guard}, &tk)
+	}()
+	eventually(t, "a request queued on the first connection", func() bool { return queueLen(term, "k") == 1 })
+	first.Close()
+	eventually(t, "the first connection's request dropped", func() bool { return queueLen(term, "k") == 0 })
+	check.Equal(t, term.Summary(0).Leases, 1)
+
+	second, err := rawDial(t, spare.Addr(), "", proto.RoleClient)
+	check.NoError(t, err)
+	var renewed proto.Lease
+	check.NoError(t, second.Call(ctx, proto.MethodLeaseRenew, proto.LeaseRenewArgs{ID: held.ID, Token: held.Token}, &renewed))
+	check.True(t, renewed.Expires.After(held.Expires), "renewed", renewed.Expires, held.Expires)
+	check.NoError(t, second.Call(ctx, proto.MethodLeaseRelease, proto.LeaseRenewArgs{ID: held.ID, Token: held.Token}, nil))
+}

@@ -421,9 +421,6 @@ func (s *Server) routes() {
 	handleBulk(s, proto.BulkBuildModule, s.handleBuildModule)
 }
 
-// disconnected drops what a connection owned: its queued lease requests
-// (and leases granted to them but never delivered), and the node it
-// registered, which is marked lost.
 // connected records a user's connection, so that revoking the user closes
 // it.
 func (s *Server) connected(ctx context.Context, c *proto.Conn) error {
@@ -435,6 +432,9 @@ func (s *Server) connected(ctx context.Context, c *proto.Conn) error {
 	return nil
 }
 
+// disconnected drops what a connection owned: its queued lease requests
+// (and leases granted to them but never delivered), the leases it holds
+// on a single tracker, and the node it registered, which is marked lost.
 func (s *Server) disconnected(c *proto.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -445,7 +445,7 @@ func (s *Server) disconnected(c *proto.Conn) {
 		}
 	}
 	s.orphanJobsLocked(c, time.Now())
-	if !s.stopping {
+	if !s.stopping && !s.cfg.replicated() { // see lease.holder
 		for _, l := range s.leases {
 			if l.holder == c {
 				s.log.Info("lease released: its holder's connection closed", "lease", l.ID, "node", l.NodeID)
