@@ -27,7 +27,7 @@ func TestMatmulTargetAVX2(t *testing.T) {
 	check.NoError(t, json.Unmarshal(out.Bytes(), &r), "output:", out.String())
 	check.Equal(t, r.Target, "cpu -mcpu=haswell")
 	check.Equal(t, r.ISA, "AVX2")
-	check.Equal(t, r.HandTile, []int64{4, 16, 8})
+	check.Equal(t, r.HandTile, []int64{6, 16, 8})
 	check.True(t, r.Checked > 0 && r.GFLOPSScheduled > 0 && r.GFLOPSAuto > 0, "result", out.String())
 	if _, set := os.LookupEnv("OPENBLAS_CORETYPE"); !set {
 		check.Equal(t, r.NumpyCore, "Haswell")
