@@ -239,3 +239,29 @@ func TestUploadCacheDisabled(t *testing.T) {
 		check.NoError(t, s.Close())
 	}
 }
+
+// TestUploadCacheKeepsUsersApart: a file one lease user uploaded is not
+// linked into another's session (here one without a lease), while the
+// same user's next upload of it is linked.
+func TestUploadCacheKeepsUsersApart(t *testing.T) {
+	f := startLeasedFleet(t)
+	m := f.device(t, "m", rpcserver.Config{MaxSessions: 2, Sandbox: rpcserver.SandboxOff, InsecureShared: true, AllowWithoutLease: true, UploadCacheBytes: 64 << 20}, 2)
+	ctx := testCtx(t)
+	data := randomBytes(2 << 20)
+
+	alice, err := client.Connect(ctx, m.addr, client.SessionOptions{LeaseToken: f.lease(t, "m").Token})
+	check.NoError(t, err)
+	defer alice.Close()
+	check.NoError(t, alice.Upload(ctx, "w.bin", data))
+
+	other, err := client.Connect(ctx, m.addr, client.SessionOptions{Token: "fleet"})
+	check.NoError(t, err, "a session without a lease")
+	defer other.Close()
+	check.NoError(t, other.Upload(ctx, "w.bin", data))
+	check.Equal(t, other.LinkedBytes(), int64(0), "another user's file was linked")
+	check.Equal(t, m.uploadedBytes(t), int64(2*len(data)))
+
+	check.NoError(t, alice.Upload(ctx, "again.bin", data))
+	check.Equal(t, alice.LinkedBytes(), int64(len(data)))
+	check.Equal(t, m.uploadedBytes(t), int64(2*len(data)))
+}
