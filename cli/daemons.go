@@ -354,6 +354,7 @@ Examples:
 			&ucli.StringFlag{Name: "worker-wrapper", Usage: "command prefix for session workers, e.g. \"qemu-aarch64 -L /usr/aarch64-linux-gnu\" on an emulated board, \"taskset -c 2\" or \"nice\""},
 			&ucli.StringFlag{Name: "emulated", Usage: "the emulator this daemon runs under (e.g. qemu-aarch64): registered as attribute emulated=true, and time evaluator results say their times are emulated; set by itself when --worker-wrapper starts with qemu-"},
 			&ucli.Int64Flag{Name: "max-session-bytes", Usage: "most bytes of files one session may hold: its uploads, its loaded modules' copies and what its kernels write into its directory, which is a tmpfs of this size in memory (or a quarter of the memory when less) in the worker's own mount namespace, sandboxed or not (a sandboxed session's /tmp too); a daemon that cannot mount one refuses the flag (default: a quarter of the space free in --dir at start, then kernels' writes are uncapped where no tmpfs can be mounted, said at start; -1: no limit)"},
+			&ucli.StringFlag{Name: "upload-cache-bytes", Value: "2GiB", Usage: "most bytes of uploaded files the daemon keeps by content, in a directory of its own in --dir, so that a later session of the same user that uploads the same file (a model's weights) has it linked in place instead of sent again; the least recently used go first; 0: keep none"},
 			&ucli.StringFlag{Name: "metrics-listen", Usage: "HTTP address serving Prometheus /metrics"},
 			&ucli.BoolFlag{Name: "allow-without-lease", Usage: "with --tracker, also accept sessions that carry no lease"},
 			&ucli.BoolFlag{Name: "accept-fleet-token", Usage: "with --tracker and the fleet token in --token-file, also open sessions to hellos that carry the fleet token (by default they need a lease token)"},
@@ -388,13 +389,17 @@ func runRPCServer(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--max-session-memory: %w", err)
 	}
+	cacheBytes, err := parseByteSize(c.String("upload-cache-bytes"))
+	if err != nil {
+		return fmt.Errorf("--upload-cache-bytes: %w", err)
+	}
 	cfg := rpcserver.Config{
 		Listen: c.String("listen"), Key: c.String("key"), Token: tok, TLS: tlsCfg,
 		SessionTimeout: c.Duration("session-timeout"), MaxSessions: c.Int("max-sessions"),
 		Dir: c.String("dir"), MetricsListen: c.String("metrics-listen"), Version: Version(), Logger: log,
 		AllowWithoutLease: c.Bool("allow-without-lease"), Insecure: c.Bool("insecure"), InsecureShared: c.Bool("insecure-shared"),
-		SessionQuota: c.Int64("max-session-bytes"),
-		Sandbox:      c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
+		SessionQuota: c.Int64("max-session-bytes"), UploadCacheBytes: cacheBytes,
+		Sandbox: c.String("sandbox"), WorkerUIDs: uids, MaxSessionMemory: mem, MaxSessionProcs: c.Int("max-session-procs"),
 		Plugins: c.StringSlice("plugin"),
 		Worker:  rpcserver.WorkerSpec{Wrapper: strings.Fields(c.String("worker-wrapper"))},
 	}

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kiln-ml/kiln/devices"
@@ -64,6 +67,11 @@ type Session struct {
 	info  SessionInfo
 	addr  string
 	opts  SessionOptions
+
+	// noLinkCached says the daemon predates proto.FileLinkCached;
+	// linkedBytes counts the bytes it linked in place of uploads.
+	noLinkCached atomic.Bool
+	linkedBytes  atomic.Int64
 
 	mu     sync.Mutex
 	endErr error // set once the daemon said the session ended
@@ -288,11 +296,29 @@ func (s *Session) Upload(ctx context.Context, name string, data []byte) error {
 // UploadFrom stores size bytes of r as the file name.
 // Files of rawUploadMin bytes or more go on a connection of their own
 // (proto.FileUploadTicket), smaller ones on the session's connection.
+// Of such a file, when r is a byte slice's reader or an io.Seeker, the
+// client first sends the SHA-256 (proto.FileLinkCached): a daemon that
+// kept the same bytes from an earlier upload links them in place and
+// nothing is sent; otherwise the bytes go, with the digest for the daemon
+// to check and keep.
 const rawUploadMin = 1 << 20
 
 func (s *Session) UploadFrom(ctx context.Context, name string, size int64, r io.Reader) error {
 	if size >= rawUploadMin {
-		err := s.rawUpload(ctx, name, size, r)
+		sum, err := contentSum(r, size)
+		if err != nil {
+			return fmt.Errorf("upload %q: %w", name, err)
+		}
+		if sum != "" {
+			linked, err := s.linkCached(ctx, name, size, sum)
+			if err != nil {
+				return fmt.Errorf("upload %q: %w", name, err)
+			}
+			if linked {
+				return nil
+			}
+		}
+		err = s.rawUpload(ctx, name, size, r, sum)
 		if !errors.Is(err, errNoRawUpload) {
 			if err != nil {
 				return fmt.Errorf("upload %q: %w", name, err)
@@ -306,6 +332,61 @@ func (s *Session) UploadFrom(ctx context.Context, name string, size int64, r io.
 	return nil
 }
 
+// contentSum is the hex SHA-256 of the size bytes r yields, read from a
+// byte slice, or from a seeker that is then put back; "" for a reader
+// that cannot be read twice.
+func contentSum(r io.Reader, size int64) (string, error) {
+	h := sha256.New()
+	switch r := r.(type) {
+	case *sliceReader:
+		if int64(len(r.b)) != size {
+			return "", nil
+		}
+		h.Write(r.b)
+	case io.ReadSeeker:
+		at, err := r.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return "", nil // a pipe, say: not seekable after all
+		}
+		n, err := io.CopyN(h, r, size)
+		if _, serr := r.Seek(at, io.SeekStart); serr != nil {
+			return "", fmt.Errorf("rewind after the digest: %w", serr)
+		}
+		if err != nil || n != size {
+			return "", nil // the upload itself says what is short
+		}
+	default:
+		return "", nil
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// linkCached asks the daemon to link a file it keeps with digest sum into
+// place as name. A daemon that predates the method answers not found,
+// after which the session asks no more.
+func (s *Session) linkCached(ctx context.Context, name string, size int64, sum string) (bool, error) {
+	if s.noLinkCached.Load() {
+		return false, nil
+	}
+	var out proto.LinkCached
+	err := s.call(ctx, proto.FileLinkCached, proto.LinkCachedArgs{Name: name, Size: size, SHA256: sum}, &out)
+	if errors.Is(err, proto.ErrNotFound) {
+		s.noLinkCached.Store(true)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if out.Linked {
+		s.linkedBytes.Add(size)
+	}
+	return out.Linked, nil
+}
+
+// LinkedBytes is how many bytes of this session's uploads the daemon
+// linked from files it kept, rather than receiving them.
+func (s *Session) LinkedBytes() int64 { return s.linkedBytes.Load() }
+
 // errNoRawUpload says the daemon predates uploads on their own
 // connections: the session's connection carries the file instead.
 var errNoRawUpload = errors.New("the daemon takes no uploads on connections of their own")
@@ -314,9 +395,9 @@ var errNoRawUpload = errors.New("the daemon takes no uploads on connections of t
 // session, then a RoleBulk connection carrying the ticket, the bytes, and
 // the daemon's answer. Nothing multiplexes that connection, so the bytes
 // move at the socket's speed (sendfile from a file).
-func (s *Session) rawUpload(ctx context.Context, name string, size int64, r io.Reader) error {
+func (s *Session) rawUpload(ctx context.Context, name string, size int64, r io.Reader, sum string) error {
 	var t proto.UploadTicket
-	if err := s.call(ctx, proto.FileUploadTicket, proto.UploadTicketArgs{Name: name, Size: size}, &t); err != nil {
+	if err := s.call(ctx, proto.FileUploadTicket, proto.UploadTicketArgs{Name: name, Size: size, SHA256: sum}, &t); err != nil {
 		if errors.Is(err, proto.ErrNotFound) {
 			return errNoRawUpload
 		}

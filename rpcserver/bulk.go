@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -29,6 +30,7 @@ type uploadTicket struct {
 	s       *session
 	name    string
 	size    int64
+	sum     string // the claimed SHA-256, "" for none
 	expires time.Time
 }
 
@@ -42,6 +44,11 @@ func (d *Daemon) issueTicket(s *session, a proto.UploadTicketArgs) (proto.Upload
 	}
 	if a.Size < 0 {
 		return proto.UploadTicket{}, fmt.Errorf("upload ticket %q: negative size %d: %w", a.Name, a.Size, proto.ErrBadRequest)
+	}
+	if a.SHA256 != "" {
+		if err := checkSum(a.SHA256); err != nil {
+			return proto.UploadTicket{}, fmt.Errorf("upload ticket %q: %w", a.Name, err)
+		}
 	}
 	var b [16]byte
 	rand.Read(b[:])
@@ -57,7 +64,7 @@ func (d *Daemon) issueTicket(s *session, a proto.UploadTicketArgs) (proto.Upload
 	if len(d.tickets) >= maxTickets {
 		return proto.UploadTicket{}, fmt.Errorf("upload ticket %q: %d uploads are waiting for their connections, the limit: %w", a.Name, maxTickets, proto.ErrBusy)
 	}
-	d.tickets[t] = uploadTicket{s: s, name: a.Name, size: a.Size, expires: now.Add(ticketTTL)}
+	d.tickets[t] = uploadTicket{s: s, name: a.Name, size: a.Size, sum: a.SHA256, expires: now.Add(ticketTTL)}
 	return proto.UploadTicket{Ticket: t}, nil
 }
 
@@ -112,7 +119,15 @@ func (d *Daemon) rawUpload(ctx context.Context, nc net.Conn, ticket string) erro
 	nc.SetReadDeadline(time.Time{})
 	stop := context.AfterFunc(t.s.c.Context(), func() { nc.Close() })
 	defer stop()
-	if err := box.Upload(ctx, t.name, t.size, nc); err != nil {
+	var keep func(*os.File, string)
+	if c := d.cache; c != nil && t.sum != "" {
+		keep = func(dir *os.File, base string) {
+			if err := c.keep(cacheKey{user: t.s.userName(), sum: t.sum}, dir, base, t.size); err != nil {
+				t.s.log.Warn("upload not kept by content", "name", t.name, "err", err)
+			}
+		}
+	}
+	if err := box.Upload(ctx, t.name, t.size, nc, t.sum, keep); err != nil {
 		return err
 	}
 	d.m.bulkByte.Add(float64(t.size), proto.FileUpload)

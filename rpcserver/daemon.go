@@ -99,6 +99,9 @@ type Config struct {
 	// SessionQuota bounds the bytes of one session's files (when 0, a
 	// quarter of the free space of Dir at start; none when negative).
 	SessionQuota int64
+	// UploadCacheBytes bounds the uploads the daemon keeps by content for
+	// later sessions (proto.FileLinkCached); 0 keeps none.
+	UploadCacheBytes int64
 	// Worker says how to start worker processes.
 	Worker WorkerSpec
 	// Tracker, when set, verifies the lease token of every session.
@@ -186,6 +189,8 @@ type Daemon struct {
 	nextID   atomic.Uint64
 	ran      atomic.Bool
 
+	cache *uploadCache // nil when uploads are not kept
+
 	tmu     sync.Mutex
 	tickets map[string]uploadTicket // upload tickets waiting for their connections
 	calls   map[string]*session     // call tickets waiting for their connections
@@ -202,6 +207,9 @@ type daemonMetrics struct {
 	inflight *metrics.Gauge
 	latency  *metrics.Histogram
 	bulkByte *metrics.Counter
+	// cacheLinked counts the bytes linked from the upload cache in place
+	// of an upload.
+	cacheLinked *metrics.Counter
 	// users and usersActive count sessions opened under a lease by the
 	// lease's user.
 	users       *metrics.Counter
@@ -340,15 +348,25 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log.With("component", "rpcserver"), ln: ln, mln: mln, reg: metrics.NewRegistry(), iso: iso,
 		sessions: map[*session]bool{}, tickets: map[string]uploadTicket{}, calls: map[string]*session{}, gpus: sessionGPUs(), plugins: plugins}
 	d.m = daemonMetrics{
-		active:   d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
-		total:    d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
-		refused:  d.reg.Counter("kiln_rpcserver_sessions_refused_total", "Connections refused, by reason.", "reason"),
-		ended:    d.reg.Counter("kiln_rpcserver_sessions_ended_total", "Sessions ended, by how.", "how"),
-		crashes:  d.reg.Counter("kiln_rpcserver_worker_crashes_total", "Worker processes that crashed or were killed."),
-		calls:    d.reg.Counter("kiln_rpcserver_calls_total", "Requests served, by method and result code.", "method", "code"),
-		inflight: d.reg.Gauge("kiln_rpcserver_worker_calls_in_flight", "Requests running in session workers, those on clients' call connections included."),
-		latency:  d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
-		bulkByte: d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
+		active:      d.reg.Gauge("kiln_rpcserver_sessions_active", "Sessions open now."),
+		total:       d.reg.Counter("kiln_rpcserver_sessions_total", "Sessions admitted."),
+		refused:     d.reg.Counter("kiln_rpcserver_sessions_refused_total", "Connections refused, by reason.", "reason"),
+		ended:       d.reg.Counter("kiln_rpcserver_sessions_ended_total", "Sessions ended, by how.", "how"),
+		crashes:     d.reg.Counter("kiln_rpcserver_worker_crashes_total", "Worker processes that crashed or were killed."),
+		calls:       d.reg.Counter("kiln_rpcserver_calls_total", "Requests served, by method and result code.", "method", "code"),
+		inflight:    d.reg.Gauge("kiln_rpcserver_worker_calls_in_flight", "Requests running in session workers, those on clients' call connections included."),
+		latency:     d.reg.Histogram("kiln_rpcserver_call_duration_seconds", "Time to serve a request, by method.", nil, "method"),
+		bulkByte:    d.reg.Counter("kiln_rpcserver_bulk_bytes_total", "Bytes received in bulk transfers, by method.", "method"),
+		cacheLinked: d.reg.Counter("kiln_rpcserver_upload_cache_linked_bytes_total", "Bytes of files linked from the upload cache into sessions in place of an upload."),
+	}
+	if d.cache, err = newUploadCache(cfg.Dir, cfg.UploadCacheBytes); err != nil {
+		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
+		iso.close()
+		closePlugins(plugins)
+		return nil, fmt.Errorf("rpcserver: %w", err)
 	}
 	d.reg.Flag("kiln_rpcserver_sandboxed", "1 when sessions are sandboxed from each other (bubblewrap); 0: workers run as the daemon's user, in its namespaces.", sandboxed)
 	d.reg.Flag("kiln_rpcserver_insecure_shared", "1 when the daemon serves several unsandboxed sessions at once (--insecure-shared).", cfg.MaxSessions > 1 && !sandboxed)
@@ -510,6 +528,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.wg.Wait()
 	d.iso.close()
 	closePlugins(d.plugins)
+	if err := d.cache.close(); err != nil {
+		d.log.Warn("remove the upload cache", "err", err)
+	}
 	d.log.Info("device daemon stopped")
 	if serveErr != nil && ctx.Err() == nil {
 		return fmt.Errorf("rpcserver: %w", serveErr)

@@ -47,6 +47,13 @@ func (d *Daemon) registerHandlers() {
 		}
 		return d.issueTicket(s, a)
 	})
+	d.handle(proto.FileLinkCached, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
+		var a proto.LinkCachedArgs
+		if err := decodeArgs(raw, &a); err != nil {
+			return nil, err
+		}
+		return d.linkCached(s, a)
+	})
 	d.handle(proto.FileStat, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
 		var a proto.FileArgs
 		if err := decodeArgs(raw, &a); err != nil {
@@ -75,7 +82,7 @@ func (d *Daemon) registerHandlers() {
 		if err != nil {
 			return proto.Bulk{}, err
 		}
-		if err := box.Upload(ctx, in.Name, in.Size, in.Body); err != nil {
+		if err := box.Upload(ctx, in.Name, in.Size, in.Body, "", nil); err != nil {
 			return proto.Bulk{}, err
 		}
 		d.m.bulkByte.Add(float64(in.Size), proto.FileUpload)

@@ -130,8 +130,10 @@ func dirBytes(dir string) int64 {
 }
 
 // Upload writes size bytes of r to name, atomically: a partial upload
-// never replaces an existing file.
-func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Reader) error {
+// never replaces an existing file. With a claimed digest want (hex
+// SHA-256), bytes of another digest are refused and nothing is kept; bytes
+// that match are passed to keep (when not nil) before they take the name.
+func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Reader, want string, keep func(dir *os.File, base string)) error {
 	host, err := checkName(name)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
@@ -139,32 +141,17 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 	if err := s.noLink("upload", host, name); err != nil {
 		return err
 	}
-	if s.quota > 0 {
-		s.mu.Lock()
-		old := int64(0)
-		if fi, err := s.root.Lstat(host); err == nil && fi.Mode().IsRegular() {
-			old = fi.Size()
-		}
-		if s.usage()+s.used-old+size > s.quota {
-			s.mu.Unlock()
-			return fmt.Errorf("upload %q: %d bytes would exceed the session's disk quota of %d bytes (the daemon's --max-session-bytes); nothing was kept: %w", name, size, s.quota, proto.ErrQuota)
-		}
-		s.used += size
-		s.mu.Unlock()
-		defer func() {
-			s.mu.Lock()
-			s.used -= size
-			s.mu.Unlock()
-		}()
+	release, err := s.reserve(name, host, size)
+	if err != nil {
+		return err
 	}
+	defer release()
 	if dir := filepath.Dir(host); dir != "." {
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("upload: %w", rootErr("make directory for", name, err))
 		}
 	}
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := host + "." + hex.EncodeToString(rnd[:]) + partSuffix
+	tmp := tmpName(host)
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("upload: %w", rootErr("create", name, err))
@@ -186,6 +173,9 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
+	if err == nil && want != "" {
+		err = s.verify(tmp, want, keep)
+	}
 	if err == nil {
 		err = s.replace(tmp, host)
 		if err != nil {
@@ -196,6 +186,59 @@ func (s *sandbox) Upload(ctx context.Context, name string, size int64, r io.Read
 		s.root.Remove(tmp)
 		return fmt.Errorf("upload %q: %w", name, err)
 	}
+	return nil
+}
+
+// reserve checks that size more bytes as name (host) fit the session's
+// quota, a file replaced by them counting no more, and holds them until
+// release.
+func (s *sandbox) reserve(name, host string, size int64) (release func(), err error) {
+	if s.quota <= 0 {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := int64(0)
+	if fi, err := s.root.Lstat(host); err == nil && fi.Mode().IsRegular() {
+		old = fi.Size()
+	}
+	if s.usage()+s.used-old+size > s.quota {
+		return nil, fmt.Errorf("upload %q: %d bytes would exceed the session's disk quota of %d bytes (the daemon's --max-session-bytes); nothing was kept: %w", name, size, s.quota, proto.ErrQuota)
+	}
+	s.used += size
+	return func() {
+		s.mu.Lock()
+		s.used -= size
+		s.mu.Unlock()
+	}, nil
+}
+
+// tmpName is a fresh name beside host for a file on its way there.
+func tmpName(host string) string {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	return host + "." + hex.EncodeToString(rnd[:]) + partSuffix
+}
+
+// verify checks that the finished upload tmp has the SHA-256 want, and
+// hands it to keep when it has.
+func (s *sandbox) verify(tmp, want string, keep func(dir *os.File, base string)) error {
+	got, err := fileSum(s.root, tmp)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("the bytes' SHA-256 is %s, not the claimed %s; nothing was kept: %w", got, want, proto.ErrBadRequest)
+	}
+	if keep == nil {
+		return nil
+	}
+	d, err := s.root.Open(filepath.Dir(tmp))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	keep(d, filepath.Base(tmp))
 	return nil
 }
 

@@ -36,6 +36,13 @@ const (
 	// Nothing multiplexes that connection, so a large file moves at the
 	// speed of the socket (spliced into the file where the kernel can).
 	FileUploadTicket = "file.upload_ticket"
+	// FileLinkCached asks the daemon to place a file it already holds, by
+	// content, in the session's directory: LinkCachedArgs → LinkCached.
+	// Linked false (or ErrNotFound from a daemon without the method) means
+	// the client uploads the file; an upload whose UploadTicketArgs claims
+	// a SHA256 is checked against it and, when it matches, kept by content
+	// for later sessions.
+	FileLinkCached = "file.link_cached"
 
 	// ModuleLoad loads a module from a file of the session's directory
 	// (a .kiln artifact, or a bare shared object): ModuleLoadArgs → ModuleInfo.
@@ -204,6 +211,23 @@ type Value struct {
 type UploadTicketArgs struct {
 	Name string `msgpack:"name"`
 	Size int64  `msgpack:"size"`
+	// SHA256 (hex, optional) is the digest the client claims for the
+	// bytes: the daemon refuses bytes that do not match it and keeps
+	// those that do for FileLinkCached.
+	SHA256 string `msgpack:"sha256,omitempty"`
+}
+
+// LinkCachedArgs names a file by content (hex SHA-256 and size) and the
+// name it is wanted under in the session's directory.
+type LinkCachedArgs struct {
+	Name   string `msgpack:"name"`
+	Size   int64  `msgpack:"size"`
+	SHA256 string `msgpack:"sha256"`
+}
+
+// LinkCached answers FileLinkCached: Linked says the file is in place.
+type LinkCached struct {
+	Linked bool `msgpack:"linked"`
 }
 
 // UploadTicket is a one-time ticket for one upload; it expires unused.
