@@ -54,8 +54,10 @@ which schedule each function got: "default schedule (RULE)",
 
 With --tracker the build goes through the fleet: the module is queued at the
 tracker, a compiler node builds it, and the artifact is downloaded to -o,
-with the job's progress shown as it changes. An ONNX model's --tuning-db
-travels with it: the node applies the same records a local build would.
+with the job's progress shown as it changes. The --tuning-db of an ONNX
+model or of a module with @R.function travels with it (one upload): the
+node applies the same records a local build would to the kernels its
+pipeline makes. A module of PrimFuncs is sent with the records applied.
 
 Targets: cpu (aliases llvm, c), with -mcpu=NAME, -mtriple=TRIPLE for
 cross-compilation and -mattr=+FEATURE,-FEATURE, e.g. --target "cpu
@@ -158,14 +160,20 @@ func runBuild(c *ucli.Context) error {
 				}
 				return buildRemote(c, path, src, out, shapes, db)
 			}
-			// The compiler node gets the module with the records applied.
 			mod, err := script.Parse(path, string(src))
 			if err != nil {
 				return err
 			}
 			if vmgen.HasGraphFunctions(mod) {
-				return fmt.Errorf("build: --tuning-db with --tracker takes modules of PrimFuncs only; build a graph module locally with --tuning-db")
+				// Its kernels come from the graph pipeline on the
+				// compiler node: the records travel with the module.
+				db, err := os.ReadFile(c.String("tuning-db"))
+				if err != nil {
+					return fmt.Errorf("build: --tuning-db: %w", err)
+				}
+				return buildRemote(c, path, src, out, shapes, db)
 			}
+			// The compiler node gets the module with the records applied.
 			if mod, err = applyDB(mod); err != nil {
 				return fmt.Errorf("build: %w", err)
 			}
@@ -245,7 +253,8 @@ func runBuild(c *ucli.Context) error {
 
 // buildRemote queues the module at the tracker, shows the job's progress
 // and downloads the artifact. db, when set, is the tuning database of an
-// ONNX model, bundled with it (see compilernode.TunedBundle).
+// ONNX model or of a TVMScript graph module, bundled with it (see
+// compilernode.TunedBundle).
 func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes map[string][]int64, db []byte) error {
 	ctx := c.Context
 	tok, tlsCfg, err := clientAuth(c)
@@ -279,17 +288,28 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		Name: filepath.Base(path), Module: string(src), Target: c.String("target"), Options: opts,
 		RunTimeout: c.Duration("timeout"),
 	}
-	if onnx.IsModelPath(path) {
+	model := onnx.IsModelPath(path)
+	if model {
 		// Import here first, so a model kiln cannot import is refused
 		// before it is queued; the compiler node imports the same bytes.
 		if _, _, err := onnx.ImportBytes(path, src, onnx.Options{InputShapes: shapes}); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
-		// The model goes through the tracker's artifact store (models of
-		// tens of MB do not fit one frame); the job names it by sha256.
+		if len(shapes) > 0 {
+			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
+		}
+	}
+	if model || db != nil {
+		// A model (tens of MB do not fit one frame), or a module with its
+		// tuning records, goes through the tracker's artifact store; the
+		// job names it by sha256.
+		args.Format = "onnx-artifact"
+		if !model {
+			args.Format = "tvmscript-artifact"
+		}
 		payload := src
 		if db != nil {
-			if payload, err = compilernode.TunedBundle(src, db); err != nil {
+			if payload, err = compilernode.TunedBundle(args.Format, src, db); err != nil {
 				return fmt.Errorf("build: %w", err)
 			}
 			opts["tuning-db"] = compilernode.TunedBundleOption
@@ -300,12 +320,9 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 		sum := sha256.Sum256(payload)
 		sha := hex.EncodeToString(sum[:])
 		if err := tr.UploadArtifact(ctx, sha, int64(len(payload)), bytes.NewReader(payload)); err != nil {
-			return fmt.Errorf("build: upload the model: %w", err)
+			return fmt.Errorf("build: upload the module: %w", err)
 		}
-		args.Format, args.Module = "onnx-artifact", sha
-		if len(shapes) > 0 {
-			opts["input-shape"] = strings.Join(onnx.FormatInputShapes(shapes), ",")
-		}
+		args.Module = sha
 	}
 	// Each change of the job is a line with the time since it was
 	// submitted: queued, claimed by a node, its stages, done.

@@ -3,13 +3,14 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/kiln-ml/kiln/compiler/tune"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/artifact"
+	"github.com/kiln-ml/kiln/compiler/tune"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/ndarray"
 )
@@ -23,25 +24,67 @@ func TestTunedModelRemoteBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("tunes a model")
 	}
-	dir := t.TempDir()
 	model := filepath.Join(onnxTestdata, "smallcnn.onnx")
 	x := filepath.Join(onnxTestdata, "smallcnn_x.npy")
+	checkTunedRemoteBuild(t, model, []string{"--input-shape", "x=2x3x16x16"}, []string{"x=" + x}, "output.npy")
+}
+
+// TestTunedGraphModuleRemoteBuild does the same for a TVMScript module
+// with an @R.function (a small MLP), whose kernels the graph pipeline
+// makes on the compiler node: module and records travel as one bundle.
+func TestTunedGraphModuleRemoteBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tunes a module")
+	}
+	dir := t.TempDir()
+	var inputs []string
+	for i, in := range []struct {
+		name  string
+		shape ndarray.Shape
+	}{{"inp_0", ndarray.Shape{1, 16}}, {"fc1_bias", ndarray.Shape{8}}, {"fc1_weight", ndarray.Shape{8, 16}}, {"fc2_bias", ndarray.Shape{4}}, {"fc2_weight", ndarray.Shape{4, 8}}} {
+		n := int(in.shape.NumElements())
+		v := make([]float32, n)
+		for j := range v {
+			v[j] = float32((j*7+i*3)%11-5) / 8
+		}
+		a, err := ndarray.FromSlice(v, in.shape)
+		check.NoError(t, err)
+		p := filepath.Join(dir, in.name+".npy")
+		check.NoError(t, ndarray.SaveNPY(p, a))
+		inputs = append(inputs, in.name+"="+p)
+	}
+	checkTunedRemoteBuild(t, "../compiler/relax/transform/testdata/mlp_small.py", nil, inputs, "gv.npy")
+}
+
+// checkTunedRemoteBuild tunes file briefly (flags: its import options),
+// builds it with the database here and through an in-process fleet, and
+// checks that the two artifacts have the same kernels and give output
+// (one of the files kiln run writes) bit for bit from inputs.
+func checkTunedRemoteBuild(t *testing.T, file string, flags, inputs []string, output string) {
+	t.Helper()
+	dir := t.TempDir()
 	db := filepath.Join(dir, "tuning.jsonl")
-	_, errOut, err := runApp(t, "tune", model, "--input-shape", "x=2x3x16x16", "--trials", "8", "--batch", "4", "--db", db, "--seed", "1")
+	_, errOut, err := runApp(t, append(append([]string{"tune", file}, flags...), "--trials", "8", "--batch", "4", "--db", db, "--seed", "1")...)
 	check.NoError(t, err, errOut)
 	favourSearched(t, db)
 
 	local := filepath.Join(dir, "local.kiln")
-	_, errOut, err = runApp(t, "build", model, "--input-shape", "x=2x3x16x16", "--tuning-db", db, "-o", local, "--no-cache")
+	_, errOut, err = runApp(t, append(append([]string{"build", file}, flags...), "--tuning-db", db, "-o", local, "--no-cache")...)
 	check.NoError(t, err, errOut)
 	check.True(t, strings.Contains(errOut, "tuned, the best record"), errOut)
 
 	fl, tok := testFleet(t, dir, "tok")
 	addr := fl.tracker.Addr()
 	remote := filepath.Join(dir, "remote.kiln")
-	_, errOut, err = runApp(t, "build", model, "--input-shape", "x=2x3x16x16", "--tuning-db", db,
-		"--tracker", addr, "--token-file", tok, "-o", remote)
-	check.NoError(t, err, errOut)
+	remoteBuild := func(db string) error {
+		_, errOut, err := runApp(t, append(append([]string{"build", file}, flags...), "--tuning-db", db,
+			"--tracker", addr, "--token-file", tok, "-o", remote)...)
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, errOut)
+		}
+		return nil
+	}
+	check.NoError(t, remoteBuild(db))
 
 	read := func(p string) *artifact.Artifact {
 		t.Helper()
@@ -62,9 +105,13 @@ func TestTunedModelRemoteBuild(t *testing.T) {
 	outs := map[string][]float32{}
 	for name, art := range map[string]string{"local": local, "remote": remote} {
 		o := filepath.Join(dir, "out-"+name)
-		_, errOut, err := runApp(t, "run", art, "--input", "x="+x, "--output", o)
+		args := []string{"run", art}
+		for _, in := range inputs {
+			args = append(args, "--input", in)
+		}
+		_, errOut, err := runApp(t, append(args, "--output", o)...)
 		check.NoError(t, err, errOut)
-		arr, err := ndarray.LoadNPY(filepath.Join(o, "output.npy"))
+		arr, err := ndarray.LoadNPY(filepath.Join(o, output))
 		check.NoError(t, err)
 		outs[name], err = ndarray.ToSlice[float32](arr)
 		check.NoError(t, err)
@@ -73,9 +120,7 @@ func TestTunedModelRemoteBuild(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.jsonl")
 	check.NoError(t, os.WriteFile(bad, []byte("not json\n"), 0o644))
-	_, _, err = runApp(t, "build", model, "--input-shape", "x=2x3x16x16", "--tuning-db", bad,
-		"--tracker", addr, "--token-file", tok, "-o", remote)
-	check.Error(t, err, "--tuning-db", "bad.jsonl:1")
+	check.Error(t, remoteBuild(bad), "--tuning-db", "bad.jsonl:1")
 }
 
 // favourSearched rewrites the tuning database at path so that the

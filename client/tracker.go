@@ -218,7 +218,7 @@ func (t *Tracker) QueryPage(ctx context.Context, a proto.QueryArgs) (proto.Track
 // unless args has one), so it queues one job, never two. A module over
 // proto.MaxInlineModule bytes is streamed (see SubmitBuildFrom).
 func (t *Tracker) SubmitBuild(ctx context.Context, args proto.BuildSubmitArgs) (proto.BuildJob, error) {
-	if args.Format != "onnx-artifact" && len(args.Module) > proto.MaxInlineModule {
+	if !proto.StoredFormat(args.Format) && len(args.Module) > proto.MaxInlineModule {
 		text := args.Module
 		args.Module = ""
 		return t.SubmitBuildFrom(ctx, args, int64(len(text)), strings.NewReader(text))

@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/rpcserver/proto"
 )
 
 // RunJob builds the job in dir (JobFile and ModuleFile) into ArtifactFile.
@@ -43,8 +44,8 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 	if err := json.Unmarshal(b, &job); err != nil {
 		return fmt.Errorf("read job: %w", err)
 	}
-	if job.Format != "" && job.Format != "tvmscript" && job.Format != "onnx-base64" && job.Format != "onnx-artifact" {
-		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript, onnx-base64 or onnx-artifact)", job.ID, job.Format)
+	if job.Format != "" && job.Format != "tvmscript" && job.Format != "onnx-base64" && !proto.StoredFormat(job.Format) {
+		return fmt.Errorf("job %s: module format %q is not supported by this compiler node (tvmscript, onnx-base64, onnx-artifact or tvmscript-artifact)", job.ID, job.Format)
 	}
 	src, err := os.ReadFile(filepath.Join(dir, ModuleFile))
 	if err != nil {
@@ -63,23 +64,25 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 			fmt.Fprintf(stages, "%s%s\n", StagePrefix, st.Name)
 		}
 	}}
+	if v := job.Options["tuning-db"]; v != "" {
+		// The module and its tuning records came as one bundle from
+		// the artifact store.
+		if v != TunedBundleOption || !proto.StoredFormat(job.Format) {
+			return fmt.Errorf("job %s: build option tuning-db=%q: want %s, with an onnx-artifact or tvmscript-artifact module", job.ID, v, TunedBundleOption)
+		}
+		var db []byte
+		if src, db, err = openTunedBundle(job.Format, src); err != nil {
+			return fmt.Errorf("job %s: %w", job.ID, err)
+		}
+		if opts.Schedule, err = tunedSchedule(db, target, job.Options["shape"]); err != nil {
+			return fmt.Errorf("job %s: %w", job.ID, err)
+		}
+	}
 	var mod *ir.IRModule
 	if job.Format == "onnx-base64" || job.Format == "onnx-artifact" {
 		// An ONNX model: imported here, its weights bundled. The node
 		// fetched an onnx-artifact model from the store as raw bytes.
 		b := src
-		if v := job.Options["tuning-db"]; v != "" {
-			if v != TunedBundleOption || job.Format != "onnx-artifact" {
-				return fmt.Errorf("job %s: build option tuning-db=%q: want %s, with an onnx-artifact model", job.ID, v, TunedBundleOption)
-			}
-			var db []byte
-			if b, db, err = openTunedBundle(src); err != nil {
-				return fmt.Errorf("job %s: %w", job.ID, err)
-			}
-			if opts.Schedule, err = tunedSchedule(db, target, job.Options["shape"]); err != nil {
-				return fmt.Errorf("job %s: %w", job.ID, err)
-			}
-		}
 		if job.Format == "onnx-base64" {
 			if b, err = base64.StdEncoding.DecodeString(string(src)); err != nil {
 				return fmt.Errorf("job %s: module is not base64: %w", job.ID, err)
@@ -121,9 +124,7 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 				return fmt.Errorf("job %s: build option input-shape is for ONNX models", job.ID)
 			}
 		case "tuning-db":
-			if job.Format != "onnx-artifact" {
-				return fmt.Errorf("job %s: build option tuning-db is for onnx-artifact models", job.ID)
-			}
+			// Checked above.
 		case "shape":
 			if job.Options["tuning-db"] == "" {
 				return fmt.Errorf("job %s: build option shape needs tuning-db", job.ID)

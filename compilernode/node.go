@@ -386,9 +386,9 @@ func (n *node) buildIn(ctx context.Context, job *proto.BuildJob, dir string) (sh
 	if err := os.WriteFile(filepath.Join(dir, JobFile), b, 0o644); err != nil {
 		return "", "", err
 	}
-	if job.Format == "onnx-artifact" {
-		// The model is in the artifact store: fetch it as the module
-		// (the job subprocess reads raw ONNX bytes for this format).
+	if proto.StoredFormat(job.Format) {
+		// The module is in the artifact store: fetch it (the job
+		// subprocess reads its raw bytes for these formats).
 		if err := n.fetchModel(ctx, job.Module, filepath.Join(dir, ModuleFile)); err != nil {
 			return "", "", err
 		}

@@ -13,32 +13,52 @@ import (
 )
 
 // TunedBundleOption is the value of the build option tuning-db that says
-// an onnx-artifact job's model is a tuned bundle (see TunedBundle). A
-// node that does not know the option refuses the job, so a tuned build
-// is never built untuned.
+// the stored module of an artifact-format job (proto.StoredFormat) is a
+// tuned bundle (see TunedBundle). A node that does not know the option
+// or the format refuses the job, so a tuned build is never built untuned.
 const TunedBundleOption = "bundled"
 
-// The members of a tuned bundle.
+// The members of a tuned bundle: the module (an ONNX model for an
+// onnx-artifact job, TVMScript text for a tvmscript-artifact one) and
+// the database.
 const (
 	bundleModel  = "model.onnx"
+	bundleScript = "module.py"
 	bundleTuning = "tuning.jsonl"
 )
+
+// bundleMember is the name of a tuned bundle's module for job format f.
+func bundleMember(f string) (string, error) {
+	switch f {
+	case "onnx-artifact":
+		return bundleModel, nil
+	case "tvmscript-artifact":
+		return bundleScript, nil
+	}
+	return "", fmt.Errorf("tuned bundle: module format %q has none (want onnx-artifact or tvmscript-artifact)", f)
+}
 
 // maxBundleMember bounds a member of a tuned bundle as it is unpacked.
 const maxBundleMember = 4 << 30
 
-// TunedBundle packs an ONNX model and a tuning database (JSON lines, as
-// kiln tune writes it) into one zip archive, uploaded to the tracker's
-// artifact store as the model of an onnx-artifact job with the build
+// TunedBundle packs a module and a tuning database (JSON lines, as kiln
+// tune writes it) into one zip archive, uploaded to the tracker's
+// artifact store as the module of a job of format (onnx-artifact for an
+// ONNX model, tvmscript-artifact for TVMScript text) with the build
 // option tuning-db=bundled. The node applies the database's best records
-// to the kernels of the model, as a local kiln build --tuning-db does.
-func TunedBundle(model, db []byte) ([]byte, error) {
+// to the kernels the module's import and graph pipeline make, as a local
+// kiln build --tuning-db does.
+func TunedBundle(format string, module, db []byte) ([]byte, error) {
+	member, err := bundleMember(format)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for _, m := range []struct {
 		name string
 		b    []byte
-	}{{bundleModel, model}, {bundleTuning, db}} {
+	}{{member, module}, {bundleTuning, db}} {
 		w, err := zw.Create(m.name)
 		if err != nil {
 			return nil, fmt.Errorf("tuned bundle: %w", err)
@@ -53,16 +73,21 @@ func TunedBundle(model, db []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// openTunedBundle is TunedBundle undone: the model and the database.
-func openTunedBundle(b []byte) (model, db []byte, err error) {
+// openTunedBundle is TunedBundle undone for a job of format: the module
+// and the database.
+func openTunedBundle(format string, b []byte) (module, db []byte, err error) {
+	member, err := bundleMember(format)
+	if err != nil {
+		return nil, nil, err
+	}
 	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("tuned bundle: %w", err)
 	}
 	got := map[string][]byte{}
 	for _, f := range zr.File {
-		if f.Name != bundleModel && f.Name != bundleTuning {
-			return nil, nil, fmt.Errorf("tuned bundle: unexpected member %q (want %s and %s)", f.Name, bundleModel, bundleTuning)
+		if f.Name != member && f.Name != bundleTuning {
+			return nil, nil, fmt.Errorf("tuned bundle: unexpected member %q (want %s and %s)", f.Name, member, bundleTuning)
 		}
 		if _, dup := got[f.Name]; dup {
 			return nil, nil, fmt.Errorf("tuned bundle: member %q twice", f.Name)
@@ -81,12 +106,12 @@ func openTunedBundle(b []byte) (model, db []byte, err error) {
 		}
 		got[f.Name] = data
 	}
-	for _, n := range []string{bundleModel, bundleTuning} {
+	for _, n := range []string{member, bundleTuning} {
 		if _, ok := got[n]; !ok {
 			return nil, nil, fmt.Errorf("tuned bundle: no member %q", n)
 		}
 	}
-	return got[bundleModel], got[bundleTuning], nil
+	return got[member], got[bundleTuning], nil
 }
 
 // tunedSchedule is the build hook that applies db's best records for

@@ -10,14 +10,24 @@ import (
 // TestTunedBundle unpacks what TunedBundle packs and refuses a bundle
 // that is not one, or whose database is garbled, naming what was wrong.
 func TestTunedBundle(t *testing.T) {
-	b, err := TunedBundle([]byte("model bytes"), []byte("{}\n"))
+	for _, f := range []string{"onnx-artifact", "tvmscript-artifact"} {
+		b, err := TunedBundle(f, []byte("module bytes"), []byte("{}\n"))
+		check.NoError(t, err)
+		module, db, err := openTunedBundle(f, b)
+		check.NoError(t, err)
+		check.Equal(t, string(module), "module bytes")
+		check.Equal(t, string(db), "{}\n")
+	}
+	// A bundle is opened as the format its job names: an ONNX model's
+	// bundle is not a TVMScript module's.
+	b, err := TunedBundle("onnx-artifact", []byte("model bytes"), []byte("{}\n"))
 	check.NoError(t, err)
-	model, db, err := openTunedBundle(b)
-	check.NoError(t, err)
-	check.Equal(t, string(model), "model bytes")
-	check.Equal(t, string(db), "{}\n")
+	_, _, err = openTunedBundle("tvmscript-artifact", b)
+	check.Error(t, err, `unexpected member "model.onnx"`, "module.py")
+	_, err = TunedBundle("tvmscript", nil, nil)
+	check.Error(t, err, `module format "tvmscript"`)
 
-	_, _, err = openTunedBundle([]byte("not a zip"))
+	_, _, err = openTunedBundle("onnx-artifact", []byte("not a zip"))
 	check.Error(t, err, "tuned bundle")
 
 	target, err := compiler.ParseTarget("cpu")

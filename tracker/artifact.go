@@ -66,9 +66,9 @@ func (s *Server) mayReadArtifactLocked(c *proto.Conn, sha string) bool {
 	}
 	for _, j := range s.jobs {
 		switch {
-		case kind == "user" && j.Owner == name && (j.Artifact == sha || j.Format == "onnx-artifact" && j.module == sha):
+		case kind == "user" && j.Owner == name && (j.Artifact == sha || proto.StoredFormat(j.Format) && j.module == sha):
 			return true
-		case kind == "node" && j.State == proto.JobRunning && j.Node == name && j.Format == "onnx-artifact" && j.module == sha:
+		case kind == "node" && j.State == proto.JobRunning && j.Node == name && proto.StoredFormat(j.Format) && j.module == sha:
 			return true
 		}
 	}

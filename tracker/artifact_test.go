@@ -174,13 +174,17 @@ func TestArtifactsBelongToTheirOwner(t *testing.T) {
 	_, err = download(bob, digest)
 	check.ErrorIs(t, err, proto.ErrNotFound)
 
-	// Nor may bob build from alice's model.
-	model := []byte("alice's model")
-	check.NoError(t, alice.UploadArtifact(ctx, sha(model), int64(len(model)), bytes.NewReader(model)))
-	_, err = bob.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: "onnx-artifact", Target: "cpu"})
-	check.ErrorIs(t, err, proto.ErrNotFound)
-	_, err = alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: "onnx-artifact", Target: "cpu"})
-	check.NoError(t, err)
+	// Nor may bob build from alice's model, or her stored module.
+	for _, f := range []string{"onnx-artifact", "tvmscript-artifact"} {
+		model := []byte("alice's " + f)
+		check.NoError(t, alice.UploadArtifact(ctx, sha(model), int64(len(model)), bytes.NewReader(model)))
+		_, err = bob.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: f, Target: "cpu"})
+		check.ErrorIs(t, err, proto.ErrNotFound)
+		_, err = alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: sha(model), Format: f, Target: "cpu"})
+		check.NoError(t, err)
+		_, err = alice.SubmitBuild(ctx, proto.BuildSubmitArgs{Module: "not a digest", Format: f, Target: "cpu"})
+		check.ErrorIs(t, err, proto.ErrBadRequest)
+	}
 
 	// Whoever sends the bytes holds them, and may read them back.
 	check.NoError(t, bob.UploadArtifact(ctx, digest, int64(len(art)), bytes.NewReader(art)))

@@ -20,7 +20,7 @@ import (
 // is queued or running, a module's text is in the module store under
 // moduleKey (a single tracker's: out of its heap and of tracker.db) or in
 // the state store's modules table (a replica's: etcd, which every replica
-// reaches), and module holds only an onnx-artifact job's model digest.
+// reaches), and module holds only an artifact-format job's digest (proto.StoredFormat).
 type job struct {
 	proto.BuildJob
 	module    string
@@ -112,7 +112,7 @@ func checkJobLabels(a proto.BuildSubmitArgs) error {
 }
 
 func (s *Server) handleBuildSubmit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitArgs) (any, error) {
-	if a.Format != "onnx-artifact" && len(a.Module) > proto.MaxInlineModule {
+	if !proto.StoredFormat(a.Format) && len(a.Module) > proto.MaxInlineModule {
 		return nil, fmt.Errorf("submit build: module of %d bytes sent inline, over the limit of %d bytes for one frame; send it streamed (%s: the SDK and kiln build do so for every module over that size): %w",
 			len(a.Module), proto.MaxInlineModule, proto.BulkBuildSubmit, proto.ErrTooLarge)
 	}
@@ -145,8 +145,8 @@ func (s *Server) handleBuildSubmitStream(ctx context.Context, c *proto.Conn, in 
 	switch {
 	case a.Module != "":
 		return proto.Bulk{}, fmt.Errorf("submit build: a streamed submission carries its module after its arguments, not in them: %w", proto.ErrBadRequest)
-	case a.Format == "onnx-artifact":
-		return proto.Bulk{}, fmt.Errorf("submit build: an onnx-artifact module is a digest: submit it inline (%s): %w", proto.MethodBuildSubmit, proto.ErrBadRequest)
+	case proto.StoredFormat(a.Format):
+		return proto.Bulk{}, fmt.Errorf("submit build: a %s module is a digest: submit it inline (%s): %w", a.Format, proto.MethodBuildSubmit, proto.ErrBadRequest)
 	case size <= 0:
 		return proto.Bulk{}, fmt.Errorf("submit build: empty module: %w", proto.ErrBadRequest)
 	}
@@ -174,10 +174,10 @@ func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitA
 		return proto.BuildJob{}, fmt.Errorf("submit build: empty target: %w", proto.ErrBadRequest)
 	case size > int64(s.cfg.MaxModuleSize):
 		return proto.BuildJob{}, fmt.Errorf("submit build: module of %d bytes exceeds the tracker's limit of %d (--max-module-size): %w", size, s.cfg.MaxModuleSize, proto.ErrTooLarge)
-	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64" && a.Format != "onnx-artifact":
-		return proto.BuildJob{}, fmt.Errorf("submit build: unknown module format %q (want tvmscript, onnx-base64 or onnx-artifact): %w", a.Format, proto.ErrBadRequest)
-	case a.Format == "onnx-artifact" && !validSHA256(a.Module):
-		return proto.BuildJob{}, fmt.Errorf("submit build: an onnx-artifact module is the sha256 of a model in the artifact store, not %q: %w", a.Module, proto.ErrBadRequest)
+	case a.Format != "" && a.Format != "tvmscript" && a.Format != "onnx-base64" && !proto.StoredFormat(a.Format):
+		return proto.BuildJob{}, fmt.Errorf("submit build: unknown module format %q (want tvmscript, onnx-base64, onnx-artifact or tvmscript-artifact): %w", a.Format, proto.ErrBadRequest)
+	case proto.StoredFormat(a.Format) && !validSHA256(a.Module):
+		return proto.BuildJob{}, fmt.Errorf("submit build: a %s module is the sha256 of a module in the artifact store, not %q: %w", a.Format, a.Module, proto.ErrBadRequest)
 	case a.QueueTimeout < 0 || a.RunTimeout < 0:
 		return proto.BuildJob{}, fmt.Errorf("submit build: negative timeout: %w", proto.ErrBadRequest)
 	case a.QueueTimeout > s.cfg.MaxJobQueueTimeout:
@@ -203,9 +203,9 @@ func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitA
 	now := time.Now()
 	owner := userOf(c)
 	s.mu.Lock()
-	if a.Format == "onnx-artifact" && !s.mayReadArtifactLocked(c, a.Module) {
+	if proto.StoredFormat(a.Format) && !s.mayReadArtifactLocked(c, a.Module) {
 		s.mu.Unlock()
-		return proto.BuildJob{}, fmt.Errorf("submit build: onnx-artifact model %s: %w (upload it first)", a.Module, proto.ErrNotFound)
+		return proto.BuildJob{}, fmt.Errorf("submit build: %s module %s: %w (upload it first)", a.Format, a.Module, proto.ErrNotFound)
 	}
 	if a.SubmitKey != "" {
 		j, err := s.submittedLocked(ctx, owner, a.SubmitKey)
@@ -243,7 +243,7 @@ func (s *Server) submit(ctx context.Context, c *proto.Conn, a proto.BuildSubmitA
 	s.mu.Unlock()
 	var key, sum string
 	text := a.Module
-	inline := a.Format == "onnx-artifact"
+	inline := proto.StoredFormat(a.Format)
 	var err error
 	switch {
 	case early != nil:

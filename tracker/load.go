@@ -30,11 +30,11 @@ func (s *Server) load() error {
 		if !j.State.Final() {
 			// Its module is in the module store, or in the modules
 			// table, read back when the job is taken; only an
-			// onnx-artifact job's (a digest) stays in memory.
+			// artifact-format job's (a digest) stays in memory.
 			j.moduleKey, j.moduleSize = sj.rec.ModuleKey, sj.rec.ModuleSize
 			if j.moduleKey == "" && sj.hasModule {
 				j.moduleSize = int64(len(sj.module))
-				if j.Format == "onnx-artifact" {
+				if proto.StoredFormat(j.Format) {
 					j.module = sj.module
 				} else {
 					j.moduleStored = true

@@ -643,6 +643,11 @@ func (c JobClass) Rank() int {
 	return 2
 }
 
+// StoredFormat reports whether a build job's module of format f is the
+// sha256 of bytes in the tracker's artifact store ("onnx-artifact",
+// "tvmscript-artifact") rather than the module itself.
+func StoredFormat(f string) bool { return f == "onnx-artifact" || f == "tvmscript-artifact" }
+
 // BuildSubmitArgs submits a build job.
 type BuildSubmitArgs struct {
 	// Name labels the job in query output (a file name).
@@ -650,9 +655,12 @@ type BuildSubmitArgs struct {
 	// Module is the IRModule in TVMScript text form.
 	Module string `msgpack:"module"`
 	// Format says what Module holds: "tvmscript" (default),
-	// "onnx-base64" (an ONNX model, base64) or "onnx-artifact" (the sha256
+	// "onnx-base64" (an ONNX model, base64), "onnx-artifact" (the sha256
 	// of an ONNX model uploaded to the artifact store, for models too big
-	// for one frame).
+	// for one frame) or "tvmscript-artifact" (the sha256 of a TVMScript
+	// module in the artifact store; with the build option
+	// tuning-db=bundled, of the module and a tuning database in one zip).
+	// The artifact formats are those StoredFormat reports.
 	Format string `msgpack:"format,omitempty"`
 	// Target is the target string ("cpu", "cuda -arch=sm_80").
 	Target string `msgpack:"target"`
