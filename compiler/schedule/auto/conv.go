@@ -254,7 +254,9 @@ func convTile(X, F, maxLanes, regs int64) (lanes, vecs, xi int64, ok bool) {
 // to an exact divisor, then to fewer positions (fewer loads). On AVX2's
 // 16 registers that makes 2 vectors × 5 positions: resnet18's 56- and
 // 28-wide rows ran 1.2–1.3× faster so than with 2 × 4 (a divisor, 8
-// accumulators), and 2 × 6 (12 accumulators and 8 operands) spills.
+// accumulators), and 2 × 6 (12 accumulators and 8 operands) spills
+// accumulators in the loop, as AVX-512's 2 × 11 does where 2 × 10 does
+// not.
 func convPositions(X, vecs, regs int64) int64 {
 	limit := max(1, regs*3/4)
 	best := int64(0)

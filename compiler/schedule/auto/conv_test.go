@@ -111,6 +111,9 @@ func convCases() []convCase {
 		{name: "blocks_of_64_in_tiles", n: 1, c: 4, h: 4, w: 7, f: 128, kh: 3, kw: 3, stride: 1, pad: 1, block: 64, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "blocks_prime_row", n: 1, c: 4, h: 3, w: 13, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "blocks_avx2", n: 1, c: 4, h: 5, w: 6, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		// AVX2's 2 vectors × 5 positions over a row of 14: the last tile
+		// overlaps the one before.
+		{name: "blocks_avx2_overlap", n: 1, c: 5, h: 4, w: 14, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", opts: Options{VectorBytes: 32, ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
 		{name: "6_channels", n: 1, c: 5, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
 		// No epilogue: the generic rule would inline one (not a convolution schedule).
@@ -264,6 +267,24 @@ func TestConvTile(t *testing.T) {
 	}
 	_, _, _, ok := convTile(7, 6, 8, 16)
 	check.True(t, !ok, "6 channels take no vector")
+}
+
+// TestConvOverlapTile checks that a row no tile of the registers'
+// choice divides ends with an overlapping tile (AVX2: 5 positions over
+// 14), and that a row one divides does not.
+func TestConvOverlapTile(t *testing.T) {
+	for _, c := range []struct {
+		w       int64
+		overlap string
+	}{{14, "sch.split_overlap("}, {10, ""}} {
+		cc := convCase{n: 1, c: 5, h: 4, w: c.w, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, opts: Options{VectorBytes: 32}}
+		a, err := Apply(cc.primFunc(t), cc.opts)
+		check.NoError(t, err)
+		check.Equal(t, a.Rule, RuleConv)
+		trace := strings.Join(a.Trace, "\n")
+		check.Equal(t, strings.Contains(trace, "sch.split_overlap("), c.overlap != "", "row of", c.w, trace)
+		check.True(t, strings.Contains(trace, "factors=[-1, 5]") || strings.Contains(trace, "factors=[None, 5]"), "row of", c.w, "in tiles of 5:", trace)
+	}
 }
 
 // TestConvReduceOrder checks that the reductions run in the order the
