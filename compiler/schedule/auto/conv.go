@@ -219,31 +219,68 @@ func usesVar(n ir.Node, v *ir.Var) bool {
 	return found
 }
 
-// convTile picks the register tile: lanes per vector (a power of two
-// dividing F, at most the register's), vecs vectors of f and xi
-// positions of x, the most multiply-adds per step that fit in limit
-// accumulators, then the fewest loads.
-func convTile(X, F, maxLanes, limit int64) (lanes, vecs, xi int64, ok bool) {
+// convTile picks the register tile with regs vector registers: lanes
+// per vector (a power of two dividing F, at most the register's), vecs
+// vectors of f (a divisor of F's vectors, at most 4) and xi positions
+// of x (convPositions), the most multiply-adds per step; ties go to the
+// fewest loads.
+func convTile(X, F, maxLanes, regs int64) (lanes, vecs, xi int64, ok bool) {
 	for lanes = maxLanes; lanes >= 4 && F%lanes != 0; lanes /= 2 {
 	}
 	if lanes < 4 {
 		return 0, 0, 0, false
 	}
-	best := int64(0)
-	for v := int64(1); v <= 4 && v <= limit; v++ {
+	for v := int64(1); v <= 4; v++ {
 		if (F/lanes)%v != 0 {
 			continue
 		}
-		x := largestDivisor(X, limit/v)
-		if p := v * x; p > best || p == best && v+x < vecs+xi {
-			best, vecs, xi = p, v, x
+		x := convPositions(X, v, regs)
+		if x > 0 && (vecs == 0 || convBetter(X, v, x, vecs, xi)) {
+			vecs, xi = v, x
 		}
 	}
-	// A prime row (13 wide) takes the whole row and one vector of
-	// channels: two vectors (26 accumulators, beyond limit but within
-	// the register file) spill accumulators in the loop, and
-	// squeezenet1_1's 13×13 3×3 convolutions ran 1.15× slower so.
-	return lanes, vecs, xi, best > 0
+	return lanes, vecs, xi, vecs > 0
+}
+
+// convPositions picks the positions of a register tile of vecs vectors
+// of channels over a row of X with regs vector registers, 0 when none
+// fits: vecs·xi accumulators within three quarters of the file, and
+// beside them the step's operands (vecs vectors of the kernel, xi
+// broadcasts of the input) but one, a kernel vector read as the
+// multiply-add's memory operand. A count that does not divide the row
+// ends with a tile that overlaps the one before (SplitOverlap), whose
+// recomputed positions count against it (5 over 56 run 60); the count
+// with the most accumulators per position it computes wins, ties going
+// to an exact divisor, then to fewer positions (fewer loads). On AVX2's
+// 16 registers that makes 2 vectors × 5 positions: resnet18's 56- and
+// 28-wide rows ran 1.2–1.3× faster so than with 2 × 4 (a divisor, 8
+// accumulators), and 2 × 6 (12 accumulators and 8 operands) spills
+// accumulators in the loop, as AVX-512's 2 × 11 does where 2 × 10 does
+// not.
+func convPositions(X, vecs, regs int64) int64 {
+	limit := max(1, regs*3/4)
+	best := int64(0)
+	for x := int64(1); x <= min(X, limit/vecs) && vecs*x+vecs+x-1 <= regs; x++ {
+		if best == 0 || convBetter(X, vecs, x, vecs, best) {
+			best = x
+		}
+	}
+	return best
+}
+
+// convBetter reports whether a tile of v vectors × x positions over a
+// row of X does more multiply-adds per position computed than one of
+// w × y (a last tile that overlaps the one before recomputes
+// positions), or as many with an exact divisor, or with fewer loads.
+func convBetter(X, v, x, w, y int64) bool {
+	runX, runY := (X+x-1)/x*x, (X+y-1)/y*y
+	if a, b := v*x*runY, w*y*runX; a != b { // v·x·X/runX vs w·y·X/runY
+		return a > b
+	}
+	if exX, exY := X%x == 0, X%y == 0; exX != exY {
+		return exX
+	}
+	return v+x < w+y
 }
 
 // loops returns c's block in s, its loops (spatial then reductions) and
@@ -279,11 +316,12 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	pad := padProducer(s.Func(), c.name)
 	ns := len(c.spatial)
 	limit := opts.accumulators()
+	regs := opts.withDefaults().VectorRegisters
 	X, F := c.spatial[ns-2], c.spatial[ns-1]
 	if c.fblock > 0 {
 		F = c.fblock
 	}
-	lanes, vecs, xi, ok := convTile(X, F, maxLanes, limit)
+	lanes, vecs, xi, ok := convTile(X, F, maxLanes, regs)
 	if !ok {
 		return skip("block %q: %d channels take no vector tile", c.name, F)
 	}
@@ -292,14 +330,14 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 	if lanes, err = opts.choose(s, site("lanes"), vectorLanes(F, maxLanes), lanes); err != nil {
 		return err
 	}
-	_, vecs, _, _ = convTile(X, F, lanes, limit)
+	_, vecs, _, _ = convTile(X, F, lanes, regs)
 	if vecs, err = opts.choose(s, site("vectors"), divisorsUpTo(F/lanes, limit), vecs); err != nil {
 		return err
 	}
 	// Positions that do not divide the row end with a tile that
 	// overlaps the one before (SplitOverlap).
-	xi = largestDivisor(X, limit/vecs)
-	if xi, err = opts.choose(s, site("positions"), tileSizes(X, limit/vecs), xi); err != nil {
+	xi = max(1, convPositions(X, vecs, regs))
+	if xi, err = opts.choose(s, site("positions"), withSize(tileSizes(X, limit/vecs), xi), xi); err != nil {
 		return err
 	}
 	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
@@ -393,6 +431,15 @@ func tileSizes(n, limit int64) []int64 {
 		out = append(out, d)
 	}
 	return out
+}
+
+// withSize adds size n to the sorted sizes of a tile where they lack it.
+func withSize(sizes []int64, n int64) []int64 {
+	i, found := slices.BinarySearch(sizes, n)
+	if found {
+		return sizes
+	}
+	return slices.Insert(slices.Clone(sizes), i, n)
 }
 
 // upTo lists 1 to n.

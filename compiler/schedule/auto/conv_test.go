@@ -111,6 +111,9 @@ func convCases() []convCase {
 		{name: "blocks_of_64_in_tiles", n: 1, c: 4, h: 4, w: 7, f: 128, kh: 3, kw: 3, stride: 1, pad: 1, block: 64, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "blocks_prime_row", n: 1, c: 4, h: 3, w: 13, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", scheduled: true, inTile: true},
 		{name: "blocks_avx2", n: 1, c: 4, h: 5, w: 6, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 16, epilogue: "bias_relu", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		// AVX2's 2 vectors × 5 positions over a row of 14: the last tile
+		// overlaps the one before.
+		{name: "blocks_avx2_overlap", n: 1, c: 5, h: 4, w: 14, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "residual", opts: Options{VectorBytes: 32, ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "mean_after", n: 1, c: 4, h: 6, w: 6, f: 16, kh: 3, kw: 3, stride: 1, pad: 1, epilogue: "mean", scheduled: true},
 		{name: "6_channels", n: 1, c: 5, h: 6, w: 6, f: 6, kh: 3, kw: 3, stride: 1, pad: 1},
 		// No epilogue: the generic rule would inline one (not a convolution schedule).
@@ -226,26 +229,61 @@ func TestConvCompiled(t *testing.T) {
 
 func TestConvTile(t *testing.T) {
 	cases := []struct {
-		x, f, maxLanes, limit int64
-		lanes, vecs, xi       int64
+		x, f, maxLanes, regs int64
+		lanes, vecs, xi      int64
 	}{
-		// resnet18's rows in blocks of 32 channels.
-		{56, 32, 16, 24, 16, 2, 8},
-		{28, 32, 16, 24, 16, 2, 7},
-		{7, 32, 16, 24, 16, 2, 7},
+		// AVX-512 (32 registers): resnet18's rows in blocks of 32
+		// channels; 56 and 28 end with an overlapping tile of 10.
+		{56, 32, 16, 32, 16, 2, 10},
+		{28, 32, 16, 32, 16, 2, 10},
+		{14, 32, 16, 32, 16, 2, 7},
+		{7, 32, 16, 32, 16, 2, 7},
 		// squeezenet1_1's prime rows: 13 positions of one vector.
-		{13, 32, 16, 24, 16, 1, 13},
-		{13, 16, 16, 24, 16, 1, 13},
-		{13, 8, 16, 24, 8, 1, 13},
-		// With 16 registers (limit 12) 13 positions do not fit: one
-		// position × four vectors.
-		{13, 32, 8, 12, 8, 4, 1},
-		{55, 32, 16, 24, 16, 2, 11},
+		{13, 32, 16, 32, 16, 1, 13},
+		{13, 16, 16, 32, 16, 1, 13},
+		{13, 8, 16, 32, 8, 1, 13},
+		// AVX2 (16 registers): 2 vectors × 5 positions, an overlapping
+		// last tile, where a divisor would leave accumulators unused;
+		// a row of 7 takes one vector of all 7.
+		{56, 32, 8, 16, 8, 2, 5},
+		{28, 32, 8, 16, 8, 2, 5},
+		{13, 32, 8, 16, 8, 2, 5},
+		{7, 32, 8, 16, 8, 1, 7},
+		{7, 8, 8, 16, 8, 1, 7},
+		// 20 channels: vectors of 4 lanes.
+		{55, 20, 8, 16, 4, 1, 8},
 	}
 	for _, c := range cases {
-		lanes, vecs, xi, ok := convTile(c.x, c.f, c.maxLanes, c.limit)
+		lanes, vecs, xi, ok := convTile(c.x, c.f, c.maxLanes, c.regs)
 		check.True(t, ok, c.x, c.f)
-		check.Equal(t, [3]int64{lanes, vecs, xi}, [3]int64{c.lanes, c.vecs, c.xi}, c.x, "×", c.f)
+		check.Equal(t, [3]int64{lanes, vecs, xi}, [3]int64{c.lanes, c.vecs, c.xi}, c.x, "×", c.f, "with", c.regs, "registers")
+		// No tile beats the pick; its accumulators and operands fit.
+		check.True(t, vecs*xi <= c.regs*3/4 && vecs*xi+vecs+xi-1 <= c.regs, "tile", vecs, "×", xi, "over", c.regs, "registers")
+		for v := int64(1); v <= 4; v++ {
+			for x := int64(1); (c.f/lanes)%v == 0 && x <= c.x && v*x <= c.regs*3/4 && v*x+v+x-1 <= c.regs; x++ {
+				check.True(t, !convBetter(c.x, v, x, vecs, xi), v, "×", x, "beats", vecs, "×", xi, "over", c.x)
+			}
+		}
+	}
+	_, _, _, ok := convTile(7, 6, 8, 16)
+	check.True(t, !ok, "6 channels take no vector")
+}
+
+// TestConvOverlapTile checks that a row no tile of the registers'
+// choice divides ends with an overlapping tile (AVX2: 5 positions over
+// 14), and that a row one divides does not.
+func TestConvOverlapTile(t *testing.T) {
+	for _, c := range []struct {
+		w       int64
+		overlap string
+	}{{14, "sch.split_overlap("}, {10, ""}} {
+		cc := convCase{n: 1, c: 5, h: 4, w: c.w, f: 32, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, opts: Options{VectorBytes: 32}}
+		a, err := Apply(cc.primFunc(t), cc.opts)
+		check.NoError(t, err)
+		check.Equal(t, a.Rule, RuleConv)
+		trace := strings.Join(a.Trace, "\n")
+		check.Equal(t, strings.Contains(trace, "sch.split_overlap("), c.overlap != "", "row of", c.w, trace)
+		check.True(t, strings.Contains(trace, "factors=[-1, 5]") || strings.Contains(trace, "factors=[None, 5]"), "row of", c.w, "in tiles of 5:", trace)
 	}
 }
 
