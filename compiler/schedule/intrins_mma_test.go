@@ -1,0 +1,205 @@
+package schedule
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// fragLanes splits the two innermost loops of block b, over a 16-row tile
+// (rows) and its columns (cols, 16 for A, 8 for B and C), into the lane
+// loop of mma.m16n8k16's layout of buffer kind ('A', 'B' or 'C'), bound
+// to threadIdx.x, around its elements: lane = 4·(row % 8) + (col % 8) / 2
+// for A and C, 4·col + (row % 8) / 2 for B (row being k).
+func fragLanes(t *testing.T, s *Schedule, b BlockRV, kind byte) {
+	t.Helper()
+	ls := must[[]LoopRV](t)(s.GetLoops(b))
+	row, col := ls[len(ls)-2], ls[len(ls)-1]
+	var lane LoopRV
+	switch kind {
+	case 'A':
+		r := must[[]LoopRV](t)(s.Split(row, 2, 8))
+		c := must[[]LoopRV](t)(s.Split(col, 2, 4, 2))
+		check.NoError(t, s.Reorder(r[1], c[1], c[0], r[0], c[2]))
+		lane = must[LoopRV](t)(s.Fuse(r[1], c[1]))
+	case 'B':
+		r := must[[]LoopRV](t)(s.Split(row, 2, 4, 2))
+		check.NoError(t, s.Reorder(col, r[1], r[0], r[2]))
+		lane = must[LoopRV](t)(s.Fuse(col, r[1]))
+	case 'C':
+		r := must[[]LoopRV](t)(s.Split(row, 2, 8))
+		c := must[[]LoopRV](t)(s.Split(col, 4, 2))
+		check.NoError(t, s.Reorder(r[1], c[0], r[0], c[1]))
+		lane = must[LoopRV](t)(s.Fuse(r[1], c[0]))
+	}
+	check.NoError(t, s.Bind(lane, "threadIdx.x"))
+}
+
+// mmaFragSchedule tiles C into 16×8 tiles on blockIdx, accumulates each
+// tile in registers in mma's layout of C across all of k, copies each
+// 16×16 tile of A and 16×8 tile of B into register fragments in mma's
+// layouts, every thread its own lane, and tensorizes the 16×8×16 update
+// with the fragment intrinsic.
+func mmaFragSchedule(t *testing.T, s *Schedule) {
+	c := must[BlockRV](t)(s.GetBlock("C"))
+	ls := must[[]LoopRV](t)(s.GetLoops(c))
+	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
+	j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+	k := must[[]LoopRV](t)(s.Split(ls[2], -1, 16))
+	check.NoError(t, s.Reorder(i[0], j[0], k[0], i[1], j[1], k[1]))
+	check.NoError(t, s.Bind(i[0], "blockIdx.y"))
+	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
+	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
+	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
+	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
+	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
+	check.NoError(t, s.ComputeAt(a, k[0]))
+	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
+	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
+	check.NoError(t, s.ComputeAt(b, k[0]))
+	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
+	fragLanes(t, s, init, 'C')
+	fragLanes(t, s, cw, 'C')
+	fragLanes(t, s, a, 'A')
+	fragLanes(t, s, b, 'B')
+	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("fp16")))
+}
+
+// TestTensorizeMmaFragments tensorizes a float16 matmul with the fragment
+// intrinsic and runs it in the interpreter, as scheduled and lowered
+// through compaction (where every fragment is one thread's registers) and
+// flattening (where ptx_mma takes each fragment's data and offset), and
+// generates its CUDA.
+func TestTensorizeMmaFragments(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "tensorize_mma_fragments", fn: func() *ir.PrimFunc { return halfMatmul(32, 16, 48) }, apply: mmaFragSchedule},
+	})
+	f := halfMatmul(32, 16, 48)
+	s, err := New(f)
+	check.NoError(t, err)
+	mmaFragSchedule(t, s)
+	low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
+	check.NoError(t, err)
+	var regs []string
+	ir.Visit(low.Body, func(n ir.Node) bool {
+		if a, ok := n.(*ir.Allocate); ok && a.Buffer.StorageScope() == "local" {
+			regs = append(regs, a.Buffer.Name+"["+a.Buffer.Shape[0].String()+"]")
+		}
+		return true
+	})
+	check.Equal(t, strings.Join(regs, " "), "C_local[4] A_local[8] B_local[4]", "one thread's fragments")
+	sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
+
+	lim, err := cuda.ArchLimits("sm_80")
+	check.NoError(t, err)
+	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
+	check.NoError(t, err)
+	src, kernels, err := cuda.Generate(l, lim)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_fp16(&C_local[0], &A_local[0], &B_local[0]);"), "no mma in\n", src)
+	check.Equal(t, strings.Count(src, "__syncthreads();"), 0, "barriers in\n", src)
+	check.Equal(t, len(kernels), 1)
+	check.Equal(t, kernels[0].Block, [3]int64{32, 1, 1})
+}
+
+// TestMmaFragmentsLane: a thread that computes a lane of a fragment other
+// than its own leaves the lowered function wrong, which the interpreter
+// (giving each thread its own registers) shows.
+func TestMmaFragmentsLane(t *testing.T) {
+	f := halfMatmul(16, 8, 16)
+	s, err := New(f)
+	check.NoError(t, err)
+	mmaFragSchedule(t, s)
+	// Rebind B's copy: thread tx copies lane 31 - tx.
+	g := (&ir.Rewriter{Stmt: func(st ir.Stmt) ir.Stmt {
+		if fr, ok := st.(*ir.For); ok && fr.ThreadTag == "threadIdx.x" {
+			if br, ok := fr.Body.(*ir.For); ok {
+				if strings.Contains(stmtText(br), "B_local") && !strings.Contains(stmtText(br), "ptx_mma") {
+					n := *fr
+					n.Body = ir.Substitute(fr.Body, map[*ir.Var]ir.Expr{fr.Var: ir.Sub(ir.I32(31), fr.Var)})
+					return &n
+				}
+			}
+		}
+		return st
+	}}).RewriteStmt(s.Func().Body)
+	low, err := transform.Run(s.Func().WithBody(g), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
+	check.NoError(t, err)
+	got, want := runFunc(t, low, nil), runFunc(t, f, nil)
+	check.True(t, !equalFloats(got["C"], want["C"]), "a wrong lane gives the right result")
+}
+
+func stmtText(s ir.Stmt) string {
+	var b strings.Builder
+	ir.Visit(s, func(n ir.Node) bool {
+		switch n := n.(type) {
+		case *ir.BufferLoad:
+			b.WriteString(n.Buffer.Name + " ")
+		case *ir.BufferStore:
+			b.WriteString(n.Buffer.Name + " ")
+		case *ir.Call:
+			b.WriteString(n.Op + " ")
+		}
+		return true
+	})
+	return b.String()
+}
+
+func equalFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTensorizeMmaFragmentsErrors(t *testing.T) {
+	tiles := func(t *testing.T) (*Schedule, BlockRV, []LoopRV) {
+		s, err := New(halfMatmul(32, 16, 32))
+		check.NoError(t, err)
+		c := must[BlockRV](t)(s.GetBlock("C"))
+		ls := must[[]LoopRV](t)(s.GetLoops(c))
+		i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
+		j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+		k := must[[]LoopRV](t)(s.Split(ls[2], -1, 16))
+		check.NoError(t, s.Reorder(i[0], j[0], k[0], i[1], j[1], k[1]))
+		return s, c, []LoopRV{i[0], j[0], k[0], i[1]}
+	}
+	t.Run("row_major_buffers", func(t *testing.T) {
+		s, _, l := tiles(t)
+		check.Equal(t, s.Tensorize(l[3], MmaFragIntrin("fp16")).Error(),
+			`tensorize: block "C" does not match "kiln.ptx_mma_frag_m16n8k16_fp16": "C" is accessed at v_i in dimension 0, not at the intrinsic's "C" index (((vi % 8) * 4) + ((vj % 8) // 2)) plus an offset: the two differ by ((((v_i_o * 16) + i_1) - ((i_1 % 8) * 4)) - (j_1 // 2))`)
+	})
+	t.Run("not_the_layout", func(t *testing.T) {
+		s, c, l := tiles(t)
+		cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+		check.NoError(t, s.ReverseComputeAt(cw, l[1]))
+		// Each lane's elements in another order than mma's.
+		check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, imap(t, "lambda i, j: (i // 16, j // 8, i % 8 * 4 + j % 8 // 2, j % 2 * 2 + i % 16 // 8)"), nil))
+		check.Equal(t, s.Tensorize(l[3], MmaFragIntrin("fp16")).Error(),
+			`tensorize: block "C" does not match "kiln.ptx_mma_frag_m16n8k16_fp16": "C_local" is accessed at (((v_j % 2) * 2) + ((v_i % 16) // 8)) in dimension 3, not at the intrinsic's "C" index ((vj % 2) + (((vi % 16) // 8) * 2)) plus an offset: the two differ by ((j_1 % 2) - (i_1 // 8))`)
+	})
+	t.Run("shared_fragments", func(t *testing.T) {
+		s, c, l := tiles(t)
+		cw := must[BlockRV](t)(s.CacheWrite(c, 0, "shared"))
+		check.NoError(t, s.ReverseComputeAt(cw, l[1]))
+		check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
+		must[BlockRV](t)(s.DecomposeReduction(c, l[2]))
+		for n := 1; n <= 2; n++ {
+			r := must[BlockRV](t)(s.CacheRead(c, n, "local"))
+			check.NoError(t, s.ComputeAt(r, l[2]))
+			check.NoError(t, s.TransformLayout(r, BufferIndex{Write: true}, []*IndexMap{MmaLayoutA(), MmaLayoutB()}[n-1], nil))
+		}
+		check.Equal(t, s.Tensorize(l[3], MmaFragIntrin("fp16")).Error(),
+			`tensorize: "kiln.ptx_mma_frag_m16n8k16_fp16": fragment "C_shared" is in scope "shared", not in registers ("local")`)
+	})
+}
