@@ -10,33 +10,28 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
-// fragLanes splits the two innermost loops of block b, over a 16-row tile
-// (rows) and its columns (cols, 16 for A, 8 for B and C), into the lane
-// loop of mma.m16n8k16's layout of buffer kind ('A', 'B' or 'C'), bound
-// to threadIdx.x, around its elements: lane = 4·(row % 8) + (col % 8) / 2
-// for A and C, 4·col + (row % 8) / 2 for B (row being k).
+// fragLanes splits the two innermost loops of block b, over rows and
+// columns of whole tiles of buffer kind ('A', 'B' or 'C'), so that the
+// lane of mma.m16n8k16's layout is one loop, bound to threadIdx.x, around
+// each lane's elements: lane = 4·(row % 8) + (col % 8) / 2 for A and C,
+// 4·(col % 8) + (row % 8) / 2 for B (row being k).
 func fragLanes(t *testing.T, s *Schedule, b BlockRV, kind byte) {
 	t.Helper()
 	ls := must[[]LoopRV](t)(s.GetLoops(b))
 	row, col := ls[len(ls)-2], ls[len(ls)-1]
-	var lane LoopRV
-	switch kind {
-	case 'A':
-		r := must[[]LoopRV](t)(s.Split(row, 2, 8))
-		c := must[[]LoopRV](t)(s.Split(col, 2, 4, 2))
-		check.NoError(t, s.Reorder(r[1], c[1], c[0], r[0], c[2]))
-		lane = must[LoopRV](t)(s.Fuse(r[1], c[1]))
-	case 'B':
-		r := must[[]LoopRV](t)(s.Split(row, 2, 4, 2))
-		check.NoError(t, s.Reorder(col, r[1], r[0], r[2]))
-		lane = must[LoopRV](t)(s.Fuse(col, r[1]))
-	case 'C':
-		r := must[[]LoopRV](t)(s.Split(row, 2, 8))
-		c := must[[]LoopRV](t)(s.Split(col, 4, 2))
-		check.NoError(t, s.Reorder(r[1], c[0], r[0], c[1]))
-		lane = must[LoopRV](t)(s.Fuse(r[1], c[0]))
+	var outer, inner LoopRV
+	var rest []LoopRV
+	if kind == 'B' {
+		r := must[[]LoopRV](t)(s.Split(row, -1, 4, 2))
+		c := must[[]LoopRV](t)(s.Split(col, -1, 8))
+		outer, inner, rest = c[1], r[1], []LoopRV{r[0], c[0], r[2]}
+	} else {
+		r := must[[]LoopRV](t)(s.Split(row, -1, 8))
+		c := must[[]LoopRV](t)(s.Split(col, -1, 4, 2))
+		outer, inner, rest = r[1], c[1], []LoopRV{r[0], c[0], c[2]}
 	}
-	check.NoError(t, s.Bind(lane, "threadIdx.x"))
+	check.NoError(t, s.Reorder(append([]LoopRV{outer, inner}, rest...)...))
+	check.NoError(t, s.Bind(must[LoopRV](t)(s.Fuse(outer, inner)), "threadIdx.x"))
 }
 
 // mmaFragSchedule tiles C into 16×8 tiles on blockIdx, accumulates each
@@ -85,14 +80,7 @@ func TestTensorizeMmaFragments(t *testing.T) {
 	mmaFragSchedule(t, s)
 	low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
 	check.NoError(t, err)
-	var regs []string
-	ir.Visit(low.Body, func(n ir.Node) bool {
-		if a, ok := n.(*ir.Allocate); ok && a.Buffer.StorageScope() == "local" {
-			regs = append(regs, a.Buffer.Name+"["+a.Buffer.Shape[0].String()+"]")
-		}
-		return true
-	})
-	check.Equal(t, strings.Join(regs, " "), "C_local[4] A_local[8] B_local[4]", "one thread's fragments")
+	check.Equal(t, localAllocs(low), "C_local[4] A_local[8] B_local[4]", "one thread's fragments")
 	sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
 
 	lim, err := cuda.ArchLimits("sm_80")
@@ -105,6 +93,75 @@ func TestTensorizeMmaFragments(t *testing.T) {
 	check.Equal(t, strings.Count(src, "__syncthreads();"), 0, "barriers in\n", src)
 	check.Equal(t, len(kernels), 1)
 	check.Equal(t, kernels[0].Block, [3]int64{32, 1, 1})
+}
+
+// mmaWarpsSchedule is mmaFragSchedule with two warps along threadIdx.y,
+// each computing two 16×8 tiles of C (rows by the warp, then by the
+// fragment) and loading its own fragments of A.
+func mmaWarpsSchedule(t *testing.T, s *Schedule) {
+	c := must[BlockRV](t)(s.GetBlock("C"))
+	ls := must[[]LoopRV](t)(s.GetLoops(c))
+	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 2, 2, 16))
+	j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+	k := must[[]LoopRV](t)(s.Split(ls[2], -1, 16))
+	check.NoError(t, s.Reorder(i[0], j[0], i[1], k[0], i[2], i[3], j[1], k[1]))
+	check.NoError(t, s.Bind(i[0], "blockIdx.y"))
+	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
+	check.NoError(t, s.Bind(i[1], "threadIdx.y"))
+	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+	check.NoError(t, s.ReverseComputeAt(cw, i[1]))
+	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
+	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
+	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
+	check.NoError(t, s.ComputeAt(a, k[0]))
+	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
+	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
+	check.NoError(t, s.ComputeAt(b, k[0]))
+	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
+	fragLanes(t, s, init, 'C')
+	fragLanes(t, s, cw, 'C')
+	fragLanes(t, s, a, 'A')
+	fragLanes(t, s, b, 'B')
+	check.NoError(t, s.Tensorize(i[3], MmaFragIntrin("fp16")))
+}
+
+// TestMmaFragmentsWarps: warps along threadIdx.y, each with its own
+// accumulators across k (two tiles: 8 floats a thread), in the
+// interpreter (a warp is the 32 threadIdx.x lanes of one threadIdx.y) as
+// scheduled and as lowered, and in CUDA.
+func TestMmaFragmentsWarps(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "tensorize_mma_warps", fn: func() *ir.PrimFunc { return halfMatmul(128, 16, 48) }, apply: mmaWarpsSchedule},
+	})
+	f := halfMatmul(128, 16, 48)
+	s, err := New(f)
+	check.NoError(t, err)
+	mmaWarpsSchedule(t, s)
+	low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
+	check.NoError(t, err)
+	check.Equal(t, localAllocs(low), "C_local[8] A_local[16] B_local[4]", "one thread's fragments")
+	sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
+	lim, err := cuda.ArchLimits("sm_80")
+	check.NoError(t, err)
+	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
+	check.NoError(t, err)
+	src, kernels, err := cuda.Generate(l, lim)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_fp16(&C_local["), "no mma on the registers in\n", src)
+	check.Equal(t, len(kernels), 1)
+	check.Equal(t, kernels[0].Block, [3]int64{32, 2, 1})
+}
+
+// localAllocs lists the "local" allocations of f with their sizes.
+func localAllocs(f *ir.PrimFunc) string {
+	var regs []string
+	ir.Visit(f.Body, func(n ir.Node) bool {
+		if a, ok := n.(*ir.Allocate); ok && a.Buffer.StorageScope() == "local" {
+			regs = append(regs, a.Buffer.Name+"["+a.Buffer.Shape[0].String()+"]")
+		}
+		return true
+	})
+	return strings.Join(regs, " ")
 }
 
 // TestMmaFragmentsLane: a thread that computes a lane of a fragment other
