@@ -1,13 +1,20 @@
 package schedule
 
 import (
+	"encoding/binary"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
+	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/script"
+	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/transform"
+	"github.com/kiln-ml/kiln/devices"
 	"github.com/kiln-ml/kiln/internal/check"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // fragLanes splits the two innermost loops of block b, over rows and
@@ -39,7 +46,11 @@ func fragLanes(t *testing.T, s *Schedule, b BlockRV, kind byte) {
 // 16×16 tile of A and 16×8 tile of B into register fragments in mma's
 // layouts, every thread its own lane, and tensorizes the 16×8×16 update
 // with the fragment intrinsic.
-func mmaFragSchedule(t *testing.T, s *Schedule) {
+func mmaFragSchedule(t *testing.T, s *Schedule) { mmaFragScheduleOf(t, s, ir.Void) }
+
+// mmaFragScheduleOf is mmaFragSchedule with an accumulator of dtype acc
+// (CacheWriteDType) unless acc is Void.
+func mmaFragScheduleOf(t *testing.T, s *Schedule, acc ir.DType) {
 	c := must[BlockRV](t)(s.GetBlock("C"))
 	ls := must[[]LoopRV](t)(s.GetLoops(c))
 	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
@@ -48,7 +59,12 @@ func mmaFragSchedule(t *testing.T, s *Schedule) {
 	check.NoError(t, s.Reorder(i[0], j[0], k[0], i[1], j[1], k[1]))
 	check.NoError(t, s.Bind(i[0], "blockIdx.y"))
 	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
-	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+	var cw BlockRV
+	if acc == ir.Void {
+		cw = must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+	} else {
+		cw = must[BlockRV](t)(s.CacheWriteDType(c, 0, "local", acc))
+	}
 	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
 	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
 	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
@@ -164,6 +180,18 @@ func localAllocs(f *ir.PrimFunc) string {
 	return strings.Join(regs, " ")
 }
 
+// TestMmaFragmentsHalfOutput: a float16 sum of float16 products
+// accumulates in a float32 cache (CacheWriteDType), which makes its update
+// the fragment intrinsic's (float32 products of the operands), and is
+// rounded once by the copy back.
+func TestMmaFragmentsHalfOutput(t *testing.T) {
+	runCases(t, []schedCase{
+		{name: "tensorize_mma_half_output", fn: func() *ir.PrimFunc { return halfDot(32, 16, 48) }, apply: func(t *testing.T, s *Schedule) {
+			mmaFragScheduleOf(t, s, ir.Float32)
+		}},
+	})
+}
+
 // TestMmaFragmentsLane: a thread that computes a lane of a fragment other
 // than its own leaves the lowered function wrong, which the interpreter
 // (giving each thread its own registers) shows.
@@ -259,4 +287,96 @@ func TestTensorizeMmaFragmentsErrors(t *testing.T) {
 		check.Equal(t, s.Tensorize(l[3], MmaFragIntrin("fp16")).Error(),
 			`tensorize: "kiln.ptx_mma_frag_m16n8k16_fp16": fragment "C_shared" is in scope "shared", not in registers ("local")`)
 	})
+}
+
+// TestMmaFragmentsBF16: the bfloat16 variant, on small integers (exact in
+// bfloat16), against the unscheduled function in the interpreter.
+func TestMmaFragmentsBF16(t *testing.T) {
+	A := te.Placeholder(te.Shape(32, 32), ndarray.BFloat16, "A")
+	B := te.Placeholder(te.Shape(32, 16), ndarray.BFloat16, "B")
+	r := te.ReduceAxis(ir.RangeFromExtent(ir.I32(32)), "k")
+	C := te.Compute(te.Shape(32, 16), func(i, j ir.Expr) ir.Expr {
+		return te.Sum(ir.Mul(ir.NewCast(ir.Float32, A.At(i, r)), ir.NewCast(ir.Float32, B.At(r, j))), r)
+	}, "C")
+	f := mustFunc(A, B, C)
+	s, err := New(f)
+	check.NoError(t, err)
+	c := must[BlockRV](t)(s.GetBlock("C"))
+	ls := must[[]LoopRV](t)(s.GetLoops(c))
+	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
+	j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
+	k := must[[]LoopRV](t)(s.Split(ls[2], -1, 16))
+	check.NoError(t, s.Reorder(i[0], j[0], k[0], i[1], j[1], k[1]))
+	check.NoError(t, s.Bind(i[0], "blockIdx.y"))
+	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
+	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
+	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
+	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
+	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
+	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
+	check.NoError(t, s.ComputeAt(a, k[0]))
+	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
+	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
+	check.NoError(t, s.ComputeAt(b, k[0]))
+	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
+	for _, x := range []struct {
+		b    BlockRV
+		kind byte
+	}{{init, 'C'}, {cw, 'C'}, {a, 'A'}, {b, 'B'}} {
+		fragLanes(t, s, x.b, x.kind)
+	}
+	check.Equal(t, s.Tensorize(i[1], MmaFragIntrin("fp16")).Error(),
+		`tensorize: block "C_update" does not match "kiln.ptx_mma_frag_m16n8k16_fp16": "A_local" is bfloat16, the intrinsic's "A" float16`)
+	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("bf16")))
+	checkReplay(t, f, s)
+	run := func(g *ir.PrimFunc) []float32 {
+		var args []any
+		var out *ndarray.NDArray
+		for n, p := range g.Params {
+			buf := g.BufferMap[p]
+			shape := ndarray.Shape{}
+			for _, e := range buf.Shape {
+				v, _ := ir.IsConstInt(e)
+				shape = append(shape, v)
+			}
+			a, err := ndarray.Empty(shape, buf.DType, devices.CPUDevice)
+			check.NoError(t, err)
+			raw := make([]byte, shape.NumElements()*int64(buf.DType.Size()))
+			for e := range shape.NumElements() {
+				x := float32((e*7+int64(n)*3)%11 - 5)
+				if buf.DType == ndarray.BFloat16 {
+					binary.LittleEndian.PutUint16(raw[2*e:], uint16(math.Float32bits(x)>>16))
+				}
+			}
+			check.NoError(t, a.CopyFromBytes(raw))
+			args = append(args, a)
+			out = a
+		}
+		check.NoError(t, interp.RunOptions(g, interp.Options{Poison: true}, args...))
+		v, err := ndarray.ToSlice[float32](out)
+		check.NoError(t, err)
+		return v
+	}
+	check.Equal(t, run(s.Func()), run(f))
+	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
+	check.NoError(t, err)
+	lim, err := cuda.ArchLimits("sm_80")
+	check.NoError(t, err)
+	src, _, err := cuda.Generate(l, lim)
+	check.NoError(t, err)
+	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_bf16(&C_local[0], &A_local[0], &B_local[0]);"), "no bf16 mma in\n", src)
+}
+
+// TestMmaFragmentsScript: a ptx_mma over fragment loads prints and parses
+// (runCases checks the round trip); a load of the wrong number of
+// elements is refused when parsed.
+func TestMmaFragmentsScript(t *testing.T) {
+	s, err := New(halfMatmul(16, 8, 16))
+	check.NoError(t, err)
+	mmaFragSchedule(t, s)
+	text := script.Print(s.Func())
+	bad := strings.Replace(text, ", 1, 8)], 0, B_local", ", 1, 4)], 0, B_local", 1)
+	check.True(t, bad != text, "no fragment of A in\n", text)
+	_, err = script.Parse("bad.py", bad)
+	check.Error(t, err, `T.ptx_mma: argument 8 loads A_local[`, `, 1, 4)], want the 8 elements of a fragment (last index T.Ramp(first, 1, 8))`)
 }
