@@ -100,7 +100,6 @@ func mmaFrag(ab string) *TensorIntrin {
 	A := ir.NewBuffer("A", dt, []ir.Expr{ir.I32(32), ir.I32(8)}, "local")
 	B := ir.NewBuffer("B", dt, []ir.Expr{ir.I32(32), ir.I32(4)}, "local")
 	C := ir.NewBuffer("C", ir.Float32, []ir.Expr{ir.I32(32), ir.I32(4)}, "local")
-	i, j, k := ir.NewVar("i", ir.Int32), ir.NewVar("j", ir.Int32), ir.NewVar("k", ir.Int32)
 	vi, vj, vk := ir.NewVar("vi", ir.Int32), ir.NewVar("vj", ir.Int32), ir.NewVar("vk", ir.Int32)
 	ca, aa, ba := mmaLaneC(vi, vj), mmaLaneA(vi, vk), mmaLaneB(vk, vj)
 	blk := &ir.Block{
@@ -114,13 +113,20 @@ func mmaFrag(ab string) *TensorIntrin {
 		Writes: []ir.BufferRegion{ir.PointRegion(C, ca...)},
 		Body:   C.Store(ir.Add(C.Load(ca...), ir.Mul(ir.NewCast(ir.Float32, A.Load(aa...)), ir.NewCast(ir.Float32, B.Load(ba...)))), ca...),
 	}
+	impl := func(rs []ir.BufferRegion) (ir.Stmt, error) { return mmaFragImpl(ab, rs) }
+	return &TensorIntrin{Name: MmaFragIntrin(ab), Desc: mmaDesc(blk, A, B, C), Impl: impl}
+}
+
+// mmaDesc is the description of an m16n8k16 update: loops i, j, k of 16,
+// 8 and 16 around block blk (whose iteration variables they bind), over
+// parameters A, B and C.
+func mmaDesc(blk *ir.Block, A, B, C *ir.Buffer) *ir.PrimFunc {
+	i, j, k := ir.NewVar("i", ir.Int32), ir.NewVar("j", ir.Int32), ir.NewVar("k", ir.Int32)
 	var nest ir.Stmt = &ir.BlockRealize{IterValues: []ir.Expr{i, j, k}, Predicate: ir.BoolImm(true), Block: blk}
 	nest = ir.NewFor(k, ir.I32(0), ir.I32(16), ir.ForSerial, nest)
 	nest = ir.NewFor(j, ir.I32(0), ir.I32(8), ir.ForSerial, nest)
 	nest = ir.NewFor(i, ir.I32(0), ir.I32(16), ir.ForSerial, nest)
-	desc := ir.NewPrimFunc([]*ir.Buffer{A, B, C}, ir.NewRootBlock(nest), nil)
-	impl := func(rs []ir.BufferRegion) (ir.Stmt, error) { return mmaFragImpl(ab, rs) }
-	return &TensorIntrin{Name: MmaFragIntrin(ab), Desc: desc, Impl: impl}
+	return ir.NewPrimFunc([]*ir.Buffer{A, B, C}, ir.NewRootBlock(nest), nil)
 }
 
 // mmaFragImpl is the warp's mma over fragment regions of A, B and C: lane

@@ -66,19 +66,46 @@ func mmaFragScheduleOf(t *testing.T, s *Schedule, acc ir.DType) {
 		cw = must[BlockRV](t)(s.CacheWriteDType(c, 0, "local", acc))
 	}
 	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
+	fragments(t, s, c, cw, k[0])
+	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("fp16")))
+}
+
+// fragments gives the accumulator of block c (written back by cw) mma's
+// layout of C, decomposes c's reduction at loop ko and copies A and B
+// into register fragments at ko in mma's layouts, every copy's lane loop
+// bound to threadIdx.x.
+func fragments(t *testing.T, s *Schedule, c, cw BlockRV, ko LoopRV) {
+	t.Helper()
 	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
-	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
-	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
-	check.NoError(t, s.ComputeAt(a, k[0]))
-	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
-	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
-	check.NoError(t, s.ComputeAt(b, k[0]))
-	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
+	init := must[BlockRV](t)(s.DecomposeReduction(c, ko))
 	fragLanes(t, s, init, 'C')
 	fragLanes(t, s, cw, 'C')
-	fragLanes(t, s, a, 'A')
-	fragLanes(t, s, b, 'B')
-	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("fp16")))
+	for n, layout := range []*IndexMap{MmaLayoutA(), MmaLayoutB()} {
+		r := must[BlockRV](t)(s.CacheRead(c, n+1, "local"))
+		check.NoError(t, s.ComputeAt(r, ko))
+		check.NoError(t, s.TransformLayout(r, BufferIndex{Write: true}, layout, nil))
+		fragLanes(t, s, r, "AB"[n])
+	}
+}
+
+// lowerCompacted lowers g through compaction and flattening.
+func lowerCompacted(t *testing.T, g *ir.PrimFunc) *ir.PrimFunc {
+	t.Helper()
+	low, err := transform.Run(g, []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
+	check.NoError(t, err)
+	return low
+}
+
+// cudaOf generates the CUDA of g for sm_80.
+func cudaOf(t *testing.T, g *ir.PrimFunc) (string, []cuda.Kernel) {
+	t.Helper()
+	lim, err := cuda.ArchLimits("sm_80")
+	check.NoError(t, err)
+	l, err := transform.LowerModule(ir.NewIRModule().With("mma", g.WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
+	check.NoError(t, err)
+	src, kernels, err := cuda.Generate(l, lim)
+	check.NoError(t, err)
+	return src, kernels
 }
 
 // TestTensorizeMmaFragments tensorizes a float16 matmul with the fragment
@@ -94,17 +121,11 @@ func TestTensorizeMmaFragments(t *testing.T) {
 	s, err := New(f)
 	check.NoError(t, err)
 	mmaFragSchedule(t, s)
-	low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
-	check.NoError(t, err)
+	low := lowerCompacted(t, s.Func())
 	check.Equal(t, localAllocs(low), "C_local[4] A_local[8] B_local[4]", "one thread's fragments")
 	sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
 
-	lim, err := cuda.ArchLimits("sm_80")
-	check.NoError(t, err)
-	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
-	check.NoError(t, err)
-	src, kernels, err := cuda.Generate(l, lim)
-	check.NoError(t, err)
+	src, kernels := cudaOf(t, s.Func())
 	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_fp16(&C_local[0], &A_local[0], &B_local[0]);"), "no mma in\n", src)
 	check.Equal(t, strings.Count(src, "__syncthreads();"), 0, "barriers in\n", src)
 	check.Equal(t, len(kernels), 1)
@@ -126,18 +147,7 @@ func mmaWarpsSchedule(t *testing.T, s *Schedule) {
 	check.NoError(t, s.Bind(i[1], "threadIdx.y"))
 	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
 	check.NoError(t, s.ReverseComputeAt(cw, i[1]))
-	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
-	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
-	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
-	check.NoError(t, s.ComputeAt(a, k[0]))
-	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
-	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
-	check.NoError(t, s.ComputeAt(b, k[0]))
-	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
-	fragLanes(t, s, init, 'C')
-	fragLanes(t, s, cw, 'C')
-	fragLanes(t, s, a, 'A')
-	fragLanes(t, s, b, 'B')
+	fragments(t, s, c, cw, k[0])
 	check.NoError(t, s.Tensorize(i[3], MmaFragIntrin("fp16")))
 }
 
@@ -153,16 +163,10 @@ func TestMmaFragmentsWarps(t *testing.T) {
 	s, err := New(f)
 	check.NoError(t, err)
 	mmaWarpsSchedule(t, s)
-	low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
-	check.NoError(t, err)
+	low := lowerCompacted(t, s.Func())
 	check.Equal(t, localAllocs(low), "C_local[8] A_local[16] B_local[4]", "one thread's fragments")
 	sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
-	lim, err := cuda.ArchLimits("sm_80")
-	check.NoError(t, err)
-	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
-	check.NoError(t, err)
-	src, kernels, err := cuda.Generate(l, lim)
-	check.NoError(t, err)
+	src, kernels := cudaOf(t, s.Func())
 	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_fp16(&C_local["), "no mma on the registers in\n", src)
 	check.Equal(t, len(kernels), 1)
 	check.Equal(t, kernels[0].Block, [3]int64{32, 2, 1})
@@ -213,8 +217,7 @@ func TestMmaFragmentsLane(t *testing.T) {
 		}
 		return st
 	}}).RewriteStmt(s.Func().Body)
-	low, err := transform.Run(s.Func().WithBody(g), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
-	check.NoError(t, err)
+	low := lowerCompacted(t, s.Func().WithBody(g))
 	got, want := runFunc(t, low, nil), runFunc(t, f, nil)
 	check.True(t, !equalFloats(got["C"], want["C"]), "a wrong lane gives the right result")
 }
@@ -311,20 +314,7 @@ func TestMmaFragmentsBF16(t *testing.T) {
 	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
 	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
 	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
-	check.NoError(t, s.TransformLayout(c, BufferIndex{Write: true}, MmaLayoutC(), nil))
-	init := must[BlockRV](t)(s.DecomposeReduction(c, k[0]))
-	a := must[BlockRV](t)(s.CacheRead(c, 1, "local"))
-	check.NoError(t, s.ComputeAt(a, k[0]))
-	check.NoError(t, s.TransformLayout(a, BufferIndex{Write: true}, MmaLayoutA(), nil))
-	b := must[BlockRV](t)(s.CacheRead(c, 2, "local"))
-	check.NoError(t, s.ComputeAt(b, k[0]))
-	check.NoError(t, s.TransformLayout(b, BufferIndex{Write: true}, MmaLayoutB(), nil))
-	for _, x := range []struct {
-		b    BlockRV
-		kind byte
-	}{{init, 'C'}, {cw, 'C'}, {a, 'A'}, {b, 'B'}} {
-		fragLanes(t, s, x.b, x.kind)
-	}
+	fragments(t, s, c, cw, k[0])
 	check.Equal(t, s.Tensorize(i[1], MmaFragIntrin("fp16")).Error(),
 		`tensorize: block "C_update" does not match "kiln.ptx_mma_frag_m16n8k16_fp16": "A_local" is bfloat16, the intrinsic's "A" float16`)
 	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("bf16")))
@@ -358,12 +348,7 @@ func TestMmaFragmentsBF16(t *testing.T) {
 		return v
 	}
 	check.Equal(t, run(s.Func()), run(f))
-	l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
-	check.NoError(t, err)
-	lim, err := cuda.ArchLimits("sm_80")
-	check.NoError(t, err)
-	src, _, err := cuda.Generate(l, lim)
-	check.NoError(t, err)
+	src, _ := cudaOf(t, s.Func())
 	check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_bf16(&C_local[0], &A_local[0], &B_local[0]);"), "no bf16 mma in\n", src)
 }
 

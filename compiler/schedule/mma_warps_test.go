@@ -4,9 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-ml/kiln/compiler/codegen/cuda"
 	"github.com/kiln-ml/kiln/compiler/ir"
-	"github.com/kiln-ml/kiln/compiler/transform"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -95,16 +93,10 @@ func TestMmaTiled(t *testing.T) {
 			s, err := New(f)
 			check.NoError(t, err)
 			mmaTiled(c.fm, c.fn, c.wm, c.wn, c.bk)(t, s)
-			low, err := transform.Run(s.Func(), []string{"lower_init", "lower_blocks", "compact_buffers", "flatten_buffers"}, transform.Options{})
-			check.NoError(t, err)
+			low := lowerCompacted(t, s.Func())
 			check.Equal(t, localAllocs(low), c.regs, "one thread's fragments")
 			sameResults(t, runFunc(t, low, nil), runFunc(t, f, nil))
-			lim, err := cuda.ArchLimits("sm_80")
-			check.NoError(t, err)
-			l, err := transform.LowerModule(ir.NewIRModule().With("mma", s.Func().WithAttr(ir.AttrGlobalSymbol, "mma")), cuda.LowerOptions())
-			check.NoError(t, err)
-			src, kernels, err := cuda.Generate(l, lim)
-			check.NoError(t, err)
+			src, kernels := cudaOf(t, s.Func())
 			check.True(t, strings.Contains(src, "kiln_mma_m16n8k16_f32_fp16(&C_local["), "no mma on the registers in\n", src)
 			check.Equal(t, len(kernels), 1)
 			check.Equal(t, kernels[0].Block, [3]int64{32, c.wm * c.wn, 1})
