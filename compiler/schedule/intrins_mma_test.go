@@ -51,6 +51,12 @@ func mmaFragSchedule(t *testing.T, s *Schedule) { mmaFragScheduleOf(t, s, ir.Voi
 // mmaFragScheduleOf is mmaFragSchedule with an accumulator of dtype acc
 // (CacheWriteDType) unless acc is Void.
 func mmaFragScheduleOf(t *testing.T, s *Schedule, acc ir.DType) {
+	check.NoError(t, s.Tensorize(mmaFragTiles(t, s, acc), MmaFragIntrin("fp16")))
+}
+
+// mmaFragTiles is mmaFragScheduleOf up to the tensorize: it returns the
+// loop to tensorize.
+func mmaFragTiles(t *testing.T, s *Schedule, acc ir.DType) LoopRV {
 	c := must[BlockRV](t)(s.GetBlock("C"))
 	ls := must[[]LoopRV](t)(s.GetLoops(c))
 	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
@@ -67,7 +73,7 @@ func mmaFragScheduleOf(t *testing.T, s *Schedule, acc ir.DType) {
 	}
 	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
 	fragments(t, s, c, cw, k[0])
-	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("fp16")))
+	return i[1]
 }
 
 // fragments gives the accumulator of block c (written back by cw) mma's
@@ -304,20 +310,10 @@ func TestMmaFragmentsBF16(t *testing.T) {
 	f := mustFunc(A, B, C)
 	s, err := New(f)
 	check.NoError(t, err)
-	c := must[BlockRV](t)(s.GetBlock("C"))
-	ls := must[[]LoopRV](t)(s.GetLoops(c))
-	i := must[[]LoopRV](t)(s.Split(ls[0], -1, 16))
-	j := must[[]LoopRV](t)(s.Split(ls[1], -1, 8))
-	k := must[[]LoopRV](t)(s.Split(ls[2], -1, 16))
-	check.NoError(t, s.Reorder(i[0], j[0], k[0], i[1], j[1], k[1]))
-	check.NoError(t, s.Bind(i[0], "blockIdx.y"))
-	check.NoError(t, s.Bind(j[0], "blockIdx.x"))
-	cw := must[BlockRV](t)(s.CacheWrite(c, 0, "local"))
-	check.NoError(t, s.ReverseComputeAt(cw, j[0]))
-	fragments(t, s, c, cw, k[0])
-	check.Equal(t, s.Tensorize(i[1], MmaFragIntrin("fp16")).Error(),
+	l := mmaFragTiles(t, s, ir.Void)
+	check.Equal(t, s.Tensorize(l, MmaFragIntrin("fp16")).Error(),
 		`tensorize: block "C_update" does not match "kiln.ptx_mma_frag_m16n8k16_fp16": "A_local" is bfloat16, the intrinsic's "A" float16`)
-	check.NoError(t, s.Tensorize(i[1], MmaFragIntrin("bf16")))
+	check.NoError(t, s.Tensorize(l, MmaFragIntrin("bf16")))
 	checkReplay(t, f, s)
 	run := func(g *ir.PrimFunc) []float32 {
 		var args []any
