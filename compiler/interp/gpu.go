@@ -65,7 +65,7 @@ func (m *machine) boundLoop(tag string, v *ir.Var, min, extent ir.Expr, body ir.
 		defer func() { m.gpu.blockDepth-- }()
 		return m.loopEach(v, min, extent, body, func(int64) { m.gpu.log = nil })
 	}
-	if dim == 0 && m.gpu.threadDepth == 0 && hasShuffle(body) {
+	if dim == 0 && m.gpu.lane == nil && hasShuffle(body) {
 		return m.lockstep(v, min, extent, body)
 	}
 	outer := m.gpu.thread[dim]
@@ -120,12 +120,12 @@ func (m *machine) shared(mem *memory, off int, b *ir.Buffer, indices []int64, wr
 func fmtThread(t [3]int64) string { return fmt.Sprintf("(%d, %d, %d)", t[0], t[1], t[2]) }
 
 // perThread reports whether memory for a buffer of scope allocated now is
-// private to each thread: a "local" buffer allocated in a kernel outside
-// its threadIdx loops (a register accumulator that lives from one thread
-// loop nest to the next) is, as in CUDA, where every thread runs the
-// allocation.
+// private to each thread: a "local" buffer allocated in a kernel is, as
+// in CUDA, where every thread runs the allocation (a register accumulator
+// that lives from one thread loop nest to the next, or one allocated in a
+// warp's threadIdx.y loop and used in its threadIdx.x loops).
 func (m *machine) perThread(scope string) bool {
-	return scope == "local" && m.gpu.blockDepth > 0 && m.gpu.threadDepth == 0
+	return scope == "local" && m.gpu.blockDepth > 0
 }
 
 // threadCopy returns the running thread's copy of per-thread memory mem,

@@ -129,30 +129,61 @@ func (m *machine) mma(e *ir.Call) error {
 }
 
 // fragment reads (or, with write, writes) the elements vals of the
-// fragment whose data variable is argument i of ptx_mma e, from the
-// element offset in argument i+1, as dtype dt.
+// fragment of argument i of ptx_mma e, as dtype dt: argument i is the
+// fragment's data variable, or a vector load of its elements (see
+// ir.PtxMmaFragments), and argument i+1 an element offset from there.
 func (m *machine) fragment(e *ir.Call, i int, dt ir.DType, vals []float32, write bool) error {
-	v, ok := e.Args[i].(*ir.Var)
-	if !ok {
-		return fmt.Errorf("evaluate %s: argument %d is not a buffer's data", e, i)
-	}
-	mem := m.mem[v]
-	if mem == nil {
-		return fmt.Errorf("evaluate %s: %q is not allocated", e, v.Name)
-	}
-	if mem.threads != nil {
-		mem = m.threadCopy(mem)
-	}
-	if mem.shared {
-		return fmt.Errorf("evaluate %s: fragment %q is in shared memory, not in the thread's registers (local)", e, v.Name)
-	}
 	off, err := m.evalInt(e.Args[i+1], "fragment offset")
 	if err != nil {
 		return fmt.Errorf("evaluate %s: %w", e, err)
 	}
+	var mem *memory
+	var name string
 	size := int64(dt.Size())
+	switch a := e.Args[i].(type) {
+	case *ir.Var:
+		name = a.Name
+		if mem = m.mem[a]; mem == nil {
+			return fmt.Errorf("evaluate %s: %q is not allocated", e, a.Name)
+		}
+		if mem.threads != nil {
+			mem = m.threadCopy(mem)
+		}
+	case *ir.BufferLoad:
+		name = a.Buffer.Name
+		first, ok := ir.PtxMmaFragment(a, len(vals))
+		if !ok {
+			return fmt.Errorf("evaluate %s: argument %d is not a load of the %d elements of a fragment", e, i, len(vals))
+		}
+		if a.Buffer.DType != dt {
+			return fmt.Errorf("evaluate %s: fragment %q holds %s, not %s", e, name, a.Buffer.DType, dt)
+		}
+		idx := make([]int64, len(first))
+		for d, x := range first {
+			if idx[d], err = m.evalInt(x, "fragment index"); err != nil {
+				return fmt.Errorf("evaluate %s: %w", e, err)
+			}
+		}
+		l, err := m.layoutOf(a.Buffer)
+		if err != nil {
+			return fmt.Errorf("evaluate %s: %w", e, err)
+		}
+		if last := len(idx) - 1; l.strides[last] != 1 || idx[last]+int64(len(vals)) > l.shape[last] {
+			return fmt.Errorf("evaluate %s: the %d elements of fragment %q from %s are not consecutive in its last dimension", e, len(vals), name, fmtIndex(idx))
+		}
+		var byteOff int
+		if mem, byteOff, err = m.address(a.Buffer, idx, "ptx_mma fragment"); err != nil {
+			return fmt.Errorf("evaluate %s: %w", e, err)
+		}
+		off += int64(byteOff) / size
+	default:
+		return fmt.Errorf("evaluate %s: argument %d is not a buffer's data or a load of a fragment", e, i)
+	}
+	if mem.shared {
+		return fmt.Errorf("evaluate %s: fragment %q is in shared memory, not in the thread's registers (local)", e, name)
+	}
 	if off < 0 || (off+int64(len(vals)))*size > int64(len(mem.data)) {
-		return fmt.Errorf("evaluate %s: elements %d to %d of fragment %q %w of its %d bytes", e, off, off+int64(len(vals))-1, v.Name, ErrOutOfBounds, len(mem.data))
+		return fmt.Errorf("evaluate %s: elements %d to %d of fragment %q %w of its %d bytes", e, off, off+int64(len(vals))-1, name, ErrOutOfBounds, len(mem.data))
 	}
 	for j := range vals {
 		b := mem.data[(off+int64(j))*size:]

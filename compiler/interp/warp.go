@@ -73,7 +73,10 @@ func (m *machine) shuffle(e *ir.Call, v Value, delta, width, warpSize int64) (Va
 }
 
 // lockstep runs the threads of a threadIdx.x loop whose body shuffles
-// (see above).
+// (see above). Inside threadIdx.y or z loops, the loop's threads are
+// those of one row of the block, which hold whole warps when they are a
+// multiple of 32: a warp is 32 consecutive lanes of threadIdx.x, for the
+// same threadIdx.y and z.
 func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 	lo, err := m.evalInt(min, "loop min")
 	if err != nil {
@@ -83,13 +86,19 @@ func (m *machine) lockstep(v *ir.Var, min, extent ir.Expr, body ir.Stmt) error {
 	if err != nil {
 		return fmt.Errorf("for %q: %w", v.Name, err)
 	}
+	outer := m.gpu.threadDepth
+	if outer > 0 && n%32 != 0 {
+		return fmt.Errorf("for %q: a warp-wide operation in a threadIdx.x loop of %d threads inside a threadIdx.y or z loop: its warps would span rows of the block", v.Name, n)
+	}
 	if m.gpu.log == nil {
 		m.gpu.log = map[*memory]map[int]*access{}
 	}
 	m.gpu.threadDepth++
 	defer func() {
 		m.gpu.threadDepth--
-		m.gpu.phase++
+		if outer == 0 {
+			m.gpu.phase++
+		}
 	}()
 	threads := make([]*machine, n)
 	for i := range threads {

@@ -55,6 +55,10 @@ func WarpShuffleDown(value Expr, delta int64) Expr {
 // variables of the calling thread's "local" fragment buffers and the
 // indices are element offsets into them: each of the 32 threads of the
 // warp holds its part of A, B and C as PTX lays them out for the shape.
+// Before flatten_buffers an operand may instead be a vector load of the
+// thread's whole fragment (see PtxMmaFragments), its index argument an
+// element offset from the load's first element: compaction rewrites such a
+// load like any other, and flattening makes it (data, offset).
 // kiln takes shape "m16n8k16", layouts "row" and "col", A_dtype = B_dtype
 // "fp16" or "bf16", C_dtype "fp32" and saturate false (see PtxMma). Every
 // thread of the warp must reach it; it returns nothing.
@@ -67,6 +71,46 @@ const OpPtxMma = "ptx_mma"
 func PtxMma(ab string, a *Var, aIndex Expr, b *Var, bIndex Expr, c *Var, cIndex Expr) *Call {
 	return &Call{Type: Void, Op: OpPtxMma, Args: []Expr{Str("m16n8k16"), Str("row"), Str("col"), Str(ab), Str(ab), Str("fp32"),
 		a, aIndex, b, bIndex, c, cIndex, NewIntImm(Bool, 0)}}
+}
+
+// PtxMmaFragments is PtxMma over fragments given as vector loads: a loads
+// the thread's 8 elements of A, b its 4 of B and c its 4 of C, each with
+// its last index a Ramp of stride 1 over them (A_frag[fm, 0, T.Ramp(0, 1,
+// 8)]). It panics when a load is not of that form (internal misuse).
+func PtxMmaFragments(ab string, a, b, c *BufferLoad) *Call {
+	for i, l := range []*BufferLoad{a, b, c} {
+		if _, ok := PtxMmaFragment(l, []int{8, 4, 4}[i]); !ok {
+			panic(fmt.Sprintf("ir: ptx_mma fragment %s is not a load of %d consecutive elements", l, []int{8, 4, 4}[i]))
+		}
+	}
+	zero := NewIntImm(Int32, 0)
+	return &Call{Type: Void, Op: OpPtxMma, Args: []Expr{Str("m16n8k16"), Str("row"), Str("col"), Str(ab), Str(ab), Str("fp32"),
+		a, zero, b, zero, c, zero, NewIntImm(Bool, 0)}}
+}
+
+// PtxMmaFragment returns the indices of the first element of a ptx_mma
+// operand given as a vector load of n consecutive elements (the last
+// index a Ramp of stride 1 and n lanes), ok false when l is not one.
+func PtxMmaFragment(l *BufferLoad, n int) ([]Expr, bool) {
+	if l == nil || len(l.Indices) == 0 {
+		return nil, false
+	}
+	last := len(l.Indices) - 1
+	r, ok := l.Indices[last].(*Ramp)
+	if !ok || r.Lanes != n {
+		return nil, false
+	}
+	if s, ok := IsConstInt(r.Stride); !ok || s != 1 {
+		return nil, false
+	}
+	for _, ix := range l.Indices[:last] {
+		if ix.DType().Lanes > 1 {
+			return nil, false
+		}
+	}
+	idx := slices.Clone(l.Indices)
+	idx[last] = r.Base
+	return idx, true
 }
 
 // Intrinsic describes a built-in math function callable with Call.

@@ -90,7 +90,7 @@ func (s *Schedule) cacheRead(b BlockRV, readIndex int, scope string) (BlockRV, e
 // buffer_scope (C_local) like the new buffer; move it with
 // ReverseComputeAt.
 func (s *Schedule) CacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV, error) {
-	out, err := s.cacheWrite(b, writeIndex, scope)
+	out, err := s.cacheWrite(b, writeIndex, scope, ir.Void)
 	if err != nil {
 		return BlockRV{}, fmt.Errorf("cache_write: %w", err)
 	}
@@ -98,7 +98,9 @@ func (s *Schedule) CacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV,
 	return out, nil
 }
 
-func (s *Schedule) cacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV, error) {
+// cacheWrite is CacheWrite, with a cache of dtype dt unless dt is Void
+// (see CacheWriteDType).
+func (s *Schedule) cacheWrite(b BlockRV, writeIndex int, scope string, dt ir.DType) (BlockRV, error) {
 	bs, err := s.block("", b)
 	if err != nil {
 		return BlockRV{}, err
@@ -154,10 +156,16 @@ func (s *Schedule) cacheWrite(b BlockRV, writeIndex int, scope string) (BlockRV,
 			}
 		}
 	}
+	if dt == ir.Void {
+		dt = buf.DType
+	}
+	if err := accumDTypeOK(buf, dt); err != nil {
+		return BlockRV{}, err
+	}
 	name := s.uniqueName(buf.Name + "_" + scope)
-	cache := ir.NewBuffer(name, buf.DType, buf.Shape, scope)
-	nest := copyNest(name, cache, buf)
-	newTop := replace(top, map[ir.Stmt]ir.Stmt{bs.realize(): replaceBuffer(bs.realize(), buf, cache, false)})
+	cache := ir.NewBuffer(name, dt, buf.Shape, scope)
+	nest := castCopyNest(name, cache, buf)
+	newTop := replace(top, map[ir.Stmt]ir.Stmt{bs.realize(): replaceBuffer(widenStores(bs.realize(), buf, cache), buf, cache, false)})
 	body := replace(scopeBR.Block.Body, map[ir.Stmt]ir.Stmt{top: ir.Seq(newTop, nest)})
 	newScope := withAlloc(scopeBR, body, []*ir.Buffer{cache}, nil)
 	saved := s.fn

@@ -85,7 +85,6 @@ func ptxMma() *TensorIntrin {
 	A := ir.NewBuffer("A", ir.Float16, []ir.Expr{ir.I32(16), ir.I32(16)}, "")
 	B := ir.NewBuffer("B", ir.Float16, []ir.Expr{ir.I32(16), ir.I32(8)}, "")
 	C := ir.NewBuffer("C", ir.Float32, []ir.Expr{ir.I32(16), ir.I32(8)}, "")
-	i, j, k := ir.NewVar("i", ir.Int32), ir.NewVar("j", ir.Int32), ir.NewVar("k", ir.Int32)
 	vi, vj, vk := ir.NewVar("vi", ir.Int32), ir.NewVar("vj", ir.Int32), ir.NewVar("vk", ir.Int32)
 	blk := &ir.Block{
 		Name: "update",
@@ -98,12 +97,7 @@ func ptxMma() *TensorIntrin {
 		Writes: []ir.BufferRegion{ir.PointRegion(C, vi, vj)},
 		Body:   C.Store(ir.Add(C.Load(vi, vj), ir.Mul(ir.NewCast(ir.Float32, A.Load(vi, vk)), ir.NewCast(ir.Float32, B.Load(vk, vj)))), vi, vj),
 	}
-	var nest ir.Stmt = &ir.BlockRealize{IterValues: []ir.Expr{i, j, k}, Predicate: ir.BoolImm(true), Block: blk}
-	nest = ir.NewFor(k, ir.I32(0), ir.I32(16), ir.ForSerial, nest)
-	nest = ir.NewFor(j, ir.I32(0), ir.I32(8), ir.ForSerial, nest)
-	nest = ir.NewFor(i, ir.I32(0), ir.I32(16), ir.ForSerial, nest)
-	desc := ir.NewPrimFunc([]*ir.Buffer{A, B, C}, ir.NewRootBlock(nest), nil)
-	return &TensorIntrin{Name: PtxMmaIntrin, Desc: desc, Impl: ptxMmaImpl}
+	return &TensorIntrin{Name: PtxMmaIntrin, Desc: mmaDesc(blk, A, B, C), Impl: ptxMmaImpl}
 }
 
 // ptxMmaImpl is the warp's mma over the regions of A, B and C.

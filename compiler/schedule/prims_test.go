@@ -465,7 +465,7 @@ func TestTensorizeErrors(t *testing.T) {
 	}
 	s, j := setup(t, 16, true)
 	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(16)).Error(), `tensorize: loop "j_1" runs over 8 from 0, loop 0 of "kiln.vec_fma_f32x16" over 16 from 0`)
-	check.Equal(t, s.Tensorize(j[1], "nope").Error(), `tensorize: no tensor intrinsic "nope" (registered: [kiln.ptx_mma_m16n8k16_f16 kiln.vec_fma_f32x16 kiln.vec_fma_f32x4 kiln.vec_fma_f32x8])`)
+	check.Equal(t, s.Tensorize(j[1], "nope").Error(), `tensorize: no tensor intrinsic "nope" (registered: [kiln.ptx_mma_frag_m16n8k16_bf16 kiln.ptx_mma_frag_m16n8k16_fp16 kiln.ptx_mma_m16n8k16_f16 kiln.vec_fma_f32x16 kiln.vec_fma_f32x4 kiln.vec_fma_f32x8])`)
 	s, j = setup(t, 12, true)
 	check.Equal(t, s.Tensorize(j[1], VecFMAIntrin(8)).Error(), `tensorize: block "C_update" runs under the predicate (((v_j_o * 8) + j_1) < 12): the intrinsic would compute the padding too (pad_einsum first)`)
 	check.True(t, RegisterTensorIntrin(vecFMA(8)) != nil, "registered twice")

@@ -2,11 +2,13 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/ndarray"
 )
 
 // Replay applies a trace, as Trace prints it (one primitive a line, in
@@ -504,8 +506,9 @@ func (r *replayer) apply(a *args) (any, error) {
 // Apply runs primitive prim (by its trace name, "rfactor") with args,
 // Go values of the kinds its trace line takes: BlockRV, LoopRV, []LoopRV
 // (fuse, reorder), string, int64, []int64 (factors with -1 for None),
-// []float64, *IndexMap, BufferIndex, *float64 (a pad value or nil) and
-// an annotation's value. It returns what the primitive returns (nil, a
+// []float64, *IndexMap, BufferIndex, *float64 (a pad value or nil), a
+// dtype's name (cache_write's last argument, which may be left out for
+// none) and an annotation's value. It returns what the primitive returns (nil, a
 // handle or a list of them). It is the way to reach every primitive by
 // name, as bindings to other languages do.
 func (s *Schedule) Apply(prim string, args ...any) (any, error) {
@@ -514,6 +517,10 @@ func (s *Schedule) Apply(prim string, args ...any) (any, error) {
 		return nil, fmt.Errorf("unknown primitive %q", prim)
 	}
 	params := strings.Fields(p.params)
+	if len(args) == len(params)-1 && params[len(params)-1][0] == 'd' {
+		// An optional dtype left out is none.
+		args = append(slices.Clone(args), "")
+	}
 	if len(args) != len(params) {
 		names := make([]string, len(params))
 		for i, par := range params {
@@ -545,6 +552,8 @@ func (s *Schedule) Apply(prim string, args ...any) (any, error) {
 			_, ok = args[i].(BufferIndex)
 		case 'p':
 			_, ok = args[i].(*float64)
+		case 'd':
+			_, ok = args[i].(string)
 		case 'v':
 			switch args[i].(type) {
 			case bool, int64, float64, string:
@@ -586,8 +595,15 @@ var replayPrims = map[string]replayPrim{
 	"cache_read": {"b:block i:read_buffer_index s:storage_scope", func(s *Schedule, v []any) (any, error) {
 		return s.CacheRead(v[0].(BlockRV), int(v[1].(int64)), v[2].(string))
 	}},
-	"cache_write": {"b:block i:write_buffer_index s:storage_scope", func(s *Schedule, v []any) (any, error) {
-		return s.CacheWrite(v[0].(BlockRV), int(v[1].(int64)), v[2].(string))
+	"cache_write": {"b:block i:write_buffer_index s:storage_scope d:dtype", func(s *Schedule, v []any) (any, error) {
+		if v[3].(string) == "" {
+			return s.CacheWrite(v[0].(BlockRV), int(v[1].(int64)), v[2].(string))
+		}
+		dt, err := ndarray.ParseDType(v[3].(string))
+		if err != nil {
+			return nil, fmt.Errorf("cache_write: dtype: %w", err)
+		}
+		return s.CacheWriteDType(v[0].(BlockRV), int(v[1].(int64)), v[2].(string), dt)
 	}},
 	"compute_at": {"b:block l:loop", func(s *Schedule, v []any) (any, error) { return noResult(s.ComputeAt(v[0].(BlockRV), v[1].(LoopRV))) }},
 	"reverse_compute_at": {"b:block l:loop", func(s *Schedule, v []any) (any, error) {
@@ -633,8 +649,8 @@ var replayPrims = map[string]replayPrim{
 // read decodes the arguments by the kinds of params: b a block, l a loop,
 // L all the positional arguments as loops, s a string, i an integer, n a
 // list of integers, N one with None for -1, f a list of numbers, m an
-// index map, x a buffer index ("read", i), p an optional number and v an
-// annotation value.
+// index map, x a buffer index ("read", i), p an optional number, d an
+// optional dtype (a string, "" when absent) and v an annotation value.
 func (r *replayer) read(a *args, params string) ([]any, error) {
 	var out []any
 	for i, p := range strings.Fields(params) {
@@ -660,6 +676,11 @@ func (r *replayer) read(a *args, params string) ([]any, error) {
 			v, err = a.bufferIndex(i, name)
 		case 'p':
 			v, err = a.optFloat(i, name)
+		case 'd':
+			v = ""
+			if a.has(i, name) {
+				v, err = a.str(i, name)
+			}
 		case 'm':
 			var x pyVal
 			if x, err = a.get(i, name); err == nil && x.kind != 'm' {

@@ -166,6 +166,7 @@ func (s *Schedule) tensorize(l LoopRV, name string) error {
 	m := &matcher{
 		intrin: name, block: ablk.Name, bufs: map[*ir.Buffer]*ir.Buffer{}, at: map[*ir.Buffer][]ir.Expr{},
 		dvals: map[*ir.Var]ir.Expr{}, avals: map[*ir.Var]ir.Expr{}, inner: map[*ir.Var]bool{},
+		innerBounds: loopBounds(aloops),
 	}
 	for i, iv := range dbr.Block.IterVars {
 		m.dvals[iv.Var] = ir.SubstituteExpr(dbr.IterValues[i], loopMap)
@@ -220,6 +221,7 @@ type matcher struct {
 	at            map[*ir.Buffer][]ir.Expr  // description buffer → offsets in the real one
 	dvals, avals  map[*ir.Var]ir.Expr       // iteration variables → bindings over the real inner loops
 	inner         map[*ir.Var]bool
+	innerBounds   bounds // the ranges of the inner loops
 }
 
 func (m *matcher) fail(format string, a ...any) error {
@@ -282,6 +284,10 @@ func (m *matcher) expr(d, a ir.Expr) error {
 // access matches the description's access db[di] with the real ab[ai]:
 // the leading dimensions of ab are fixed offsets, the others the
 // description's index plus an offset that the inner loops do not change.
+// Indices with floordiv and floormod (a layout's lane and element) are
+// compared once simplified over the ranges of the inner loops: the
+// terms of a division's dividend that its divisor divides leave it, and
+// what is left divides to a constant when its range says so.
 func (m *matcher) access(db, ab *ir.Buffer, di, ai []ir.Expr) error {
 	if db.DType != ab.DType {
 		return m.fail("%q is %s, the intrinsic's %q %s", ab.Name, ab.DType, db.Name, db.DType)
@@ -300,13 +306,28 @@ func (m *matcher) access(db, ab *ir.Buffer, di, ai []ir.Expr) error {
 	}
 	off := make([]ir.Expr, len(ai))
 	for d, x := range ai {
-		av := toAffine(ir.SubstituteExpr(x, m.avals))
+		real := ir.SubstituteExpr(x, m.avals)
+		var want ir.Expr
+		av := toAffine(real)
 		if d >= lead {
-			av = av.add(toAffine(retypeLike(ir.SubstituteExpr(di[d-lead], m.dvals), x)), -1)
+			want = retypeLike(ir.SubstituteExpr(di[d-lead], m.dvals), x)
+			av = av.add(toAffine(want), -1)
 		}
 		e := av.expr()
 		if usesVar(e, m.inner) {
-			return m.fail("%q is accessed at %s in dimension %d, not at the intrinsic's %q plus an offset", ab.Name, x, d, db.Name)
+			// Simplify each side first, so that equal floordiv and
+			// floormod atoms cancel.
+			sa := toAffine(m.innerBounds.simplify(real))
+			if want != nil {
+				sa = sa.add(toAffine(m.innerBounds.simplify(want)), -1)
+			}
+			e = m.innerBounds.simplify(sa.expr())
+		}
+		if usesVar(e, m.inner) {
+			if want != nil {
+				return m.fail("%q is accessed at %s in dimension %d, not at the intrinsic's %q index %s plus an offset: the two differ by %s", ab.Name, x, d, db.Name, di[d-lead], e)
+			}
+			return m.fail("%q is accessed at %s in dimension %d, which the loops of the intrinsic change", ab.Name, x, d)
 		}
 		off[d] = e
 	}

@@ -1591,8 +1591,15 @@ func (p *tirParser) call(c *pyCall) ir.Expr {
 		}
 		for i := 7; i < 14; i++ {
 			a[i-1] = p.expr(c.Args[i])
-			if (i == 7 || i == 9 || i == 11) && a[i-1].DType() != ir.Handle {
-				p.failAt(c.Args[i].at(), "T.ptx_mma: argument %d is %s, want a buffer's data", i+1, a[i-1].DType())
+			if i == 7 || i == 9 || i == 11 {
+				if l, ok := a[i-1].(*ir.BufferLoad); ok {
+					n := map[int]int{7: 8, 9: 4, 11: 4}[i]
+					if _, ok := ir.PtxMmaFragment(l, n); !ok {
+						p.failAt(c.Args[i].at(), "T.ptx_mma: argument %d loads %s, want the %d elements of a fragment (last index T.Ramp(first, 1, %d))", i+1, l, n, n)
+					}
+				} else if a[i-1].DType() != ir.Handle {
+					p.failAt(c.Args[i].at(), "T.ptx_mma: argument %d is %s, want a buffer's data or a load of a fragment", i+1, a[i-1].DType())
+				}
 			}
 		}
 		return &ir.Call{Type: ir.Void, Op: ir.OpPtxMma, Args: a}

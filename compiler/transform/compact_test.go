@@ -70,6 +70,9 @@ func TestCompactBuffersShapes(t *testing.T) {
 		// A thread's accumulator from one threadIdx nest to the next keeps
 		// only that thread's elements.
 		{"per_thread", []string{"L [1 1 2] in bx"}},
+		// So does one inside a threadIdx.y loop (a warp's) used in its
+		// threadIdx.x loops.
+		{"per_thread_rows", []string{"L [1 1 1 2] in ty"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
 
-// A "local" buffer allocated inside a GPU kernel but outside its threadIdx
-// loops is private to each thread (CUDA gives every thread its own, and
+// A "local" buffer allocated inside a GPU kernel is private to each
+// thread (CUDA gives every thread its own, and
 // the interpreter does too): a thread touches only the elements its own
 // thread indices reach. So its region is computed per thread, as TVM's
 // compaction does over unified thread variables: the variable of each
@@ -21,22 +21,20 @@ import (
 // one thread's tile.
 
 // perThread reports whether b, allocated at the current placement point,
-// is private to each thread: a "local" buffer under a blockIdx loop and
-// outside every threadIdx loop.
+// is private to each thread: a "local" buffer under a blockIdx loop. The
+// threadIdx loops around the placement point fix their thread indices
+// there (a warp's loop bound to threadIdx.y); those inside it stand for
+// their axes.
 func (c *compactor) perThread(b *ir.Buffer) bool {
 	if b.StorageScope() != "local" {
 		return false
 	}
-	kernel := false
 	for _, f := range c.threads {
-		switch {
-		case strings.HasPrefix(f.ThreadTag, "threadIdx"):
-			return false
-		case strings.HasPrefix(f.ThreadTag, "blockIdx"):
-			kernel = true
+		if strings.HasPrefix(f.ThreadTag, "blockIdx") {
+			return true
 		}
 	}
-	return kernel
+	return false
 }
 
 // threadAxis returns the canonical variable of the thread axis of loop f

@@ -2,6 +2,8 @@ package transform
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
 )
@@ -21,6 +23,10 @@ func FlattenBuffers(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		}
 		return err == nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	body, err := lowerMmaFragments(f.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +63,48 @@ func FlattenBuffers(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 		}
 		return s
 	}
-	return f.WithBody(seqSafe(r).RewriteStmt(f.Body)), nil
+	return f.WithBody(seqSafe(r).RewriteStmt(body)), nil
+}
+
+// lowerMmaFragments rewrites the ptx_mma operands given as vector loads
+// of a fragment (ir.PtxMmaFragments) into the fragment's data variable and
+// the flat element offset of its first element.
+func lowerMmaFragments(s ir.Stmt) (ir.Stmt, error) {
+	var err error
+	r := &ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
+		c, ok := e.(*ir.Call)
+		if !ok || c.Op != ir.OpPtxMma || len(c.Args) != 13 {
+			return e
+		}
+		var args []ir.Expr
+		for n, i := range []int{6, 8, 10} {
+			l, ok := c.Args[i].(*ir.BufferLoad)
+			if !ok {
+				continue
+			}
+			first, ok := ir.PtxMmaFragment(l, []int{8, 4, 4}[n])
+			if !ok {
+				if err == nil {
+					err = fmt.Errorf("ptx_mma operand %s is not a load of the %d elements of a fragment", l, []int{8, 4, 4}[n])
+				}
+				return e
+			}
+			if args == nil {
+				args = slices.Clone(c.Args)
+			}
+			off := flatIndex(l.Buffer, first)
+			if !isZeroConst(c.Args[i+1]) {
+				off = foldExpr(ir.Add(off, c.Args[i+1]))
+			}
+			args[i], args[i+1] = l.Buffer.Data, off
+		}
+		if args == nil {
+			return e
+		}
+		return &ir.Call{Type: c.Type, Op: c.Op, Args: args}
+	}}
+	out := r.RewriteStmt(s)
+	return out, err
 }
 
 // needsFlatten reports a buffer that is not already a plain 1-D buffer.

@@ -48,11 +48,26 @@ func hoistRegion(s ir.Stmt) ir.Stmt {
 	}
 	allocs, remap := planReuse(lifted, body)
 	if len(remap) > 0 {
+		// Uses of a buffer's data variable itself (a ptx_mma operand)
+		// follow the buffer into the memory it now shares.
+		data := map[*ir.Var]ir.Expr{}
+		for b, nb := range remap {
+			if nb.Data != b.Data {
+				data[b.Data] = nb.Data
+			}
+		}
 		body = seqSafe(&ir.Rewriter{Buffer: func(b *ir.Buffer) *ir.Buffer {
 			if nb, ok := remap[b]; ok {
 				return nb
 			}
 			return b
+		}, Expr: func(e ir.Expr) ir.Expr {
+			if v, ok := e.(*ir.Var); ok {
+				if nv, ok := data[v]; ok {
+					return nv
+				}
+			}
+			return e
 		}}).RewriteStmt(body)
 	}
 	for i := len(allocs) - 1; i >= 0; i-- {

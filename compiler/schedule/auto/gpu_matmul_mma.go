@@ -129,176 +129,304 @@ func matchMmaMatmul(br *ir.BlockRealize) (mmaMatmul, bool) {
 	return m, true
 }
 
-// mmaMatmulRule gives f, when its first block is a matmul of 16-bit float
-// operands (see matchMmaMatmul) and the blocks after it are elementwise
-// epilogues over C, a tensor-core schedule: a block of warps computes a
-// BM × BN tile of C, each warp an (16·FM) × (8·FN) part of it as FM × FN
-// tiles of 16×8 float32 accumulators held in registers across all of k.
-// For each BK values of k the threads copy the block's BM × BK tile of A
-// and BK × BN tile of B into shared memory (vector copies of 16 bytes
-// where the layout allows; the tiles are not padded or swizzled, so the
-// fragment loads meet bank conflicts); then for each 16
-// of them every thread loads its fragments of A and B from shared memory
-// (plain loads, in the layout PTX gives mma.m16n8k16's operands) and the
-// warp runs FM × FN ptx_mma m16n8k16 (tensor cores, float32
-// accumulation). Barrier insertion places the __syncthreads(). Each C
-// element's sum runs over k in order; for operands multiplied in their own
-// 16-bit dtype it is accumulated in float32 and rounded once at the end.
-// The epilogues are computed by each thread from its accumulators. The
-// block's threads are one threadIdx.x axis of 32 lanes per warp. It
-// returns nil when f is not such a function.
-func mmaMatmulRule(s *schedule.Schedule, blocks []*ir.BlockRealize, opts GPUOptions) (*ir.PrimFunc, error) {
-	f := s.Func()
+// mmaMatmulRule schedules s, when its first block is a matmul of 16-bit
+// float operands (see matchMmaMatmul) and the blocks after it are
+// elementwise epilogues over C, for the tensor cores with schedule
+// primitives only: a block of WM × WN warps (threadIdx.y, each of 32
+// lanes on threadIdx.x) computes a BM × BN tile of C, each warp an
+// (16·FM) × (8·FN) part of it as FM × FN tiles of 16×8 float32
+// accumulators held in registers across all of k (a "local" cache of C in
+// PTX's per-lane layout of mma.m16n8k16's accumulator, MmaLayoutC; a C of
+// the operands' dtype accumulates in a float32 cache, rounded once when
+// copied back). For each BK values of k the threads copy the block's
+// tiles of A and B into shared memory (vector copies of 16 bytes where
+// the layout allows; the tiles are not padded or swizzled, so the
+// fragment loads meet bank conflicts); then for each 16 of them every
+// thread loads its fragments of A and B from shared memory into registers
+// in PTX's layouts (MmaLayoutA, MmaLayoutB) and the warp runs FM × FN
+// ptx_mma m16n8k16 on them (the fragment intrinsic, MmaFragIntrin).
+// Barrier insertion places the __syncthreads(). Each C element's sum runs
+// over k in order. The epilogues are inlined into the copy back of the
+// accumulators, which each thread does for its own lanes. It returns
+// false when s's function is not such a function.
+func mmaMatmulRule(s *schedule.Schedule, blocks []*ir.BlockRealize, opts GPUOptions) (bool, error) {
 	m, ok := matchMmaMatmul(blocks[0])
 	if !ok {
-		return nil, nil
+		return false, nil
 	}
 	inter := map[*ir.Buffer]bool{}
-	if root := ir.RootBlock(f.Body); root != nil {
+	if root := ir.RootBlock(s.Func().Body); root != nil {
 		for _, a := range root.AllocBuffers {
 			inter[a] = true
 		}
 	}
-	if readsAny(m.a, inter) || readsAny(m.b, inter) {
-		return nil, nil
+	if readsAny(m.a, inter) || readsAny(m.b, inter) || !elementwiseEpilogues(m.st.Buffer, blocks[1:], []int64{m.M, m.N}, inter) {
+		return false, nil
 	}
-	FM, FN, WM, WN, BK, err := mmaTiles(s, opts, blocks[0].Block.Name, m)
+	name := blocks[0].Block.Name
+	FM, FN, WM, WN, BK, err := mmaTiles(s, opts, name, m)
+	if err != nil {
+		return false, err
+	}
+	ok, err = mmaSchedule(s, name, m, blocks[1:], FM, FN, WM, WN, BK)
+	if err != nil {
+		return false, fmt.Errorf("tensor-core matmul of block %q: %w", name, err)
+	}
+	return ok, nil
+}
+
+// mmaSchedule applies mmaMatmulRule's primitives to the matmul m of block
+// name with its epilogues, for the tiles chosen; false when an epilogue
+// cannot be inlined.
+func mmaSchedule(s *schedule.Schedule, name string, m mmaMatmul, epilogues []*ir.BlockRealize, FM, FN, WM, WN, BK int64) (bool, error) {
+	c, err := s.GetBlock(name)
+	if err != nil {
+		return false, err
+	}
+	ls, err := s.GetLoops(c)
+	if err != nil {
+		return false, err
+	}
+	is, err := s.Split(ls[0], m.M/(16*FM*WM), WM, FM, 16)
+	if err != nil {
+		return false, err
+	}
+	js, err := s.Split(ls[1], m.N/(8*FN*WN), WN, FN, 8)
+	if err != nil {
+		return false, err
+	}
+	ks, err := s.Split(ls[2], m.K/BK, BK/16, 16)
+	if err != nil {
+		return false, err
+	}
+	by, wm, fm, i16 := is[0], is[1], is[2], is[3]
+	bx, wn, fn, j8 := js[0], js[1], js[2], js[3]
+	ko, kk := ks[0], ks[1]
+	if err := s.Reorder(by, bx, ko, wm, wn, kk, fm, fn, i16, j8, ks[2]); err != nil {
+		return false, err
+	}
+	if err := bindAll(s, []schedule.LoopRV{by, bx}, []string{"blockIdx.y", "blockIdx.x"}); err != nil {
+		return false, err
+	}
+
+	// The accumulators in mma's layout of C, the epilogues inlined into
+	// their copy back.
+	var wb schedule.BlockRV
+	if m.st.Buffer.DType == ir.Float32 {
+		wb, err = s.CacheWrite(c, 0, "local")
+	} else {
+		wb, err = s.CacheWriteDType(c, 0, "local", ir.Float32)
+	}
+	if err != nil {
+		return false, err
+	}
+	var later []schedule.BlockRV
+	for _, e := range epilogues {
+		eb, err := s.GetBlock(e.Block.Name)
+		if err != nil {
+			return false, err
+		}
+		if t := s.Copy(); t.ReverseComputeInline(eb) == nil {
+			*s = *t
+			continue
+		}
+		later = append(later, eb)
+	}
+	if err := s.ReverseComputeAt(wb, bx); err != nil {
+		return false, err
+	}
+	if err := s.TransformLayout(c, schedule.BufferIndex{Write: true}, schedule.MmaLayoutC(), nil); err != nil {
+		return false, err
+	}
+	var unroll []schedule.LoopRV
+	// The copy back: thread (lane, warp) copies its lane of each of its
+	// warp's tiles.
+	wl, err := s.GetLoops(wb)
+	if err != nil {
+		return false, err
+	}
+	wr, err := s.Split(wl[len(wl)-2], WM, FM, 2, 8)
+	if err != nil {
+		return false, err
+	}
+	wc, err := s.Split(wl[len(wl)-1], WN, FN, 4, 2)
+	if err != nil {
+		return false, err
+	}
+	if err := s.Reorder(wr[0], wc[0], wr[3], wc[2], wr[1], wc[1], wr[2], wc[3]); err != nil {
+		return false, err
+	}
+	if err := fuseBind(s, wr[0], wc[0], "threadIdx.y"); err != nil {
+		return false, err
+	}
+	if err := fuseBind(s, wr[3], wc[2], "threadIdx.x"); err != nil {
+		return false, err
+	}
+	unroll = append(unroll, wr[1], wc[1], wr[2], wc[3])
+	for _, e := range later {
+		if err := s.ReverseComputeAt(e, wc[3]); err != nil {
+			return false, err
+		}
+	}
+	// The init, before the warps' loops are fused (DecomposeReduction
+	// does not take a fused loop between its loop and the block).
+	init, err := s.DecomposeReduction(c, ko)
+	if err != nil {
+		return false, err
+	}
+	if err := fuseBind(s, wm, wn, "threadIdx.y"); err != nil {
+		return false, err
+	}
+	il, err := s.GetLoops(init)
+	if err != nil {
+		return false, err
+	}
+	n := len(il)
+	if err := fuseBind(s, il[n-6], il[n-5], "threadIdx.y"); err != nil {
+		return false, err
+	}
+	lanes, err := mmaLanes(s, init, 0)
+	if err != nil {
+		return false, err
+	}
+	unroll = append(unroll, il[n-4], il[n-3])
+	unroll = append(unroll, lanes...)
+
+	// The tiles of A and B in shared memory, copied by all the threads
+	// for each tile of k; each warp's fragments from there for each 16
+	// values of k.
+	for _, op := range []struct {
+		load   *ir.BufferLoad
+		layout *schedule.IndexMap // over the operand's (row, column)
+		row    *ir.Var
+		outer  int // the dimension whose index mod 8 is the lane's group
+	}{{m.a, schedule.MmaLayoutA(), m.vi, 0}, {m.b, schedule.MmaLayoutB(), m.vk, 1}} {
+		cr, err := s.BlockRealize(c)
+		if err != nil {
+			return false, err
+		}
+		at := slices.IndexFunc(cr.Block.Reads, func(rg ir.BufferRegion) bool { return rg.Buffer == op.load.Buffer })
+		if at < 0 {
+			return false, fmt.Errorf("block %q does not read %q", name, op.load.Buffer.Name)
+		}
+		fr, err := s.CacheRead(c, at, "local")
+		if err != nil {
+			return false, err
+		}
+		sh, err := s.CacheRead(fr, 0, "shared")
+		if err != nil {
+			return false, err
+		}
+		if err := s.ComputeAt(fr, kk); err != nil {
+			return false, err
+		}
+		if err := s.ComputeAt(sh, ko); err != nil {
+			return false, err
+		}
+		// The fragments' layout, over the operand's dimensions in the
+		// order of its buffer.
+		layout, outer := op.layout, op.outer
+		if !isVar(op.load.Indices[0], op.row) {
+			layout = &schedule.IndexMap{Vars: []*ir.Var{layout.Vars[1], layout.Vars[0]}, Indices: layout.Indices}
+			outer = 1 - outer
+		}
+		if err := s.TransformLayout(fr, schedule.BufferIndex{Write: true}, layout, nil); err != nil {
+			return false, err
+		}
+		lanes, err := mmaLanes(s, fr, outer)
+		if err != nil {
+			return false, err
+		}
+		unroll = append(unroll, lanes...)
+		// Vector e of the shared tile (row-major) is copied by thread
+		// e mod T.
+		cols := map[*ir.Var]int64{m.vi: 16 * FM * WM, m.vj: 8 * FN * WN, m.vk: BK}[op.load.Indices[1].(*ir.Var)]
+		cl, err := s.GetLoops(sh)
+		if err != nil {
+			return false, err
+		}
+		rows, col := cl[len(cl)-2], cl[len(cl)-1]
+		var vec []schedule.LoopRV
+		if vw := copyVector(op.load, cols); vw > 1 {
+			cs, err := s.Split(col, cols/vw, vw)
+			if err != nil {
+				return false, err
+			}
+			col, vec = cs[0], cs[1:]
+		}
+		f, err := s.Fuse(rows, col)
+		if err != nil {
+			return false, err
+		}
+		parts, err := s.Split(f, -1, WM*WN, 32)
+		if err != nil {
+			return false, err
+		}
+		if err := s.Reorder(parts[1], parts[2], parts[0]); err != nil {
+			return false, err
+		}
+		if err := bindAll(s, parts[1:], []string{"threadIdx.y", "threadIdx.x"}); err != nil {
+			return false, err
+		}
+		unroll = append(unroll, parts[0])
+		for _, v := range vec {
+			if err := s.Vectorize(v); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := s.Tensorize(i16, schedule.MmaFragIntrin(m.ab)); err != nil {
+		return false, err
+	}
+	for _, u := range append(unroll, kk, fm, fn) {
+		if err := s.Unroll(u); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// fuseBind fuses loops a and b and binds the fused loop to thread axis
+// tag.
+func fuseBind(s *schedule.Schedule, a, b schedule.LoopRV, tag string) error {
+	f, err := s.Fuse(a, b)
+	if err != nil {
+		return err
+	}
+	return s.Bind(f, tag)
+}
+
+// mmaLanes splits the two innermost loops of block b, a copy over whole
+// 16×8 or 16×16 tiles of a buffer in an mma layout, so that the lane of
+// the layout is one loop, bound to threadIdx.x: lane = 4·(x % 8) +
+// (y % 8) / 2 for x the loop at position outer (0 or 1) of the two and y
+// the other. It returns the loops of each lane's elements.
+func mmaLanes(s *schedule.Schedule, b schedule.BlockRV, outer int) ([]schedule.LoopRV, error) {
+	ls, err := s.GetLoops(b)
 	if err != nil {
 		return nil, err
 	}
-	BM, BN := 16*FM*WM, 8*FN*WN
-	T := 32 * WM * WN
-	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
-	cast := func(v *ir.Var, e ir.Expr) ir.Expr { return ir.NewCast(v.Type, e) }
-	by, bx, ko := ir.NewVar("by", ir.Int32), ir.NewVar("bx", ir.Int32), ir.NewVar("ko", ir.Int32)
-	acc := ir.NewBuffer(m.st.Buffer.Name+"_acc", ir.Float32, []ir.Expr{i32(FM * FN * 4)}, "local")
-	As := ir.NewBuffer(m.a.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BM), i32(BK)}, "shared")
-	Bs := ir.NewBuffer(m.b.Buffer.Name+"_shared", m.operandDType, []ir.Expr{i32(BK), i32(BN)}, "shared")
-
-	// lane gives the parts of thread tx: its warp's row and column in the
-	// block (wm, wn), its group g (lane / 4) and its place t in the group.
-	type lane struct{ tx, wm, wn, g, t ir.Expr }
-	threads := func(body func(l lane) ir.Stmt) ir.Stmt {
-		tx := ir.NewVar("tx", ir.Int32)
-		w := ir.FloorDiv(tx, i32(32))
-		ln := ir.FloorMod(tx, i32(32))
-		l := lane{tx: tx, wm: ir.FloorDiv(w, i32(WN)), wn: ir.FloorMod(w, i32(WN)), g: ir.FloorDiv(ln, i32(4)), t: ir.FloorMod(ln, i32(4))}
-		return &ir.For{Var: tx, Min: i32(0), Extent: i32(T), Kind: ir.ForThreadBinding, ThreadTag: "threadIdx.x", Body: body(l)}
+	two := ls[len(ls)-2:]
+	x, err := s.Split(two[outer], -1, 8)
+	if err != nil {
+		return nil, err
 	}
-	unrolled := func(name string, n int64, body func(v ir.Expr) ir.Stmt) ir.Stmt {
-		v := ir.NewVar(name, ir.Int32)
-		return &ir.For{Var: v, Min: i32(0), Extent: i32(n), Kind: ir.ForUnrolled, Body: body(v)}
+	y, err := s.Split(two[1-outer], -1, 4, 2)
+	if err != nil {
+		return nil, err
 	}
-	// accElem runs body for each accumulator of the thread: element r of
-	// fragment (fm, fn), with its slot in acc and its row and column in C.
-	accElem := func(l lane, body func(slot, row, col ir.Expr) ir.Stmt) ir.Stmt {
-		return unrolled("fm", FM, func(fm ir.Expr) ir.Stmt {
-			return unrolled("fn", FN, func(fn ir.Expr) ir.Stmt {
-				var ss []ir.Stmt
-				for r := range int64(4) {
-					slot := ir.Add(ir.Mul(ir.Add(ir.Mul(fm, i32(FN)), fn), i32(4)), i32(r))
-					row := ir.Add(ir.Add(ir.Add(ir.Mul(by, i32(BM)), ir.Mul(l.wm, i32(16*FM))), ir.Mul(fm, i32(16))), ir.Add(l.g, i32(8*(r/2))))
-					col := ir.Add(ir.Add(ir.Add(ir.Mul(bx, i32(BN)), ir.Mul(l.wn, i32(8*FN))), ir.Mul(fn, i32(8))), ir.Add(ir.Mul(l.t, i32(2)), i32(r%2)))
-					ss = append(ss, body(slot, row, col))
-				}
-				return ir.Seq(ss...)
-			})
-		})
+	if err := s.Reorder(x[1], y[1], x[0], y[0], y[2]); err != nil {
+		return nil, err
 	}
-
-	initNest := threads(func(l lane) ir.Stmt {
-		return accElem(l, func(slot, row, col ir.Expr) ir.Stmt {
-			v := ir.SubstituteExpr(m.init.Value, map[*ir.Var]ir.Expr{m.vi: cast(m.vi, row), m.vj: cast(m.vj, col)})
-			if v.DType() != ir.Float32 {
-				v = ir.NewCast(ir.Float32, v)
-			}
-			return ir.NewBufferStore(acc, v, slot)
-		})
-	})
-
-	kAt := func(kk ir.Expr) ir.Expr { return cast(m.vk, ir.Add(ir.Mul(ko, i32(BK)), kk)) }
-	copyNest := threads(func(l lane) ir.Stmt {
-		return ir.Seq(
-			tileCopy(As, BM, BK, T, m.a, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
-				return map[*ir.Var]ir.Expr{m.vi: cast(m.vi, ir.Add(ir.Mul(by, i32(BM)), rr)), m.vk: kAt(cc)}
-			}, m.vk, l.tx),
-			tileCopy(Bs, BK, BN, T, m.b, func(rr, cc ir.Expr) map[*ir.Var]ir.Expr {
-				return map[*ir.Var]ir.Expr{m.vk: kAt(rr), m.vj: cast(m.vj, ir.Add(ir.Mul(bx, i32(BN)), cc))}
-			}, m.vj, l.tx))
-	})
-
-	computeNest := threads(func(l lane) ir.Stmt {
-		af := ir.NewBuffer(m.a.Buffer.Name+"_frag", m.operandDType, []ir.Expr{i32(FM * 8)}, "local")
-		bf := ir.NewBuffer(m.b.Buffer.Name+"_frag", m.operandDType, []ir.Expr{i32(FN * 4)}, "local")
-		body := unrolled("kk", BK/16, func(kk ir.Expr) ir.Stmt {
-			k0 := ir.Mul(kk, i32(16))
-			loadA := unrolled("fm", FM, func(fm ir.Expr) ir.Stmt {
-				var ss []ir.Stmt
-				for i := range int64(8) {
-					row := ir.Add(ir.Add(ir.Mul(l.wm, i32(16*FM)), ir.Mul(fm, i32(16))), ir.Add(l.g, i32(8*((i/2)%2))))
-					col := ir.Add(k0, ir.Add(ir.Mul(l.t, i32(2)), i32(i%2+8*(i/4))))
-					ss = append(ss, ir.NewBufferStore(af, ir.NewBufferLoad(As, row, col), ir.Add(ir.Mul(fm, i32(8)), i32(i))))
-				}
-				return ir.Seq(ss...)
-			})
-			loadB := unrolled("fn", FN, func(fn ir.Expr) ir.Stmt {
-				var ss []ir.Stmt
-				for i := range int64(4) {
-					row := ir.Add(k0, ir.Add(ir.Mul(l.t, i32(2)), i32(i%2+8*(i/2))))
-					col := ir.Add(ir.Add(ir.Mul(l.wn, i32(8*FN)), ir.Mul(fn, i32(8))), l.g)
-					ss = append(ss, ir.NewBufferStore(bf, ir.NewBufferLoad(Bs, row, col), ir.Add(ir.Mul(fn, i32(4)), i32(i))))
-				}
-				return ir.Seq(ss...)
-			})
-			mma := unrolled("fm", FM, func(fm ir.Expr) ir.Stmt {
-				return unrolled("fn", FN, func(fn ir.Expr) ir.Stmt {
-					return &ir.Evaluate{Value: ir.PtxMma(m.ab, af.Data, ir.Mul(fm, i32(8)), bf.Data, ir.Mul(fn, i32(4)),
-						acc.Data, ir.Mul(ir.Add(ir.Mul(fm, i32(FN)), fn), i32(4)))}
-				})
-			})
-			return ir.Seq(loadA, loadB, mma)
-		})
-		return &ir.Allocate{Buffer: af, Body: &ir.Allocate{Buffer: bf, Body: body}}
-	})
-
-	var fail bool
-	storeNest := threads(func(l lane) ir.Stmt {
-		return accElem(l, func(slot, row, col ir.Expr) ir.Stmt {
-			c := ir.Expr(ir.NewBufferLoad(acc, slot))
-			if m.st.Buffer.DType != ir.Float32 {
-				c = ir.NewCast(m.st.Buffer.DType, c)
-			}
-			s, ok := matmulStores(m.st.Buffer, c, []*ir.Var{m.vi, m.vj}, []ir.Expr{row, col}, blocks[1:], []int64{m.M, m.N}, inter)
-			fail = fail || !ok
-			return s
-		})
-	})
-	if fail {
-		return nil, nil
+	if err := fuseBind(s, x[1], y[1], "threadIdx.x"); err != nil {
+		return nil, err
 	}
-	kernel := ir.Seq(initNest,
-		&ir.For{Var: ko, Min: i32(0), Extent: i32(m.K / BK), Kind: ir.ForSerial, Body: ir.Seq(copyNest, computeNest)},
-		storeNest)
-	var body ir.Stmt = &ir.Allocate{Buffer: As, Body: &ir.Allocate{Buffer: Bs, Body: &ir.Allocate{Buffer: acc, Body: kernel}}}
-	body = &ir.For{Var: by, Min: i32(0), Extent: i32(m.M / BM), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.y",
-		Body: &ir.For{Var: bx, Min: i32(0), Extent: i32(m.N / BN), Kind: ir.ForThreadBinding, ThreadTag: "blockIdx.x", Body: body}}
-	return f.WithBody(ir.NewRootBlock(body)), nil
+	return []schedule.LoopRV{x[0], y[0], y[2]}, nil
 }
 
 // mmaRule is the tensor-core rule on the function with its producers
-// inlined; its choices are recorded on a copy of that schedule, the loops
-// being built by hand.
-func mmaRule(in *gpuIn) (*scheduled, bool, error) {
-	blocks, err := in.prepare()
-	if err != nil {
-		return nil, false, err
-	}
-	g, err := mmaMatmulRule(in.inlined.Copy(), blocks, in.opts)
-	if err != nil {
-		return nil, false, fmt.Errorf("tensor-core matmul of block %q: %w", blocks[0].Block.Name, err)
-	}
-	return found(g)
-}
+// inlined.
+func mmaRule(in *gpuIn) (*scheduled, bool, error) { return onInlinedSchedule(mmaMatmulRule)(in) }
 
 // Limits of the tensor-core rule's choices: up to mmaMaxFrags fragments
 // of 16×8 per warp (4 float32 accumulators each per thread) along each
@@ -361,118 +489,4 @@ func mmaTiles(s *schedule.Schedule, opts GPUOptions, name string, m mmaMatmul) (
 	}
 	bk, err = opts.choose(s, site+"tile_k", bks, bk0)
 	return
-}
-
-// matmulStores returns the stores of one element of a matmul's output c
-// (value v, at out, in the dtypes of the iteration variables ivs) and of
-// its elementwise epilogues (see epilogue) over an M × N output (exts),
-// except those of intermediates (inter), which are never stored; ok is
-// false when an epilogue is not elementwise or nothing would be stored.
-func matmulStores(c *ir.Buffer, v ir.Expr, ivs []*ir.Var, out []ir.Expr, epilogues []*ir.BlockRealize, exts []int64, inter map[*ir.Buffer]bool) (ir.Stmt, bool) {
-	values := map[*ir.Buffer]ir.Expr{c: v}
-	var stores []ir.Stmt
-	if !inter[c] {
-		stores = append(stores, ir.NewBufferStore(c, v, ir.NewCast(ivs[0].Type, out[0]), ir.NewCast(ivs[1].Type, out[1])))
-	}
-	for _, e := range epilogues {
-		buf, ev, ok := epilogue(e, exts, out, values)
-		if !ok {
-			return &ir.Evaluate{Value: ir.NewIntImm(ir.Int32, 0)}, false
-		}
-		values[buf] = ev
-		if !inter[buf] {
-			stores = append(stores, ir.NewBufferStore(buf, ev, epilogueIndex(e, out)...))
-		}
-	}
-	return ir.Seq(stores...), len(stores) > 0
-}
-
-// tileCopy returns thread's share (thread is its index among the T threads
-// of the block) of the copy of a rows × cols tile into dst[rr, cc] from
-// src at the iteration variables at(rr, cc): vector e of vw elements of
-// the tile (row-major) is copied by thread e mod T, as one vector load and
-// store when vw > 1 (see copyVector).
-func tileCopy(dst *ir.Buffer, rows, cols, T int64, src *ir.BufferLoad, at func(rr, cc ir.Expr) map[*ir.Var]ir.Expr, col *ir.Var, thread ir.Expr) ir.Stmt {
-	i32 := func(v int64) ir.Expr { return ir.NewIntImm(ir.Int32, v) }
-	vw := int64(1)
-	if len(src.Indices) == 2 && isVar(src.Indices[1], col) {
-		vw = copyVector(src, cols)
-	}
-	it, v := ir.NewVar("it", ir.Int32), ir.NewVar("v", ir.Int32)
-	e := ir.Add(ir.Mul(it, i32(T)), thread)
-	rr, cc := ir.FloorDiv(e, i32(cols/vw)), ir.Mul(ir.FloorMod(e, i32(cols/vw)), i32(vw))
-	if vw > 1 {
-		cc = ir.Add(cc, v)
-	}
-	var s ir.Stmt = ir.NewBufferStore(dst, ir.SubstituteExpr(src, at(rr, cc)), rr, cc)
-	if vw > 1 {
-		s = &ir.For{Var: v, Min: i32(0), Extent: i32(vw), Kind: ir.ForVectorized, Body: s}
-	}
-	n := rows * cols / vw
-	if n%T != 0 {
-		s = &ir.IfThenElse{Cond: ir.LT(e, i32(n)), Then: s}
-	}
-	return &ir.For{Var: it, Min: i32(0), Extent: i32((n + T - 1) / T), Kind: ir.ForUnrolled, Body: s}
-}
-
-// epilogueIndex is the index an epilogue block (see epilogue) stores at
-// for the output element out, in its iteration variables' dtypes.
-func epilogueIndex(br *ir.BlockRealize, out []ir.Expr) []ir.Expr {
-	idx := make([]ir.Expr, len(out))
-	for i, iv := range br.Block.IterVars {
-		idx[i] = ir.NewCast(iv.Var.Type, out[i])
-	}
-	return idx
-}
-
-// epilogue returns the buffer block br stores and the value it stores at
-// out, when br is a spatial block over the same extents whose loads of
-// the buffers in values are at its own iteration variables; the loads are
-// replaced by their values and the variables by out.
-func epilogue(br *ir.BlockRealize, exts []int64, out []ir.Expr, values map[*ir.Buffer]ir.Expr) (*ir.Buffer, ir.Expr, bool) {
-	b := br.Block
-	if b.Init != nil || len(b.IterVars) != len(exts) || len(b.AllocBuffers) > 0 || !isTrue(br.Predicate) || len(br.IterValues) != len(exts) {
-		return nil, nil, false
-	}
-	vmap := map[*ir.Var]ir.Expr{}
-	for i, iv := range b.IterVars {
-		e, ok := ir.IsConstInt(iv.Dom.Extent)
-		if iv.Kind != ir.IterSpatial || !ok || e != exts[i] {
-			return nil, nil, false
-		}
-		if _, ok := br.IterValues[i].(*ir.Var); !ok {
-			return nil, nil, false
-		}
-		vmap[iv.Var] = ir.NewCast(iv.Var.Type, out[i])
-	}
-	st, ok := b.Body.(*ir.BufferStore)
-	if !ok || len(st.Indices) != len(exts) {
-		return nil, nil, false
-	}
-	own := func(idx []ir.Expr) bool { return ownIndices(b, idx) }
-	if !own(st.Indices) {
-		return nil, nil, false
-	}
-	good := true
-	r := &ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
-		l, ok := e.(*ir.BufferLoad)
-		if !ok {
-			return e
-		}
-		v, known := values[l.Buffer]
-		if !known {
-			return e
-		}
-		if !own(l.Indices) {
-			good = false
-		}
-		return v
-	}}
-	// Replace the loads first (their indices are the iteration
-	// variables), then the variables.
-	val := r.RewriteExpr(st.Value)
-	if !good {
-		return nil, nil, false
-	}
-	return st.Buffer, ir.SubstituteExpr(val, vmap), true
 }

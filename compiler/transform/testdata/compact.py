@@ -144,3 +144,16 @@ class Module:
             for tx in T.thread_binding(16, thread="threadIdx.x"):
                 for r in range(2):
                     B[bx * 32 + r * 16 + tx] = L[bx, tx, 1 - r] * T.float32(2)
+
+    @T.prim_func
+    def per_thread_rows(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
+        T.func_attr({"global_symbol": "per_thread_rows"})
+        L = T.decl_buffer((2, 2, 16, 2), scope="local")
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for ty in T.thread_binding(2, thread="threadIdx.y"):
+                for tx in T.thread_binding(16, thread="threadIdx.x"):
+                    for r in range(2):
+                        L[bx, ty, tx, r] = A[bx * 64 + ty * 32 + r * 16 + tx]
+                for tx in T.thread_binding(16, thread="threadIdx.x"):
+                    for r in range(2):
+                        B[bx * 64 + ty * 32 + r * 16 + tx] = L[bx, ty, tx, 1 - r] * T.float32(2)
