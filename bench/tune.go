@@ -187,21 +187,26 @@ type half struct {
 }
 
 // defaultScheduleMS is the median of the default schedule's last valid
-// record in db for a workload, in milliseconds (0: none).
+// record of the search in db for a workload (a head-to-head's apart), in
+// milliseconds (0: none).
 func defaultScheduleMS(db *tune.Database, hash string) float64 {
 	ms := 0.0
 	for _, rec := range db.Records(hash) {
-		if rec.Valid() && rec.Schedule == tune.DefaultSchedule {
+		if rec.Valid() && rec.Schedule == tune.DefaultSchedule && rec.Pair == 0 {
 			ms = sig(rec.Median()*1e3, 4)
 		}
 	}
 	return ms
 }
 
-// halvesOf counts the records of db for a workload by half.
+// halvesOf counts the records of the search in db for a workload by
+// half.
 func halvesOf(db *tune.Database, hash string) halves {
 	var h halves
 	for _, rec := range db.Records(hash) {
+		if rec.Pair != 0 {
+			continue // a head-to-head's timing, not a searched candidate
+		}
 		var x *half
 		switch rec.Schedule {
 		case "":
@@ -668,7 +673,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		}
 		searched := math.Inf(1)
 		for _, rec := range db.Records(task.Workload.Hash) {
-			if rec.Valid() && rec.Schedule != tune.DefaultSchedule {
+			if rec.Valid() && rec.Schedule != tune.DefaultSchedule && rec.Pair == 0 {
 				searched = min(searched, rec.Median())
 			}
 		}
