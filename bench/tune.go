@@ -156,6 +156,14 @@ type otherTune struct {
 	TunedVsDefaultSched   float64 `json:"tuned_vs_default_schedule"`
 	BestSearchedMS        float64 `json:"best_searched_ms"`
 	SearchedVsDefaultSchd float64 `json:"searched_vs_default_schedule"`
+	// HeadToHead are the default schedule and the best candidate timed
+	// again one after the other at the end of the search (no build in
+	// flight), when the best was not the default, and the default's time
+	// over the best's: the fair comparison of the two on a machine whose
+	// load changes during the search.
+	HeadToHeadDefaultMS float64 `json:"head_to_head_default_ms,omitempty"`
+	HeadToHeadBestMS    float64 `json:"head_to_head_best_ms,omitempty"`
+	HeadToHeadRatio     float64 `json:"head_to_head_ratio,omitempty"`
 	// Halves are the searched candidates of each half of the space.
 	Halves halves `json:"halves"`
 }
@@ -179,21 +187,26 @@ type half struct {
 }
 
 // defaultScheduleMS is the median of the default schedule's last valid
-// record in db for a workload, in milliseconds (0: none).
+// record of the search in db for a workload (a head-to-head's apart), in
+// milliseconds (0: none).
 func defaultScheduleMS(db *tune.Database, hash string) float64 {
 	ms := 0.0
 	for _, rec := range db.Records(hash) {
-		if rec.Valid() && rec.Schedule == tune.DefaultSchedule {
+		if rec.Valid() && rec.Schedule == tune.DefaultSchedule && rec.Pair == 0 {
 			ms = sig(rec.Median()*1e3, 4)
 		}
 	}
 	return ms
 }
 
-// halvesOf counts the records of db for a workload by half.
+// halvesOf counts the records of the search in db for a workload by
+// half.
 func halvesOf(db *tune.Database, hash string) halves {
 	var h halves
 	for _, rec := range db.Records(hash) {
+		if rec.Pair != 0 {
+			continue // a head-to-head's timing, not a searched candidate
+		}
 		var x *half
 		switch rec.Schedule {
 		case "":
@@ -247,6 +260,9 @@ func (r tuneResult) othersLine() string {
 	for _, o := range r.Others {
 		s += fmt.Sprintf("; %s %s: tuned %.3g ms vs unscheduled %.4g ms (×%.1f), vs the default schedule %.3g ms (×%.2f; the best searched candidate ×%.2f), %d trials: %v",
 			o.Name, o.Shape, o.BestMS, o.DefaultMS, o.TunedVsDefault, o.DefaultScheduleMS, o.TunedVsDefaultSched, o.SearchedVsDefaultSchd, o.Trials, o.Halves)
+		if o.HeadToHeadRatio > 0 {
+			s += fmt.Sprintf("; timed again side by side: the default %.3g ms, the best %.3g ms (×%.2f)", o.HeadToHeadDefaultMS, o.HeadToHeadBestMS, o.HeadToHeadRatio)
+		}
 	}
 	return s
 }
@@ -647,7 +663,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 			return nil, err
 		}
 		db := tune.NewDatabase("cpu")
-		sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: min(trials, 16), Seed: 1})
+		sum, err := tune.Tune(ctx, []*tune.Task{task}, db, runner, tune.Options{Trials: trials, Batch: min(trials, 16), Seed: 1, HeadToHead: true})
 		if err != nil {
 			return nil, fmt.Errorf("tuning %s: %w", k.name, err)
 		}
@@ -657,7 +673,7 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		}
 		searched := math.Inf(1)
 		for _, rec := range db.Records(task.Workload.Hash) {
-			if rec.Valid() && rec.Schedule != tune.DefaultSchedule {
+			if rec.Valid() && rec.Schedule != tune.DefaultSchedule && rec.Pair == 0 {
 				searched = min(searched, rec.Median())
 			}
 		}
@@ -670,6 +686,10 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 			if o.DefaultScheduleMS > 0 {
 				o.SearchedVsDefaultSchd = sig(o.DefaultScheduleMS/o.BestSearchedMS, 3)
 			}
+		}
+		if h := sum[0].HeadToHead; h != nil && h.Best > 0 {
+			o.HeadToHeadDefaultMS, o.HeadToHeadBestMS = sig(h.Default*1e3, 4), sig(h.Best*1e3, 4)
+			o.HeadToHeadRatio = sig(h.Default/h.Best, 3)
 		}
 		o.Halves = halvesOf(db, task.Workload.Hash)
 		out = append(out, o)

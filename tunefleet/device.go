@@ -241,7 +241,7 @@ const (
 )
 
 // measure runs, checks and times one built candidate on d.
-func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte) (tune.Result, verdict) {
+func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *reference, art []byte, tm timing) (tune.Result, verdict) {
 	start := time.Now()
 	defer func() { r.log.Debug("measured", "device", d.name, "took", time.Since(start)) }()
 	res := tune.Result{Device: d.attrs}
@@ -264,13 +264,13 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 		return res, resultStands
 	}
 	r.clock.since(StageCheck, &t)
-	if r.cfg.Time.Repeat > 1 && r.cutoff.Stop(task.Workload.Hash, took.Seconds()) {
-		// The check's call alone, a round trip included, was already
-		// far slower than the best: its time is the record.
+	if r.stopAtCheck(task, tm, took) {
+		// The check's call alone was already far slower than the best,
+		// and as long as a repeat: its time is the record.
 		res.Times, res.Stopped = []float64{took.Seconds()}, true
 		return res, resultStands
 	}
-	tr, stopped, err := r.time(ctx, d, task, fn)
+	tr, stopped, err := r.time(ctx, d, task, fn, tm)
 	if err != nil {
 		return r.failed(ctx, d, res, err)
 	}
@@ -306,12 +306,36 @@ func (r *Runner) measure(ctx context.Context, d *device, task *tune.Task, ref *r
 	return res, resultStands
 }
 
+// stopAtCheck reports whether a candidate's timing ends with the call
+// that checked its result, which took took (the kernel and a round
+// trip, the first call after the load: cold). Only a call at least as
+// long as a repeat (Config.Time's MinRepeatMS), where the first repeat
+// would be that one call again, stands in for the first repeat: a
+// kernel of a millisecond or less is slowed more than the cutoff's
+// factor by the round trip and a cold start alone, and was recorded
+// so, its repeats never timed. A candidate timed every repeat (the
+// default schedule) is never stopped.
+func (r *Runner) stopAtCheck(task *tune.Task, tm timing, took time.Duration) bool {
+	o := r.cfg.Time
+	if tm == everyRepeat || o.Repeat < 2 || took < time.Duration(o.MinRepeatMS)*time.Millisecond {
+		return false
+	}
+	return r.cutoff.Stop(task.Workload.Hash, took.Seconds())
+}
+
+// stopAtFirst reports whether a candidate's timing ends after its first
+// repeat, whose median was first (seconds per call).
+func (r *Runner) stopAtFirst(task *tune.Task, tm timing, first float64) bool {
+	return tm != everyRepeat && r.cutoff.Stop(task.Workload.Hash, first)
+}
+
 // time runs the time evaluator on fn: its first repeat alone, and when
 // that is not already past the cutoff (stopped false) the others, pooled
-// with it. Without a cutoff, or with one repeat, it is one timing.
-func (r *Runner) time(ctx context.Context, d *device, task *tune.Task, fn *client.Func) (tr proto.TimeResult, stopped bool, err error) {
+// with it. Without a cutoff, with one repeat, or for a candidate timed
+// every repeat, it is one timing.
+func (r *Runner) time(ctx context.Context, d *device, task *tune.Task, fn *client.Func, tm timing) (tr proto.TimeResult, stopped bool, err error) {
 	o := r.cfg.Time
-	if r.cutoff.Factor <= 0 || o.Repeat < 2 {
+	if r.cutoff.Factor <= 0 || o.Repeat < 2 || tm == everyRepeat {
 		tr, err := d.sess.TimeEvaluator(ctx, fn, o, d.args()...)
 		return tr, false, err
 	}
@@ -321,7 +345,7 @@ func (r *Runner) time(ctx context.Context, d *device, task *tune.Task, fn *clien
 	if err != nil {
 		return tr, false, err
 	}
-	if len(a.Results) > 0 && r.cutoff.Stop(task.Workload.Hash, a.Median) {
+	if len(a.Results) > 0 && r.stopAtFirst(task, tm, a.Median) {
 		return a, true, nil
 	}
 	rest := o

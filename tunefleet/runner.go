@@ -56,7 +56,8 @@ type Config struct {
 	// Cutoff stops a candidate's timing after its first repeat when that
 	// took over Cutoff times the best time of its workload measured by
 	// this runner (see tune.Cutoff): 0 means tune.DefaultCutoff, a
-	// negative value times every repeat of every candidate.
+	// negative value times every repeat of every candidate. The default
+	// schedule's candidate is timed every repeat whatever the cutoff.
 	Cutoff float64
 	// NoDefault skips timing each task's unscheduled function when its
 	// reference is computed (Default then reports nothing): it can be
@@ -257,9 +258,30 @@ const maxTries = 2
 // When ctx ends the build jobs still queued are cancelled at the tracker
 // and the measurements under way dropped.
 func (r *Runner) Stream(ctx context.Context, task *tune.Task, cands []*tune.Candidate, each func(int, tune.Result)) error {
-	return r.run(ctx, task, len(cands), 0, func(ctx context.Context, i int) ([]byte, tune.Result, error) {
-		return r.build(ctx, task, cands[i].Func)
+	return r.run(ctx, task, len(cands), 0, func(ctx context.Context, i int) ([]byte, tune.Result, timing, error) {
+		art, res, err := r.build(ctx, task, cands[i].Func)
+		return art, res, timingOf(cands[i]), err
 	}, each)
+}
+
+// timing says how a candidate is timed: every repeat, or cut short when
+// it is far slower than the best (see Runner.stopAtCheck and
+// Runner.stopAtFirst).
+type timing int
+
+const (
+	cutoffApplies timing = iota
+	// everyRepeat: the default schedule is the figure the search's best
+	// is compared with (and that a head-to-head pits it against), so it
+	// is never cut short, whatever was timed before it.
+	everyRepeat
+)
+
+func timingOf(c *tune.Candidate) timing {
+	if c.Schedule == tune.DefaultSchedule {
+		return everyRepeat
+	}
+	return cutoffApplies
 }
 
 // Run is Stream with the results in order, once every candidate has one.
@@ -276,6 +298,7 @@ func (r *Runner) Run(ctx context.Context, task *tune.Task, cands []*tune.Candida
 type Built struct {
 	Artifact []byte
 	Result   tune.Result
+	timing   timing
 }
 
 // Build builds the candidates as build jobs, all submitted at once, and
@@ -286,7 +309,10 @@ func (r *Runner) Build(ctx context.Context, task *tune.Task, cands []*tune.Candi
 	errs := make([]error, len(cands))
 	var wg sync.WaitGroup
 	for i, c := range cands {
-		wg.Go(func() { out[i].Artifact, out[i].Result, errs[i] = r.build(ctx, task, c.Func) })
+		wg.Go(func() {
+			out[i].Artifact, out[i].Result, errs[i] = r.build(ctx, task, c.Func)
+			out[i].timing = timingOf(c)
+		})
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
@@ -302,8 +328,8 @@ func (r *Runner) Measure(ctx context.Context, task *tune.Task, bs []Built) ([]tu
 // the throughput of k devices with that of more without leasing again.
 func (r *Runner) MeasureOn(ctx context.Context, task *tune.Task, bs []Built, k int) ([]tune.Result, error) {
 	out := make([]tune.Result, len(bs))
-	err := r.run(ctx, task, len(bs), k, func(_ context.Context, i int) ([]byte, tune.Result, error) {
-		return bs[i].Artifact, bs[i].Result, nil
+	err := r.run(ctx, task, len(bs), k, func(_ context.Context, i int) ([]byte, tune.Result, timing, error) {
+		return bs[i].Artifact, bs[i].Result, bs[i].timing, nil
 	}, func(i int, res tune.Result) { out[i] = res })
 	if err != nil {
 		return nil, err
@@ -316,7 +342,7 @@ func (r *Runner) MeasureOn(ctx context.Context, task *tune.Task, bs []Built, k i
 // failed build), called concurrently for all of them; each gets every
 // result as it comes. The first error (the tracker, the fleet gone, ctx)
 // stops the others; the results given before stand.
-func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get func(ctx context.Context, i int) ([]byte, tune.Result, error), each func(int, tune.Result)) error {
+func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get func(ctx context.Context, i int) ([]byte, tune.Result, timing, error), each func(int, tune.Result)) error {
 	if n == 0 {
 		return nil
 	}
@@ -333,9 +359,9 @@ func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get fun
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			art, res, err := get(ctx, i)
+			art, res, tm, err := get(ctx, i)
 			if err == nil && art != nil {
-				res, err = r.measureOnPool(ctx, task, ref, art, slots)
+				res, err = r.measureOnPool(ctx, task, ref, art, tm, slots)
 			}
 			if err != nil {
 				cancel(err)
@@ -354,7 +380,7 @@ func (r *Runner) run(ctx context.Context, task *tune.Task, n, limit int, get fun
 // measureOnPool measures one built candidate on the next free device
 // (another when that one is gone, the same again when its session ended
 // through no fault of the candidate's).
-func (r *Runner) measureOnPool(ctx context.Context, task *tune.Task, ref *reference, art []byte, slots chan struct{}) (tune.Result, error) {
+func (r *Runner) measureOnPool(ctx context.Context, task *tune.Task, ref *reference, art []byte, tm timing, slots chan struct{}) (tune.Result, error) {
 	if slots != nil {
 		select {
 		case slots <- struct{}{}:
@@ -369,7 +395,7 @@ func (r *Runner) measureOnPool(ctx context.Context, task *tune.Task, ref *refere
 			return tune.Result{}, err
 		}
 		r.event(d, 1, "")
-		res, v := r.measure(ctx, d, task, ref, art)
+		res, v := r.measure(ctx, d, task, ref, art, tm)
 		r.event(d, 0, "")
 		if ctx.Err() != nil {
 			// Cut short: not the candidate's result.

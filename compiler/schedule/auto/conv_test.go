@@ -451,5 +451,5 @@ func TestConvChoiceSites(t *testing.T) {
 	check.Equal(t, sites(convCase{n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "bias_relu"}),
 		"lanes vectors positions epilogue channels_outer reduce_order unroll padding parallel")
 	check.Equal(t, sites(convCase{n: 1, c: 64, h: 8, w: 56, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true}),
-		"lanes vectors rows rows_inner reduce_order unroll padding parallel")
+		"lanes vectors rows out_rows rows_inner reduce_order unroll padding parallel")
 }

@@ -22,7 +22,9 @@ import (
 // dividing the row) over the whole reduction, times fi output channels
 // when A does not depend on the channel (a convolution of one group in
 // OIHW: each step loads the row's vectors once for fi broadcast
-// weights; pointwise ones take the flattened plane first, pointwise.go); a depthwise
+// weights; pointwise ones take the flattened plane first, pointwise.go),
+// times (a choice, one by default) yi output rows, which every weight
+// broadcast then feeds; a depthwise
 // channel has weights of its own, so its tile is one row. The epilogue
 // runs on the tile as for the channel-vectorized convolution (conv.go),
 // and the rows of all channels are shared among the threads. Depthwise
@@ -171,6 +173,23 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 		}
 		outer[c.rows] = fs[0]
 		tile = append(tile, fs[1])
+		// Output rows (the spatial loop before x) in the tile too: each
+		// weight broadcast then feeds every row of the tile, for a load
+		// of A per row; the rule's own is one row.
+		if y := ns - 2; y > c.rows {
+			yi, err := opts.choose(s, site("out_rows"), divisorsUpTo(c.spatial[y], max(1, opts.accumulators()/(xv*fi))), 1)
+			if err != nil {
+				return err
+			}
+			if yi > 1 {
+				ys, err := s.Split(loops[y], -1, yi)
+				if err != nil {
+					return err
+				}
+				outer[y] = ys[0]
+				tile = append(tile, ys[1])
+			}
+		}
 		// The tiles of rows outside the spatial loops after them (a
 		// tile of W stays in cache while the rows of A stream by, the
 		// rule's own), or innermost of the outer loops (a row of A stays

@@ -1,6 +1,8 @@
 package auto
 
 import (
+	"math"
+
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
@@ -207,6 +209,31 @@ func (d *depthwisePlane) planeRowCost(lanes int64) int64 {
 		cost += d.X
 	}
 	return cost
+}
+
+// planeTileCost estimates the vector operations of a channel's plane
+// computed in tiles of rows × vec vectors of lanes, the window's rows
+// unrolled when rows > 1 (the default): per tile a multiply-add per tap
+// and vector, a broadcast per tap (the weight; none for a pooling
+// window), and the loads of the plane's vectors, each tap's own when
+// the tile is one row, else those of the rows × vec vectors that the
+// unrolled rows share (rows+KH−1 rows of the plane per tap along the
+// row: a tile of one vector over eight rows loads 30 vectors for its 72
+// multiply-adds where eight tiles of one row load 72); times the tiles
+// of the plane, whose columns overlapped tiles compute some of twice.
+func (d *depthwisePlane) planeTileCost(lanes, vec, rows int64) float64 {
+	taps := d.KH * d.KW
+	loads := rows * vec * taps
+	if rows > 1 {
+		loads = (rows + d.KH - 1) * vec * d.KW
+	}
+	bcast := taps
+	if d.w == nil {
+		bcast = 0
+	}
+	perTile := float64(rows*vec*taps + loads + bcast)
+	tiles := float64(d.Y/rows) * float64(ceilDiv(d.X, vec*lanes))
+	return perTile * tiles
 }
 
 // planeSite names the plane rule's choice what for block c.
@@ -572,33 +599,52 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 	}
 	// A tile of rows × vectors stays in registers: every divisor of the
 	// row's vectors when the row is padded, any number that fits in the
-	// row when the last vector moves back.
-	// By default the most vectors of those that compute the fewest
-	// columns (overlapped tiles compute some twice).
+	// row when the last vector moves back; its rows, the divisors of the
+	// plane's rows whose tile fits in the target's accumulators. By
+	// default the tile of maxPlaneAccumulators vectors at most that
+	// takes the fewest operations (see planeTileCost), the most vectors
+	// of equals.
 	var vcands []int64
-	vdef, least := int64(0), int64(0)
 	for v := int64(1); v <= nv; v++ {
 		if overlap && v*lanes <= d.X || !overlap && nv%v == 0 {
 			vcands = append(vcands, v)
-			if cols := ceilDiv(d.X, v*lanes) * v * lanes; vdef == 0 || cols <= least {
-				vdef, least = v, cols
+		}
+	}
+	rowCands := func(vec int64) []int64 {
+		var rs []int64
+		for r := int64(1); r <= min(d.Y, max(1, opts.accumulators()/vec)); r++ {
+			if d.Y%r == 0 {
+				rs = append(rs, r)
 			}
+		}
+		return rs
+	}
+	limit := max(1, min(maxPlaneAccumulators, opts.accumulators()))
+	// bestRows is the default rows of a tile of vec vectors and its cost.
+	bestRows := func(vec int64) (int64, float64) {
+		rdef, least := int64(1), d.planeTileCost(lanes, vec, 1)
+		for _, r := range rowCands(vec) {
+			if r*vec > limit {
+				break
+			}
+			if cost := d.planeTileCost(lanes, vec, r); cost <= least {
+				rdef, least = r, cost
+			}
+		}
+		return rdef, least
+	}
+	vdef, least := vcands[0], math.Inf(1)
+	for _, v := range vcands {
+		if _, cost := bestRows(v); cost <= least {
+			vdef, least = v, cost
 		}
 	}
 	vec, err := opts.choose(s, planeSite(c, "vectors"), vcands, vdef)
 	if err != nil {
 		return err
 	}
-	// Rows: the divisors of the plane's rows whose tile fits in the
-	// target's accumulators, by default in maxPlaneAccumulators.
-	var rcands []int64
-	for r := int64(1); r <= min(d.Y, max(1, opts.accumulators()/vec)); r++ {
-		if d.Y%r == 0 {
-			rcands = append(rcands, r)
-		}
-	}
-	limit := max(1, min(maxPlaneAccumulators, opts.accumulators())/vec)
-	yt, err := opts.choose(s, planeSite(c, "rows"), rcands, largestDivisor(d.Y, limit))
+	rdef, _ := bestRows(vec)
+	yt, err := opts.choose(s, planeSite(c, "rows"), rowCands(vec), rdef)
 	if err != nil {
 		return err
 	}
@@ -632,7 +678,9 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 	if err := s.Unroll(loops[len(loops)-1]); err != nil {
 		return err
 	}
-	unrollRows, err := opts.chooseBool(s, planeSite(c, "unroll_ry"), false)
+	// The window's rows unrolled share the loads of a tile of several
+	// rows (see planeTileCost): that is the default.
+	unrollRows, err := opts.chooseBool(s, planeSite(c, "unroll_ry"), yt > 1 && d.KH > 1)
 	if err != nil {
 		return err
 	}

@@ -156,3 +156,54 @@ func (p *fixed) Choose(s *schedule.Schedule, site string, cands []int64, def int
 	}
 	return s.SampleCategorical(nil, cands, Uniform(len(cands)), i)
 }
+
+// picks is a Decider that takes the rule's pick at every site and
+// records it by the site's last part.
+type picks map[string]int64
+
+func (p picks) Choose(s *schedule.Schedule, site string, cands []int64, def int) (int64, error) {
+	p[site[strings.LastIndex(site, "/")+1:]] = cands[def]
+	return s.SampleCategorical(nil, cands, Uniform(len(cands)), def)
+}
+
+// TestDepthwisePlaneDefaultTile: with 16 vector registers (AVX2), the
+// default tile of a 56-wide 3×3 depthwise convolution is a column of
+// one vector over eight rows with the window's rows unrolled, whose rows
+// share the loads of the plane (planeTileCost), not a row of seven
+// vectors that loads each tap's vectors anew; the rows are unrolled by
+// default only when a tile has more than one.
+func TestDepthwisePlaneDefaultTile(t *testing.T) {
+	avx2 := Options{VectorBytes: 32, VectorRegisters: 16}
+	for _, tc := range []struct {
+		name                  string
+		cc                    convCase
+		vectors, rows, unroll int64 // 0: not asked (one candidate)
+	}{
+		{"56_wide", convCase{n: 1, c: 2, h: 56, w: 56, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, opts: avx2}, 1, 8, 1},
+		{"7_wide", convCase{n: 1, c: 2, h: 7, w: 7, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, opts: avx2}, 0, 7, 1},
+		{"one_row", convCase{n: 1, c: 2, h: 1, w: 34, f: 2, kh: 1, kw: 3, stride: 1, groups: 2, oihw: true, opts: avx2}, 4, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.cc.primFunc(t)
+			p := picks{}
+			opts := tc.cc.opts
+			opts.Decide = p
+			a, err := Apply(f, opts)
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleDepthwisePlane)
+			check.Equal(t, p["lanes"], int64(8))
+			check.Equal(t, p["vectors"], tc.vectors, p)
+			check.Equal(t, p["rows"], tc.rows, p)
+			if tc.cc.kh > 1 {
+				check.Equal(t, p["unroll_ry"], tc.unroll, p)
+			}
+			sameOutput(t, f, a.Func, 1e-4)
+		})
+	}
+	// The cost that picks it: a row of the plane's seven vectors costs
+	// more than a column of eight rows.
+	cc := convCase{n: 1, c: 2, h: 56, w: 56, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true}
+	_, d, err := matchPlaneFunc(cc.primFunc(t), findRowConvs(cc.primFunc(t))[0])
+	check.NoError(t, err)
+	check.True(t, d.planeTileCost(8, 1, 8) < d.planeTileCost(8, 7, 1), "a column of 8 rows costs", d.planeTileCost(8, 1, 8), "a row of 7 vectors", d.planeTileCost(8, 7, 1))
+}
