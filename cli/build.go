@@ -150,23 +150,16 @@ func runBuild(c *ucli.Context) error {
 	}
 	if c.String("tracker") != "" {
 		if applyDB != nil {
-			if isModel {
-				// The records travel with the model; the compiler node
-				// applies them to the kernels its import and pipeline
-				// make, as a local build does.
-				db, err := os.ReadFile(c.String("tuning-db"))
-				if err != nil {
-					return fmt.Errorf("build: --tuning-db: %w", err)
+			var mod *ir.IRModule
+			if !isModel {
+				if mod, err = script.Parse(path, string(src)); err != nil {
+					return err
 				}
-				return buildRemote(c, path, src, out, shapes, db)
 			}
-			mod, err := script.Parse(path, string(src))
-			if err != nil {
-				return err
-			}
-			if vmgen.HasGraphFunctions(mod) {
-				// Its kernels come from the graph pipeline on the
-				// compiler node: the records travel with the module.
+			if isModel || vmgen.HasGraphFunctions(mod) {
+				// Its kernels come from the import and graph pipeline on
+				// the compiler node: the records travel with the model or
+				// module, and the node applies them as a local build does.
 				db, err := os.ReadFile(c.String("tuning-db"))
 				if err != nil {
 					return fmt.Errorf("build: --tuning-db: %w", err)
