@@ -56,9 +56,8 @@ func Features(f *ir.PrimFunc) []float64 {
 
 // leafBlocks calls fn for every block of f whose body is a single store,
 // with the loops around it (outermost first), and for every store under
-// loops outside any block (what a postprocessor rewrote into plain loops,
-// such as a reduction's vector accumulator), as a block of that store
-// alone.
+// loops outside any block (a lowered function's), as a block of that
+// store alone.
 func leafBlocks(f *ir.PrimFunc, fn func(br *ir.BlockRealize, loops []*ir.For)) {
 	var stack []*ir.For
 	var walk func(s ir.Stmt)

@@ -239,31 +239,10 @@ func (sp *Space) apply(rng *rand.Rand, ds []Decision) (c *Candidate, err error) 
 		}
 	}
 	f := s.Func()
-	var post []string
-	for _, r := range sp.rules {
-		if p, ok := r.(rules.Postprocessor); ok {
-			g, lines, err := postprocess(p, ctx, s, f)
-			if err != nil {
-				return nil, fmt.Errorf("rule %s: %w", r.Name(), err)
-			}
-			f, post = g, append(post, lines...)
-		}
-	}
 	if err := ir.Verify(f); err != nil {
 		return nil, fmt.Errorf("the scheduled function does not verify: %w", err)
 	}
-	return &Candidate{Decisions: x.Decisions(), Func: f, Trace: append(s.Trace(), post...)}, nil
-}
-
-// postprocess runs one postprocessor, turning a panic into an error as
-// applyRule does.
-func postprocess(p rules.Postprocessor, c *rules.Context, s *schedule.Schedule, f *ir.PrimFunc) (g *ir.PrimFunc, lines []string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	return p.Postprocess(c, s, f)
+	return &Candidate{Decisions: x.Decisions(), Func: f, Trace: s.Trace()}, nil
 }
 
 // applyRule runs one rule, turning a panic (a broken invariant in a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-ml/kiln/compiler/interp"
 	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/script"
 	"github.com/kiln-ml/kiln/compiler/te"
 	"github.com/kiln-ml/kiln/compiler/topi"
@@ -125,6 +126,7 @@ func TestSpaceSamplesComputeTheSame(t *testing.T) {
 		{"relu_matmul", reluMatmul(t, 16, 16, 8), []string{"tile/C/k"}},
 		{"row_max", rowMax(t, 8, 24), []string{"compute_location/M", "vectorize/Y"}},
 		{"row_sum", rowSum(t, 4, 64), []string{"compute_location/S", "vector_accumulate/S"}},
+		{"row_sum_odd_rows", rowSum(t, 7, 48), []string{"vector_accumulate/S"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := run(t, tc.fn)
@@ -278,9 +280,24 @@ func TestSoftmaxSpace(t *testing.T) {
 		r, err := sp.Replay(c.Decisions)
 		check.NoError(t, err)
 		check.True(t, ir.StructuralEqual(r.Func, c.Func), "replay differs")
-		// The same record without the newer choices.
+		// The printed trace alone replays it too.
+		rt, err := schedule.Replay(f, c.Trace)
+		check.NoError(t, err, trace)
+		check.True(t, ir.StructuralEqual(rt.Func(), c.Func), "the trace replays to another function:\n", trace)
+		// A record made before the newer choices existed: the same
+		// candidate with serial reductions (the other choices that this
+		// changes drawn again), without the inline and vector_accumulate
+		// decisions.
+		serial := slices.Clone(c.Decisions)
+		for i := range serial {
+			if strings.HasPrefix(serial[i].Site, "vector_accumulate/") {
+				serial[i].Choice = 0
+			}
+		}
+		sc, err := sp.complete(rng, "", serial)
+		check.NoError(t, err)
 		var old []Decision
-		for _, d := range c.Decisions {
+		for _, d := range sc.Decisions {
 			if !strings.HasPrefix(d.Site, "inline/") && !strings.HasPrefix(d.Site, "vector_accumulate/") {
 				old = append(old, d)
 			}
@@ -288,7 +305,7 @@ func TestSoftmaxSpace(t *testing.T) {
 		o, err := sp.Replay(old)
 		check.NoError(t, err)
 		ot := strings.Join(o.Trace, "\n")
-		check.True(t, strings.Contains(ot, "compute_inline(T_softmax_exp)") && !strings.Contains(ot, "vector_accumulate"), ot)
+		check.True(t, strings.Contains(ot, "compute_inline(T_softmax_exp)") && !strings.Contains(ot, "rfactor"), ot)
 	}
 	for _, w := range []string{"inline/T_softmax_exp=0", "inline/T_softmax_exp=1", "vector_accumulate/T_softmax_maxelem=1",
 		"vector_accumulate/T_softmax_expsum=2", "row fused"} {
@@ -296,8 +313,8 @@ func TestSoftmaxSpace(t *testing.T) {
 	}
 }
 
-// TestFeaturesSeeVectorAccumulation: a reduction rewritten into plain
-// loops by vector_accumulate still counts in the cost model's features,
+// TestFeaturesSeeVectorAccumulation: a reduction vector_accumulate
+// gave a vector of partial results still counts in the cost model's features,
 // so accumulating in one vector register or in two are told apart.
 func TestFeaturesSeeVectorAccumulation(t *testing.T) {
 	x := te.Placeholder(te.Shape(4, 64), ir.Float32, "x")
@@ -316,9 +333,11 @@ func TestFeaturesSeeVectorAccumulation(t *testing.T) {
 				ds[i].Choice = vectors
 			}
 		}
-		r, err := sp.Replay(ds)
+		// The loops the vector of partials makes have choices of their
+		// own, drawn from the same seed for both.
+		r, err := sp.complete(rand.New(rand.NewPCG(6, 6)), "", ds)
 		check.NoError(t, err)
-		check.True(t, strings.Contains(strings.Join(r.Trace, "\n"), fmt.Sprintf("vectors=%d", vectors)), r.Trace)
+		check.True(t, strings.Contains(strings.Join(r.Trace, "\n"), "sch.rfactor("), r.Trace)
 		return Features(r.Func)
 	}
 	one, two := with(1), with(2)

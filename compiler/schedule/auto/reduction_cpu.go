@@ -33,6 +33,15 @@ import (
 // two chains of additions per lane) where they divide K at least twice,
 // or none (the loop stays serial).
 func vectorRowsOn(s *schedule.Schedule, opts Options, rule string) (int, error) {
+	return VectorRows(s, opts, func(block string) string { return rule + "/" + block + "/partials" })
+}
+
+// VectorRows applies vectorRowsOn's primitives to every row reduction of
+// s it takes, asking opts.Decide for each one's vector of partial
+// results at site(block) among {none, L lanes, 2·L} (the rule's own pick
+// is L). The tuner's vector_accumulate rule calls it with a Decider of
+// its own; it returns the number of reductions scheduled.
+func VectorRows(s *schedule.Schedule, opts Options, site func(block string) string) (int, error) {
 	vectorBytes := opts.VectorBytes
 	var names []string
 	ir.Visit(s.Func().Body, func(n ir.Node) bool {
@@ -45,7 +54,7 @@ func vectorRowsOn(s *schedule.Schedule, opts Options, rule string) (int, error) 
 	})
 	done := 0
 	for _, name := range names {
-		ok, err := vectorRowSchedule(s, name, vectorBytes, opts, rule+"/"+name+"/partials")
+		ok, err := vectorRowSchedule(s, name, vectorBytes, opts, site(name))
 		if err != nil {
 			return done, fmt.Errorf("block %q: %w", name, err)
 		}
@@ -135,101 +144,38 @@ func underLoop(s *schedule.Schedule, b schedule.BlockRV, l schedule.LoopRV) (boo
 }
 
 // vectorRowBlock returns the name of the block of loop fr when fr is the
-// reduction loop of a row reduction vectorRowsOn takes.
+// reduction loop of a row reduction vectorRowsOn takes, with vectors of
+// vectorBytes.
 func vectorRowBlock(fr *ir.For, vectorBytes int64) (string, bool) {
-	r, ok := matchVectorRow(fr, vectorBytes)
-	if !ok {
-		return "", false
-	}
-	return r.br.Block.Name, true
-}
-
-// vectorRowMatch is a row reduction vectorRowsOn takes: its block, store
-// and reduction, K steps over loop fr in vectors of L lanes.
-type vectorRowMatch struct {
-	br   *ir.BlockRealize
-	st   *ir.BufferStore
-	red  reduced
-	K, L int64
-}
-
-// matchVectorRow matches loop fr when it is the reduction loop of a row
-// reduction vectorRowsOn takes, with vectors of vectorBytes.
-func matchVectorRow(fr *ir.For, vectorBytes int64) (vectorRowMatch, bool) {
-	var r vectorRowMatch
 	br, ok := fr.Body.(*ir.BlockRealize)
 	if !ok || fr.Kind != ir.ForSerial || br.Block == nil || br.Block.Init == nil || !isTrue(br.Predicate) {
-		return r, false
+		return "", false
 	}
 	b := br.Block
 	n := len(b.IterVars)
 	if n < 2 || len(br.IterValues) != n || len(b.AllocBuffers) > 0 || !isVar(br.IterValues[n-1], fr.Var) {
-		return r, false
+		return "", false
 	}
 	for i, iv := range b.IterVars {
 		if (iv.Kind == ir.IterReduce) != (i == n-1) {
-			return r, false
+			return "", false
 		}
 	}
 	st, ok := b.Body.(*ir.BufferStore)
 	if !ok {
-		return r, false
+		return "", false
 	}
-	red, ok := reduction(b, st)
-	if !ok {
-		return r, false
+	if _, ok := reduction(b, st); !ok {
+		return "", false
 	}
 	K, ok := ir.IsConstInt(fr.Extent)
 	size := int64(st.Buffer.DType.Size())
 	if m, isConst := ir.IsConstInt(fr.Min); !ok || !isConst || m != 0 || size <= 0 || st.Buffer.DType.Lanes != 1 {
-		return r, false
+		return "", false
 	}
 	L := vectorBytes / size
 	if L < 2 || L&(L-1) != 0 || K%L != 0 || K < 2*L {
-		return r, false
+		return "", false
 	}
-	return vectorRowMatch{br: br, st: st, red: red, K: K, L: L}, true
-}
-
-// vectorRow rewrites loop fr when it is the reduction loop of a row
-// reduction vectorRowsOn takes, building the loops vectorRowsOn's
-// primitives make: the tuner's vector_accumulate postprocessor applies it
-// to a bare loop of a scheduled function (VectorRow), with no schedule to
-// apply primitives to.
-func vectorRow(fr *ir.For, vectorBytes int64) (ir.Stmt, bool) {
-	m, ok := matchVectorRow(fr, vectorBytes)
-	if !ok {
-		return nil, false
-	}
-	br, st, red, K, L := m.br, m.st, m.red, m.K, m.L
-	b := br.Block
-	n := len(b.IterVars)
-	kt := fr.Var.Type
-	ko := ir.NewVar(fr.Var.Name+"_o", kt)
-	l0 := ir.NewVar(fr.Var.Name+"_i", kt)
-	l := ir.NewVar(fr.Var.Name+"_l", kt)
-	l2 := ir.NewVar(fr.Var.Name+"_r", kt)
-	bind := map[*ir.Var]ir.Expr{}
-	for i, iv := range b.IterVars[:n-1] {
-		bind[iv.Var] = br.IterValues[i]
-	}
-	bind[b.IterVars[n-1].Var] = ir.Add(ir.Mul(ko, ir.NewIntImm(kt, L)), l)
-	term := ir.SubstituteExpr(red.term, bind)
-	rows := make([]ir.Expr, len(st.Indices))
-	for i, e := range st.Indices {
-		rows[i] = ir.SubstituteExpr(e, bind)
-	}
-	partial := ir.NewBuffer(st.Buffer.Name+"_partial", st.Buffer.DType, []ir.Expr{ir.NewIntImm(kt, L)}, "local")
-	zero, lanes := ir.NewIntImm(kt, 0), ir.NewIntImm(kt, L)
-	combine := func(a, b ir.Expr) ir.Expr { return ir.NewBinary(red.op, a, b) }
-	body := ir.Seq(
-		ir.NewFor(l0, zero, lanes, ir.ForVectorized, ir.NewBufferStore(partial, red.init, l0)),
-		ir.NewFor(ko, zero, ir.NewIntImm(kt, K/L), ir.ForSerial,
-			ir.NewFor(l, zero, lanes, ir.ForVectorized,
-				ir.NewBufferStore(partial, combine(ir.NewBufferLoad(partial, l), term), l))),
-		ir.NewBufferStore(st.Buffer, red.init, rows...),
-		ir.NewFor(l2, zero, lanes, ir.ForSerial,
-			ir.NewBufferStore(st.Buffer, combine(ir.NewBufferLoad(st.Buffer, rows...), ir.NewBufferLoad(partial, l2)), rows...)),
-	)
-	return &ir.Allocate{Buffer: partial, Body: body}, true
+	return b.Name, true
 }
