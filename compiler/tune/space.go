@@ -149,13 +149,7 @@ func (sp *Space) rulesCandidate(rng *rand.Rand, ds []Decision) (*Candidate, erro
 	if err := ir.Verify(a.Func); err != nil {
 		return nil, fmt.Errorf("the default rules' schedule does not verify: %w", err)
 	}
-	trace := a.Trace
-	if a.ByHand {
-		// A rule that builds its loops by hand has no primitives to
-		// record: the trace names it, which replays to the same function.
-		trace = []string{fmt.Sprintf("default schedule: rule %q of compiler/schedule/auto (loops built by hand)", a.Rule)}
-	}
-	c := &Candidate{Decisions: d.Decisions(), Func: a.Func, Trace: trace, Schedule: RulesSchedule}
+	c := &Candidate{Decisions: d.Decisions(), Func: a.Func, Trace: a.Trace, Schedule: RulesSchedule}
 	if sp.dflt != nil && c.Key() == sp.dflt.Key() {
 		c.Schedule = DefaultSchedule
 	}

@@ -515,35 +515,6 @@ func ceilDiv(a, b int64) int64 {
 	return -((-a) / b)
 }
 
-// output returns the buffer the function stores for channel (n, c), the
-// value stored at (y, x) from the window's result v, and whether that
-// value reads nothing else along the row (a bias, Clip: it may be
-// computed on lanes past the row's end).
-func (d *depthwisePlane) output(n, c ir.Expr) (*ir.Buffer, func(y, x, v ir.Expr) ir.Expr, bool) {
-	outBuf := d.conv.Block.Body.(*ir.BufferStore).Buffer
-	if d.epilogue == nil {
-		return outBuf, func(_, _, v ir.Expr) ir.Expr { return v }, true
-	}
-	est := d.epilogue.Block.Body.(*ir.BufferStore)
-	ev := d.epilogue.Block.IterVars
-	vectorTail := true
-	ir.Visit(est.Value, func(m ir.Node) bool {
-		if l, ok := m.(*ir.BufferLoad); ok && l.Buffer != outBuf && usesVar(l, ev[3].Var) {
-			vectorTail = false
-		}
-		return true
-	})
-	return est.Buffer, func(y, x, v ir.Expr) ir.Expr {
-		e := (&ir.Rewriter{Expr: func(e ir.Expr) ir.Expr {
-			if l, ok := e.(*ir.BufferLoad); ok && l.Buffer == outBuf {
-				return v
-			}
-			return e
-		}}).RewriteExpr(est.Value)
-		return ir.SubstituteExpr(e, map[*ir.Var]ir.Expr{ev[0].Var: n, ev[1].Var: c, ev[2].Var: y, ev[3].Var: x})
-	}, vectorTail
-}
-
 // schedule applies the rule's primitives to s (the function with its
 // epilogue inlined into one block), its rows in vectors of lanes; rows
 // that vectors divide, or that the last vector overlaps, take the

@@ -25,19 +25,14 @@ type rule[In any] struct {
 
 // scheduled is what a rule makes of a function: the scheduled function
 // and the trace of the primitives that made it from the rule's input
-// (the function given to FuncRule), which replays to it; a rule that
-// still builds its loops by hand has none.
+// (the function given to FuncRule), which replays to it.
 type scheduled struct {
-	f      *ir.PrimFunc
-	trace  []string
-	byHand bool
+	f     *ir.PrimFunc
+	trace []string
 }
 
 // done is the result of a rule that scheduled s.
 func done(s *schedule.Schedule) *scheduled { return &scheduled{f: s.Func(), trace: s.Trace()} }
-
-// byHand is the result of a rule that built g's loops itself.
-func byHand(g *ir.PrimFunc) *scheduled { return &scheduled{f: g, byHand: true} }
 
 // cpuIn is what a CPU rule schedules: the function and the target's
 // options (vector width, registers, caches: see Options).
@@ -136,15 +131,6 @@ func applyRules[In any](rules []rule[In], in In, kind string) (g *scheduled, nam
 	return nil, "", last, nil
 }
 
-// found is a rule's result for a function that is nil when the rule does
-// not apply.
-func found(g *ir.PrimFunc) (*scheduled, bool, error) {
-	if g == nil {
-		return nil, false, nil
-	}
-	return byHand(g), true, nil
-}
-
 // onConvs makes a CPU rule of sched over the blocks find finds: the
 // first block it schedules is the rule's result.
 func onConvs(find func(*ir.PrimFunc) []convBlock, sched func(*ir.PrimFunc, convBlock, Options) (*scheduled, error)) func(cpuIn) (*scheduled, bool, error) {
@@ -220,10 +206,8 @@ type Applied struct {
 	Rule string
 	// Trace is the schedule's primitives from the function given,
 	// choices included (sample_categorical with their decisions), which
-	// schedule.Replay replays to Func; nil when no rule applied or the
-	// rule builds its loops by hand (ByHand).
-	Trace  []string
-	ByHand bool
+	// schedule.Replay replays to Func; nil when no rule applied.
+	Trace []string
 }
 
 // Apply gives f the first of the CPU rules that applies (see the package
@@ -239,7 +223,7 @@ func Apply(f *ir.PrimFunc, opts Options) (Applied, error) {
 	if err != nil || name == "" {
 		return Applied{Func: f}, err
 	}
-	return Applied{Func: g.f, Rule: name, Trace: g.trace, ByHand: g.byHand}, nil
+	return Applied{Func: g.f, Rule: name, Trace: g.trace}, nil
 }
 
 // FuncRule is Apply returning the function and the rule's name.
@@ -302,7 +286,7 @@ func ApplyGPU(f *ir.PrimFunc, opts GPUOptions) (Applied, error) {
 	case name == "":
 		return Applied{}, errors.New("gpu schedule: no rule applies")
 	}
-	return Applied{Func: g.f, Rule: name, Trace: g.trace, ByHand: g.byHand}, nil
+	return Applied{Func: g.f, Rule: name, Trace: g.trace}, nil
 }
 
 // prepare inlines the spatial producers of in's function into their

@@ -39,7 +39,7 @@ func TestApplyRules(t *testing.T) {
 			if g == nil {
 				return nil, ok, err
 			}
-			return byHand(g), ok, err
+			return &scheduled{f: g}, ok, err
 		}}
 	}
 	g, name, _, err := applyRules([]rule[int]{r("a", nil, false, skip("not a")), r("b", nil, false, nil), r("c", f, true, nil), r("d", f, true, nil)}, 0, "cpu")
@@ -111,8 +111,7 @@ func TestRegistersBoundTheTile(t *testing.T) {
 
 // TestAppliedTracesReplay: for every test function of every CPU rule, the
 // trace Apply returns replays on the unscheduled function to the
-// scheduled one, except where the rule still builds its loops by hand
-// (which Apply says).
+// scheduled one.
 func TestAppliedTracesReplay(t *testing.T) {
 	type named struct {
 		name string
@@ -144,10 +143,6 @@ func TestAppliedTracesReplay(t *testing.T) {
 			continue
 		}
 		rules[a.Rule]++
-		if a.ByHand {
-			check.True(t, a.Trace == nil, n.name, ": a rule that builds by hand has no trace")
-			continue
-		}
 		r, err := schedule.Replay(n.f, a.Trace)
 		if err != nil {
 			t.Fatalf("%s (rule %q): the trace does not replay: %v\n%s", n.name, a.Rule, err, strings.Join(a.Trace, "\n"))
