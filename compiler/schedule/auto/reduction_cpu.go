@@ -7,7 +7,7 @@ import (
 	"github.com/kiln-ml/kiln/compiler/schedule"
 )
 
-// vectorRowsOn schedules each row reduction of s that vectorRow takes,
+// vectorRowsOn schedules each row reduction of s that vectorRowBlock takes,
 // y[rows] = y[rows] + E(rows, k) (or max(y, E)) from a constant init
 // whose one reduction variable k is bound directly to the innermost
 // serial loop of constant extent K, a multiple of L lanes (L = the
