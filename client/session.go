@@ -191,12 +191,18 @@ func (s *Session) Info() SessionInfo { return s.info }
 // Expires is when the daemon ends the session.
 func (s *Session) Expires() time.Time { return time.Unix(0, s.info.ExpiresAt) }
 
-// Close ends the session: the daemon stops its worker and removes its
-// files. It is idempotent.
+// Close ends the session: the daemon frees the device, stops its worker
+// and removes its files before Close returns, so the next session on an
+// exclusive device finds it free. It is idempotent.
 func (s *Session) Close() error {
 	if s.calls != nil {
 		s.calls.Close()
 	}
+	// A daemon too old for session.close, or one already gone, answers at
+	// once; closing the connection ends the session in any case.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = s.c.Call(ctx, proto.SessionClose, nil, nil)
+	cancel()
 	return s.c.Close()
 }
 

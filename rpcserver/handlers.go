@@ -28,6 +28,10 @@ func (d *Daemon) registerHandlers() {
 	d.handle(proto.SessionStatus, func(ctx context.Context, s *session, _ msgpack.RawMessage) (any, error) {
 		return nil, s.status(ctx)
 	})
+	d.handle(proto.SessionClose, func(ctx context.Context, s *session, _ msgpack.RawMessage) (any, error) {
+		s.close()
+		return nil, nil
+	})
 	for _, m := range forwarded {
 		d.handle(m, func(ctx context.Context, s *session, raw msgpack.RawMessage) (any, error) {
 			return s.forward(ctx, m, raw)

@@ -444,10 +444,15 @@ func (s *session) workerExited() {
 	}
 }
 
-// close ends the session when its connection has ended: it stops the
-// worker and removes the session directory.
+// close ends the session when its client asks (proto.SessionClose) or its
+// connection has ended, whichever comes first: it frees the device's slot,
+// stops the worker and removes the session directory.
 func (s *session) close() {
 	s.mu.Lock()
+	if s.closed { // the client's session.close ran it, or is running it
+		s.mu.Unlock()
+		return
+	}
 	s.closed = true
 	if s.closer != nil {
 		s.closer.Stop()

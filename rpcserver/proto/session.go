@@ -8,8 +8,8 @@ package proto
 // only meaningful within one session.
 //
 // A session starts with SessionOpen (every other method, files included, is
-// refused with ErrUnauthorized until it has succeeded) and ends when the
-// client closes its connection. Handles are uint64s, never 0.
+// refused with ErrUnauthorized until it has succeeded) and ends with
+// SessionClose or when the client closes its connection. Handles are uint64s, never 0.
 
 import "time"
 
@@ -81,6 +81,13 @@ const (
 	// client asks when its call connection (RoleCall) breaks; the daemon
 	// waits a moment for the worker's exit before it answers.
 	SessionStatus = "session.status"
+
+	// SessionClose ends the session: nil → nil once its slot is free, its
+	// worker stopped and its directory removed, so that the client's next
+	// session on an exclusive device is not refused as busy. The client
+	// then closes the connection; a connection that ends without it ends
+	// the session all the same.
+	SessionClose = "session.close"
 
 	// WorkerBulkSize is internal to the daemon: the size of what a bulk
 	// download method of the worker will send (BulkSizeArgs → int64).
