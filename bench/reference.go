@@ -90,6 +90,13 @@ elif op == "vecadd":
     s = timed(lambda: np.add(a, b, out=c), repeats, 0.2)
     res["seconds"] = s
     res["gbps"] = 3.0 * 4 * n / s / 1e9
+elif op == "copy":
+    n, repeats = args
+    a = rng.random(n, dtype=np.float32)
+    c = np.empty(n, dtype=np.float32)
+    s = timed(lambda: np.copyto(c, a), repeats, 0.2)
+    res["seconds"] = s
+    res["gbps"] = 2.0 * 4 * n / s / 1e9
 else:
     raise SystemExit("unknown op " + op)
 print(json.dumps(res))

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ func init() {
 	}
 	register(benchmark{
 		name:    "tune",
-		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet (256 trials): tuned vs hand schedule (one core and all threads) vs numpy, trials to 90%, trials/min with 1 and 2 daemons, conv2d, depthwise conv2d and softmax tuned vs default, the candidates of each half of the space",
+		summary: "kiln tune on 1024³ fp32 matmul from bare te.compute on an in-process fleet (256 trials): tuned vs hand schedule (one core and all threads) vs numpy, trials to 90%, trials/min with 1 and 2 daemons, conv2d, depthwise conv2d and softmax tuned vs default and vs a numpy peer on one thread (the implicit GEMM, a copy of the bytes), the candidates of each half of the space",
 		run:     runTuneBench,
 	})
 }
@@ -166,6 +167,18 @@ type otherTune struct {
 	HeadToHeadRatio     float64 `json:"head_to_head_ratio,omitempty"`
 	// Halves are the searched candidates of each half of the space.
 	Halves halves `json:"halves"`
+	// Peer is what a faster schedule has to beat, timed on one thread
+	// in the same run (empty without numpy): for the convolution numpy's
+	// (OpenBLAS's) matrix product of its implicit GEMM (output positions
+	// × filters × input channels·window; the im2col copy not counted),
+	// for the depthwise convolution and the softmax numpy copying the
+	// kernel's output size of floats (the bytes the kernel reads and
+	// writes at least once). DefaultVsPeer is the default schedule's
+	// time (side by side, else in the search) over the peer's: near 1
+	// or below, the default is at that bound.
+	Peer          string  `json:"peer,omitempty"`
+	PeerMS        float64 `json:"peer_ms,omitempty"`
+	DefaultVsPeer float64 `json:"default_vs_peer,omitempty"`
 }
 
 // halves counts the measured candidates of each half of a task's design
@@ -263,6 +276,9 @@ func (r tuneResult) othersLine() string {
 		if o.HeadToHeadRatio > 0 {
 			s += fmt.Sprintf("; timed again side by side: the default %.3g ms, the best %.3g ms (×%.2f)", o.HeadToHeadDefaultMS, o.HeadToHeadBestMS, o.HeadToHeadRatio)
 		}
+		if o.PeerMS > 0 {
+			s += fmt.Sprintf("; %s %.3g ms (the default ×%.2f of it)", o.Peer, o.PeerMS, o.DefaultVsPeer)
+		}
 	}
 	return s
 }
@@ -347,7 +363,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 	defer runner.Close()
 	if opt.part == "others" {
 		r.Part = opt.part
-		r.Others, err = tuneOthers(ctx, runner, rtarget, otherTrials, opt.quick)
+		r.Others, err = tuneOthers(ctx, runner, rtarget, numpyEnv(target), otherTrials, opt.quick)
 		return r, err
 	}
 	db := tune.NewDatabase(target.String())
@@ -394,7 +410,7 @@ func runTuneBench(ctx context.Context, opt options) (result, error) {
 		}
 		return r, nil
 	}
-	if r.Others, err = tuneOthers(ctx, runner, rtarget, otherTrials, opt.quick); err != nil {
+	if r.Others, err = tuneOthers(ctx, runner, rtarget, numpyEnv(target), otherTrials, opt.quick); err != nil {
 		return nil, err
 	}
 	runner.Close()
@@ -615,7 +631,7 @@ func tuneThroughput(ctx context.Context, r *tuneResult, open func(int) (*tunefle
 // depthwise convolution (a MobileNetV2 layer's) and a softmax with trials
 // each on runner and reports them against their unscheduled functions
 // and default schedules.
-func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Target, trials int, quick bool) ([]otherTune, error) {
+func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Target, env []string, trials int, quick bool) ([]otherTune, error) {
 	c, hw, dc, rows, cols := int64(64), int64(56), int64(144), int64(512), int64(1024)
 	if quick {
 		c, hw, dc, rows, cols = 8, 8, 8, 8, 16
@@ -650,13 +666,17 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 		return nil, err
 	}
 	var out []otherTune
+	// The peers, on one thread as the daemons' workers.
+	env = append(slices.Clone(env), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
 	for _, k := range []struct {
 		name, shape string
 		fn          *ir.PrimFunc
+		peer        string
+		peerArgs    []int
 	}{
-		{"conv2d", fmt.Sprintf("1×%d×%d×%d, %d 3×3 filters, pad 1", c, hw, hw, c), conv},
-		{"depthwise_conv2d", fmt.Sprintf("1×%d×%d×%d, 3×3 depthwise, pad 1", dc, hw, hw), depthwise},
-		{"softmax", fmt.Sprintf("%d×%d", rows, cols), sm},
+		{"conv2d", fmt.Sprintf("1×%d×%d×%d, %d 3×3 filters, pad 1", c, hw, hw, c), conv, "matmul", []int{int(hw * hw), int(c), int(c * 9), 5}},
+		{"depthwise_conv2d", fmt.Sprintf("1×%d×%d×%d, 3×3 depthwise, pad 1", dc, hw, hw), depthwise, "copy", []int{int(dc * hw * hw), 5}},
+		{"softmax", fmt.Sprintf("%d×%d", rows, cols), sm, "copy", []int{int(rows * cols), 5}},
 	} {
 		task, err := tune.NewTask(k.name, k.fn.WithAttr(ir.AttrGlobalSymbol, k.name), 1, target)
 		if err != nil {
@@ -692,9 +712,44 @@ func tuneOthers(ctx context.Context, runner *tunefleet.Runner, target rules.Targ
 			o.HeadToHeadRatio = sig(h.Default/h.Best, 3)
 		}
 		o.Halves = halvesOf(db, task.Workload.Hash)
+		if err := o.timePeer(ctx, env, k.peer, k.peerArgs); err != nil {
+			return nil, err
+		}
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// timePeer times the kernel's peer (numpy's op with args on one thread)
+// and compares the default schedule with it; without numpy it records
+// nothing.
+func (o *otherTune) timePeer(ctx context.Context, env []string, op string, args []int) error {
+	ref, err := runNumpyEnv(ctx, env, op, args...)
+	if errors.Is(err, errNoReference) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sec := num(ref, "seconds")
+	if sec <= 0 {
+		return fmt.Errorf("numpy reference %s: no seconds in %v", op, ref)
+	}
+	o.PeerMS = sig(sec*1e3, 4)
+	switch op {
+	case "matmul":
+		o.Peer = fmt.Sprintf("%s's %d×%d×%d matrix product (the implicit GEMM), one thread", numpyName(ref), args[0], args[1], args[2])
+	default:
+		o.Peer = fmt.Sprintf("%s copying %d floats, one thread", numpyName(ref), args[0])
+	}
+	d := o.HeadToHeadDefaultMS
+	if d <= 0 {
+		d = o.DefaultScheduleMS
+	}
+	if d > 0 {
+		o.DefaultVsPeer = sig(d/o.PeerMS, 3)
+	}
+	return nil
 }
 
 // benchFleet is an in-process tracker, compiler node and CPU device

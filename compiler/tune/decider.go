@@ -22,7 +22,11 @@ const keepDefault = 0.5
 // has a recorded decision for (by site) replays it; any other is drawn
 // around the default from rng (see keepDefault), or, with no rng, is
 // the rule's own pick, so a record made before a rule had a choice
-// replays as it was measured. It keeps the decisions it made, in the
+// replays as it was measured. Completing a mutant (with rng), a recorded
+// decision whose candidates changed (a tile's rows after its vectors
+// changed: the rows that fit are others) is drawn again, so a mutation
+// of one choice moves the choices that depend on it with it; replaying a
+// record (no rng), it is an error. It keeps the decisions it made, in the
 // order the rules asked them, in the rules.Decision shape (the index of
 // the candidate among N; the values are in the trace's
 // sample_categorical line).
@@ -52,7 +56,7 @@ func (d *decider) Choose(s *schedule.Schedule, site string, cands []int64, def i
 			return 0, fmt.Errorf("site %q asked with %d candidates, then %d", site, d.made[k].N, n)
 		}
 		i = d.made[k].Choice
-	} else if r, ok := d.replay[site]; ok {
+	} else if r, ok := d.replay[site]; ok && (d.rng == nil || r.Kind == rules.KindCategorical && r.N == n) {
 		switch {
 		case r.Kind != rules.KindCategorical:
 			return 0, fmt.Errorf("site %q: recorded decision is %s, want %s", site, r.Kind, rules.KindCategorical)

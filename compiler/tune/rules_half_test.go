@@ -10,6 +10,8 @@ import (
 	"github.com/kiln-ml/kiln/compiler/ir"
 	"github.com/kiln-ml/kiln/compiler/schedule"
 	"github.com/kiln-ml/kiln/compiler/schedule/auto"
+	"github.com/kiln-ml/kiln/compiler/te"
+	"github.com/kiln-ml/kiln/compiler/topi"
 	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/internal/check"
 )
@@ -168,4 +170,46 @@ func TestSearchAroundDefault(t *testing.T) {
 	out, _, err := Apply(ir.NewIRModule().With("mm", f), db, testTarget, nil)
 	check.NoError(t, err)
 	check.True(t, ir.StructuralEqual(out.PrimFunc("mm"), c.Func), "Apply gives the best record's function")
+}
+
+// TestMutantsComplete: every mutant of a convolution's default that
+// changes one choice completes to a valid candidate computing what the
+// unscheduled function does, also when the choice changes the candidates
+// of a later one (the vectors along a row change how many output
+// channels fit the tile): that later choice is drawn again.
+func TestMutantsComplete(t *testing.T) {
+	x := te.Placeholder(te.Shape(1, 6, 5, 16), ir.Float32, "data")
+	w := te.Placeholder(te.Shape(12, 6, 3, 3), ir.Float32, "weight")
+	y, err := topi.Conv2D(x, w, topi.Conv2DAttrs{Padding: [4]int64{1, 1, 1, 1}})
+	check.NoError(t, err)
+	f, err := te.CreatePrimFunc([]*te.Tensor{x, w, y})
+	check.NoError(t, err)
+	want := run(t, f)
+	sp, err := NewSpace(f, testTarget)
+	check.NoError(t, err)
+	dflt, err := sp.Default()
+	check.NoError(t, err)
+	check.True(t, len(dflt.Decisions) > 3, dflt.Decisions)
+	rng := rand.New(rand.NewPCG(5, 6))
+	redrawn := 0
+	for i, d := range dflt.Decisions {
+		for c := range d.N {
+			if c == d.Choice {
+				continue
+			}
+			m := append([]Decision(nil), dflt.Decisions...)
+			m[i].Choice = c
+			got, err := sp.complete(rng, RulesSchedule, m)
+			check.NoError(t, err, d.Site, "choice", c)
+			check.Equal(t, run(t, got.Func), want, d.Site, "choice", c)
+			for _, g := range got.Decisions {
+				for _, o := range m {
+					if o.Site == g.Site && o.N != g.N {
+						redrawn++
+					}
+				}
+			}
+		}
+	}
+	check.True(t, redrawn > 0, "no mutant changed a later choice's candidates: the test does not test the redraw")
 }
