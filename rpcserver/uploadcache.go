@@ -170,13 +170,6 @@ func (c *uploadCache) drop(el *list.Element) {
 	os.Remove(e.path)
 }
 
-// held reports the bytes and files the cache holds.
-func (c *uploadCache) held() (int64, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.used, len(c.entries)
-}
-
 // fileSum is the hex SHA-256 of the file base of dir.
 func fileSum(root *os.Root, name string) (string, error) {
 	f, err := root.Open(name)

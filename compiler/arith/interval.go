@@ -154,8 +154,6 @@ func (i interval) neg() interval {
 	return interval{lo, hi}
 }
 
-func (i interval) sub(o interval) (interval, bool) { return i.add(o.neg()) }
-
 // scale multiplies by a finite constant.
 func (i interval) scale(c int64) (interval, bool) {
 	a, o1 := mulExt(i.lo, c)

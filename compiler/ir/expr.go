@@ -2,7 +2,6 @@ package ir
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/kiln-ml/kiln/ndarray"
 )
@@ -519,6 +518,3 @@ func IsConstInt(e Expr) (int64, bool) {
 	}
 	return 0, false
 }
-
-// isFinite reports whether f is neither NaN nor infinite.
-func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

@@ -455,15 +455,6 @@ func usesVar(e ir.Node, vars map[*ir.Var]bool) bool {
 	return found
 }
 
-// loopNames prints loops for the trace: i, j.
-func loopNames(loops []LoopRV) string {
-	names := make([]string, len(loops))
-	for i, l := range loops {
-		names[i] = l.String()
-	}
-	return strings.Join(names, ", ")
-}
-
 // rewrite runs r over s, rewriting sequences child by child itself: the
 // ir.Rewriter of this tree drops a change to the first statement of a
 // SeqStmt (reported upstream), and every primitive depends on sequences.

@@ -53,8 +53,6 @@ func randArr(rng *rand.Rand, dt ir.DType, shape ...int64) arr {
 // at reads the element at a multi-index.
 func (a arr) at(idx ...int64) float64 { return a.data[ravel(idx, a.shape)] }
 
-func (a arr) set(v float64, idx ...int64) { a.data[ravel(idx, a.shape)] = v }
-
 func ravel(idx, shape []int64) int64 {
 	off := int64(0)
 	for i, d := range shape {

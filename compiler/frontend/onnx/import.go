@@ -538,15 +538,6 @@ func (im *importer) emit(opName string, attrs map[string]any, args ...any) (*val
 	return &value{v: v}, nil
 }
 
-// tupleItem binds field i of a tuple-valued variable.
-func (im *importer) tupleItem(t *value, i int) (*value, error) {
-	e := &ir.TupleGetItem{Tuple: t.v, Index: i}
-	info := ir.StructInfoOf(e)
-	v := ir.NewDataflowVar(im.name("item"), info)
-	im.bindings = append(im.bindings, &ir.VarBinding{Var: v, Value: e})
-	return &value{v: v}, nil
-}
-
 // constant wraps a host tensor as a known value.
 func constant(t *Tensor) *value { return &value{c: t} }
 

@@ -73,16 +73,6 @@ func dtypeOf(t int32) (ir.DType, error) {
 	return ir.Void, fmt.Errorf("%w: element type %s", ErrUnsupported, name)
 }
 
-// onnxType maps a kiln dtype back to ONNX's DataType number.
-func onnxType(dt ir.DType) int32 {
-	for t := int32(1); t <= 16; t++ {
-		if d, err := dtypeOf(t); err == nil && d == dt {
-			return t
-		}
-	}
-	return 0
-}
-
 // maxElements bounds a tensor's size (2^34 bytes of float32) so that dims
 // read from a file cannot ask for absurd allocations.
 const maxElements = 1 << 32
