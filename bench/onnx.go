@@ -51,13 +51,19 @@ var onnxModels = []string{"resnet18", "mobilenet_v2", "squeezenet1_1", "transfor
 
 // onnxModelResult is one model's figures; latencies are medians in ms.
 type onnxModelResult struct {
-	Model      string  `json:"model"`
-	KilnMS     float64 `json:"kiln_ms"`
-	ORTMS      float64 `json:"ort_ms,omitempty"`
-	TorchMS    float64 `json:"torch_ms,omitempty"`
-	VsORT      float64 `json:"kiln_vs_ort,omitempty"`   // kiln / ONNX Runtime; goal ≤ 1.0
-	VsTorch    float64 `json:"kiln_vs_torch,omitempty"` // kiln / PyTorch
-	MaxAbsDiff float64 `json:"max_abs_diff_vs_torch"`
+	Model   string  `json:"model"`
+	KilnMS  float64 `json:"kiln_ms"`
+	ORTMS   float64 `json:"ort_ms,omitempty"`
+	TorchMS float64 `json:"torch_ms,omitempty"`
+	VsORT   float64 `json:"kiln_vs_ort,omitempty"` // kiln / ONNX Runtime; goal ≤ 1.0
+	// VsORTPairs are the ratios of each pair of timings, kiln's rounds
+	// then ONNX Runtime's, one pair after the other (ortPairs of them):
+	// VsORT is their median, KilnMS and ORTMS the medians of each side's,
+	// so that a machine whose speed drifts between the two sides of one
+	// pair does not decide the ratio.
+	VsORTPairs []float64 `json:"kiln_vs_ort_pairs,omitempty"`
+	VsTorch    float64   `json:"kiln_vs_torch,omitempty"` // kiln / PyTorch
+	MaxAbsDiff float64   `json:"max_abs_diff_vs_torch"`
 	// RelDiff is MaxAbsDiff over the largest |output| of PyTorch.
 	RelDiff    float64 `json:"rel_diff_vs_torch"`
 	ORTDiff    float64 `json:"max_abs_diff_ort_vs_torch,omitempty"`
@@ -268,9 +274,15 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 				timeORT = nil
 				r.NoORT = err.Error()
 			} else {
-				mr.ORTMS, mr.VsORT = ms, mr.KilnMS/ms
 				if want, err := readF32(filepath.Join(cache, name+"_y.bin")); err == nil {
 					mr.ORTDiff, _ = maxDiff(y, want)
+				}
+				if err := mr.pairWithORT(ms, rounds, timeKiln, timeORT); err != nil {
+					done()
+					return nil, fmt.Errorf("%s: %w", name, err)
+				}
+				if mr.TorchMS > 0 {
+					mr.VsTorch = mr.KilnMS / mr.TorchMS
 				}
 			}
 		}
@@ -301,6 +313,34 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 		r.KilnMS = r.Models[0].KilnMS
 	}
 	return r, nil
+}
+
+// ortPairs is how many pairs of kiln's and ONNX Runtime's timings give a
+// model's ratio.
+const ortPairs = 3
+
+// pairWithORT times kiln and ONNX Runtime one after the other until
+// there are ortPairs pairs (the first is kiln's timing so far and
+// ortMS), and sets the medians and the ratio from them.
+func (mr *onnxModelResult) pairWithORT(ortMS float64, rounds int, timeKiln func(int) ([]float64, error), timeORT func() (float64, error)) error {
+	kiln, ortS := []float64{mr.KilnMS}, []float64{ortMS}
+	for len(kiln) < ortPairs {
+		ts, err := timeKiln(rounds)
+		if err != nil {
+			return fmt.Errorf("kiln, pair %d: %w", len(kiln)+1, err)
+		}
+		ms, err := timeORT()
+		if err != nil {
+			return fmt.Errorf("ONNX Runtime, pair %d: %w", len(kiln)+1, err)
+		}
+		kiln, ortS = append(kiln, median(ts)), append(ortS, ms)
+	}
+	mr.VsORTPairs = nil
+	for i := range kiln {
+		mr.VsORTPairs = append(mr.VsORTPairs, kiln[i]/ortS[i])
+	}
+	mr.KilnMS, mr.ORTMS, mr.VsORT = median(kiln), median(ortS), median(slices.Clone(mr.VsORTPairs))
+	return nil
 }
 
 func maxDiff(got, want []float32) (abs, scale float64) {
