@@ -259,9 +259,6 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		var timeORT func() (float64, error)
-		if ms, ok := torchMS[name]; ok && ms > 0 {
-			mr.TorchMS, mr.VsTorch = ms, mr.KilnMS/ms
-		}
 		if ort != "" {
 			model := filepath.Join(cache, name+".onnx")
 			shape := ortShape(name)
@@ -281,10 +278,11 @@ func runONNX(ctx context.Context, opt options) (result, error) {
 					done()
 					return nil, fmt.Errorf("%s: %w", name, err)
 				}
-				if mr.TorchMS > 0 {
-					mr.VsTorch = mr.KilnMS / mr.TorchMS
-				}
 			}
+		}
+		// Against kiln's median, of the pairs with ONNX Runtime when timed.
+		if ms, ok := torchMS[name]; ok && ms > 0 {
+			mr.TorchMS, mr.VsTorch = ms, mr.KilnMS/ms
 		}
 		if opt.contention && err == nil {
 			mr.Contention, err = measureContention(ctx, rounds, timeKiln, timeORT)
