@@ -142,9 +142,10 @@ func runBuild(c *ucli.Context) error {
 		return fmt.Errorf("build: --shape picks the tuned shape of a symbolic kernel; it needs --tuning-db")
 	}
 	var applyDB func(*ir.IRModule) (*ir.IRModule, error)
+	var layouts func(*ir.IRModule, compiler.Lowering) (map[string]string, error)
 	notes := map[string]string{}
 	if p := c.String("tuning-db"); p != "" {
-		if applyDB, err = tuningDBSchedule(c, p, target, notes); err != nil {
+		if applyDB, layouts, err = tuningDBSchedule(c, p, target, notes); err != nil {
 			return fmt.Errorf("build: %w", err)
 		}
 	}
@@ -200,7 +201,7 @@ func runBuild(c *ucli.Context) error {
 	}
 	opts.Pipeline = c.String("pipeline")
 	opts.Params = weights
-	opts.Schedule = applyDB
+	opts.Schedule, opts.Layouts = applyDB, layouts
 	if p := c.String("params"); p != "" {
 		if isModel {
 			return fmt.Errorf("build: --params: an ONNX model's weights come from the model")
@@ -367,12 +368,14 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 // build hook that applies its best records. It warns on the error writer
 // of what it could not use, and notes per kernel where its schedule came
 // from (a tuned record, the default schedule as the best record, or no
-// record) for reportSchedules.
-func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, notes map[string]string) (func(*ir.IRModule) (*ir.IRModule, error), error) {
+// record) for reportSchedules. The second hook chooses each
+// convolution's kernel layout by the records (tune.ChooseLayouts), saying
+// which one it took where that is not the default.
+func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, notes map[string]string) (func(*ir.IRModule) (*ir.IRModule, error), func(*ir.IRModule, compiler.Lowering) (map[string]string, error), error) {
 	db := tune.NewDatabase(target.String())
 	warnings, err := db.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("--tuning-db: %w", err)
+		return nil, nil, fmt.Errorf("--tuning-db: %w", err)
 	}
 	w := c.App.ErrWriter
 	for _, n := range warnings {
@@ -380,12 +383,18 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, note
 	}
 	shape, err := tune.ParseShape(c.StringSlice("shape"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rt, err := target.TuneTarget()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	layouts := tune.LayoutChooser(db, rt, shape, func(lc tune.LayoutChoice) {
+		if lc.Layout != lc.DefaultLayout {
+			fmt.Fprintf(w, "build: %s: kernel layout %s, %s a run by the best records in %s (the default %s: %s)\n",
+				lc.Site, lc.Layout, fmtSeconds(lc.Seconds), path, lc.DefaultLayout, fmtSeconds(lc.DefaultSeconds))
+		}
+	})
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {
 		out, applied, err := tune.Apply(mod, db, rt, shape)
 		if err != nil {
@@ -409,7 +418,7 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, note
 			notes[n] = fmt.Sprintf("no record in %s for target %q:", path, target.String())
 		}
 		return out, nil
-	}, nil
+	}, layouts, nil
 }
 
 // defaultRule is " (RULE)", the default rule that schedules f bound to

@@ -82,7 +82,14 @@ that measures its default schedule, then each round goes to the kernel whose
 recent and average gain per round, times its weight, is largest. Each trial's
 line names its kernel, its best and default times and the estimated model
 latency (the sum over the tuned kernels of weight × best time). kiln build
-FILE --tuning-db then gives every fused kernel its best record.
+FILE --tuning-db then gives every fused kernel its best record. The layout of
+each convolution's kernel (blocks of 32, 16 or 8 output channels, HWIO, OIHW)
+is searched too: the model is lowered once per layout, the kernels of every
+layout are tasks (those of layouts other than the default named after it, as
+fused_conv2d_add_relu_oihw16o), a convolution counts once in the model's
+latency, at its cheapest layout, and kiln build --tuning-db takes for each
+convolution signature the layout whose kernels' best records add up to the
+least.
 
 Without --tracker an in-process fleet runs here (a tracker, compiler nodes
 building --build-jobs candidates at once, by default as many as the machine
@@ -425,11 +432,16 @@ func tuneModule(path string, inputShapes []string) (*ir.IRModule, error) {
 // graph functions the distinct kernels the graph pipeline leaves, lowered
 // as kiln build lowers them (compiler.GraphPipeline).
 func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape map[string]int64) ([]*tune.Task, []string, error) {
-	mod, err := compiler.GraphPipeline(mod, target, pipeline, false)
+	rt, err := target.TuneTarget()
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := target.TuneTarget()
+	if lower := compiler.LayoutLowering(mod, target, pipeline, false); lower != nil {
+		// The kernels of every kernel layout of every convolution.
+		tasks, skipped, _, err := tune.LayoutTasks(mod, tune.Lowering(lower), rt, shape)
+		return tasks, skipped, err
+	}
+	mod, err = compiler.GraphPipeline(mod, target, pipeline, false, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -437,10 +449,17 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape 
 }
 
 // describeTasks is "a ×2, b, c (also c1)": the tasks with their weights
-// and the other functions of the same workload.
+// and the other functions of the same workload; the kernels of other
+// layouts than the default of convolution sites are counted after them.
 func describeTasks(tasks []*tune.Task) string {
 	var parts []string
+	others, sites := 0, map[string]bool{}
 	for _, t := range tasks {
+		if t.Site != "" && !t.SiteDefault {
+			others++
+			sites[t.Site] = true
+			continue
+		}
 		p := t.Name
 		if t.Weight > 1 {
 			p += fmt.Sprintf(" ×%d", t.Weight)
@@ -450,7 +469,11 @@ func describeTasks(tasks []*tune.Task) string {
 		}
 		parts = append(parts, p)
 	}
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, ", ")
+	if others > 0 {
+		out += fmt.Sprintf("; and %d kernels of the other kernel layouts of %d convolutions", others, len(sites))
+	}
+	return out
 }
 
 // tuneSummaries summarizes what db holds for tasks (nothing measured in

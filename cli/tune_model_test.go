@@ -82,7 +82,22 @@ func TestTuneModel(t *testing.T) {
 	art := filepath.Join(dir, "smallcnn.kiln")
 	_, errOut3, err := runApp(t, "build", model, "--input-shape", "x=2x3x16x16", "--tuning-db", db, "-o", art, "--no-cache")
 	check.NoError(t, err, errOut3)
+	layouts := 0
+	// A build that took another kernel layout than the default for a
+	// convolution (it says so) lowers the model to other kernels, whose
+	// names may differ from the default lowering's.
+	renamed := strings.Contains(errOut3, ": kernel layout ")
 	for _, tk := range s.Tasks {
+		if tk.Site != "" && !tk.SiteDefault {
+			// A kernel of another layout of a convolution than the
+			// default: the build has it only when its records make that
+			// layout the cheapest.
+			layouts++
+			continue
+		}
+		if renamed {
+			continue
+		}
 		line := scheduleLine(errOut3, tk.Name)
 		if tk.Best > 0 {
 			check.True(t, strings.Contains(line, "the best record in "+db), tk.Name, errOut3)
@@ -90,6 +105,14 @@ func TestTuneModel(t *testing.T) {
 			check.True(t, strings.Contains(line, "no record in "+db) && strings.Contains(line, "default schedule"), tk.Name, errOut3)
 		}
 	}
+	check.True(t, layouts > 0, "the convolutions' other kernel layouts are tasks too", s.Tasks)
+	built := 0
+	for _, tk := range s.Tasks {
+		if tk.Best > 0 && (tk.Site == "" || tk.SiteDefault) {
+			built++
+		}
+	}
+	check.True(t, strings.Count(errOut3, "the best record in "+db) >= built, errOut3)
 	res := filepath.Join(dir, "out")
 	_, _, err = runApp(t, "run", art, "--input", "x="+filepath.Join(onnxTestdata, "smallcnn_x.npy"), "--output", res)
 	check.NoError(t, err)

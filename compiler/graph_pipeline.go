@@ -16,8 +16,10 @@ import (
 // the kernels are built as written. kiln tune lowers a model through it, so
 // the kernels it tunes are exactly those a build compiles, with or without
 // a tuning database. A module without graph functions, or pipeline "none",
-// comes back as it is.
-func GraphPipeline(mod *ir.IRModule, target Target, pipeline string, noDefaultSchedule bool) (*ir.IRModule, error) {
+// comes back as it is. layouts are the graph-level layout choices, each
+// convolution's kernel layout by its signature
+// (relaxtransform.AlterConvLayoutWith; nil: the defaults).
+func GraphPipeline(mod *ir.IRModule, target Target, pipeline string, noDefaultSchedule bool, layouts map[string]string) (*ir.IRModule, error) {
 	if !vmgen.HasGraphFunctions(mod) || pipeline == "none" {
 		return mod, nil
 	}
@@ -36,8 +38,56 @@ func GraphPipeline(mod *ir.IRModule, target Target, pipeline string, noDefaultSc
 			return nil, err
 		}
 	}
-	if mod, err = relaxtransform.RunPipeline(mod, pipeline); err != nil {
+	ps, err := relaxtransform.Pipeline(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if layouts != nil {
+		altered := false
+		for i, p := range ps {
+			if p.Name == "AlterConvLayout" {
+				ps[i].Fn, altered = relaxtransform.AlterConvLayoutWith(layouts), true
+			}
+		}
+		if !altered {
+			return nil, fmt.Errorf("pipeline %s: kernel layouts are chosen for it, but it does not run AlterConvLayout", pipeline)
+		}
+	}
+	if mod, err = relaxtransform.RunPasses(mod, ps, relaxtransform.Options{Verify: true}); err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
 	}
 	return mod, nil
+}
+
+// Lowering lowers a module with graph functions through the graph
+// pipeline with the given layout choices (see GraphPipeline).
+type Lowering = func(layouts map[string]string) (*ir.IRModule, error)
+
+// LayoutLowering is the Lowering of mod through pipeline ("" means
+// DefaultPipeline) for target, nil when there is no layout to choose: mod
+// has no graph functions, or the pipeline does not run AlterConvLayout.
+func LayoutLowering(mod *ir.IRModule, target Target, pipeline string, noDefaultSchedule bool) Lowering {
+	if pipeline == "" {
+		pipeline = DefaultPipeline
+	}
+	if !vmgen.HasGraphFunctions(mod) || !pipelineAlters(pipeline) {
+		return nil
+	}
+	return func(layouts map[string]string) (*ir.IRModule, error) {
+		return GraphPipeline(mod, target, pipeline, noDefaultSchedule, layouts)
+	}
+}
+
+// pipelineAlters reports whether pipeline runs AlterConvLayout.
+func pipelineAlters(pipeline string) bool {
+	ps, err := relaxtransform.Pipeline(pipeline)
+	if err != nil {
+		return false
+	}
+	for _, p := range ps {
+		if p.Name == "AlterConvLayout" {
+			return true
+		}
+	}
+	return false
 }

@@ -74,7 +74,7 @@ func runJob(ctx context.Context, dir string, stages io.Writer) error {
 		if src, db, err = openTunedBundle(job.Format, src); err != nil {
 			return fmt.Errorf("job %s: %w", job.ID, err)
 		}
-		if opts.Schedule, err = tunedSchedule(db, target, job.Options["shape"]); err != nil {
+		if err = tunedSchedule(db, target, job.Options["shape"], &opts); err != nil {
 			return fmt.Errorf("job %s: %w", job.ID, err)
 		}
 	}

@@ -114,13 +114,14 @@ func openTunedBundle(format string, b []byte) (module, db []byte, err error) {
 	return got[member], got[bundleTuning], nil
 }
 
-// tunedSchedule is the build hook that applies db's best records for
+// tunedSchedule sets opts' build hooks that apply db's best records for
 // target, with the symbolic sizes shape ("NAME=SIZE,…", "" for none)
-// picks: what kiln build --tuning-db gives a local build.
-func tunedSchedule(db []byte, target compiler.Target, shape string) (func(*ir.IRModule) (*ir.IRModule, error), error) {
+// picks: each convolution's kernel layout and each kernel's schedule, what
+// kiln build --tuning-db gives a local build.
+func tunedSchedule(db []byte, target compiler.Target, shape string, opts *compiler.BuildOptions) error {
 	d := tune.NewDatabase(target.String())
 	if _, err := d.Read(bundleTuning, bytes.NewReader(db)); err != nil {
-		return nil, fmt.Errorf("tuning database: %w", err)
+		return fmt.Errorf("tuning database: %w", err)
 	}
 	var sh []string
 	if shape != "" {
@@ -128,14 +129,16 @@ func tunedSchedule(db []byte, target compiler.Target, shape string) (func(*ir.IR
 	}
 	bind, err := tune.ParseShape(sh)
 	if err != nil {
-		return nil, fmt.Errorf("build option shape: %w", err)
+		return fmt.Errorf("build option shape: %w", err)
 	}
 	rt, err := target.TuneTarget()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return func(mod *ir.IRModule) (*ir.IRModule, error) {
+	opts.Layouts = tune.LayoutChooser(d, rt, bind, nil)
+	opts.Schedule = func(mod *ir.IRModule) (*ir.IRModule, error) {
 		out, _, err := tune.Apply(mod, d, rt, bind)
 		return out, err
-	}, nil
+	}
+	return nil
 }

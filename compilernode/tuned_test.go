@@ -32,8 +32,8 @@ func TestTunedBundle(t *testing.T) {
 
 	target, err := compiler.ParseTarget("cpu")
 	check.NoError(t, err)
-	_, err = tunedSchedule([]byte("not json\n"), target, "")
+	err = tunedSchedule([]byte("not json\n"), target, "", &compiler.BuildOptions{})
 	check.Error(t, err, "tuning database", "tuning.jsonl:1")
-	_, err = tunedSchedule(nil, target, "n=x")
+	err = tunedSchedule(nil, target, "n=x", &compiler.BuildOptions{})
 	check.Error(t, err, "build option shape")
 }

@@ -21,6 +21,13 @@ import (
 // rounds (0 before there are W+1), the second the optimistic bet that
 // another round gains as much as the average one did. A task with no
 // valid measurement yet goes last; ties are broken at random.
+//
+// A kernel of one layout of a convolution site (Task.Site) lowers the
+// model's time only as far as it makes its layout the site's cheapest:
+// its gradient is how far one round's expected gain g takes its layout's
+// cost (the sum of weight × best over the layout's kernels) below the
+// site's cheapest layout, max(0, cheapest − (cost − g)), which is g for
+// a kernel of the cheapest layout.
 const (
 	gradientAlpha  = 0.2
 	gradientWindow = 3
@@ -53,9 +60,15 @@ func pick(states []*taskState, rng *rand.Rand) *taskState {
 		})
 		return fresh[0]
 	}
+	cost, cheapest := layoutCosts(states)
 	best, hi, lo := alive[0], math.Inf(-1), math.Inf(1)
 	for _, st := range alive {
 		g := st.gradient()
+		if site := st.task.Site; site != "" && !math.IsInf(g, -1) {
+			if c, lo := cost[[2]string{site, st.task.Layout}], cheapest[site]; !math.IsInf(lo, 1) && !math.IsInf(c, 1) {
+				g = math.Max(0, lo-(c-g))
+			}
+		}
 		if g > hi {
 			best, hi = st, g
 		}
@@ -65,6 +78,24 @@ func pick(states []*taskState, rng *rand.Rand) *taskState {
 		return alive[rng.IntN(len(alive))]
 	}
 	return best
+}
+
+// layoutCosts is, for each layout of each convolution site among states'
+// tasks, the sum of weight × best time over its kernels (+Inf while one
+// has no valid time), and each site's cheapest.
+func layoutCosts(states []*taskState) (cost map[[2]string]float64, cheapest map[string]float64) {
+	cost, cheapest = map[[2]string]float64{}, map[string]float64{}
+	for _, st := range states {
+		if st.task.Site != "" {
+			cost[[2]string{st.task.Site, st.task.Layout}] += float64(st.task.Weight) * st.best
+		}
+	}
+	for k, c := range cost {
+		if lo, ok := cheapest[k[0]]; !ok || c < lo {
+			cheapest[k[0]] = c
+		}
+	}
+	return cost, cheapest
 }
 
 // gradient is the expected fall of the task's weighted latency from one

@@ -27,6 +27,12 @@ type Task struct {
 	// Flops is the arithmetic of one call (for GFLOPS figures).
 	Flops float64
 	Space *Space
+	// Site and Layout, for a kernel of a convolution site in one of its
+	// kernel layouts (see LayoutTasks), name them; SiteDefault says the
+	// layout is the site's default. The model's time counts a site at
+	// its cheapest layout.
+	Site, Layout string
+	SiteDefault  bool
 }
 
 // NewTask makes the task of f (its design space for target); an
@@ -136,19 +142,56 @@ type Trial struct {
 // Latency estimates the program's time per run from its tasks' times:
 // the sum of weight × time over the tasks with a valid measurement, with
 // each task's best time (best) and with its default schedule's (dflt;
-// the best time for a task whose default is not measured). Kernels that
-// are not tasks are not in it.
+// the best time for a task whose default is not measured). A
+// convolution site (TaskSummary.Site) counts once, at its cheapest
+// layout whose kernels are all measured for best, at its default layout
+// for dflt. Kernels that are not tasks are not in it.
 func (p Progress) Latency() (best, dflt float64) {
+	sites := map[string]map[string]*[2]float64{} // site → layout → best, dflt
+	siteDefault := map[string]string{}
 	for _, t := range p.Tasks {
+		w := float64(t.Weight)
+		b, d := w*t.Best, w*t.Default
+		if t.Default <= 0 {
+			d = b
+		}
 		if t.Best <= 0 {
+			b, d = math.Inf(1), math.Inf(1)
+		}
+		if t.Site == "" {
+			if !math.IsInf(b, 1) {
+				best += b
+				dflt += d
+			}
 			continue
 		}
-		w := float64(t.Weight)
-		best += w * t.Best
-		if t.Default > 0 {
-			dflt += w * t.Default
+		if sites[t.Site] == nil {
+			sites[t.Site] = map[string]*[2]float64{}
+		}
+		v := sites[t.Site][t.Layout]
+		if v == nil {
+			v = &[2]float64{}
+			sites[t.Site][t.Layout] = v
+		}
+		v[0] += b
+		v[1] += d
+		if t.SiteDefault {
+			siteDefault[t.Site] = t.Layout
+		}
+	}
+	for site, layouts := range sites {
+		lo := math.Inf(1)
+		for _, v := range layouts {
+			lo = math.Min(lo, v[0])
+		}
+		if math.IsInf(lo, 1) {
+			continue
+		}
+		best += lo
+		if v := layouts[siteDefault[site]]; v != nil && !math.IsInf(v[1], 1) {
+			dflt += v[1]
 		} else {
-			dflt += w * t.Best
+			dflt += lo
 		}
 	}
 	return best, dflt
@@ -192,6 +235,11 @@ type TaskSummary struct {
 	// TrialsTo90 is the trial of this run after which the best time was
 	// within 90% of the final best's throughput.
 	TrialsTo90 int `json:"trials_to_90,omitempty"`
+	// Site and Layout name the convolution site and kernel layout of a
+	// task of one (Task.Site); SiteDefault says it is the default layout.
+	Site        string `json:"site,omitempty"`
+	Layout      string `json:"layout,omitempty"`
+	SiteDefault bool   `json:"site_default,omitempty"`
 }
 
 // HeadToHead is a head-to-head's two times (seconds): the build takes the
@@ -258,7 +306,7 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 	states := make([]*taskState, len(tasks))
 	for i, t := range tasks {
 		st := &taskState{task: t, measured: map[string]bool{}, pending: map[string]bool{}, best: math.Inf(1), dflt: math.Inf(1), model: NewModel(),
-			sum: TaskSummary{Name: t.Name, Workload: t.Workload.Hash, Weight: t.Weight}}
+			sum: TaskSummary{Name: t.Name, Workload: t.Workload.Hash, Weight: t.Weight, Site: t.Site, Layout: t.Layout, SiteDefault: t.SiteDefault}}
 		for _, r := range db.Records(t.Workload.Hash) {
 			st.learnRecord(r)
 			st.sum.Previous++

@@ -71,7 +71,7 @@ func TestTasksDedupModel(t *testing.T) {
 	check.NoError(t, err)
 	target, err := compiler.ParseTarget("cpu")
 	check.NoError(t, err)
-	mod, err = compiler.GraphPipeline(mod, target, "", false)
+	mod, err = compiler.GraphPipeline(mod, target, "", false, nil)
 	check.NoError(t, err)
 	tasks, skipped, err := Tasks(mod, rules.Target{Kind: "cpu", VectorBytes: target.VectorBytes()}, nil)
 	check.NoError(t, err)

@@ -2,6 +2,7 @@ package transform
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kiln-ml/kiln/compiler/ir"
@@ -41,38 +42,164 @@ import (
 // keep it in OIHW (see pointwiseLayout).
 // It plays the part of TVM's AlterOpLayout for conv2d on x86.
 func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
-	return rewriteCalls(mod, func(*ir.Function) callRewrite {
-		return func(vb *ir.VarBinding, call *ir.RCall) ([]ir.Binding, error) {
-			if !convToAlter(call) {
-				return nil, nil
-			}
-			bs, layout, channels, e := convKernel(vb.Var, call.Args[1], pointwiseLayout(call) != "")
-			if e != nil {
-				return nil, fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
-			}
-			attrs := make(map[string]any, len(call.Attrs))
-			for k, v := range call.Attrs {
-				attrs[k] = v
-			}
-			attrs["kernel_layout"], attrs["out_layout"] = layout, "NCHW"
-			conv, e := op.Call("relax.nn.conv2d", []ir.RExpr{call.Args[0], bs[len(bs)-1].(*ir.VarBinding).Var}, attrs)
-			if e != nil {
-				return nil, fmt.Errorf("conv2d %s: kernel in %s: %w", vb.Var.Name, layout, e)
-			}
-			if channels == 0 {
-				return append(bs, &ir.VarBinding{Var: vb.Var, Value: conv}), nil
-			}
-			// The kernel was padded with zero channels: the first ones
-			// are the convolution's.
-			all := ir.NewRVar(vb.Var.Name+"_padded", conv.Info)
-			all.Dataflow = vb.Var.Dataflow
-			slice, e := op.Call("relax.strided_slice", []ir.RExpr{all}, map[string]any{"axes": []any{int64(1)}, "begin": []any{int64(0)}, "end": []any{channels}})
-			if e != nil {
-				return nil, fmt.Errorf("conv2d %s: its first %d channels: %w", vb.Var.Name, channels, e)
-			}
-			return append(bs, &ir.VarBinding{Var: all, Value: conv}, &ir.VarBinding{Var: vb.Var, Value: slice}), nil
+	return AlterConvLayoutWith(nil)(mod)
+}
+
+// ConvSite is a kind of convolution AlterConvLayout repacks the kernel
+// of: every convolution of one signature (Key: its data and kernel
+// shapes, strides, padding and dilation) takes one kernel layout, a
+// graph-level choice the tuner searches (see AlterConvLayoutWith).
+type ConvSite struct {
+	// Key is the signature, as "conv2d 1x64x56x56 * 64x64x3x3 strides
+	// 1,1 padding 1,1,1,1 dilation 1,1".
+	Key string
+	// Layouts are the kernel layouts it can take, the one AlterConvLayout
+	// gives it first: blocks of 32, 16 or 8 output channels that divide
+	// them ("OIHW32o"; the default may pad the channels, see
+	// paddedChannels), "HWIO", or "OIHW" (the kernel as it is).
+	Layouts []string
+	// Sources are the model operators of its convolutions.
+	Sources []ir.Source
+}
+
+// ConvSites lists the convolutions of mod's graph functions that
+// AlterConvLayout would repack, one ConvSite per signature in the order
+// they first appear.
+func ConvSites(mod *ir.IRModule) []ConvSite {
+	var sites []ConvSite
+	at := map[string]int{}
+	for _, name := range mod.Names() {
+		f, _ := mod.Lookup(name)
+		fn, ok := f.(*ir.Function)
+		if !ok || isPrimitive(fn) || fn.Body == nil {
+			continue
 		}
-	})
+		m := &ir.RMutator{}
+		m.Binding = func(b ir.Binding) []ir.Binding {
+			call, ok := b.BoundValue().(*ir.RCall)
+			if !ok || !convEligible(call) {
+				return []ir.Binding{b}
+			}
+			key := convKey(call)
+			i, seen := at[key]
+			if !seen {
+				i, at[key] = len(sites), len(sites)
+				sites = append(sites, ConvSite{Key: key, Layouts: convLayouts(call)})
+			}
+			sites[i].Sources = ir.AddSources(sites[i].Sources, call.Sources...)
+			return []ir.Binding{b}
+		}
+		m.RewriteFunc(fn)
+	}
+	return sites
+}
+
+// AlterConvLayoutWith is AlterConvLayout with the kernel layout of each
+// ConvSite (by Key) that layouts names, one of the site's Layouts; the
+// others take their first. A layout the site cannot take is an error.
+func AlterConvLayoutWith(layouts map[string]string) func(mod *ir.IRModule) (*ir.IRModule, error) {
+	return func(mod *ir.IRModule) (*ir.IRModule, error) {
+		return rewriteCalls(mod, func(*ir.Function) callRewrite {
+			return func(vb *ir.VarBinding, call *ir.RCall) ([]ir.Binding, error) {
+				if !convEligible(call) {
+					return nil, nil
+				}
+				options := convLayouts(call)
+				layout := options[0]
+				if l, ok := layouts[convKey(call)]; ok {
+					if !slices.Contains(options, l) {
+						return nil, fmt.Errorf("conv2d %s (%s): kernel layout %q is not one it can take (%s)", vb.Var.Name, convKey(call), l, strings.Join(options, ", "))
+					}
+					layout = l
+				}
+				if layout == "OIHW" {
+					return nil, nil
+				}
+				return alterConv(vb, call, layout)
+			}
+		})
+	}
+}
+
+// alterConv is the bindings that compute vb, a convolution, with its
+// kernel repacked in layout.
+func alterConv(vb *ir.VarBinding, call *ir.RCall, layout string) ([]ir.Binding, error) {
+	bs, channels, e := convKernel(vb.Var, call.Args[1], layout)
+	if e != nil {
+		return nil, fmt.Errorf("conv2d %s: repack its kernel: %w", vb.Var.Name, e)
+	}
+	attrs := make(map[string]any, len(call.Attrs))
+	for k, v := range call.Attrs {
+		attrs[k] = v
+	}
+	attrs["kernel_layout"], attrs["out_layout"] = layout, "NCHW"
+	conv, e := op.Call("relax.nn.conv2d", []ir.RExpr{call.Args[0], bs[len(bs)-1].(*ir.VarBinding).Var}, attrs)
+	if e != nil {
+		return nil, fmt.Errorf("conv2d %s: kernel in %s: %w", vb.Var.Name, layout, e)
+	}
+	if channels == 0 {
+		return append(bs, &ir.VarBinding{Var: vb.Var, Value: conv}), nil
+	}
+	// The kernel was padded with zero channels: the first ones
+	// are the convolution's.
+	all := ir.NewRVar(vb.Var.Name+"_padded", conv.Info)
+	all.Dataflow = vb.Var.Dataflow
+	slice, e := op.Call("relax.strided_slice", []ir.RExpr{all}, map[string]any{"axes": []any{int64(1)}, "begin": []any{int64(0)}, "end": []any{channels}})
+	if e != nil {
+		return nil, fmt.Errorf("conv2d %s: its first %d channels: %w", vb.Var.Name, channels, e)
+	}
+	return append(bs, &ir.VarBinding{Var: all, Value: conv}, &ir.VarBinding{Var: vb.Var, Value: slice}), nil
+}
+
+// convLayouts is the kernel layouts convolution call can take (see
+// ConvSite.Layouts), AlterConvLayout's first: for a pointwise one the
+// layout pointwiseLayout gives it, for the others blocks of 32, 16 or 8
+// of its channels padded as paddedChannels says, else HWIO.
+func convLayouts(call *ir.RCall) []string {
+	o, _ := ir.ConstDim(ir.StructInfoOf(call.Args[1]).(*ir.TensorStructInfo).Shape[0])
+	first := pointwiseLayout(call)
+	if first == "" {
+		first = "HWIO"
+		if b := outputBlock(paddedChannels(o)); b > 0 {
+			first = fmt.Sprintf("OIHW%do", b)
+		}
+	}
+	out := []string{first}
+	for _, b := range []int64{32, 16, 8} {
+		if l := fmt.Sprintf("OIHW%do", b); o%b == 0 && l != first {
+			out = append(out, l)
+		}
+	}
+	for _, l := range []string{"HWIO", "OIHW"} {
+		if l != first {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// convKey is the signature of convolution call (ConvSite.Key).
+func convKey(call *ir.RCall) string {
+	shape := func(e ir.RExpr) string {
+		var ds []string
+		for _, d := range ir.StructInfoOf(e).(*ir.TensorStructInfo).Shape {
+			if c, ok := ir.ConstDim(d); ok {
+				ds = append(ds, fmt.Sprint(c))
+			} else {
+				ds = append(ds, fmt.Sprint(d))
+			}
+		}
+		return strings.Join(ds, "x")
+	}
+	list := func(k string) string {
+		vs, _ := call.Attrs[k].([]any)
+		var out []string
+		for _, v := range vs {
+			out = append(out, fmt.Sprint(v))
+		}
+		return strings.Join(out, ",")
+	}
+	return fmt.Sprintf("conv2d %s * %s strides %s padding %s dilation %s", shape(call.Args[0]), shape(call.Args[1]), list("strides"), list("padding"), list("dilation"))
 }
 
 // callRewrite returns the bindings that replace vb, a binding of call:
@@ -129,12 +256,11 @@ func rewriteCalls(mod *ir.IRModule, forFunc func(fn *ir.Function) callRewrite) (
 }
 
 // convKernel returns the bindings that repack kernel w (OIHW, of
-// constant shape) for convolution y, the last one binding the repacked
-// kernel, and its layout; when it pads the kernel with zero output
-// channels (see paddedChannels), channels is the count before padding.
-// With panels (a pointwise convolution, see pointwiseLayout) the blocks
-// are panels of pointwisePanel channels, never padded.
-func convKernel(y *ir.RVar, w ir.RExpr, panels bool) (bs []ir.Binding, layout string, channels int64, err error) {
+// constant shape) for convolution y in layout (HWIO or OIHW{b}o), the
+// last one binding the repacked kernel; when blocks of b channels do not
+// divide the output channels it pads the kernel with zero ones and
+// channels is the count before padding.
+func convKernel(y *ir.RVar, w ir.RExpr, layout string) (bs []ir.Binding, channels int64, err error) {
 	bind := func(suffix string, value *ir.RCall) *ir.RVar {
 		v := ir.NewRVar(y.Name+suffix, value.Info)
 		v.Dataflow = y.Dataflow
@@ -146,41 +272,40 @@ func convKernel(y *ir.RVar, w ir.RExpr, panels bool) (bs []ir.Binding, layout st
 	for i, d := range info.Shape {
 		dims[i], _ = ir.ConstDim(d)
 	}
-	if o := paddedChannels(dims[0]); o > dims[0] && !panels {
+	if layout == "HWIO" {
+		perm, err := op.Call("relax.permute_dims", []ir.RExpr{w}, map[string]any{"axes": []any{int64(2), int64(3), int64(1), int64(0)}})
+		if err != nil {
+			return nil, 0, err
+		}
+		bind("_hwio", perm)
+		return bs, 0, nil
+	}
+	var block int64
+	if _, err := fmt.Sscanf(layout, "OIHW%do", &block); err != nil || block <= 0 {
+		return nil, 0, fmt.Errorf("kernel layout %q (want HWIO or OIHW followed by a block of output channels, as OIHW32o)", layout)
+	}
+	if o := (dims[0] + block - 1) / block * block; o > dims[0] {
 		zero := &ir.Constant{DType: info.DType, Shape: ndarray.Shape{}, Data: make([]byte, info.DType.Size())}
 		zeros, err := op.Call("relax.broadcast_to", []ir.RExpr{zero, &ir.ShapeExpr{Values: ir.Dims(o-dims[0], dims[1], dims[2], dims[3])}}, nil)
 		if err != nil {
-			return nil, "", 0, err
+			return nil, 0, err
 		}
 		padded, err := op.Call("relax.concat", []ir.RExpr{&ir.RTuple{Fields: []ir.RExpr{w, bind("_zeros", zeros)}}}, map[string]any{"axis": int64(0)})
 		if err != nil {
-			return nil, "", 0, err
+			return nil, 0, err
 		}
 		w, channels, dims[0] = bind("_padded_kernel", padded), dims[0], o
 	}
-	block := outputBlock(dims[0])
-	if panels {
-		block = pointwisePanel
-	}
-	if block == 0 {
-		perm, err := op.Call("relax.permute_dims", []ir.RExpr{w}, map[string]any{"axes": []any{int64(2), int64(3), int64(1), int64(0)}})
-		if err != nil {
-			return nil, "", 0, err
-		}
-		bind("_hwio", perm)
-		return bs, "HWIO", channels, nil
-	}
 	split, err := op.Call("relax.reshape", []ir.RExpr{w, &ir.ShapeExpr{Values: ir.Dims(dims[0]/block, block, dims[1], dims[2], dims[3])}}, nil)
 	if err != nil {
-		return nil, "", 0, err
+		return nil, 0, err
 	}
-	layout = fmt.Sprintf("OIHW%do", block)
 	perm, err := op.Call("relax.permute_dims", []ir.RExpr{bind("_oblocks", split)}, map[string]any{"axes": []any{int64(0), int64(2), int64(3), int64(4), int64(1)}})
 	if err != nil {
-		return nil, "", 0, err
+		return nil, 0, err
 	}
 	bind("_"+strings.ToLower(layout), perm)
-	return bs, layout, channels, nil
+	return bs, channels, nil
 }
 
 // paddedChannels is the output channels a kernel of o channels is padded
@@ -209,10 +334,10 @@ func outputBlock(o int64) int64 {
 	return 0
 }
 
-// convToAlter reports whether call is an R.nn.conv2d that AlterConvLayout
-// rewrites: one group, NCHW data and output, an OIHW float32 kernel of
-// constant shape, no out_dtype.
-func convToAlter(call *ir.RCall) bool {
+// convEligible reports whether call is an R.nn.conv2d whose kernel
+// AlterConvLayout chooses a layout for: one group, NCHW data and output,
+// an OIHW float32 kernel of constant shape, no out_dtype.
+func convEligible(call *ir.RCall) bool {
 	o, ok := call.Op.(*ir.Op)
 	if !ok || o.Name != "relax.nn.conv2d" || len(call.Args) != 2 {
 		return false
@@ -229,9 +354,6 @@ func convToAlter(call *ir.RCall) bool {
 	}
 	w, ok := ir.StructInfoOf(call.Args[1]).(*ir.TensorStructInfo)
 	if !ok || w.DType != ir.Float32 || len(w.Shape) != 4 {
-		return false
-	}
-	if pointwiseLayout(call) == "OIHW" {
 		return false
 	}
 	for _, d := range w.Shape {

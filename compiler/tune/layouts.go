@@ -1,0 +1,232 @@
+package tune
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/kiln-ml/kiln/compiler/ir"
+	relaxtransform "github.com/kiln-ml/kiln/compiler/relax/transform"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
+)
+
+// The graph-level layout choices: every convolution signature of a model
+// (a relaxtransform.ConvSite) can take its kernel in several layouts
+// (blocks of 32, 16 or 8 output channels, HWIO, OIHW), and each layout
+// makes other kernels of the convolution and what fuses with it. The
+// kernels of every layout are tasks; a site's cost is its cheapest
+// layout's (the sum of calls × best time over that layout's kernels), and
+// a build with the database takes, for each site, the layout whose
+// kernels' best records add up to the least (ChooseLayouts).
+
+// Lowering lowers a model with the given kernel layouts (a site's Key to
+// its layout; nil: the defaults), as compiler.GraphPipeline does.
+type Lowering = func(layouts map[string]string) (*ir.IRModule, error)
+
+// LayoutVariant is one kernel layout of one convolution site.
+type LayoutVariant struct {
+	// Site is the site's signature (relaxtransform.ConvSite.Key),
+	// Layout the kernel layout; Default says it is the site's layout
+	// without a choice.
+	Site, Layout string
+	Default      bool
+	// Kernels are the workload hashes of the kernels that compute the
+	// site's convolutions in this layout, with their calls per run.
+	Kernels map[string]int
+}
+
+// LayoutTasks returns the tasks of a module with graph functions, mod as
+// imported, lowered by lower (the graph pipeline with a layout choice):
+// the tasks of mod lowered with the default layouts (as Tasks gives
+// them), then the kernels each other layout of each convolution site
+// makes, which the default lowering lacks. Tasks of a site's kernels
+// carry its Site and Layout. variants are the layouts of every site with
+// more than one whose kernels are all tasks.
+func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape map[string]int64) (tasks []*Task, skipped []string, variants []LayoutVariant, err error) {
+	base, err := lower(nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if tasks, skipped, err = Tasks(base, target, shape); err != nil {
+		return nil, nil, nil, err
+	}
+	var sites []relaxtransform.ConvSite
+	for _, s := range relaxtransform.ConvSites(mod) {
+		if len(s.Layouts) > 1 && len(s.Sources) > 0 {
+			sites = append(sites, s)
+		}
+	}
+	byHash := map[string]*Task{}
+	for _, t := range tasks {
+		byHash[t.Workload.Hash] = t
+	}
+	// in counts the variants each task is a kernel of: one common to
+	// several is no part of a choice.
+	in := map[*Task]int{}
+	ranks := 0
+	for _, s := range sites {
+		ranks = max(ranks, len(s.Layouts))
+	}
+	for r := 0; r < ranks; r++ {
+		lowered, ts := base, tasks
+		if r > 0 {
+			choice := map[string]string{}
+			for _, s := range sites {
+				if r < len(s.Layouts) {
+					choice[s.Key] = s.Layouts[r]
+				}
+			}
+			if lowered, err = lower(choice); err != nil {
+				return nil, nil, nil, fmt.Errorf("kernel layouts of rank %d: %w", r+1, err)
+			}
+			if ts, _, err = Tasks(lowered, target, shape); err != nil {
+				return nil, nil, nil, fmt.Errorf("kernel layouts of rank %d: %w", r+1, err)
+			}
+		}
+		byFunc := map[string]*Task{}
+		for _, t := range ts {
+			for _, f := range t.Funcs {
+				byFunc[f] = t
+			}
+		}
+		sources := kernelSources(lowered)
+		for _, s := range sites {
+			if r >= len(s.Layouts) {
+				continue
+			}
+			v := LayoutVariant{Site: s.Key, Layout: s.Layouts[r], Default: r == 0, Kernels: map[string]int{}}
+			complete := true
+			for _, f := range slices.Sorted(maps.Keys(sources)) {
+				if !slices.ContainsFunc(sources[f], func(src ir.Source) bool { return slices.Contains(s.Sources, src) }) {
+					continue
+				}
+				t := byFunc[f]
+				if t == nil {
+					complete = false
+					break
+				}
+				if known := byHash[t.Workload.Hash]; known != nil {
+					t = known
+				} else {
+					// Named apart from the default lowering's kernel of
+					// the same name (the name is its symbol when built).
+					t.Name = t.Name + "_" + strings.ToLower(v.Layout)
+					t.Funcs[0] = t.Name
+					byHash[t.Workload.Hash] = t
+					tasks = append(tasks, t)
+				}
+				t.Site, t.Layout, t.SiteDefault = v.Site, v.Layout, v.Default
+				in[t]++
+				v.Kernels[t.Workload.Hash] = t.Weight
+			}
+			if complete && len(v.Kernels) > 0 {
+				variants = append(variants, v)
+			} else if r > 0 {
+				skipped = append(skipped, fmt.Sprintf("%s in %s: a kernel of it cannot be tuned: not searched", s.Key, v.Layout))
+			}
+		}
+	}
+	for t, n := range in {
+		if n > 1 {
+			t.Site, t.Layout, t.SiteDefault = "", "", false
+		}
+	}
+	return tasks, skipped, variants, nil
+}
+
+// kernelSources maps each function mod's graph functions call (run per
+// call, as CallCounts counts them) to the model operators of its calls.
+func kernelSources(mod *ir.IRModule) map[string][]ir.Source {
+	out := map[string][]ir.Source{}
+	for _, fn := range mod.Funcs() {
+		e, ok := fn.(ir.RExpr)
+		if !ok || callCached(e) {
+			continue
+		}
+		ir.RVisit(e, func(n ir.RExpr) bool {
+			c, ok := n.(*ir.RCall)
+			if !ok || len(c.Sources) == 0 {
+				return true
+			}
+			for _, a := range append([]ir.RExpr{c.Op}, c.Args...) {
+				if g, ok := a.(*ir.GlobalVar); ok && mod.PrimFunc(g.Name) != nil {
+					out[g.Name] = ir.AddSources(out[g.Name], c.Sources...)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// LayoutChoice is the layout ChooseLayouts took for a site, with the
+// estimated time per run of its kernels in it and in the default layout.
+type LayoutChoice struct {
+	Site, Layout, DefaultLayout string
+	Seconds, DefaultSeconds     float64
+}
+
+// ChooseLayouts returns, for every site whose variants db has a valid
+// record for each kernel of, the layout whose kernels' best records add
+// up to the least time per run (calls × median), with what each choice
+// weighed. A site whose default layout is not all measured keeps it.
+func ChooseLayouts(variants []LayoutVariant, db *Database) (map[string]string, []LayoutChoice) {
+	choice := map[string]string{}
+	var out []LayoutChoice
+	var order []string
+	best := map[string]*LayoutChoice{}
+	for _, v := range variants {
+		cost := 0.0
+		for h, calls := range v.Kernels {
+			r, ok := db.Best(h)
+			if !ok {
+				cost = math.Inf(1)
+				break
+			}
+			cost += float64(calls) * r.Median()
+		}
+		c := best[v.Site]
+		if c == nil {
+			c = &LayoutChoice{Site: v.Site, Seconds: math.Inf(1), DefaultSeconds: math.Inf(1)}
+			best[v.Site] = c
+			order = append(order, v.Site)
+		}
+		if v.Default {
+			c.DefaultLayout, c.DefaultSeconds = v.Layout, cost
+		}
+		if cost < c.Seconds {
+			c.Layout, c.Seconds = v.Layout, cost
+		}
+	}
+	for _, s := range order {
+		c := best[s]
+		if math.IsInf(c.DefaultSeconds, 1) || c.Layout == "" {
+			continue
+		}
+		choice[s] = c.Layout
+		out = append(out, *c)
+	}
+	return choice, out
+}
+
+// LayoutChooser is the layout choice of a build with db (a
+// compiler.BuildOptions.Layouts): it lowers the model with every layout
+// of every site (LayoutTasks) and takes ChooseLayouts' choice, calling
+// report, when set, with each site's.
+func LayoutChooser(db *Database, target rules.Target, shape map[string]int64, report func(LayoutChoice)) func(*ir.IRModule, Lowering) (map[string]string, error) {
+	return func(mod *ir.IRModule, lower Lowering) (map[string]string, error) {
+		_, _, variants, err := LayoutTasks(mod, lower, target, shape)
+		if err != nil {
+			return nil, err
+		}
+		choice, made := ChooseLayouts(variants, db)
+		if report != nil {
+			for _, c := range made {
+				report(c)
+			}
+		}
+		return choice, nil
+	}
+}

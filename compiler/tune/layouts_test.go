@@ -1,0 +1,140 @@
+package tune
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/compiler"
+	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/internal/check"
+)
+
+// TestLayoutTasks lowers the three-convolution model with every kernel
+// layout of its two convolution sites (8 → 8 channels twice, 8 → 16):
+// the default lowering's tasks come first, the other layouts' kernels
+// after them, named apart, and every task of a site names its layout; a
+// database whose records make a layout the cheapest has ChooseLayouts
+// take it, a site whose default layout has no record keeps its default,
+// and the build with that choice has the chosen layout's kernels.
+func TestLayoutTasks(t *testing.T) {
+	mod, _, err := onnx.ImportBytes("twoconv.onnx", twoConvModel(t), onnx.Options{})
+	check.NoError(t, err)
+	target, err := compiler.ParseTarget("cpu")
+	check.NoError(t, err)
+	rt, err := target.TuneTarget()
+	check.NoError(t, err)
+	lower := compiler.LayoutLowering(mod, target, "", false)
+	check.True(t, lower != nil, "O2 chooses kernel layouts")
+	tasks, _, variants, err := LayoutTasks(mod, lower, rt, nil)
+	check.NoError(t, err)
+	base, err := compiler.GraphPipeline(mod, target, "", false, nil)
+	check.NoError(t, err)
+	plain, _, err := Tasks(base, rt, nil)
+	check.NoError(t, err)
+	for i, p := range plain {
+		check.Equal(t, tasks[i].Workload.Hash, p.Workload.Hash, "the default lowering's tasks come first")
+	}
+	check.True(t, len(tasks) > len(plain), len(tasks))
+	names := map[string]bool{}
+	for _, tk := range tasks {
+		check.True(t, !names[tk.Name], "two tasks named", tk.Name)
+		names[tk.Name] = true
+		check.True(t, tk.Site != "", tk.Name, "is a kernel of a convolution site")
+		if !tk.SiteDefault {
+			check.True(t, strings.HasSuffix(tk.Name, "_"+strings.ToLower(tk.Layout)), tk.Name)
+		}
+	}
+	sites := map[string][]LayoutVariant{}
+	for _, v := range variants {
+		sites[v.Site] = append(sites[v.Site], v)
+	}
+	check.Equal(t, len(sites), 2, sites)
+	eight := "conv2d 1x8x8x8 * 8x8x3x3 strides 1,1 padding 1,1,1,1 dilation 1,1"
+	sixteen := "conv2d 1x8x8x8 * 16x8x3x3 strides 1,1 padding 1,1,1,1 dilation 1,1"
+	check.Equal(t, len(sites[eight]), 3, "OIHW8o, HWIO, OIHW")
+	check.Equal(t, len(sites[sixteen]), 4, "OIHW16o, OIHW8o, HWIO, OIHW")
+	for _, v := range sites[eight] {
+		for _, calls := range v.Kernels {
+			check.Equal(t, calls, 2, "both 8 → 8 layers call the kernel", v.Layout)
+		}
+	}
+
+	// Records: every layout of the 8 → 8 site measured, HWIO the
+	// cheapest; only the non-default layouts of the other.
+	db := NewDatabase(target.String())
+	timed := func(hash string, s float64) {
+		db.add(Record{Workload: Workload{Hash: hash}, Target: target.String(), Times: []float64{s}})
+	}
+	want := map[string]float64{}
+	for _, v := range variants {
+		for h := range v.Kernels {
+			switch {
+			case v.Site == eight && v.Layout == "HWIO":
+				timed(h, 1e-6)
+				want[v.Layout] = 2e-6
+			case v.Site == eight:
+				timed(h, 3e-6)
+			case !v.Default:
+				timed(h, 1e-7)
+			}
+		}
+	}
+	choice, made := ChooseLayouts(variants, db)
+	check.Equal(t, len(choice), 1, choice)
+	check.Equal(t, choice[eight], "HWIO")
+	check.Equal(t, len(made), 1)
+	check.Equal(t, made[0].DefaultLayout, sites[eight][0].Layout)
+	check.True(t, math.Abs(made[0].Seconds-want["HWIO"]) < 1e-12, made[0])
+	check.True(t, math.Abs(made[0].DefaultSeconds-6e-6) < 1e-12, made[0])
+
+	chosen, err := LayoutChooser(db, rt, nil, nil)(mod, lower)
+	check.NoError(t, err)
+	check.Equal(t, chosen[eight], "HWIO")
+	built, err := lower(chosen)
+	check.NoError(t, err)
+	got, _, err := Tasks(built, rt, nil)
+	check.NoError(t, err)
+	hwio := map[string]bool{}
+	for _, v := range sites[eight] {
+		if v.Layout == "HWIO" {
+			for h := range v.Kernels {
+				hwio[h] = true
+			}
+		}
+	}
+	found := 0
+	for _, tk := range got {
+		if hwio[tk.Workload.Hash] {
+			found++
+		}
+	}
+	check.Equal(t, found, len(hwio), "the build with the choice has the HWIO kernels")
+}
+
+// TestLatencyCountsCheapestLayout: a convolution site counts once in the
+// model's estimate, at its cheapest fully measured layout (at its
+// default layout for the default estimate), and pick's gradient for a
+// kernel of a layout far costlier than the site's cheapest is 0.
+func TestLatencyCountsCheapestLayout(t *testing.T) {
+	p := Progress{Tasks: []TaskSummary{
+		{Name: "relu", Weight: 1, Best: 1, Default: 2},
+		{Name: "conv", Weight: 2, Best: 4, Default: 5, Site: "s", Layout: "A", SiteDefault: true},
+		{Name: "conv_b", Weight: 2, Best: 1, Default: 3, Site: "s", Layout: "B"},
+		{Name: "conv_b2", Weight: 1, Best: 1, Default: 1, Site: "s", Layout: "B"},
+		{Name: "conv_c", Weight: 1, Best: 0, Site: "s", Layout: "C"},
+	}}
+	best, dflt := p.Latency()
+	check.Equal(t, best, 1.0+3)
+	check.Equal(t, dflt, 2.0+10)
+
+	task := func(name, layout string, w int) *Task {
+		return &Task{Name: name, Weight: w, Site: "s", Layout: layout}
+	}
+	cheap := &taskState{task: task("b", "B", 1), best: 1, rounds: []float64{1}, launched: 1}
+	dear := &taskState{task: task("a", "A", 1), best: 10, rounds: []float64{10}, launched: 1}
+	other := &taskState{task: &Task{Name: "x", Weight: 1}, best: 0.5, rounds: []float64{0.5}, launched: 1}
+	// The dear layout's own gradient (10) is the largest, but one more
+	// round of it is not expected to bring it under the cheap one's 1.
+	check.Equal(t, pick([]*taskState{dear, cheap, other}, nil), cheap)
+}
