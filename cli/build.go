@@ -391,8 +391,12 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, note
 	}
 	layouts := tune.LayoutChooser(db, rt, shape, func(lc tune.LayoutChoice) {
 		if lc.Layout != lc.DefaultLayout {
-			fmt.Fprintf(w, "build: %s: kernel layout %s, %s a run by the best records in %s (the default %s: %s)\n",
-				lc.Site, lc.Layout, fmtSeconds(lc.Seconds), path, lc.DefaultLayout, fmtSeconds(lc.DefaultSeconds))
+			how := "by the best records"
+			if lc.HeadToHead {
+				how = "timed head to head with the default"
+			}
+			fmt.Fprintf(w, "build: %s: kernel layout %s, %s a run %s in %s (the default %s: %s)\n",
+				lc.Site, lc.Layout, fmtSeconds(lc.Seconds), how, path, lc.DefaultLayout, fmtSeconds(lc.DefaultSeconds))
 		}
 	})
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {

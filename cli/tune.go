@@ -161,6 +161,9 @@ type tuneSummary struct {
 	ModelDefault float64 `json:"model_default_seconds,omitempty"`
 	// Pace is where the run's time went.
 	Pace *tunePace `json:"pace,omitempty"`
+	// Layouts are the kernel layouts kiln build --tuning-db takes for
+	// the model's convolution sites, by the database after the run.
+	Layouts []tune.LayoutChoice `json:"layouts,omitempty"`
 }
 
 // tunePace is where a tuning run's time went: per stage of a
@@ -379,6 +382,7 @@ func runTune(c *ucli.Context) error {
 		}
 	}
 	res.DefaultSchedule = defaultScheduleTimes(tasks, db)
+	_, res.Layouts = tune.ChooseLayouts(tune.VariantsOf(tasks), db)
 	res.estimate()
 	for _, t := range sum {
 		res.Trials += t.Trials
@@ -536,6 +540,17 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 			fmt.Fprintf(c.App.ErrWriter, "tune: %s head to head, timed one after the other: default %s, best %s: the build takes %s\n",
 				t.Name, fmtSeconds(h.Default), fmtSeconds(h.Best), kept)
 		}
+	}
+	for _, l := range r.Layouts {
+		if l.Other == "" || (l.Layout == l.DefaultLayout && !l.HeadToHead) {
+			continue
+		}
+		how := "by the best records"
+		if l.HeadToHead {
+			how = "head to head, timed one after the other"
+		}
+		fmt.Fprintf(c.App.ErrWriter, "tune: %s: kernel layouts %s: default %s %s, %s %s: the build takes %s\n",
+			l.Site, how, l.DefaultLayout, fmtSeconds(l.DefaultSeconds), l.Other, fmtSeconds(l.OtherSeconds), l.Layout)
 	}
 	if r.Model > 0 {
 		timed := 0

@@ -59,7 +59,10 @@ func TestTuneModel(t *testing.T) {
 	// Besides the trials, a head-to-head of default and best for each
 	// kernel whose best was not the default (two records of one pair).
 	pairs := strings.Count(readFile(t, db), `"pair":`)
-	check.Equal(t, countLines(t, db)-pairs, total)
+	// And a layout head-to-head for each convolution whose cheapest
+	// kernel layout was not its default (a record per kernel of each).
+	layoutPairs := strings.Count(readFile(t, db), `"layout_pair":`)
+	check.Equal(t, countLines(t, db)-pairs-layoutPairs, total)
 	h2h := 0
 	for _, tk := range s.Tasks {
 		if tk.HeadToHead != nil {
@@ -106,6 +109,10 @@ func TestTuneModel(t *testing.T) {
 		}
 	}
 	check.True(t, layouts > 0, "the convolutions' other kernel layouts are tasks too", s.Tasks)
+	check.True(t, len(s.Layouts) > 0, "the summary says which layout each convolution takes")
+	for _, l := range s.Layouts {
+		check.True(t, l.Layout != "" && l.DefaultLayout != "" && l.Seconds > 0 && l.Seconds <= l.DefaultSeconds, l)
+	}
 	built := 0
 	for _, tk := range s.Tasks {
 		if tk.Best > 0 && (tk.Site == "" || tk.SiteDefault) {

@@ -70,6 +70,12 @@ type Record struct {
 	// load (records timed minutes apart on a busy machine are not). The
 	// latest head-to-head decides Best.
 	Pair int64 `json:"pair,omitempty"`
+	// LayoutPair, when set, is shared by the records of a layout
+	// head-to-head: the best records of the kernels of a convolution
+	// site's default kernel layout and of its cheapest other one, timed
+	// again one after the other at the end of a run; the latest one
+	// decides the site's layout (ChooseLayouts).
+	LayoutPair int64 `json:"layout_pair,omitempty"`
 	// Validity is the time evaluator's verdict on Times (records written
 	// before it have none).
 	Validity

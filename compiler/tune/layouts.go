@@ -162,53 +162,160 @@ func kernelSources(mod *ir.IRModule) map[string][]ir.Source {
 }
 
 // LayoutChoice is the layout ChooseLayouts took for a site, with the
-// estimated time per run of its kernels in it and in the default layout.
+// estimated time per run of its kernels in it and in the default layout;
+// HeadToHead says the times are a layout head-to-head's (see
+// Record.LayoutPair), not the best records'.
 type LayoutChoice struct {
-	Site, Layout, DefaultLayout string
-	Seconds, DefaultSeconds     float64
+	Site           string  `json:"site"`
+	Layout         string  `json:"layout"`
+	DefaultLayout  string  `json:"default_layout"`
+	Seconds        float64 `json:"seconds"`
+	DefaultSeconds float64 `json:"default_seconds"`
+	HeadToHead     bool    `json:"head_to_head,omitempty"`
+	// Other is the fastest layout but the default (the head-to-head's
+	// other one), with its time.
+	Other        string  `json:"other_layout,omitempty"`
+	OtherSeconds float64 `json:"other_seconds,omitempty"`
 }
 
-// ChooseLayouts returns, for every site whose variants db has a valid
-// record for each kernel of, the layout whose kernels' best records add
-// up to the least time per run (calls × median), with what each choice
-// weighed. A site whose default layout is not all measured keeps it.
+// ChooseLayouts returns, for every site whose default layout db has a
+// valid record for each kernel of, the layout whose kernels add up to the
+// least time per run (calls × median): by the latest layout head-to-head
+// of the site's layouts where it had one, else by the kernels' best
+// records; with what each choice weighed.
 func ChooseLayouts(variants []LayoutVariant, db *Database) (map[string]string, []LayoutChoice) {
 	choice := map[string]string{}
 	var out []LayoutChoice
 	var order []string
-	best := map[string]*LayoutChoice{}
+	bySite := map[string][]LayoutVariant{}
 	for _, v := range variants {
-		cost := 0.0
-		for h, calls := range v.Kernels {
-			r, ok := db.Best(h)
-			if !ok {
-				cost = math.Inf(1)
-				break
-			}
-			cost += float64(calls) * r.Median()
-		}
-		c := best[v.Site]
-		if c == nil {
-			c = &LayoutChoice{Site: v.Site, Seconds: math.Inf(1), DefaultSeconds: math.Inf(1)}
-			best[v.Site] = c
+		if bySite[v.Site] == nil {
 			order = append(order, v.Site)
 		}
-		if v.Default {
-			c.DefaultLayout, c.DefaultSeconds = v.Layout, cost
-		}
-		if cost < c.Seconds {
-			c.Layout, c.Seconds = v.Layout, cost
-		}
+		bySite[v.Site] = append(bySite[v.Site], v)
 	}
-	for _, s := range order {
-		c := best[s]
+	for _, site := range order {
+		vs := bySite[site]
+		c := LayoutChoice{Site: site, Seconds: math.Inf(1), DefaultSeconds: math.Inf(1)}
+		costs := make([]float64, len(vs))
+		for i, v := range vs {
+			costs[i] = bestCost(v, db)
+		}
+		if id := latestLayoutPair(vs, db); id != 0 {
+			c.HeadToHead = true
+			for i, v := range vs {
+				costs[i] = pairCost(v, db, id)
+			}
+		}
+		for i, v := range vs {
+			if v.Default {
+				c.DefaultLayout, c.DefaultSeconds = v.Layout, costs[i]
+			} else if !math.IsInf(costs[i], 1) && (c.Other == "" || costs[i] < c.OtherSeconds) {
+				c.Other, c.OtherSeconds = v.Layout, costs[i]
+			}
+			if costs[i] < c.Seconds {
+				c.Layout, c.Seconds = v.Layout, costs[i]
+			}
+		}
+		if c.HeadToHead && math.IsInf(c.DefaultSeconds, 1) {
+			// The head-to-head did not time the default: it decides
+			// between the layouts it timed, against the default's best
+			// records.
+			for i, v := range vs {
+				if v.Default {
+					c.DefaultSeconds = bestCost(v, db)
+					costs[i] = c.DefaultSeconds
+				}
+			}
+		}
 		if math.IsInf(c.DefaultSeconds, 1) || c.Layout == "" {
 			continue
 		}
-		choice[s] = c.Layout
-		out = append(out, *c)
+		choice[site] = c.Layout
+		out = append(out, c)
 	}
 	return choice, out
+}
+
+// bestCost is v's kernels' calls × best record's median, summed (+Inf
+// when one has no valid record).
+func bestCost(v LayoutVariant, db *Database) float64 {
+	cost := 0.0
+	for h, calls := range v.Kernels {
+		r, ok := db.Best(h)
+		if !ok {
+			return math.Inf(1)
+		}
+		cost += float64(calls) * r.Median()
+	}
+	return cost
+}
+
+// pairCost is bestCost by the records of layout head-to-head id (+Inf
+// when it did not time every kernel of v).
+func pairCost(v LayoutVariant, db *Database, id int64) float64 {
+	cost := 0.0
+	for h, calls := range v.Kernels {
+		found := false
+		for _, r := range db.Records(h) {
+			if r.LayoutPair == id && r.Valid() {
+				cost += float64(calls) * r.Median()
+				found = true
+				break
+			}
+		}
+		if !found {
+			return math.Inf(1)
+		}
+	}
+	return cost
+}
+
+// latestLayoutPair is the latest layout head-to-head that timed every
+// kernel of two or more of a site's layouts vs, 0 when none did.
+func latestLayoutPair(vs []LayoutVariant, db *Database) int64 {
+	ids := map[int64]bool{}
+	for _, v := range vs {
+		for h := range v.Kernels {
+			for _, r := range db.Records(h) {
+				if r.LayoutPair != 0 {
+					ids[r.LayoutPair] = true
+				}
+			}
+		}
+	}
+	for _, id := range slices.Backward(slices.Sorted(maps.Keys(ids))) {
+		n := 0
+		for _, v := range vs {
+			if !math.IsInf(pairCost(v, db, id), 1) {
+				n++
+			}
+		}
+		if n >= 2 {
+			return id
+		}
+	}
+	return 0
+}
+
+// VariantsOf is the layout variants tasks are kernels of (by their Site
+// and Layout, see LayoutTasks), as LayoutTasks lists them.
+func VariantsOf(tasks []*Task) []LayoutVariant {
+	var out []LayoutVariant
+	at := map[[2]string]int{}
+	for _, t := range tasks {
+		if t.Site == "" {
+			continue
+		}
+		k := [2]string{t.Site, t.Layout}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(out), len(out)
+			out = append(out, LayoutVariant{Site: t.Site, Layout: t.Layout, Default: t.SiteDefault, Kernels: map[string]int{}})
+		}
+		out[i].Kernels[t.Workload.Hash] = t.Weight
+	}
+	return out
 }
 
 // LayoutChooser is the layout choice of a build with db (a

@@ -1,8 +1,10 @@
 package tune
 
 import (
+	"context"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler"
@@ -137,4 +139,65 @@ func TestLatencyCountsCheapestLayout(t *testing.T) {
 	// The dear layout's own gradient (10) is the largest, but one more
 	// round of it is not expected to bring it under the cheap one's 1.
 	check.Equal(t, pick([]*taskState{dear, cheap, other}, nil), cheap)
+}
+
+// layoutDriftRunner times task "a" at 2 ms the first time (a busy
+// moment) and at 1 ms after that, every other task at 1.5 ms.
+type layoutDriftRunner struct {
+	mu sync.Mutex
+	a  int
+}
+
+func (r *layoutDriftRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
+	for i := range cands {
+		s := 1.5e-3
+		if task.Name == "a" {
+			r.mu.Lock()
+			r.a++
+			s = 1e-3
+			if r.a == 1 {
+				s = 2e-3
+			}
+			r.mu.Unlock()
+		}
+		each(i, Result{Times: []float64{s}})
+	}
+	return nil
+}
+
+// TestLayoutHeadToHead: a site's default layout (kernel a) timed at a
+// busy moment looks slower than its other layout (kernel b); the layout
+// head-to-head at the end of the run times both again, one after the
+// other, with one LayoutPair id, and ChooseLayouts keeps the default,
+// saying it was a head-to-head; without one the drifted timing decides.
+func TestLayoutHeadToHead(t *testing.T) {
+	for _, h2h := range []bool{false, true} {
+		a, err := NewTask("a", matmulFunc(t, 32, 32, 32), 1, testTarget)
+		check.NoError(t, err)
+		b, err := NewTask("b", matmulFunc(t, 32, 32, 16), 1, testTarget)
+		check.NoError(t, err)
+		a.Site, a.Layout, a.SiteDefault = "s", "A", true
+		b.Site, b.Layout = "s", "B"
+		db := NewDatabase("cpu")
+		_, err = Tune(context.Background(), []*Task{a, b}, db, &layoutDriftRunner{}, Options{Trials: 2, Batch: 1, Seed: 1, HeadToHead: h2h})
+		check.NoError(t, err)
+		choice, made := ChooseLayouts(VariantsOf([]*Task{a, b}), db)
+		check.Equal(t, len(made), 1, made)
+		pairs := 0
+		for _, tk := range []*Task{a, b} {
+			for _, r := range db.Records(tk.Workload.Hash) {
+				if r.LayoutPair != 0 {
+					pairs++
+				}
+			}
+		}
+		if !h2h {
+			check.Equal(t, pairs, 0)
+			check.Equal(t, choice["s"], "B", "without a head-to-head the drifted timing decides")
+			continue
+		}
+		check.Equal(t, pairs, 2)
+		check.Equal(t, choice["s"], "A")
+		check.Equal(t, made[0], LayoutChoice{Site: "s", Layout: "A", DefaultLayout: "A", Seconds: 1e-3, DefaultSeconds: 1e-3, HeadToHead: true, Other: "B", OtherSeconds: 1.5e-3})
+	}
 }

@@ -329,6 +329,12 @@ func Tune(ctx context.Context, tasks []*Task, db *Database, runner Runner, opts 
 				return summaries(states), err
 			}
 		}
+		if err := p.layoutHeadToHead(tasks); err != nil {
+			if ctx.Err() != nil {
+				return summaries(states), ctx.Err()
+			}
+			return summaries(states), err
+		}
 	}
 	return summaries(states), p.err
 }
@@ -384,6 +390,59 @@ func (p *pipeline) headToHead(st *taskState) error {
 	}
 	if recs[0].Valid() && recs[1].Valid() {
 		st.sum.HeadToHead = &HeadToHead{Default: recs[0].Median(), Best: recs[1].Median()}
+	}
+	return nil
+}
+
+// layoutHeadToHead times again, for every convolution site whose
+// cheapest kernel layout by the best records is not its default, the
+// best record of each kernel of the default layout and then of that one,
+// one after the other, and records them with one LayoutPair id: the
+// layouts' kernels were timed minutes apart, under other loads, and the
+// default must not lose to a layout only timed at a quieter moment.
+func (p *pipeline) layoutHeadToHead(tasks []*Task) error {
+	_, made := ChooseLayouts(VariantsOf(tasks), p.db)
+	for _, c := range made {
+		if c.Layout == c.DefaultLayout {
+			continue
+		}
+		id := time.Now().UnixNano()
+		for _, layout := range []string{c.DefaultLayout, c.Layout} {
+			for _, t := range tasks {
+				if t.Site != c.Site || t.Layout != layout {
+					continue
+				}
+				best, ok := p.db.Best(t.Workload.Hash)
+				if !ok {
+					continue
+				}
+				cand, err := t.Space.Candidate(best)
+				if err != nil {
+					continue
+				}
+				var res Result
+				got := false
+				var mu sync.Mutex
+				err = p.runner.Stream(p.ctx, t, []*Candidate{cand}, func(i int, r Result) {
+					mu.Lock()
+					defer mu.Unlock()
+					if i == 0 {
+						res, got = r, true
+					}
+				})
+				if err != nil {
+					return err
+				}
+				if !got {
+					continue
+				}
+				r := p.newRecord(t, cand, res)
+				r.LayoutPair = id
+				if err := p.db.Append(r); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }
