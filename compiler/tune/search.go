@@ -362,16 +362,7 @@ func (p *pipeline) headToHead(st *taskState) error {
 		return nil
 	}
 	cands := []*Candidate{dflt, best}
-	res := make([]Result, len(cands))
-	got := make([]bool, len(cands))
-	var mu sync.Mutex
-	err = p.runner.Stream(p.ctx, st.task, cands, func(i int, r Result) {
-		mu.Lock()
-		defer mu.Unlock()
-		if i >= 0 && i < len(res) {
-			res[i], got[i] = r, true
-		}
-	})
+	res, got, err := p.measure(st.task, cands)
 	if err != nil {
 		return err
 	}
@@ -392,6 +383,22 @@ func (p *pipeline) headToHead(st *taskState) error {
 		st.sum.HeadToHead = &HeadToHead{Default: recs[0].Median(), Best: recs[1].Median()}
 	}
 	return nil
+}
+
+// measure times cands of task through the runner, outside the search's
+// pipeline: each one's result, and whether it came.
+func (p *pipeline) measure(task *Task, cands []*Candidate) ([]Result, []bool, error) {
+	res := make([]Result, len(cands))
+	got := make([]bool, len(cands))
+	var mu sync.Mutex
+	err := p.runner.Stream(p.ctx, task, cands, func(i int, r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= 0 && i < len(res) {
+			res[i], got[i] = r, true
+		}
+	})
+	return res, got, err
 }
 
 // layoutHeadToHead times again, for every convolution site whose
@@ -420,23 +427,14 @@ func (p *pipeline) layoutHeadToHead(tasks []*Task) error {
 				if err != nil {
 					continue
 				}
-				var res Result
-				got := false
-				var mu sync.Mutex
-				err = p.runner.Stream(p.ctx, t, []*Candidate{cand}, func(i int, r Result) {
-					mu.Lock()
-					defer mu.Unlock()
-					if i == 0 {
-						res, got = r, true
-					}
-				})
+				res, got, err := p.measure(t, []*Candidate{cand})
 				if err != nil {
 					return err
 				}
-				if !got {
+				if !got[0] {
 					continue
 				}
-				r := p.newRecord(t, cand, res)
+				r := p.newRecord(t, cand, res[0])
 				r.LayoutPair = id
 				if err := p.db.Append(r); err != nil {
 					return err
