@@ -6,8 +6,10 @@ import (
 
 // Unroll limits: a loop is repeated in the IR only when its extent is at
 // most maxUnrollExtent and the unrolled body has at most maxUnrollNodes
-// nodes; otherwise it stays an unrolled loop and the C code generator
-// asks the compiler to unroll it (#pragma GCC unroll).
+// nodes (the unrolled loops left inside it counted unrolled); otherwise an
+// unrolled loop stays one and the C code generator asks the compiler to
+// unroll it (#pragma GCC unroll), unless unrolled it too would be over
+// maxUnrollNodes: then it becomes a serial loop.
 const (
 	maxUnrollExtent = 64
 	maxUnrollNodes  = 8192
@@ -31,7 +33,15 @@ func Unroll(f *ir.PrimFunc) (*ir.PrimFunc, error) {
 			return s
 		}
 		ext, ok := ir.IsConstInt(foldExpr(fr.Extent))
-		if !ok || ext > maxUnrollExtent || ext*int64(countNodes(fr.Body)) > maxUnrollNodes {
+		if ok && fr.Kind == ir.ForUnrolled && ext*unrolledSize(fr.Body) > maxUnrollNodes {
+			// Unrolled by the compiler, its body would be over the
+			// limit too (a tuned candidate's nest of unrolled loops,
+			// each within it, made gcc take minutes): a serial loop.
+			c := *fr
+			c.Kind = ir.ForSerial
+			return &c
+		}
+		if !ok || ext > maxUnrollExtent || ext*unrolledSize(fr.Body) > maxUnrollNodes {
 			return s
 		}
 		if ext <= 0 {
@@ -75,10 +85,21 @@ func indexesLocal(fr *ir.For) bool {
 	return found
 }
 
-// countNodes counts the nodes under s.
-func countNodes(s ir.Stmt) int {
-	n := 0
-	ir.Visit(s, func(ir.Node) bool { n++; return true })
+// unrolledSize counts the nodes under s once every unrolled loop left in
+// it (for the C compiler to unroll) is unrolled: such a loop counts its
+// extent times its body.
+func unrolledSize(s ir.Stmt) int64 {
+	n := int64(0)
+	ir.Visit(s, func(x ir.Node) bool {
+		if fr, ok := x.(*ir.For); ok && fr.Kind == ir.ForUnrolled {
+			if ext, ok := ir.IsConstInt(foldExpr(fr.Extent)); ok && ext > 1 {
+				n += 1 + ext*unrolledSize(fr.Body)
+				return false
+			}
+		}
+		n++
+		return true
+	})
 	return n
 }
 
