@@ -97,6 +97,7 @@ func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape ma
 				continue
 			}
 			v := LayoutVariant{Site: s.Key, Layout: s.Layouts[r], Default: r == 0, Kernels: map[string]int{}}
+			var kernels []*Task
 			complete := true
 			for _, f := range slices.Sorted(maps.Keys(sources)) {
 				if !slices.ContainsFunc(sources[f], func(src ir.Source) bool { return slices.Contains(s.Sources, src) }) {
@@ -107,6 +108,15 @@ func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape ma
 					complete = false
 					break
 				}
+				kernels = append(kernels, t)
+			}
+			if !complete || len(kernels) == 0 {
+				if r > 0 {
+					skipped = append(skipped, fmt.Sprintf("%s in %s: a kernel of it cannot be tuned: not searched", s.Key, v.Layout))
+				}
+				continue
+			}
+			for _, t := range kernels {
 				if known := byHash[t.Workload.Hash]; known != nil {
 					t = known
 				} else {
@@ -121,11 +131,7 @@ func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape ma
 				in[t]++
 				v.Kernels[t.Workload.Hash] = t.Weight
 			}
-			if complete && len(v.Kernels) > 0 {
-				variants = append(variants, v)
-			} else if r > 0 {
-				skipped = append(skipped, fmt.Sprintf("%s in %s: a kernel of it cannot be tuned: not searched", s.Key, v.Layout))
-			}
+			variants = append(variants, v)
 		}
 	}
 	for t, n := range in {
