@@ -223,17 +223,6 @@ func ChooseLayouts(variants []LayoutVariant, db *Database) (map[string]string, [
 				c.Layout, c.Seconds = v.Layout, costs[i]
 			}
 		}
-		if c.HeadToHead && math.IsInf(c.DefaultSeconds, 1) {
-			// The head-to-head did not time the default: it decides
-			// between the layouts it timed, against the default's best
-			// records.
-			for i, v := range vs {
-				if v.Default {
-					c.DefaultSeconds = bestCost(v, db)
-					costs[i] = c.DefaultSeconds
-				}
-			}
-		}
 		if math.IsInf(c.DefaultSeconds, 1) || c.Layout == "" {
 			continue
 		}
