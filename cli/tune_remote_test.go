@@ -64,7 +64,7 @@ func checkTunedRemoteBuild(t *testing.T, file string, flags, inputs []string, ou
 	t.Helper()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "tuning.jsonl")
-	_, errOut, err := runApp(t, append(append([]string{"tune", file}, flags...), "--trials", "16", "--batch", "4", "--db", db, "--seed", "1")...)
+	_, errOut, err := runApp(t, append(append([]string{"tune", file}, flags...), "--trials", "24", "--batch", "4", "--db", db, "--seed", "1")...)
 	check.NoError(t, err, errOut)
 	favourSearched(t, db)
 
