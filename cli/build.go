@@ -142,7 +142,7 @@ func runBuild(c *ucli.Context) error {
 		return fmt.Errorf("build: --shape picks the tuned shape of a symbolic kernel; it needs --tuning-db")
 	}
 	var applyDB func(*ir.IRModule) (*ir.IRModule, error)
-	var layouts func(*ir.IRModule, compiler.Lowering) (map[string]string, error)
+	var layouts func(*compiler.Lowering) (map[string]string, error)
 	notes := map[string]string{}
 	if p := c.String("tuning-db"); p != "" {
 		if applyDB, layouts, err = tuningDBSchedule(c, p, target, notes); err != nil {
@@ -369,9 +369,10 @@ func buildRemote(c *ucli.Context, path string, src []byte, out string, shapes ma
 // of what it could not use, and notes per kernel where its schedule came
 // from (a tuned record, the default schedule as the best record, or no
 // record) for reportSchedules. The second hook chooses each
-// convolution's kernel layout by the records (tune.ChooseLayouts), saying
-// which one it took where that is not the default.
-func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, notes map[string]string) (func(*ir.IRModule) (*ir.IRModule, error), func(*ir.IRModule, compiler.Lowering) (map[string]string, error), error) {
+// convolution's kernel layout and each dense layer's weight layout by the
+// records (tune.ChooseLayouts), saying which one it took where that is
+// not the default.
+func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, notes map[string]string) (func(*ir.IRModule) (*ir.IRModule, error), func(*compiler.Lowering) (map[string]string, error), error) {
 	db := tune.NewDatabase(target.String())
 	warnings, err := db.Load(path)
 	if err != nil {
@@ -395,8 +396,8 @@ func tuningDBSchedule(c *ucli.Context, path string, target compiler.Target, note
 			if lc.HeadToHead {
 				how = "timed head to head with the default"
 			}
-			fmt.Fprintf(w, "build: %s: kernel layout %s, %s a run %s in %s (the default %s: %s)\n",
-				lc.Site, lc.Layout, fmtSeconds(lc.Seconds), how, path, lc.DefaultLayout, fmtSeconds(lc.DefaultSeconds))
+			fmt.Fprintf(w, "build: %s: %s %s, %s a run %s in %s (the default %s: %s)\n",
+				lc.Site, siteLayout(lc.Site), lc.Layout, fmtSeconds(lc.Seconds), how, path, lc.DefaultLayout, fmtSeconds(lc.DefaultSeconds))
 		}
 	})
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {
@@ -509,4 +510,13 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return nil
+}
+
+// siteLayout names what a layout site's layout lays out: a dense layer's
+// weight, or a convolution's kernel.
+func siteLayout(site string) string {
+	if strings.HasPrefix(site, "dense ") {
+		return "weight layout"
+	}
+	return "kernel layout"
 }

@@ -161,8 +161,8 @@ type tuneSummary struct {
 	ModelDefault float64 `json:"model_default_seconds,omitempty"`
 	// Pace is where the run's time went.
 	Pace *tunePace `json:"pace,omitempty"`
-	// Layouts are the kernel layouts kiln build --tuning-db takes for
-	// the model's convolution sites, by the database after the run.
+	// Layouts are the layouts kiln build --tuning-db takes for the
+	// model's convolution and dense sites, by the database after the run.
 	Layouts []tune.LayoutChoice `json:"layouts,omitempty"`
 }
 
@@ -441,8 +441,9 @@ func tuneTasks(mod *ir.IRModule, target compiler.Target, pipeline string, shape 
 		return nil, nil, err
 	}
 	if lower := compiler.LayoutLowering(mod, target, pipeline, false); lower != nil {
-		// The kernels of every kernel layout of every convolution.
-		tasks, skipped, _, err := tune.LayoutTasks(mod, tune.Lowering(lower), rt, shape)
+		// The kernels of every layout of every convolution and dense
+		// layer.
+		tasks, skipped, _, err := tune.LayoutTasks(lower, rt, shape)
 		return tasks, skipped, err
 	}
 	mod, err = compiler.GraphPipeline(mod, target, pipeline, false, nil)
@@ -475,7 +476,7 @@ func describeTasks(tasks []*tune.Task) string {
 	}
 	out := strings.Join(parts, ", ")
 	if others > 0 {
-		out += fmt.Sprintf("; and %d kernels of the other kernel layouts of %d convolutions", others, len(sites))
+		out += fmt.Sprintf("; and %d kernels of the other layouts of %d convolutions and dense layers", others, len(sites))
 	}
 	return out
 }
@@ -549,8 +550,8 @@ func printTuneSummary(c *ucli.Context, r tuneSummary) error {
 		if l.HeadToHead {
 			how = "head to head, timed one after the other"
 		}
-		fmt.Fprintf(c.App.ErrWriter, "tune: %s: kernel layouts %s: default %s %s, %s %s: the build takes %s\n",
-			l.Site, how, l.DefaultLayout, fmtSeconds(l.DefaultSeconds), l.Other, fmtSeconds(l.OtherSeconds), l.Layout)
+		fmt.Fprintf(c.App.ErrWriter, "tune: %s: %ss %s: default %s %s, %s %s: the build takes %s\n",
+			l.Site, siteLayout(l.Site), how, l.DefaultLayout, fmtSeconds(l.DefaultSeconds), l.Other, fmtSeconds(l.OtherSeconds), l.Layout)
 	}
 	if r.Model > 0 {
 		timed := 0

@@ -95,12 +95,12 @@ type BuildOptions struct {
 	// tuning database's best records through it.
 	Schedule func(*ir.IRModule) (*ir.IRModule, error)
 	// Layouts, when set, makes the graph-level layout choices (each
-	// convolution's kernel layout, see relax/transform.ConvSites) before
-	// the graph pipeline: given the module as given to Build and the
-	// Lowering that lowers it with a choice, it returns the choice (nil:
-	// the defaults). kiln build --tuning-db takes what the database's
-	// records measured fastest (tune.ChooseLayouts).
-	Layouts func(mod *ir.IRModule, lower Lowering) (map[string]string, error)
+	// convolution's kernel layout and each dense layer's weight layout,
+	// see relax/transform.LayoutSite) before the graph pipeline: given the
+	// Lowering of the module as given to Build, with its sites, it returns
+	// the choice (nil: the defaults). kiln build --tuning-db takes what
+	// the database's records measured fastest (tune.ChooseLayouts).
+	Layouts func(lower *Lowering) (map[string]string, error)
 	// Progress, when set, hears each phase of the build start and end
 	// (see Stage), on the goroutine that called Build.
 	Progress func(Stage)
@@ -182,7 +182,7 @@ func BuildWithResult(ctx context.Context, mod *ir.IRModule, target Target, opts 
 		end := stage(opts.Progress, "graph pipeline "+p)
 		var layouts map[string]string
 		if lower := LayoutLowering(mod, target, p, opts.NoDefaultSchedule); opts.Layouts != nil && lower != nil {
-			if layouts, err = opts.Layouts(mod, lower); err != nil {
+			if layouts, err = opts.Layouts(lower); err != nil {
 				return nil, fmt.Errorf("build: kernel layouts: %w", err)
 			}
 		}

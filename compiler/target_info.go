@@ -43,8 +43,9 @@ type kindSteps struct {
 	DeviceCompiler bool
 	// PackDense: graph functions' dense layers have their weights packed
 	// in the default schedule's column panels before the O2 and O3
-	// pipelines (AlterDenseLayout), unless a tuning database or no
-	// default schedule is asked for. The convolutions' repacking
+	// pipelines (AlterDenseLayout; a tuning database may choose other
+	// panels, see relax/transform.DenseSites), unless no default
+	// schedule is asked for. The convolutions' repacking
 	// (AlterConvLayout) is part of O2 on every target.
 	PackDense bool
 	// HostDeviceSplit: each lowered function is split into kernels,

@@ -116,8 +116,9 @@ func openTunedBundle(format string, b []byte) (module, db []byte, err error) {
 
 // tunedSchedule sets opts' build hooks that apply db's best records for
 // target, with the symbolic sizes shape ("NAME=SIZE,…", "" for none)
-// picks: each convolution's kernel layout and each kernel's schedule, what
-// kiln build --tuning-db gives a local build.
+// picks: each convolution's kernel layout, each dense layer's weight
+// layout and each kernel's schedule, what kiln build --tuning-db gives a
+// local build.
 func tunedSchedule(db []byte, target compiler.Target, shape string, opts *compiler.BuildOptions) error {
 	d := tune.NewDatabase(target.String())
 	if _, err := d.Read(bundleTuning, bytes.NewReader(db)); err != nil {

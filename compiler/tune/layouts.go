@@ -13,47 +13,49 @@ import (
 )
 
 // The graph-level layout choices: every convolution signature of a model
-// (a relaxtransform.ConvSite) can take its kernel in several layouts
-// (blocks of 32, 16 or 8 output channels, HWIO, OIHW), and each layout
-// makes other kernels of the convolution and what fuses with it. The
+// (a relaxtransform.LayoutSite) can take its kernel in several layouts
+// (blocks of 32, 16 or 8 output channels, HWIO, OIHW), every dense layer
+// signature its weight (panels of several widths, or as it is), and each
+// layout makes other kernels of the operator and what fuses with it. The
 // kernels of every layout are tasks; a site's cost is its cheapest
 // layout's (the sum of calls × best time over that layout's kernels), and
 // a build with the database takes, for each site, the layout whose
 // kernels' best records add up to the least (ChooseLayouts).
 
-// Lowering lowers a model with the given kernel layouts (a site's Key to
-// its layout; nil: the defaults), as compiler.GraphPipeline does.
-type Lowering = func(layouts map[string]string) (*ir.IRModule, error)
+// Lowering lowers a model with the given layouts (a site's Key to its
+// layout; nil: the defaults), as compiler.GraphPipeline does, and lists
+// its sites (compiler.LayoutLowering makes it).
+type Lowering = relaxtransform.Lowering
 
-// LayoutVariant is one kernel layout of one convolution site.
+// LayoutVariant is one layout of one site.
 type LayoutVariant struct {
-	// Site is the site's signature (relaxtransform.ConvSite.Key),
-	// Layout the kernel layout; Default says it is the site's layout
-	// without a choice.
+	// Site is the site's signature (relaxtransform.LayoutSite.Key),
+	// Layout the layout; Default says it is the site's layout without a
+	// choice.
 	Site, Layout string
 	Default      bool
 	// Kernels are the workload hashes of the kernels that compute the
-	// site's convolutions in this layout, with their calls per run.
+	// site's operators in this layout, with their calls per run.
 	Kernels map[string]int
 }
 
-// LayoutTasks returns the tasks of a module with graph functions, mod as
-// imported, lowered by lower (the graph pipeline with a layout choice):
-// the tasks of mod lowered with the default layouts (as Tasks gives
-// them), then the kernels each other layout of each convolution site
-// makes, which the default lowering lacks. Tasks of a site's kernels
+// LayoutTasks returns the tasks of a module with graph functions lowered
+// by lower (the graph pipeline with a layout choice): the tasks of the
+// module lowered with the default layouts (as Tasks gives them), then the
+// kernels each other layout of each of lower's sites makes, which the
+// default lowering lacks. Tasks of a site's kernels
 // carry its Site and Layout. variants are the layouts of every site with
 // more than one whose kernels are all tasks.
-func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape map[string]int64) (tasks []*Task, skipped []string, variants []LayoutVariant, err error) {
-	base, err := lower(nil)
+func LayoutTasks(lower *Lowering, target rules.Target, shape map[string]int64) (tasks []*Task, skipped []string, variants []LayoutVariant, err error) {
+	base, err := lower.Lower(nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if tasks, skipped, err = Tasks(base, target, shape); err != nil {
 		return nil, nil, nil, err
 	}
-	var sites []relaxtransform.ConvSite
-	for _, s := range relaxtransform.ConvSites(mod) {
+	var sites []relaxtransform.LayoutSite
+	for _, s := range lower.Sites {
 		if len(s.Layouts) > 1 && len(s.Sources) > 0 {
 			sites = append(sites, s)
 		}
@@ -78,7 +80,7 @@ func LayoutTasks(mod *ir.IRModule, lower Lowering, target rules.Target, shape ma
 					choice[s.Key] = s.Layouts[r]
 				}
 			}
-			if lowered, err = lower(choice); err != nil {
+			if lowered, err = lower.Lower(choice); err != nil {
 				return nil, nil, nil, fmt.Errorf("kernel layouts of rank %d: %w", r+1, err)
 			}
 			if ts, _, err = Tasks(lowered, target, shape); err != nil {
@@ -317,9 +319,9 @@ func VariantsOf(tasks []*Task) []LayoutVariant {
 // compiler.BuildOptions.Layouts): it lowers the model with every layout
 // of every site (LayoutTasks) and takes ChooseLayouts' choice, calling
 // report, when set, with each site's.
-func LayoutChooser(db *Database, target rules.Target, shape map[string]int64, report func(LayoutChoice)) func(*ir.IRModule, Lowering) (map[string]string, error) {
-	return func(mod *ir.IRModule, lower Lowering) (map[string]string, error) {
-		_, _, variants, err := LayoutTasks(mod, lower, target, shape)
+func LayoutChooser(db *Database, target rules.Target, shape map[string]int64, report func(LayoutChoice)) func(*Lowering) (map[string]string, error) {
+	return func(lower *Lowering) (map[string]string, error) {
+		_, _, variants, err := LayoutTasks(lower, target, shape)
 		if err != nil {
 			return nil, err
 		}

@@ -3,12 +3,15 @@ package tune
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/kiln-ml/kiln/compiler"
 	"github.com/kiln-ml/kiln/compiler/frontend/onnx"
+	"github.com/kiln-ml/kiln/compiler/ir"
+	"github.com/kiln-ml/kiln/compiler/tune/rules"
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
@@ -20,15 +23,8 @@ import (
 // take it, a site whose default layout has no record keeps its default,
 // and the build with that choice has the chosen layout's kernels.
 func TestLayoutTasks(t *testing.T) {
-	mod, _, err := onnx.ImportBytes("twoconv.onnx", twoConvModel(t), onnx.Options{})
-	check.NoError(t, err)
-	target, err := compiler.ParseTarget("cpu")
-	check.NoError(t, err)
-	rt, err := target.TuneTarget()
-	check.NoError(t, err)
-	lower := compiler.LayoutLowering(mod, target, "", false)
-	check.True(t, lower != nil, "O2 chooses kernel layouts")
-	tasks, _, variants, err := LayoutTasks(mod, lower, rt, nil)
+	mod, target, rt, lower := modelLowering(t, twoConvModel(t))
+	tasks, _, variants, err := LayoutTasks(lower, rt, nil)
 	check.NoError(t, err)
 	base, err := compiler.GraphPipeline(mod, target, "", false, nil)
 	check.NoError(t, err)
@@ -90,10 +86,10 @@ func TestLayoutTasks(t *testing.T) {
 	check.True(t, math.Abs(made[0].Seconds-want["HWIO"]) < 1e-12, made[0])
 	check.True(t, math.Abs(made[0].DefaultSeconds-6e-6) < 1e-12, made[0])
 
-	chosen, err := LayoutChooser(db, rt, nil, nil)(mod, lower)
+	chosen, err := LayoutChooser(db, rt, nil, nil)(lower)
 	check.NoError(t, err)
 	check.Equal(t, chosen[eight], "HWIO")
-	built, err := lower(chosen)
+	built, err := lower.Lower(chosen)
 	check.NoError(t, err)
 	got, _, err := Tasks(built, rt, nil)
 	check.NoError(t, err)
@@ -200,4 +196,61 @@ func TestLayoutHeadToHead(t *testing.T) {
 		check.Equal(t, choice["s"], "A")
 		check.Equal(t, made[0], LayoutChoice{Site: "s", Layout: "A", DefaultLayout: "A", Seconds: 1e-3, DefaultSeconds: 1e-3, HeadToHead: true, Other: "B", OtherSeconds: 1.5e-3})
 	}
+}
+
+// TestDenseLayoutTasks: each dense layer of a model is a site whose
+// weight layouts (panels of each width the dense rule takes, and the
+// weight as it is) are tasks; the dense rule schedules every one of
+// them, and the lowering with a layout chosen has that layout's kernels.
+func TestDenseLayoutTasks(t *testing.T) {
+	_, _, rt, lower := modelLowering(t, denseModel(t))
+	tasks, skipped, variants, err := LayoutTasks(lower, rt, nil)
+	check.NoError(t, err)
+	for _, s := range skipped {
+		check.True(t, strings.Contains(s, "once per set of weights"), "only the weights' packing is not tuned:", s)
+	}
+	sites := map[string][]string{}
+	for _, v := range variants {
+		sites[v.Site] = append(sites[v.Site], v.Layout)
+	}
+	check.Equal(t, len(sites), 2, sites)
+	for _, s := range lower.Sites {
+		check.True(t, strings.HasPrefix(s.Key, "dense 8x"), s.Key)
+		check.Equal(t, strings.Join(sites[s.Key], " "), strings.Join(s.Layouts, " "), "every layout of", s.Key, "is a variant")
+		check.True(t, slices.Contains(s.Layouts, "KN"), s.Key, "can keep its weight as it is")
+	}
+	for _, tk := range tasks {
+		if tk.Site == "" {
+			continue
+		}
+		c, err := tk.Space.Default()
+		check.NoError(t, err)
+		check.True(t, slices.ContainsFunc(c.Decisions, func(d Decision) bool { return strings.HasPrefix(d.Site, "matmul/") }),
+			tk.Name, "in", tk.Layout, "is scheduled by the dense rule:", c.Decisions)
+	}
+	for _, v := range variants {
+		built, err := lower.Lower(map[string]string{v.Site: v.Layout})
+		check.NoError(t, err)
+		got, _, err := Tasks(built, rt, nil)
+		check.NoError(t, err)
+		for h := range v.Kernels {
+			check.True(t, slices.ContainsFunc(got, func(tk *Task) bool { return tk.Workload.Hash == h }), "the lowering with", v.Site, "in", v.Layout, "has its kernels")
+		}
+	}
+}
+
+// modelLowering imports an ONNX model and returns it, the host CPU target
+// (and its tuning target) and the model's Lowering through O2, which has
+// layout sites to choose.
+func modelLowering(t *testing.T, model []byte) (*ir.IRModule, compiler.Target, rules.Target, *compiler.Lowering) {
+	t.Helper()
+	mod, _, err := onnx.ImportBytes("model.onnx", model, onnx.Options{})
+	check.NoError(t, err)
+	target, err := compiler.ParseTarget("cpu")
+	check.NoError(t, err)
+	rt, err := target.TuneTarget()
+	check.NoError(t, err)
+	lower := compiler.LayoutLowering(mod, target, "", false)
+	check.True(t, lower != nil, "O2 chooses layouts")
+	return mod, target, rt, lower
 }

@@ -27,8 +27,8 @@ type Task struct {
 	// Flops is the arithmetic of one call (for GFLOPS figures).
 	Flops float64
 	Space *Space
-	// Site and Layout, for a kernel of a convolution site in one of its
-	// kernel layouts (see LayoutTasks), name them; SiteDefault says the
+	// Site and Layout, for a kernel of a convolution or dense site in
+	// one of its layouts (see LayoutTasks), name them; SiteDefault says the
 	// layout is the site's default. The model's time counts a site at
 	// its cheapest layout.
 	Site, Layout string

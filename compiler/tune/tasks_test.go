@@ -16,20 +16,22 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 )
 
+// float32Value is the ONNX value info of a float32 tensor of shape dims.
+func float32Value(name string, dims ...int64) *onnxpb.ValueInfoProto {
+	var ds []*onnxpb.TensorShapeProto_Dimension
+	for _, d := range dims {
+		ds = append(ds, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+	}
+	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: &onnxpb.TensorShapeProto{Dim: ds}}}}}
+}
+
 // twoConvModel is an ONNX model of three 3×3 convolutions with ReLU over
 // [1, 8, 8, 8]: the first two identical in shape (8 → 8 channels, weights
 // of their own), the third 8 → 16.
 func twoConvModel(t *testing.T) []byte {
 	t.Helper()
 	f32 := int32(onnxpb.TensorProto_FLOAT)
-	vinfo := func(name string, dims ...int64) *onnxpb.ValueInfoProto {
-		var ds []*onnxpb.TensorShapeProto_Dimension
-		for _, d := range dims {
-			ds = append(ds, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
-		}
-		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
-			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(f32), Shape: &onnxpb.TensorShapeProto{Dim: ds}}}}}
-	}
 	weight := func(name string, dims ...int64) *onnxpb.TensorProto {
 		n := int64(1)
 		for _, d := range dims {
@@ -51,11 +53,40 @@ func twoConvModel(t *testing.T) []byte {
 	m := &onnxpb.ModelProto{IrVersion: proto.Int64(8), OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(13)}},
 		Graph: &onnxpb.GraphProto{
 			Name:        proto.String("twoconv"),
-			Input:       []*onnxpb.ValueInfoProto{vinfo("x", 1, 8, 8, 8)},
+			Input:       []*onnxpb.ValueInfoProto{float32Value("x", 1, 8, 8, 8)},
 			Initializer: []*onnxpb.TensorProto{weight("w1", 8, 8, 3, 3), weight("w2", 8, 8, 3, 3), weight("w3", 16, 8, 3, 3)},
 			Node: []*onnxpb.NodeProto{conv("x", "w1", "c1"), relu("c1", "r1"), conv("r1", "w2", "c2"), relu("c2", "r2"),
 				conv("r2", "w3", "c3"), relu("c3", "y")},
-			Output: []*onnxpb.ValueInfoProto{vinfo("y", 1, 16, 8, 8)},
+			Output: []*onnxpb.ValueInfoProto{float32Value("y", 1, 16, 8, 8)},
+		}}
+	b, err := proto.Marshal(m)
+	check.NoError(t, err)
+	return b
+}
+
+// denseModel is an ONNX model of two dense layers with ReLU between
+// them: x (8×64) · w1 (64×96), then · w2 (96×32).
+func denseModel(t *testing.T) []byte {
+	t.Helper()
+	f32 := int32(onnxpb.TensorProto_FLOAT)
+	weight := func(name string, dims ...int64) *onnxpb.TensorProto {
+		n := dims[0] * dims[1]
+		raw := make([]byte, 4*n)
+		for i := range n {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(float32(i%5)*0.02-0.04))
+		}
+		return &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(f32), Dims: dims, RawData: raw}
+	}
+	node := func(op string, out string, in ...string) *onnxpb.NodeProto {
+		return &onnxpb.NodeProto{OpType: proto.String(op), Input: in, Output: []string{out}, Name: proto.String(out)}
+	}
+	m := &onnxpb.ModelProto{IrVersion: proto.Int64(8), OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(13)}},
+		Graph: &onnxpb.GraphProto{
+			Name:        proto.String("dense"),
+			Input:       []*onnxpb.ValueInfoProto{float32Value("x", 8, 64)},
+			Initializer: []*onnxpb.TensorProto{weight("w1", 64, 96), weight("w2", 96, 32)},
+			Node:        []*onnxpb.NodeProto{node("MatMul", "h", "x", "w1"), node("Relu", "r", "h"), node("MatMul", "y", "r", "w2")},
+			Output:      []*onnxpb.ValueInfoProto{float32Value("y", 8, 32)},
 		}}
 	b, err := proto.Marshal(m)
 	check.NoError(t, err)

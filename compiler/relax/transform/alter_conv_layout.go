@@ -45,28 +45,40 @@ func AlterConvLayout(mod *ir.IRModule) (*ir.IRModule, error) {
 	return AlterConvLayoutWith(nil)(mod)
 }
 
-// ConvSite is a kind of convolution AlterConvLayout repacks the kernel
-// of: every convolution of one signature (Key: its data and kernel
-// shapes, strides, padding and dilation) takes one kernel layout, a
-// graph-level choice the tuner searches (see AlterConvLayoutWith).
-type ConvSite struct {
+// LayoutSite is a graph-level layout choice the tuner searches: every
+// operator of one signature (Key) takes one layout of its weight. For a
+// convolution (ConvSites, AlterConvLayoutWith) the Key is its data and
+// kernel shapes, strides, padding and dilation, and the layout its
+// kernel's; for a dense layer (DenseSites, AlterDenseLayoutWith) the Key
+// is its data and weight shapes, and the layout its weight's.
+type LayoutSite struct {
 	// Key is the signature, as "conv2d 1x64x56x56 * 64x64x3x3 strides
-	// 1,1 padding 1,1,1,1 dilation 1,1".
+	// 1,1 padding 1,1,1,1 dilation 1,1" or "dense 1x512 * 512x1000".
 	Key string
-	// Layouts are the kernel layouts it can take, the one AlterConvLayout
-	// gives it first: blocks of 32, 16 or 8 output channels that divide
-	// them ("OIHW32o"; the default may pad the channels, see
-	// paddedChannels), "HWIO", or "OIHW" (the kernel as it is).
+	// Layouts are the layouts it can take, the one the pass gives it
+	// without a choice first. A convolution's kernel: blocks of 32, 16 or
+	// 8 output channels that divide them ("OIHW32o"; the default may pad
+	// the channels, see paddedChannels), "HWIO", or "OIHW" (the kernel as
+	// it is).
 	Layouts []string
-	// Sources are the model operators of its convolutions.
+	// Sources are the model operators of its calls.
 	Sources []ir.Source
 }
 
+// Lowering lowers a model through the graph pipeline with graph-level
+// layout choices: Sites are the choices it has, and Lower lowers it with
+// a choice (a site's Key to one of its Layouts; sites it leaves out, or
+// a nil map, take their first).
+type Lowering struct {
+	Sites []LayoutSite
+	Lower func(layouts map[string]string) (*ir.IRModule, error)
+}
+
 // ConvSites lists the convolutions of mod's graph functions that
-// AlterConvLayout would repack, one ConvSite per signature in the order
+// AlterConvLayout would repack, one LayoutSite per signature in the order
 // they first appear.
-func ConvSites(mod *ir.IRModule) []ConvSite {
-	var sites []ConvSite
+func ConvSites(mod *ir.IRModule) []LayoutSite {
+	var sites []LayoutSite
 	at := map[string]int{}
 	for _, name := range mod.Names() {
 		f, _ := mod.Lookup(name)
@@ -84,7 +96,7 @@ func ConvSites(mod *ir.IRModule) []ConvSite {
 			i, seen := at[key]
 			if !seen {
 				i, at[key] = len(sites), len(sites)
-				sites = append(sites, ConvSite{Key: key, Layouts: convLayouts(call)})
+				sites = append(sites, LayoutSite{Key: key, Layouts: convLayouts(call)})
 			}
 			sites[i].Sources = ir.AddSources(sites[i].Sources, call.Sources...)
 			return []ir.Binding{b}
@@ -95,7 +107,7 @@ func ConvSites(mod *ir.IRModule) []ConvSite {
 }
 
 // AlterConvLayoutWith is AlterConvLayout with the kernel layout of each
-// ConvSite (by Key) that layouts names, one of the site's Layouts; the
+// convolution site (by Key, see ConvSites) that layouts names, one of the site's Layouts; the
 // others take their first. A layout the site cannot take is an error.
 func AlterConvLayoutWith(layouts map[string]string) func(mod *ir.IRModule) (*ir.IRModule, error) {
 	return func(mod *ir.IRModule) (*ir.IRModule, error) {
@@ -152,7 +164,7 @@ func alterConv(vb *ir.VarBinding, call *ir.RCall, layout string) ([]ir.Binding, 
 }
 
 // convLayouts is the kernel layouts convolution call can take (see
-// ConvSite.Layouts), AlterConvLayout's first: for a pointwise one the
+// LayoutSite.Layouts), AlterConvLayout's first: for a pointwise one the
 // layout pointwiseLayout gives it, for the others blocks of 32, 16 or 8
 // of its channels padded as paddedChannels says, else HWIO.
 func convLayouts(call *ir.RCall) []string {
@@ -178,7 +190,7 @@ func convLayouts(call *ir.RCall) []string {
 	return out
 }
 
-// convKey is the signature of convolution call (ConvSite.Key).
+// convKey is the signature of convolution call (LayoutSite.Key).
 func convKey(call *ir.RCall) string {
 	shape := func(e ir.RExpr) string {
 		var ds []string

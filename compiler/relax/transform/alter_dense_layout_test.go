@@ -48,3 +48,34 @@ func TestDenseTileWidth(t *testing.T) {
 		check.Equal(t, denseTileWidth(c.rows, c.n, c.vb), c.want, c.rows, "×", c.n, "on", c.vb, "bytes")
 	}
 }
+
+// TestDenseSites lists the dense layers whose weight can be packed, each
+// with the default layout first, the other panel widths the dense rule
+// takes, and the weight as it is; AlterDenseLayoutWith packs each layer
+// as chosen, and the O2 pipeline's results are the module's as written.
+func TestDenseSites(t *testing.T) {
+	in := parseFile(t, filepath.Join("testdata", "alter_dense_layout.py"))
+	var got []string
+	for _, s := range DenseSites(in, 64) {
+		got = append(got, s.Key+": "+strings.Join(s.Layouts, " "))
+	}
+	check.Equal(t, strings.Join(got, "; "), "dense 1x8x32 * 32x64: NK32n NK16n KN; dense 1x8x64 * 64x40: KN NK8n",
+		"w3's 16 columns are one vector of 16 lanes: no site")
+	got = nil
+	for _, s := range DenseSites(in, 32) {
+		got = append(got, s.Key+": "+strings.Join(s.Layouts, " "))
+	}
+	check.Equal(t, strings.Join(got, "; "), "dense 1x8x32 * 32x64: NK16n NK8n KN; dense 1x8x64 * 64x40: KN NK8n; dense 1x8x40 * 40x16: KN NK8n")
+
+	chosen, err := AlterDenseLayoutWith(64, map[string]string{"dense 1x8x32 * 32x64": "KN", "dense 1x8x64 * 64x40": "NK8n"})(in)
+	check.NoError(t, err)
+	text := script.Print(chosen)
+	check.Equal(t, strings.Count(text, "R.matmul_packed("), 1, "packed layers")
+	check.True(t, strings.Contains(text, "R.Tensor((5, 64, 8)"), "w2 in panels of 8")
+	out := runVerified(t, chosen, pipelines["O2"]...)
+	inputs := randomInputs(t, in)
+	sameResults(t, runMain(t, out, inputs), runMain(t, runVerified(t, in, "LegalizeOps"), inputs))
+
+	_, err = AlterDenseLayoutWith(64, map[string]string{"dense 1x8x32 * 32x64": "NK24n"})(in)
+	check.Error(t, err, `weight layout "NK24n" is not one it can take (NK32n, NK16n, KN)`)
+}

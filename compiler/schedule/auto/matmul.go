@@ -180,6 +180,33 @@ func DenseTileWidth(rows, n, vectorBytes, regs int64) int64 {
 	return nt
 }
 
+// DensePanels are the panel widths P, smallest first, of the weights
+// packed in (N/P, K, P) panels (relax.matmul_packed) that the dense rule
+// schedules for a float32 layer of rows × n (its tile then P columns
+// wide) on a target of vectorBytes-wide vectors and regs vector
+// registers (0: as Options fills them in): each P that divides n, below
+// n, whose vectors are as wide as n's (the rule's own width for the
+// layer) and whose register tile fits. DenseTileWidth is one of them when
+// it is below n.
+func DensePanels(rows, n, vectorBytes, regs int64) []int64 {
+	o := Options{VectorBytes: vectorBytes, VectorRegisters: regs}.withDefaults()
+	maxLanes := o.VectorBytes / 4
+	lanes, _, _, vector := matmulTile(rows, n, maxLanes, o.VectorRegisters)
+	if !vector {
+		return nil
+	}
+	var out []int64
+	for p := lanes; p < n; p += lanes {
+		if n%p != 0 {
+			continue
+		}
+		if l, _, nt, ok := matmulTile(rows, p, maxLanes, o.VectorRegisters); ok && l == lanes && nt == p {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // The rules FuncRule names, in the order it tries them.
 const (
 	RuleMatmul         = "matmul"
