@@ -84,12 +84,13 @@ line names its kernel, its best and default times and the estimated model
 latency (the sum over the tuned kernels of weight × best time). kiln build
 FILE --tuning-db then gives every fused kernel its best record. The layout of
 each convolution's kernel (blocks of 32, 16 or 8 output channels, HWIO, OIHW)
-is searched too: the model is lowered once per layout, the kernels of every
-layout are tasks (those of layouts other than the default named after it, as
-fused_conv2d_add_relu_oihw16o), a convolution counts once in the model's
-latency, at its cheapest layout, and kiln build --tuning-db takes for each
-convolution signature the layout whose kernels' best records add up to the
-least.
+and, on the CPU, of each dense layer's weight (panels of the widths the dense
+rule takes, NK40n, or as it is, KN) is searched too: the model is lowered once
+per layout, the kernels of every layout are tasks (those of layouts other than
+the default named after it, as fused_conv2d_add_relu_oihw16o), a convolution or
+dense layer counts once in the model's latency, at its cheapest layout, and
+kiln build --tuning-db takes for each signature the layout whose kernels' best
+records add up to the least.
 
 Without --tracker an in-process fleet runs here (a tracker, compiler nodes
 building --build-jobs candidates at once, by default as many as the machine
