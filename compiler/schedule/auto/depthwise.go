@@ -17,9 +17,9 @@ import (
 // reductions whose store's last index is the last spatial variable (x),
 // which the second operand does not use. When the first reads the row
 // with a stride of 1 (stride-2 rows would gather lane by lane) and a
-// vector divides it, the tile is a
-// run of xi outputs along x kept in vector registers (vectors of lanes
-// dividing the row) over the whole reduction, times fi output channels
+// vector of 4 lanes or more divides it, the tile is a run of xi outputs
+// along x kept in vector registers (the widest vectors that fit in the
+// row, see rowTile) over the whole reduction, times fi output channels
 // when A does not depend on the channel (a convolution of one group in
 // OIHW: each step loads the row's vectors once for fi broadcast
 // weights; pointwise ones take the flattened plane first, pointwise.go),
@@ -85,17 +85,36 @@ func unitStep(e ir.Expr, x *ir.Var) bool {
 	return unitStep(sum.A, x) && !usesVar(sum.B, x) || unitStep(sum.B, x) && !usesVar(sum.A, x)
 }
 
-// rowTile picks the lanes (a power of two of at least 4 dividing X, at
-// most maxLanes) and the run of xi outputs; ok is false when no such
-// lanes exist (unrolled scalars measured slower than the unscheduled
-// loops, which GCC vectorizes itself).
-func rowTile(X, maxLanes int64) (lanes, xi int64, ok bool) {
-	for lanes = maxLanes; lanes >= 4; lanes /= 2 {
-		if X%lanes == 0 {
-			return lanes, lanes * largestDivisor(X/lanes, maxRowVectors), true
+// rowTile picks the lanes of the row tile's vectors: the widest power of
+// two of at least 4, at most maxLanes, that fits in the row (the fewest
+// vectors per row; a row they do not divide ends in a run that overlaps
+// the one before). ok is false when no such power of two divides X
+// (unrolled scalars measured slower than the unscheduled loops, which GCC
+// vectorizes itself).
+func rowTile(X, maxLanes int64) (lanes int64, ok bool) {
+	for l := maxLanes; l >= 4; l /= 2 {
+		if X%l == 0 {
+			ok = true
+		}
+		if lanes == 0 && l <= X {
+			lanes = l
 		}
 	}
-	return 0, 0, false
+	return lanes, ok && lanes > 0
+}
+
+// rowVectors picks the vectors of lanes along a row of X in the row tile,
+// at most maxVecs and X/lanes: the count whose runs take the fewest
+// vectors over the row (⌈X/(v·lanes)⌉·v; a last run that overlaps the one
+// before computes some outputs twice), the larger on a tie.
+func rowVectors(X, lanes, maxVecs int64) int64 {
+	best, cost := int64(1), int64(0)
+	for v := int64(1); v <= min(maxVecs, X/lanes); v++ {
+		if c := (X + v*lanes - 1) / (v * lanes) * v; cost == 0 || c <= cost {
+			best, cost = v, c
+		}
+	}
+	return best
 }
 
 // unitRows reports whether block c of f reads its input with a stride of
@@ -122,7 +141,7 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	pad := padProducer(s.Func(), c.name)
 	ns := len(c.spatial)
 	X := c.spatial[ns-1]
-	lanes, xi, ok := rowTile(X, maxLanes)
+	lanes, ok := rowTile(X, maxLanes)
 	if !ok || !unitRows(s.Func(), c) {
 		return skip("block %q: rows of %d take no vectors", c.name, X)
 	}
@@ -144,11 +163,11 @@ func rowConvSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue b
 	if c.rows >= 0 {
 		maxVecs /= 2
 	}
-	xv := largestDivisor(X/lanes, maxVecs)
+	xv := rowVectors(X, lanes, maxVecs)
 	if xv, err = opts.choose(s, site("vectors"), upTo(min(X/lanes, max(maxRowVectors, opts.accumulators()))), xv); err != nil {
 		return err
 	}
-	xi = xv * lanes
+	xi := xv * lanes
 	if epilogue, err = chooseEpilogue(s, c, opts, site("epilogue"), epilogue); err != nil {
 		return err
 	}
