@@ -264,6 +264,20 @@ func (r *Runner) Stream(ctx context.Context, task *tune.Task, cands []*tune.Cand
 	}, each)
 }
 
+// StreamAlone is Stream with every candidate built first, then timed one
+// after the other on one device of the pool (the others idle), so that
+// neither a build nor another timing shares the machine with a timing
+// (tune.AloneRunner: the head-to-heads time so).
+func (r *Runner) StreamAlone(ctx context.Context, task *tune.Task, cands []*tune.Candidate, each func(int, tune.Result)) error {
+	bs, err := r.Build(ctx, task, cands)
+	if err != nil {
+		return err
+	}
+	return r.run(ctx, task, len(bs), 1, func(_ context.Context, i int) ([]byte, tune.Result, timing, error) {
+		return bs[i].Artifact, bs[i].Result, bs[i].timing, nil
+	}, each)
+}
+
 // timing says how a candidate is timed: every repeat, or cut short when
 // it is far slower than the best (see Runner.stopAtCheck and
 // Runner.stopAtFirst).

@@ -248,22 +248,23 @@ func bestCost(v LayoutVariant, db *Database) float64 {
 	return cost
 }
 
-// pairCost is bestCost by the records of layout head-to-head id (+Inf
-// when it did not time every kernel of v).
+// pairCost is bestCost by the records of layout head-to-head id, each
+// kernel's time the median over its rounds (+Inf when it did not time
+// every kernel of v).
 func pairCost(v LayoutVariant, db *Database, id int64) float64 {
 	cost := 0.0
 	for h, calls := range v.Kernels {
-		found := false
+		var times []float64
 		for _, r := range db.Records(h) {
 			if r.LayoutPair == id && r.Valid() {
-				cost += float64(calls) * r.Median()
-				found = true
-				break
+				times = append(times, r.Median())
 			}
 		}
-		if !found {
+		if len(times) == 0 {
 			return math.Inf(1)
 		}
+		slices.Sort(times)
+		cost += float64(calls) * times[len(times)/2]
 	}
 	return cost
 }

@@ -138,10 +138,12 @@ func TestLatencyCountsCheapestLayout(t *testing.T) {
 }
 
 // layoutDriftRunner times task "a" at 2 ms the first time (a busy
-// moment) and at 1 ms after that, every other task at 1.5 ms.
+// moment) and, with hiccup, at 3 ms the second (the head-to-head's first
+// round), at 1 ms after that; every other task at 1.5 ms.
 type layoutDriftRunner struct {
-	mu sync.Mutex
-	a  int
+	mu     sync.Mutex
+	a      int
+	hiccup bool
 }
 
 func (r *layoutDriftRunner) Stream(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
@@ -151,8 +153,11 @@ func (r *layoutDriftRunner) Stream(ctx context.Context, task *Task, cands []*Can
 			r.mu.Lock()
 			r.a++
 			s = 1e-3
-			if r.a == 1 {
+			switch {
+			case r.a == 1:
 				s = 2e-3
+			case r.a == 2 && r.hiccup:
+				s = 3e-3
 			}
 			r.mu.Unlock()
 		}
@@ -164,18 +169,16 @@ func (r *layoutDriftRunner) Stream(ctx context.Context, task *Task, cands []*Can
 // TestLayoutHeadToHead: a site's default layout (kernel a) timed at a
 // busy moment looks slower than its other layout (kernel b); the layout
 // head-to-head at the end of the run times both again, one after the
-// other, with one LayoutPair id, and ChooseLayouts keeps the default,
-// saying it was a head-to-head; without one the drifted timing decides.
+// other, in layoutPairRounds rounds with one LayoutPair id, and
+// ChooseLayouts keeps the default, saying it was a head-to-head, even
+// when one round of it hit a hiccup (the median of the rounds decides);
+// without one the drifted timing decides.
 func TestLayoutHeadToHead(t *testing.T) {
-	for _, h2h := range []bool{false, true} {
-		a, err := NewTask("a", matmulFunc(t, 32, 32, 32), 1, testTarget)
-		check.NoError(t, err)
-		b, err := NewTask("b", matmulFunc(t, 32, 32, 16), 1, testTarget)
-		check.NoError(t, err)
-		a.Site, a.Layout, a.SiteDefault = "s", "A", true
-		b.Site, b.Layout = "s", "B"
+	for _, c := range []struct{ h2h, hiccup bool }{{false, false}, {true, false}, {true, true}} {
+		h2h := c.h2h
+		a, b := siteTasks(t)
 		db := NewDatabase("cpu")
-		_, err = Tune(context.Background(), []*Task{a, b}, db, &layoutDriftRunner{}, Options{Trials: 2, Batch: 1, Seed: 1, HeadToHead: h2h})
+		_, err := Tune(context.Background(), []*Task{a, b}, db, &layoutDriftRunner{hiccup: c.hiccup}, Options{Trials: 2, Batch: 1, Seed: 1, HeadToHead: h2h})
 		check.NoError(t, err)
 		choice, made := ChooseLayouts(VariantsOf([]*Task{a, b}), db)
 		check.Equal(t, len(made), 1, made)
@@ -192,8 +195,8 @@ func TestLayoutHeadToHead(t *testing.T) {
 			check.Equal(t, choice["s"], "B", "without a head-to-head the drifted timing decides")
 			continue
 		}
-		check.Equal(t, pairs, 2)
-		check.Equal(t, choice["s"], "A")
+		check.Equal(t, pairs, 2*layoutPairRounds)
+		check.Equal(t, choice["s"], "A", "hiccup:", c.hiccup)
 		check.Equal(t, made[0], LayoutChoice{Site: "s", Layout: "A", DefaultLayout: "A", Seconds: 1e-3, DefaultSeconds: 1e-3, HeadToHead: true, Other: "B", OtherSeconds: 1.5e-3})
 	}
 }
@@ -253,4 +256,51 @@ func modelLowering(t *testing.T, model []byte) (*ir.IRModule, compiler.Target, r
 	lower := compiler.LayoutLowering(mod, target, "", false)
 	check.True(t, lower != nil, "O2 chooses layouts")
 	return mod, target, rt, lower
+}
+
+// aloneRunner is a layoutDriftRunner that can time candidates alone,
+// counting the candidates timed so.
+type aloneRunner struct {
+	layoutDriftRunner
+	alone int
+}
+
+func (r *aloneRunner) StreamAlone(ctx context.Context, task *Task, cands []*Candidate, each func(int, Result)) error {
+	r.mu.Lock()
+	r.alone += len(cands)
+	r.mu.Unlock()
+	return r.Stream(ctx, task, cands, each)
+}
+
+// TestHeadToHeadsTimeAlone: with a runner that can time candidates alone
+// (an AloneRunner), the head-to-heads do, and the search does not.
+func TestHeadToHeadsTimeAlone(t *testing.T) {
+	a, b := siteTasks(t)
+	db := NewDatabase("cpu")
+	r := &aloneRunner{}
+	_, err := Tune(context.Background(), []*Task{a, b}, db, r, Options{Trials: 2, Batch: 1, Seed: 1, HeadToHead: true})
+	check.NoError(t, err)
+	pairs := 0
+	for _, tk := range []*Task{a, b} {
+		for _, rec := range db.Records(tk.Workload.Hash) {
+			if rec.LayoutPair != 0 || rec.Pair != 0 {
+				pairs++
+			}
+		}
+	}
+	check.True(t, pairs > 0, "head-to-heads ran")
+	check.Equal(t, r.alone, pairs, "every head-to-head timing, and no search timing, was alone")
+}
+
+// siteTasks are two matmul tasks, a and b, the default layout A and the
+// layout B of one site "s".
+func siteTasks(t *testing.T) (*Task, *Task) {
+	t.Helper()
+	a, err := NewTask("a", matmulFunc(t, 32, 32, 32), 1, testTarget)
+	check.NoError(t, err)
+	b, err := NewTask("b", matmulFunc(t, 32, 32, 16), 1, testTarget)
+	check.NoError(t, err)
+	a.Site, a.Layout, a.SiteDefault = "s", "A", true
+	b.Site, b.Layout = "s", "B"
+	return a, b
 }

@@ -86,6 +86,18 @@ type Runner interface {
 	Stream(ctx context.Context, t *Task, cands []*Candidate, each func(i int, r Result)) error
 }
 
+// AloneRunner is a Runner that can also time candidates alone: StreamAlone
+// is Stream with every candidate built first and then timed one after the
+// other on one device, so that no build or other timing shares the
+// machine with a timing. The head-to-heads use it where the runner has
+// it: a default schedule timed beside the compile of the candidate it is
+// pitted against (on a host whose cores the compiler nodes and devices
+// share) reads up to 2× slow.
+type AloneRunner interface {
+	Runner
+	StreamAlone(ctx context.Context, t *Task, cands []*Candidate, each func(i int, r Result)) error
+}
+
 // Options control Tune.
 type Options struct {
 	// Trials is how many candidates to measure, over all tasks.
@@ -386,12 +398,17 @@ func (p *pipeline) headToHead(st *taskState) error {
 }
 
 // measure times cands of task through the runner, outside the search's
-// pipeline: each one's result, and whether it came.
+// pipeline (alone, with an AloneRunner): each one's result, and whether
+// it came.
 func (p *pipeline) measure(task *Task, cands []*Candidate) ([]Result, []bool, error) {
 	res := make([]Result, len(cands))
 	got := make([]bool, len(cands))
 	var mu sync.Mutex
-	err := p.runner.Stream(p.ctx, task, cands, func(i int, r Result) {
+	stream := p.runner.Stream
+	if a, ok := p.runner.(AloneRunner); ok {
+		stream = a.StreamAlone
+	}
+	err := stream(p.ctx, task, cands, func(i int, r Result) {
 		mu.Lock()
 		defer mu.Unlock()
 		if i >= 0 && i < len(res) {
@@ -401,12 +418,18 @@ func (p *pipeline) measure(task *Task, cands []*Candidate) ([]Result, []bool, er
 	return res, got, err
 }
 
-// layoutHeadToHead times again, for every convolution site whose
-// cheapest kernel layout by the best records is not its default, the
-// best record of each kernel of the default layout and then of that one,
-// one after the other, and records them with one LayoutPair id: the
-// layouts' kernels were timed minutes apart, under other loads, and the
-// default must not lose to a layout only timed at a quieter moment.
+// layoutPairRounds is how many times a layout head-to-head times each
+// layout's kernels: one timing of each can be off by 2× (a hiccup of the
+// machine), and the choice goes by the median over the rounds.
+const layoutPairRounds = 3
+
+// layoutHeadToHead times again, for every site whose cheapest layout by
+// the best records is not its default, the best record of each kernel of
+// the default layout and then of that one, one after the other, in
+// layoutPairRounds rounds (the other layout first in every other round),
+// and records them with one LayoutPair id: the layouts' kernels were
+// timed minutes apart, under other loads, and the default must not lose
+// to a layout only timed at a quieter moment.
 func (p *pipeline) layoutHeadToHead(tasks []*Task) error {
 	_, made := ChooseLayouts(VariantsOf(tasks), p.db)
 	for _, c := range made {
@@ -414,31 +437,48 @@ func (p *pipeline) layoutHeadToHead(tasks []*Task) error {
 			continue
 		}
 		id := time.Now().UnixNano()
-		for _, layout := range []string{c.DefaultLayout, c.Layout} {
-			for _, t := range tasks {
-				if t.Site != c.Site || t.Layout != layout {
-					continue
-				}
-				best, ok := p.db.Best(t.Workload.Hash)
-				if !ok {
-					continue
-				}
-				cand, err := t.Space.Candidate(best)
-				if err != nil {
-					continue
-				}
-				res, got, err := p.measure(t, []*Candidate{cand})
-				if err != nil {
-					return err
-				}
-				if !got[0] {
-					continue
-				}
-				r := p.newRecord(t, cand, res[0])
-				r.LayoutPair = id
-				if err := p.db.Append(r); err != nil {
-					return err
-				}
+		for round := range layoutPairRounds {
+			// Each round the other layout first, so that a drift of the
+			// machine's speed over the rounds favours neither.
+			order := []string{c.DefaultLayout, c.Layout}
+			if round%2 == 1 {
+				order[0], order[1] = order[1], order[0]
+			}
+			if err := p.timeLayouts(tasks, c.Site, order, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// timeLayouts times the best record of each kernel of site's layouts, in
+// order, one kernel after the other, and records them with LayoutPair id.
+func (p *pipeline) timeLayouts(tasks []*Task, site string, order []string, id int64) error {
+	for _, layout := range order {
+		for _, t := range tasks {
+			if t.Site != site || t.Layout != layout {
+				continue
+			}
+			best, ok := p.db.Best(t.Workload.Hash)
+			if !ok {
+				continue
+			}
+			cand, err := t.Space.Candidate(best)
+			if err != nil {
+				continue
+			}
+			res, got, err := p.measure(t, []*Candidate{cand})
+			if err != nil {
+				return err
+			}
+			if !got[0] {
+				continue
+			}
+			r := p.newRecord(t, cand, res[0])
+			r.LayoutPair = id
+			if err := p.db.Append(r); err != nil {
+				return err
 			}
 		}
 	}
