@@ -105,7 +105,10 @@ func TestTuneModel(t *testing.T) {
 		if tk.Best > 0 {
 			check.True(t, strings.Contains(line, "the best record in "+db), tk.Name, errOut3)
 		} else {
-			check.True(t, strings.Contains(line, "no record in "+db) && strings.Contains(line, "default schedule"), tk.Name, errOut3)
+			// No trial reached it (a loaded machine measures fewer in
+			// the run): its default schedule, or none where no default
+			// rule takes it.
+			check.True(t, strings.Contains(line, "no record in "+db) && (strings.Contains(line, "default schedule") || strings.HasSuffix(line, ": unscheduled")), tk.Name, errOut3)
 		}
 	}
 	check.True(t, layouts > 0, "the convolutions' other kernel layouts are tasks too", s.Tasks)
