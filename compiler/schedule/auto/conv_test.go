@@ -127,6 +127,9 @@ func convCases() []convCase {
 		{name: "pointwise_55_plane", n: 1, c: 16, h: 5, w: 11, f: 64, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "bias_relu", scheduled: true, inTile: true},
 		{name: "pointwise_residual_batch2", n: 2, c: 7, h: 3, w: 13, f: 24, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "residual", opts: Options{ParallelFlops: 1}, scheduled: true, inTile: true},
 		{name: "pointwise_avx2", n: 1, c: 4, h: 3, w: 5, f: 12, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "relu6", opts: Options{VectorBytes: 32}, scheduled: true, inTile: true},
+		// 58 channels (2·29): tiles of channels that do not divide
+		// them, the last moved back.
+		{name: "pointwise_prime_channels", n: 1, c: 6, h: 7, w: 7, f: 58, kh: 1, kw: 1, stride: 1, oihw: true, epilogue: "bias_relu", opts: Options{VectorBytes: 32, ParallelFlops: 1}, scheduled: true, inTile: true},
 		// An input too large to read once per tile of channels: tiles
 		// of positions outside, a last tile of two vectors.
 		// (16 channels × 8 vectors of 16 = 8 KiB, over an L2 of 4 KiB).
@@ -339,11 +342,16 @@ func TestPointwise(t *testing.T) {
 		{128, 729, 16, 24, 16, 1},
 		{48, 169, 16, 24, 24, 1},
 		{1000, 169, 16, 24, 20, 1},
+		// shufflenet_v2's channels (2·29, 4·29) on AVX2: at least 8
+		// accumulators, the last tile of channels moved back.
+		{116, 196, 8, 12, 9, 1},
+		{58, 784, 8, 12, 12, 1},
+		{58, 3136, 8, 12, 12, 1},
 		// A plane of whole tiles of three vectors.
 		{64, 96, 16, 24, 8, 3},
 		{5, 6, 4, 24, 5, 1},
 	} {
-		ft, pv := pointwiseTile(c.f, c.p, c.lanes, c.limit)
+		ft, pv := pointwiseTile(c.f, c.p, c.lanes, c.limit, DefaultFMAChains)
 		check.Equal(t, [2]int64{ft, pv}, [2]int64{c.ft, c.pv}, c.f, "×", c.p)
 	}
 	// Tiles of positions outside: three vectors, the most channels

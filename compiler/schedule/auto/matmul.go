@@ -28,6 +28,12 @@ type Options struct {
 	// is larger reads it once, in tiles of positions outside tiles of
 	// channels; 0 means DefaultL2Bytes.
 	L2Bytes int64
+	// FMAChains is how many independent multiply-adds a core keeps in
+	// flight (the multiply-add's latency times the units that issue
+	// one per cycle): a register tile with fewer accumulators leaves
+	// the units idle while each waits on its last multiply-add. 0 means
+	// DefaultFMAChains.
+	FMAChains int64
 	// Decide makes the rules' choices (see Decider); nil takes each
 	// rule's own pick, the default schedule.
 	Decide Decider
@@ -38,6 +44,11 @@ const DefaultL1DBytes = 48 << 10
 
 // DefaultL2Bytes is Options.L2Bytes when it is zero.
 const DefaultL2Bytes = 1 << 20
+
+// DefaultFMAChains is Options.FMAChains when it is zero: 4 cycles of
+// latency on 2 units, the x86-64 cores since Skylake and Zen 2 and the
+// Arm Neoverse cores.
+const DefaultFMAChains = 8
 
 // withDefaults fills in the zero options.
 func (o Options) withDefaults() Options {
@@ -58,6 +69,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.L2Bytes <= 0 {
 		o.L2Bytes = DefaultL2Bytes
+	}
+	if o.FMAChains <= 0 {
+		o.FMAChains = DefaultFMAChains
 	}
 	return o
 }

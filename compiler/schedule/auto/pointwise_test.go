@@ -129,3 +129,27 @@ func scalarStores(t *testing.T, f *ir.PrimFunc) int {
 	})
 	return n
 }
+
+// TestPointwiseChannelsOverlap: 58 channels (2·29) take a tile of
+// channels that does not divide them, its last tile moved back
+// (split_overlap on the channels), serially and in parallel, and compute
+// what the unscheduled function does.
+func TestPointwiseChannelsOverlap(t *testing.T) {
+	var cc convCase
+	for _, c := range convCases() {
+		if c.name == "pointwise_prime_channels" {
+			cc = c
+		}
+	}
+	f := cc.primFunc(t)
+	for _, par := range []int64{pointwiseSerial, pointwiseFused, pointwiseChannels} {
+		a, err := Apply(f, Options{VectorBytes: 32, ParallelFlops: 1, Decide: forced{"parallel": par}})
+		check.NoError(t, err)
+		check.Equal(t, a.Rule, RulePointwise)
+		tr := strings.Join(a.Trace, "\n")
+		check.True(t, strings.Contains(tr, "split_overlap(loop=ff,"), "parallel ", par, ": no tile of channels moved back: ", tr)
+		sameOutput(t, f, a.Func, 1e-4)
+	}
+	ft, _ := pointwiseTile(58, 49, 8, 12, DefaultFMAChains)
+	check.True(t, 58%ft != 0, "tile of ", ft, " channels divides 58")
+}
