@@ -385,7 +385,86 @@ func convSchedule(s *schedule.Schedule, c convBlock, opts Options, epilogue bool
 		par = par[:min(len(par), len(outer))] // xs[0] recomputes its last iteration
 	}
 	work := product(c.spatial) * product(c.reduce)
-	return chooseParallel(s, site("parallel"), par, len(outer), opts.ParallelFlops > 0 && work >= opts.ParallelFlops, opts)
+	threads := opts.ParallelFlops > 0 && work >= opts.ParallelFlops
+	if pad == "" {
+		if err := channelsBesideRows(s, blk, site("input_rows"), threads, opts); err != nil {
+			return err
+		}
+	}
+	return chooseParallel(s, site("parallel"), par, len(outer), threads, opts)
+}
+
+// channelsBesideRows copies the input of a convolution whose only
+// reduction that steps is the input channel (a 1×1 window), read where
+// it is (no padding stage), into a buffer with the channels next to the
+// positions of a row: A[n, c, y, x] becomes A'[n, y, c, x]. Each step of
+// the register tile broadcasts a few consecutive positions of one
+// channel's row; in NCHW the next channel's are a whole plane further,
+// so that every step touches a new cache line and a new stretch of
+// pages. In the copy a tile's steps walk one run of memory. The copy is
+// one pass over the input (1/F of the multiply-adds for F output
+// channels), parallel when the convolution is, and a choice (site).
+func channelsBesideRows(s *schedule.Schedule, blk schedule.BlockRV, site string, threads bool, opts Options) error {
+	br, err := s.BlockRealize(blk)
+	if err != nil {
+		return err
+	}
+	st, _ := br.Block.Body.(*ir.BufferStore)
+	if st == nil {
+		return nil
+	}
+	a, _, ok := multiplyAccumulate(st)
+	if !ok || !isParam(s.Func(), a.Buffer) || len(a.Indices) < 3 {
+		return nil
+	}
+	// d: the dimension of A that the one stepping reduction indexes.
+	d, n := -1, len(a.Indices)
+	for _, iv := range br.Block.IterVars {
+		if iv.Kind != ir.IterReduce {
+			continue
+		}
+		if ext, _ := iv.Dom.Extent.(*ir.IntImm); ext != nil && ext.Value == 1 {
+			continue
+		}
+		if d >= 0 {
+			return nil // a window of more than one position
+		}
+		for i, ix := range a.Indices {
+			if isVar(ix, iv.Var) {
+				d = i
+			}
+		}
+		if d < 0 {
+			return nil
+		}
+	}
+	if d < 0 || d >= n-2 || a.Buffer.Shape[n-2] == nil {
+		return nil
+	}
+	if rows, ok := a.Buffer.Shape[n-2].(*ir.IntImm); !ok || rows.Value < 2 {
+		return nil
+	}
+	on, err := opts.chooseBool(s, site, true)
+	if err != nil || !on {
+		return err
+	}
+	i, err := readIndex(s, blk, a.Buffer)
+	if err != nil {
+		return err
+	}
+	m := schedule.NewIndexMap(n, func(ix ...ir.Expr) []ir.Expr {
+		out := append(append([]ir.Expr{}, ix[:d]...), ix[d+1:n-1]...)
+		return append(out, ix[d], ix[n-1])
+	})
+	cp, err := s.CacheReadLayout(blk, i, "global", m, nil)
+	if err != nil || !threads {
+		return err
+	}
+	loops, err := s.GetLoops(cp)
+	if err != nil {
+		return err
+	}
+	return parallel(s, loops[:d+1])
 }
 
 // tileOverReductions accumulates block blk (block c) in a register tile

@@ -455,9 +455,42 @@ func TestConvChoiceSites(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 	check.Equal(t, sites(convCase{n: 1, c: 16, h: 5, w: 7, f: 32, kh: 1, kw: 1, stride: 1, block: 32}),
-		"lanes vectors positions epilogue channels_outer unroll parallel")
+		"lanes vectors positions epilogue channels_outer unroll input_rows parallel")
 	check.Equal(t, sites(convCase{n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32, epilogue: "bias_relu"}),
 		"lanes vectors positions epilogue channels_outer reduce_order unroll padding parallel")
 	check.Equal(t, sites(convCase{n: 1, c: 64, h: 8, w: 56, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, oihw: true}),
 		"lanes vectors rows out_rows rows_inner reduce_order unroll padding parallel")
+}
+
+// TestConvChannelsBesideRows checks the copy of a 1×1 convolution's input
+// with the channels next to each row's positions: the default makes it
+// (in the trace, read by the convolution), declining it reads the input
+// where it is, both equal to the unscheduled function, serial and
+// parallel; a padded 3×3 convolution is not asked.
+func TestConvChannelsBesideRows(t *testing.T) {
+	for _, cc := range []convCase{
+		{n: 1, c: 16, h: 5, w: 7, f: 32, kh: 1, kw: 1, stride: 1, block: 32},
+		{n: 1, c: 12, h: 9, w: 9, f: 16, kh: 1, kw: 1, stride: 2, block: 16, epilogue: "bias_relu"},
+	} {
+		f := cc.primFunc(t)
+		for _, par := range []int64{0, 1} {
+			for _, on := range []int64{1, 0} {
+				a, err := Apply(f, Options{ParallelFlops: par, Decide: forced{"input_rows": on}})
+				check.NoError(t, err)
+				check.Equal(t, a.Rule, RuleConv)
+				tr := strings.Join(a.Trace, "\n")
+				check.Equal(t, strings.Contains(tr, "cache_read"), on == 1, "input_rows ", on, ": ", tr)
+				if on == 1 && par == 1 {
+					check.True(t, strings.Count(tr, "parallel(") == 2, "the copy and the convolution run in parallel: ", tr)
+				}
+				sameOutput(t, f, a.Func, 1e-4)
+			}
+		}
+	}
+	p := &pick{}
+	_, err := Apply(convCase{n: 1, c: 8, h: 9, w: 7, f: 64, kh: 3, kw: 3, stride: 1, pad: 1, block: 32}.primFunc(t), Options{ParallelFlops: 1, Decide: p})
+	check.NoError(t, err)
+	for _, site := range p.asked {
+		check.True(t, !strings.HasSuffix(site, "/input_rows"), "a padded convolution asked ", site)
+	}
 }

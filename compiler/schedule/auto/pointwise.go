@@ -74,8 +74,8 @@ const maxPointwiseVectors = 3
 // recomputing some channels. 116 channels (4·29) no longer take a tile
 // of 4 channels × 1 vector, whose 4 accumulators left the multiply-add
 // units half idle: shufflenet_v2's 1×1 convolutions of 116 and 58
-// channels ran 1.4× and 1.8× faster in tiles of 9 and 12 channels × 1
-// vector (AMD EPYC, AVX2).
+// channels ran 1.46× and 1.26× faster in tiles of 9 and 12 channels ×
+// 1 vector (AMD EPYC, AVX2).
 func pointwiseTile(F, P, lanes, limit, chains int64) (ft, pv int64) {
 	units := ceilDiv(P, lanes)
 	var best [4]int64

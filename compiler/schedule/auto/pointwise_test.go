@@ -100,13 +100,7 @@ func TestPointwiseShortTail(t *testing.T) {
 	}
 	// An OIHW kernel in tiles of 3 vectors over a plane of 55: 4
 	// vectors, the last tile one.
-	var plane convCase
-	for _, cc := range convCases() {
-		if cc.name == "pointwise_55_plane" {
-			plane = cc
-		}
-	}
-	g := plane.primFunc(t)
+	g := convCaseNamed(t, "pointwise_55_plane").primFunc(t)
 	a, err := Apply(g, Options{Decide: forced{"vectors": 3}})
 	check.NoError(t, err)
 	check.True(t, strings.Contains(strings.Join(a.Trace, "\n"), "split_overlap_tail("), "trace")
@@ -135,13 +129,7 @@ func scalarStores(t *testing.T, f *ir.PrimFunc) int {
 // (split_overlap on the channels), serially and in parallel, and compute
 // what the unscheduled function does.
 func TestPointwiseChannelsOverlap(t *testing.T) {
-	var cc convCase
-	for _, c := range convCases() {
-		if c.name == "pointwise_prime_channels" {
-			cc = c
-		}
-	}
-	f := cc.primFunc(t)
+	f := convCaseNamed(t, "pointwise_prime_channels").primFunc(t)
 	for _, par := range []int64{pointwiseSerial, pointwiseFused, pointwiseChannels} {
 		a, err := Apply(f, Options{VectorBytes: 32, ParallelFlops: 1, Decide: forced{"parallel": par}})
 		check.NoError(t, err)
@@ -152,4 +140,16 @@ func TestPointwiseChannelsOverlap(t *testing.T) {
 	}
 	ft, _ := pointwiseTile(58, 49, 8, 12, DefaultFMAChains)
 	check.True(t, 58%ft != 0, "tile of ", ft, " channels divides 58")
+}
+
+// convCaseNamed is the case of convCases named name.
+func convCaseNamed(t *testing.T, name string) convCase {
+	t.Helper()
+	for _, cc := range convCases() {
+		if cc.name == name {
+			return cc
+		}
+	}
+	t.Fatalf("no conv case %q", name)
+	return convCase{}
 }
