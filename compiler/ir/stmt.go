@@ -40,6 +40,14 @@ func (k ForKind) String() string {
 	return fmt.Sprintf("ForKind(%d)", uint8(k))
 }
 
+// AttrVectorLoadsInRegisters (bool) on a loop asks code generation to
+// keep every vector load in its body one load in a register, however
+// many operations use the vector (C: kiln_vload_reg), where a C compiler
+// could fold a shared load into each of its uses as a memory operand. A
+// schedule sets it (Schedule.Annotate) on a register tile whose
+// operations share their loads.
+const AttrVectorLoadsInRegisters = "pragma_vector_loads_in_registers"
+
 // For runs Body with Var taking Min, Min+1, …, Min+Extent-1.
 type For struct {
 	Var         *Var

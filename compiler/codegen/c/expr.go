@@ -271,6 +271,10 @@ func (r *Renderer) load(e *ir.BufferLoad) string {
 		return "0"
 	}
 	if isOne(ramp.Stride) {
+		if r.inRegister > 0 && r.d.VectorDecl == nil {
+			r.vecLoadR[t] = true
+			return fmt.Sprintf("kiln_vload_reg_%s(&%s[%s])", r.Type(t), p, r.Expr(ramp.Base))
+		}
 		return fmt.Sprintf("kiln_vload_%s(&%s[%s])", r.Type(t), p, r.Expr(ramp.Base))
 	}
 	if s, ok := ir.IsConstInt(ramp.Stride); ok && s == 2 && r.d.VectorDecl == nil {

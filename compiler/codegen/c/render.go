@@ -25,6 +25,7 @@ type Renderer struct {
 	vecTypes map[ir.DType]bool // vector types used, with their helpers
 	vecMath  map[string]bool   // vector math helpers used ("exp float32x16")
 	vecLoad2 map[ir.DType]bool // vector types loaded with a stride of 2
+	vecLoadR map[ir.DType]bool // vector types loaded into registers (see vectorRegisterDecl)
 	funcs    strings.Builder
 	externs  map[string]bool // the module's own functions, which call_extern may call
 
@@ -38,6 +39,7 @@ type Renderer struct {
 	promoted   map[*ir.Var]map[int64]slot // local buffers kept in variables
 	noalias    bool
 	inParallel int
+	inRegister int      // loops annotated ir.AttrVectorLoadsInRegisters around the statement printed
 	nParallel  int      // parallel loops outlined so far
 	outlined   []string // their closures and functions, printed before fn
 	heap       []string // heap allocations live here, freed by a return
@@ -49,7 +51,7 @@ func NewRenderer(d Dialect) *Renderer {
 	if d.Fail == nil {
 		d.Fail = cFail
 	}
-	return &Renderer{d: d, vecTypes: map[ir.DType]bool{}, vecLoad2: map[ir.DType]bool{}}
+	return &Renderer{d: d, vecTypes: map[ir.DType]bool{}, vecLoad2: map[ir.DType]bool{}, vecLoadR: map[ir.DType]bool{}}
 }
 
 // Func renders one lowered function, exported as name. Errors name the
@@ -257,6 +259,37 @@ func maskType(t ir.DType) ir.DType {
 	return ir.DType{Code: ndarray.Int, Bits: t.Bits, Lanes: t.Lanes}
 }
 
+// vectorRegisterDecl defines KILN_IN_REGISTER_N(v), which kiln_vload_reg_T
+// applies to the vector of N bytes it loads: on x86-64, where the ISA
+// compiled for has registers of N bytes, an empty asm that takes and
+// gives the vector in a register, so that the vector stays one load in
+// a register however many operations use it; elsewhere nothing (a
+// register constraint on a vector wider than the registers would not
+// hold it). Loads in a loop annotated ir.AttrVectorLoadsInRegisters use
+// it. Without it GCC may fold a load that several multiply-adds share
+// into each of them as a memory operand (its tuning for AMD Zen does),
+// a load per use where the schedule meant one.
+const vectorRegisterDecl = `#if defined(__x86_64__) && defined(__AVX512F__)
+#define KILN_IN_REGISTER_64(v) __asm__("" : "+v"(v))
+#define KILN_IN_REGISTER_32(v) __asm__("" : "+v"(v))
+#define KILN_IN_REGISTER_16(v) __asm__("" : "+v"(v))
+#elif defined(__x86_64__) && defined(__AVX__)
+#define KILN_IN_REGISTER_32(v) __asm__("" : "+x"(v))
+#define KILN_IN_REGISTER_16(v) __asm__("" : "+x"(v))
+#elif defined(__x86_64__) && defined(__SSE2__)
+#define KILN_IN_REGISTER_16(v) __asm__("" : "+x"(v))
+#endif
+#ifndef KILN_IN_REGISTER_64
+#define KILN_IN_REGISTER_64(v) ((void)0)
+#endif
+#ifndef KILN_IN_REGISTER_32
+#define KILN_IN_REGISTER_32(v) ((void)0)
+#endif
+#ifndef KILN_IN_REGISTER_16
+#define KILN_IN_REGISTER_16(v) ((void)0)
+#endif
+`
+
 // vectorDecls prints the typedefs and helpers of the vector types used.
 func (r *Renderer) vectorDecls() string {
 	ts := make([]ir.DType, 0, len(r.vecTypes))
@@ -276,6 +309,9 @@ func (r *Renderer) vectorDecls() string {
 		size := int(t.Lanes) * int(t.Bits) / 8
 		fmt.Fprintf(&b, "typedef %s %s __attribute__((vector_size(%d)));\n", elem, name, size)
 	}
+	if len(r.vecLoadR) > 0 {
+		b.WriteString(vectorRegisterDecl)
+	}
 	for _, t := range ts {
 		name, elem := t.String(), r.Type(t.Scalar())
 		fmt.Fprintf(&b, "static inline %s kiln_vload_%s(const %s* p) { %s v; __builtin_memcpy(&v, p, sizeof v); return v; }\n", name, name, elem, name)
@@ -290,6 +326,13 @@ func (r *Renderer) vectorDecls() string {
 		fmt.Fprintf(&b, "static inline %s kiln_vmax_%s(%s a, %s b) { %s m = a > b; return (%s)((m & (%s)a) | (~m & (%s)b)); }\n", name, name, name, name, m, name, m, m)
 		if r.vecLoad2[t] {
 			b.WriteString(load2Decl(t, name, elem))
+		}
+		if r.vecLoadR[t] {
+			pin := "" // other sizes: a plain load
+			if size := int(t.Lanes) * int(t.Bits) / 8; size == 16 || size == 32 || size == 64 {
+				pin = fmt.Sprintf(" KILN_IN_REGISTER_%d(v);", size)
+			}
+			fmt.Fprintf(&b, "static inline %s kiln_vload_reg_%s(const %s* p) { %s v; __builtin_memcpy(&v, p, sizeof v);%s return v; }\n", name, name, elem, name, pin)
 		}
 	}
 	b.WriteString(r.vectorMathDecls())
@@ -364,6 +407,10 @@ func (r *Renderer) stmt(s ir.Stmt) {
 }
 
 func (r *Renderer) forStmt(f *ir.For) {
+	if on, _ := f.Annotations[ir.AttrVectorLoadsInRegisters].(bool); on {
+		r.inRegister++
+		defer func() { r.inRegister-- }()
+	}
 	if f.Kind != ir.ForSerial {
 		if r.d.Loop != nil {
 			lines, handled, err := r.d.Loop(r, f)

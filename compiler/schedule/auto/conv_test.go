@@ -83,6 +83,15 @@ func (cc convCase) primFunc(t *testing.T) *ir.PrimFunc {
 			y, err = topi.Relu(y)
 		}
 		check.NoError(t, err)
+	case "silu": // efficientnet_b0's: y·sigmoid(y) after the bias
+		b := te.Placeholder(dims(1, f, 1, 1), ir.Float32, "b")
+		args = append(args, b)
+		y, err = topi.Add(y, b)
+		check.NoError(t, err)
+		sig, err := topi.Sigmoid(y)
+		check.NoError(t, err)
+		y, err = topi.Multiply(y, sig)
+		check.NoError(t, err)
 	case "mean":
 		y, err = topi.Mean(y, []int64{2, 3}, true)
 		check.NoError(t, err)

@@ -39,6 +39,9 @@ import (
 //	                    the tile in registers, zeroed, the
 //	                    window accumulated into it, unrolled, vectorized;
 //	                    the taps along the row unrolled
+//	annotate            with the window's rows unrolled, the tile's loop
+//	                    ir.AttrVectorLoadsInRegisters (a choice), so that
+//	                    the vectors the rows share stay one load each
 //	reverse_compute_at  the epilogue on the tile's whole vectors when it
 //	                    reads nothing else along the row (a bias, Clip),
 //	                    else on the row's X elements after the tile; the
@@ -235,6 +238,55 @@ func (d *depthwisePlane) planeTileCost(lanes, vec, rows int64) float64 {
 	tiles := float64(d.Y/rows) * float64(ceilDiv(d.X, vec*lanes))
 	return perTile * tiles
 }
+
+// loadsInRegisters is the default of the choice to keep the loads that
+// a tile of rows × vec accumulators shares in registers (the window's
+// rows unrolled): where the registers the tile needs (tileRegisters)
+// are at most the target's vector registers, so that the loads need not
+// spill. Without the annotation GCC (its tuning for AMD Zen) folds a
+// load that several rows' multiply-adds share into each of them as a
+// memory operand: a 3×3 depthwise convolution over 144 channels of
+// 56×56, in tiles of 8 rows × 16 lanes, then loads 72 vectors a tile
+// where its rows share 30, and ran 1.4× slower on one core of an AMD
+// EPYC (Zen 4, AVX-512). Tiles that need more registers than there are
+// (convnext_tiny's 7×7 windows, efficientnet_b0's with a SiLU, AVX2's
+// 8-row tiles) ran as fast or up to 1.09× slower with their loads in
+// registers, which then spill, so they keep the compiler's choice.
+func (d *depthwisePlane) loadsInRegisters(rows, vec int64, epilogue bool, opts Options) bool {
+	return d.tileRegisters(rows, vec, epilogue) <= opts.withDefaults().VectorRegisters
+}
+
+// tileRegisters estimates the vector registers a tile of rows × vec
+// accumulators needs with the window's rows unrolled: the accumulators;
+// the loads its rows share that are live at once, (rows − 1) × KW × vec
+// (the vectors of the window's row that later rows of the tile reuse);
+// and when the epilogue is on the tile, its constants, each distinct
+// one and a dozen for each math function but rounding and absolute
+// values (the vector exponential, tanh or erf is a polynomial whose
+// coefficients the C compiler keeps in registers across the tile).
+func (d *depthwisePlane) tileRegisters(rows, vec int64, epilogue bool) int64 {
+	n := rows*vec + (rows-1)*d.KW*vec
+	if !epilogue || d.epilogue == nil {
+		return n
+	}
+	consts := map[float64]bool{}
+	ir.Visit(d.epilogue.Block.Body, func(e ir.Node) bool {
+		switch e := e.(type) {
+		case *ir.FloatImm:
+			consts[e.Value] = true
+		case *ir.Call:
+			if _, ok := ir.Intrinsics[e.Op]; ok && !roundingOps[e.Op] {
+				n += 12
+			}
+		}
+		return true
+	})
+	return n + int64(len(consts))
+}
+
+// roundingOps are the intrinsics that hold no constants: rounding and
+// absolute values.
+var roundingOps = map[string]bool{"fabs": true, "abs": true, "floor": true, "ceil": true, "round": true, "trunc": true, "nearbyint": true}
 
 // planeSite names the plane rule's choice what for block c.
 func planeSite(c convBlock, what string) string { return "plane/" + c.name + "/" + what }
@@ -528,6 +580,9 @@ func ceilDiv(a, b int64) int64 {
 //	rows      the rows of a tile (a divisor of the rows)
 //	unroll_ry the window's rows unrolled too: the tile's rows then share
 //	          the loads of the plane's rows they have in common
+//	loads_in_registers
+//	          with the rows unrolled, those shared loads kept in
+//	          registers (see loadsInRegisters)
 //	parallel  the channels in parallel
 func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64, opts Options, epilogue bool) error {
 	nv := ceilDiv(d.X, lanes) // vectors in a row
@@ -658,6 +713,28 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 	if unrollRows {
 		if err := s.Unroll(loops[len(loops)-2]); err != nil {
 			return err
+		}
+		// The vectors the unrolled rows share stay one load each in a
+		// register (ir.AttrVectorLoadsInRegisters) where the C compiler
+		// would fold them into every multiply-add that uses them.
+		at := []struct {
+			loop   schedule.LoopRV
+			extent int64
+		}{{xs[0], ceilDiv(d.X, vec*lanes)}, {ys[0], d.Y / yt}, {loops[1], d.C}}
+		for _, l := range at {
+			if l.extent <= 1 {
+				continue
+			}
+			pin, err := opts.chooseBool(s, planeSite(c, "loads_in_registers"), d.loadsInRegisters(yt, vec, epilogue, opts))
+			if err != nil {
+				return err
+			}
+			if pin {
+				if err := s.Annotate(l.loop, ir.AttrVectorLoadsInRegisters, true); err != nil {
+					return err
+				}
+			}
+			break
 		}
 	}
 	if plane != nil {

@@ -119,7 +119,7 @@ func TestChoicesOfDepthwisePlane(t *testing.T) {
 		})
 	}
 	check.True(t, planes >= len(planeCases()), "%d cases take the plane rule", planes)
-	for _, what := range []string{"lanes", "overlap", "vectors", "rows", "unroll_ry", "parallel", "phase_outer"} {
+	for _, what := range []string{"lanes", "overlap", "vectors", "rows", "unroll_ry", "loads_in_registers", "parallel", "phase_outer"} {
 		check.True(t, asked[what], "no case asked %q: %v", what, asked)
 	}
 }
@@ -206,4 +206,78 @@ func TestDepthwisePlaneDefaultTile(t *testing.T) {
 	_, d, err := matchPlaneFunc(cc.primFunc(t), findRowConvs(cc.primFunc(t))[0])
 	check.NoError(t, err)
 	check.True(t, d.planeTileCost(8, 1, 8) < d.planeTileCost(8, 7, 1), "a column of 8 rows costs", d.planeTileCost(8, 1, 8), "a row of 7 vectors", d.planeTileCost(8, 7, 1))
+}
+
+// TestDepthwisePlaneLoadsInRegisters: with the window's rows unrolled,
+// the tile's loop is annotated to keep the loads its rows share in
+// registers by default where the tile's registers (tileRegisters) fit:
+// AVX-512's 8-row column of a 56-wide 3×3 plane with a Clip, not AVX2's
+// 16 registers, nor a SiLU's constants beside it, nor a 7×7 window;
+// either way, and drawn either way, the function computes the same,
+// interpreted and compiled to C (where the annotated loads are
+// kiln_vload_reg).
+func TestDepthwisePlaneLoadsInRegisters(t *testing.T) {
+	const key = `"` + ir.AttrVectorLoadsInRegisters + `", True`
+	avx512 := Options{VectorBytes: 64, VectorRegisters: 32}
+	avx2 := Options{VectorBytes: 32, VectorRegisters: 16}
+	cc := convCase{n: 1, c: 2, h: 16, w: 56, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "relu6"}
+	f := cc.primFunc(t)
+	var fs []*ir.PrimFunc
+	var opts []Options
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want int64
+	}{{"avx512", avx512, 1}, {"avx2", avx2, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := picks{}
+			o := tc.opts
+			o.Decide = p
+			a, err := Apply(f, o)
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleDepthwisePlane)
+			check.Equal(t, p["unroll_ry"], int64(1), p)
+			check.Equal(t, p["loads_in_registers"], tc.want, p)
+			check.Equal(t, strings.Contains(strings.Join(a.Trace, "\n"), key), tc.want == 1, "the annotation in the trace:\n", strings.Join(a.Trace, "\n"))
+			for _, on := range []int64{0, 1} {
+				o := tc.opts
+				o.Decide = &fixed{values: map[string]int64{"loads_in_registers": on}}
+				a, err := Apply(f, o)
+				check.NoError(t, err)
+				check.Equal(t, strings.Contains(strings.Join(a.Trace, "\n"), key), on == 1)
+				sameOutput(t, f, a.Func, 1e-4)
+				fs, opts = append(fs, f), append(opts, o)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name      string
+		cc        convCase
+		registers int64
+	}{
+		{"3x3_clip", cc, 8 + 7*3 + 2},
+		{"3x3_silu", convCase{n: 1, c: 2, h: 16, w: 56, f: 2, kh: 3, kw: 3, stride: 1, pad: 1, groups: 2, oihw: true, epilogue: "silu"}, 8 + 7*3 + 12},
+		{"7x7", convCase{n: 1, c: 2, h: 16, w: 56, f: 2, kh: 7, kw: 7, stride: 1, pad: 3, groups: 2, oihw: true, epilogue: "bias_relu"}, 8 + 7*7 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.cc.primFunc(t)
+			_, d, err := matchPlaneFunc(f, findRowConvs(f)[0])
+			check.NoError(t, err)
+			check.Equal(t, d.tileRegisters(8, 1, true), tc.registers)
+			p := picks{}
+			a, err := Apply(f, Options{VectorBytes: 64, VectorRegisters: 32, Decide: p})
+			check.NoError(t, err)
+			check.Equal(t, a.Rule, RuleDepthwisePlane)
+			if p["rows"] == 8 && p["vectors"] <= 1 {
+				check.Equal(t, p["loads_in_registers"], map[bool]int64{true: 1, false: 0}[tc.registers <= 32], p)
+			}
+			sameOutput(t, f, a.Func, 1e-4)
+		})
+	}
+	if testing.Short() {
+		return
+	}
+	src, funcs := scheduledSource(t, "pinned", fs, opts)
+	check.True(t, strings.Contains(src, "kiln_vload_reg_float32x16(&") && strings.Contains(src, "kiln_vload_reg_float32x8(&"), "loads kept in registers")
+	checkCompiled(t, src, funcs)
 }
