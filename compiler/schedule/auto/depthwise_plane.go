@@ -250,8 +250,9 @@ func (d *depthwisePlane) planeTileCost(lanes, vec, rows int64) float64 {
 // where its rows share 30, and ran 1.4× slower on one core of an AMD
 // EPYC (Zen 4, AVX-512). Tiles that need more registers than there are
 // (convnext_tiny's 7×7 windows, efficientnet_b0's with a SiLU, AVX2's
-// 8-row tiles) ran as fast or up to 1.09× slower with their loads in
-// registers, which then spill, so they keep the compiler's choice.
+// 8-row tiles) gained nothing in sum with their loads in registers,
+// which then spill (each kernel 0.85–1.09× the time; convnext_tiny's
+// 1.03–1.09×), so they keep the compiler's choice.
 func (d *depthwisePlane) loadsInRegisters(rows, vec int64, epilogue bool, opts Options) bool {
 	return d.tileRegisters(rows, vec, epilogue) <= opts.withDefaults().VectorRegisters
 }
