@@ -290,6 +290,9 @@ const vectorRegisterDecl = `#if defined(__x86_64__) && defined(__AVX512F__)
 #endif
 `
 
+// vectorBytes is the size of vector type t in bytes.
+func vectorBytes(t ir.DType) int { return int(t.Lanes) * int(t.Bits) / 8 }
+
 // vectorDecls prints the typedefs and helpers of the vector types used.
 func (r *Renderer) vectorDecls() string {
 	ts := make([]ir.DType, 0, len(r.vecTypes))
@@ -306,8 +309,7 @@ func (r *Renderer) vectorDecls() string {
 	}
 	for _, t := range ts {
 		name, elem := t.String(), r.Type(t.Scalar())
-		size := int(t.Lanes) * int(t.Bits) / 8
-		fmt.Fprintf(&b, "typedef %s %s __attribute__((vector_size(%d)));\n", elem, name, size)
+		fmt.Fprintf(&b, "typedef %s %s __attribute__((vector_size(%d)));\n", elem, name, vectorBytes(t))
 	}
 	if len(r.vecLoadR) > 0 {
 		b.WriteString(vectorRegisterDecl)
@@ -329,7 +331,7 @@ func (r *Renderer) vectorDecls() string {
 		}
 		if r.vecLoadR[t] {
 			pin := "" // other sizes: a plain load
-			if size := int(t.Lanes) * int(t.Bits) / 8; size == 16 || size == 32 || size == 64 {
+			if size := vectorBytes(t); size == 16 || size == 32 || size == 64 {
 				pin = fmt.Sprintf(" KILN_IN_REGISTER_%d(v);", size)
 			}
 			fmt.Fprintf(&b, "static inline %s kiln_vload_reg_%s(const %s* p) { %s v; __builtin_memcpy(&v, p, sizeof v);%s return v; }\n", name, name, elem, name, pin)

@@ -718,24 +718,27 @@ func (d *depthwisePlane) schedule(s *schedule.Schedule, c convBlock, lanes int64
 		// The vectors the unrolled rows share stay one load each in a
 		// register (ir.AttrVectorLoadsInRegisters) where the C compiler
 		// would fold them into every multiply-add that uses them.
-		at := []struct {
-			loop   schedule.LoopRV
-			extent int64
-		}{{xs[0], ceilDiv(d.X, vec*lanes)}, {ys[0], d.Y / yt}, {loops[1], d.C}}
-		for _, l := range at {
-			if l.extent <= 1 {
-				continue
-			}
+		// The annotation goes on the innermost loop around the tile that
+		// lowering keeps (more than one iteration).
+		var at *schedule.LoopRV
+		switch {
+		case ceilDiv(d.X, vec*lanes) > 1:
+			at = &xs[0]
+		case d.Y/yt > 1:
+			at = &ys[0]
+		case d.C > 1:
+			at = &loops[1]
+		}
+		if at != nil {
 			pin, err := opts.chooseBool(s, planeSite(c, "loads_in_registers"), d.loadsInRegisters(yt, vec, epilogue, opts))
 			if err != nil {
 				return err
 			}
 			if pin {
-				if err := s.Annotate(l.loop, ir.AttrVectorLoadsInRegisters, true); err != nil {
+				if err := s.Annotate(*at, ir.AttrVectorLoadsInRegisters, true); err != nil {
 					return err
 				}
 			}
-			break
 		}
 	}
 	if plane != nil {
